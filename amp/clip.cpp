@@ -1,0 +1,42 @@
+#include "amp/clip.h"
+
+#include <cmath>
+
+#include "engine/backend.h"
+#include "engine/error.h"
+
+namespace belay {
+
+ClipResult clip_grad_norm(const std::vector<Tensor*>& grads, float max_norm, bool error_if_nonfinite) {
+  if (std::isnan(max_norm) || max_norm <= 0.0f) throw Error("clip_grad_norm: max_norm must be > 0 (inf only measures)");
+  if (grads.empty()) return {0.0f, 0.0f};
+  const Device device = grads[0]->device();
+  const Backend& be = backend_for(device);
+  std::vector<const Tensor*> read(grads.begin(), grads.end());
+  Tensor one = Tensor::scalar(1.0f, DType::F32, device);
+  Tensor found = Tensor::empty(Shape{1}, DType::F32, device), sumsq = Tensor::empty(Shape{1}, DType::F32, device);
+  Tensor norm = Tensor::empty(Shape{1}, DType::F32, device), coef = Tensor::empty(Shape{1}, DType::F32, device);
+  be.guard(read, one, found, sumsq);
+  be.clip_coefficient(sumsq, max_norm, norm, coef);
+  const float pre = norm.item();
+  if (!std::isfinite(pre)) {
+    if (error_if_nonfinite)
+      throw Error("clip_grad_norm: the total norm of the gradients is non-finite (" + std::to_string(pre) +
+                  "); set error_if_nonfinite=false to skip this check");
+    return {pre, pre};
+  }
+  const float c = coef.item();
+  if (c < 1.0f) be.scale_inplace(grads, coef);
+  return {pre, pre * c};
+}
+
+ClipResult clip_grad_norm(Optimizer& opt, float max_norm, bool error_if_nonfinite) {
+  return clip_grad_norm(opt.mutable_grads(), max_norm, error_if_nonfinite);
+}
+
+void clip_grad_value(const std::vector<Tensor*>& grads, float clip_value) {
+  if (!(clip_value > 0.0f)) throw Error("clip_grad_value: clip_value must be > 0");
+  for (Tensor* g : grads) backend_for(g->device()).clamp_inplace(*g, -clip_value, clip_value);
+}
+
+}  // namespace belay

@@ -1,0 +1,24 @@
+// Gradient clipping, in place, as torch.nn.utils does it: by the global L2 norm over all
+// gradients (not per parameter), or by value.
+#pragma once
+#include <limits>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace belay {
+
+struct ClipResult {
+  float pre_clip_norm;   // global L2 norm before clipping
+  float post_clip_norm;  // after: pre * min(1, max_norm / (pre + 1e-6))
+};
+
+// max_norm = inf only measures. error_if_nonfinite: throw if the norm is inf or NaN
+// (otherwise a non-finite norm leaves the gradients as they are).
+ClipResult clip_grad_norm(const std::vector<Tensor*>& grads, float max_norm, bool error_if_nonfinite = false);
+ClipResult clip_grad_norm(Optimizer& opt, float max_norm, bool error_if_nonfinite = false);
+void clip_grad_value(const std::vector<Tensor*>& grads, float clip_value);
+
+constexpr float kNoClip = std::numeric_limits<float>::infinity();
+
+}  // namespace belay

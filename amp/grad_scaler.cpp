@@ -1,0 +1,140 @@
+#include "amp/grad_scaler.h"
+
+#include <cmath>
+
+#include "engine/error.h"
+
+namespace belay {
+
+bool default_scaler_enabled(DType compute_dtype) { return compute_dtype == DType::F16; }
+
+GradScaler::GradScaler(Device device, GradScalerOptions options) : device_(device), options_(options) {
+  const auto& o = options_;
+  if (!(o.init_scale > 0.0f) || !std::isfinite(o.init_scale))
+    throw UsageError("scaler: init scale must be a positive finite number");
+  if (!(o.growth_factor > 1.0f)) throw UsageError("scaler: growth factor must be > 1");
+  if (!(o.backoff_factor > 0.0f && o.backoff_factor < 1.0f)) throw UsageError("scaler: backoff factor must be in (0, 1)");
+  if (o.growth_interval < 1) throw UsageError("scaler: growth interval must be >= 1");
+  if (o.hysteresis < 1) throw UsageError("scaler: hysteresis must be >= 1");
+  if (!(o.min_scale > 0.0f) || !(o.max_scale >= o.min_scale))
+    throw UsageError("scaler: need 0 < min scale <= max scale");
+  const float start = options_.enabled ? std::fmin(std::fmax(o.init_scale, o.min_scale), o.max_scale) : 1.0f;
+  scale_ = Tensor::scalar(start, DType::F32, device);
+  growth_tracker_ = Tensor::scalar(0.0f, DType::F32, device);
+  hysteresis_left_ = Tensor::scalar(static_cast<float>(o.hysteresis), DType::F32, device);
+  one_ = Tensor::scalar(1.0f, DType::F32, device);
+}
+
+float GradScaler::scale() const { return scale_.item(); }
+float GradScaler::loss_seed() const { return options_.enabled ? scale() : 1.0f; }
+
+Tensor GradScaler::inv_scale() const {
+  // 1/scale, on the device. Scales are powers of two in practice, so this is exact.
+  Tensor inv = Tensor::empty(Shape{1}, DType::F32, device_);
+  if (!options_.enabled) {
+    inv.fill(1.0f);
+    return inv;
+  }
+  inv.fill(1.0f / scale_.item());  // CPU: a plain read; the CUDA backend computes it on the device
+  return inv;
+}
+
+GradScaler::PerOptimizer& GradScaler::per(const Optimizer& opt, const char* call) {
+  if (opt.device() != device_)
+    throw Error(std::string("GradScaler::") + call + ": optimizer is on " + opt.device().str() + ", scaler on " +
+                device_.str());
+  return per_optimizer_[&opt];
+}
+
+void GradScaler::unscale_(Optimizer& opt) {
+  PerOptimizer& p = per(opt, "unscale_");
+  if (p.stage == Stage::Unscaled || p.stage == Stage::Checked)
+    throw Error("GradScaler: unscale_() has already been called on this optimizer since the last update()");
+  if (p.stage == Stage::Stepped) throw Error("GradScaler: unscale_() is being called after step()");
+  p.found_inf = Tensor::scalar(0.0f, DType::F32, device_);
+  backend_for(device_).unscale_inplace(opt.mutable_grads(), inv_scale(), p.found_inf);
+  p.clip_coef = Tensor();
+  p.stage = Stage::Unscaled;
+}
+
+GuardResult GradScaler::guard(Optimizer& opt, float max_norm) {
+  PerOptimizer& p = per(opt, "guard");
+  if (p.stage != Stage::Ready)
+    throw Error("GradScaler: guard() needs scaled gradients; the finite check already ran since the last update()");
+  if (std::isnan(max_norm) || max_norm <= 0.0f) throw Error("GradScaler: max_norm must be > 0 (inf only measures)");
+  GuardResult r;
+  r.found_inf = Tensor::empty(Shape{1}, DType::F32, device_);
+  r.norm = Tensor::empty(Shape{1}, DType::F32, device_);
+  r.clip_coef = Tensor::empty(Shape{1}, DType::F32, device_);
+  Tensor sumsq = Tensor::empty(Shape{1}, DType::F32, device_);
+  const Backend& be = backend_for(device_);
+  be.guard(opt.grads(), inv_scale(), r.found_inf, sumsq);
+  be.clip_coefficient(sumsq, max_norm, r.norm, r.clip_coef);
+  p.found_inf = r.found_inf;
+  p.clip_coef = r.clip_coef;
+  p.stage = Stage::Checked;
+  return r;
+}
+
+void GradScaler::record_overflow(Optimizer& opt) {
+  PerOptimizer& p = per(opt, "record_overflow");
+  if (p.stage == Stage::Stepped) throw Error("GradScaler: record_overflow() after step()");
+  p.found_inf = Tensor::scalar(1.0f, DType::F32, device_);
+  p.stage = Stage::Stepped;
+}
+
+void GradScaler::step(Optimizer& opt) {
+  PerOptimizer& p = per(opt, "step");
+  switch (p.stage) {
+    case Stage::Ready:
+      throw Error("GradScaler: step() without the finite check: call unscale_() or guard() first");
+    case Stage::Stepped:
+      throw Error("GradScaler: step() has already been called since the last update()");
+    case Stage::Unscaled:  // gradients already unscaled (and maybe clipped) in place
+      opt.step(one_, one_, p.found_inf);
+      break;
+    case Stage::Checked:  // fused: unscale and clip on the fly inside the optimizer pass
+      opt.step(inv_scale(), p.clip_coef, p.found_inf);
+      break;
+  }
+  p.stage = Stage::Stepped;
+}
+
+void GradScaler::update() {
+  if (per_optimizer_.empty()) throw Error("GradScaler: update() with no optimizer checked since the last update()");
+  Tensor found = Tensor::scalar(0.0f, DType::F32, device_);
+  const Backend& be = backend_for(device_);
+  for (auto& [opt, p] : per_optimizer_) {
+    if (p.stage != Stage::Stepped)
+      throw Error("GradScaler: update() before step() for an optimizer whose gradients were checked");
+    be.binary(BinaryOp::Add, found, p.found_inf, found);  // any overflow counts
+  }
+  if (options_.enabled) {
+    ScalerConfig c;
+    c.growth_factor = options_.growth_factor;
+    c.backoff_factor = options_.backoff_factor;
+    c.growth_interval = options_.growth_interval;
+    c.hysteresis = options_.hysteresis;
+    c.min_scale = options_.min_scale;
+    c.max_scale = options_.max_scale;
+    be.scaler_update(c, scale_, growth_tracker_, hysteresis_left_, found);
+  }
+  per_optimizer_.clear();
+}
+
+bool GradScaler::found_inf(const Optimizer& opt) const {
+  auto it = per_optimizer_.find(&opt);
+  return it != per_optimizer_.end() && it->second.found_inf.defined() && it->second.found_inf.item() != 0.0f;
+}
+
+ScalerState GradScaler::state() const { return {scale_.item(), growth_tracker_.item(), hysteresis_left_.item()}; }
+
+void GradScaler::load_state(const ScalerState& s) {
+  if (!(s.scale > 0.0f) || !std::isfinite(s.scale)) throw Error("scaler state: scale must be positive and finite");
+  scale_.fill(s.scale);
+  growth_tracker_.fill(s.growth_tracker);
+  hysteresis_left_.fill(s.hysteresis_left);
+  per_optimizer_.clear();
+}
+
+}  // namespace belay

@@ -1,0 +1,91 @@
+// Dynamic loss scaling (FP16): the loss is multiplied by `scale` before backward so small
+// gradients survive FP16; before the step gradients are unscaled; an overflow (inf/NaN)
+// skips the step and backs the scale off; growth_interval clean steps grow it.
+//
+// The scale, the growth tracker, the hysteresis counter and found_inf are one-element
+// tensors on the parameters' device, updated by the backend's scaler kernel, so a step
+// needs no trip to the host. A per-optimizer state machine (ready -> unscaled or checked ->
+// stepped -> ready at update) turns misuse into a clear error, as PyTorch's GradScaler does.
+#pragma once
+#include <map>
+#include <string>
+
+#include "engine/backend.h"
+#include "optim/optimizer.h"
+
+namespace belay {
+
+struct GradScalerOptions {
+  bool enabled = true;  // off by default for BF16 (see default_scaler_enabled)
+  float init_scale = 65536.0f;
+  float growth_factor = 2.0f;
+  float backoff_factor = 0.5f;
+  int growth_interval = 2000;
+  int hysteresis = 1;  // back off after this many overflows (Megatron's hysteresis)
+  float min_scale = 1.0f;
+  float max_scale = 16777216.0f;
+};
+
+// FP16 needs loss scaling; BF16 has FP32's range and does not; FP32 neither.
+bool default_scaler_enabled(DType compute_dtype);
+
+// The scaler's state as a checkpoint stores it.
+struct ScalerState {
+  float scale = 65536.0f;
+  float growth_tracker = 0.0f;
+  float hysteresis_left = 1.0f;
+};
+
+// What the fused guard found, as device scalars.
+struct GuardResult {
+  Tensor found_inf;  // FP32 [1]: 1 if any gradient is inf or NaN
+  Tensor norm;       // FP32 [1]: global L2 norm of the unscaled gradients
+  Tensor clip_coef;  // FP32 [1]: min(1, max_norm / (norm + 1e-6))
+};
+
+class GradScaler {
+ public:
+  GradScaler(Device device, GradScalerOptions options = {});
+
+  bool enabled() const { return options_.enabled; }
+  const GradScalerOptions& options() const { return options_; }
+  const Tensor& scale_tensor() const { return scale_; }
+  float scale() const;      // host read, for logs: 1 when disabled
+  float loss_seed() const;  // what backward is seeded with (the scale)
+
+  // Unfused path, PyTorch's order: unscale_ (grads *= 1/scale in place, found_inf recorded).
+  void unscale_(Optimizer& opt);
+  // Fused path: one read of every gradient; found_inf, the norm of the unscaled gradients
+  // and the clip coefficient; the gradients are not written.
+  GuardResult guard(Optimizer& opt, float max_norm);
+  // Records a step that is skipped before backward (non-finite loss) as an overflow.
+  void record_overflow(Optimizer& opt);
+  // Applies the optimizer step unless found_inf; needs unscale_ or guard first.
+  void step(Optimizer& opt);
+  // Every step, skipped or not: back off on overflow, grow after growth_interval clean steps.
+  void update();
+
+  // found_inf of the last check of `opt` (host read, for logs).
+  bool found_inf(const Optimizer& opt) const;
+
+  ScalerState state() const;
+  void load_state(const ScalerState& state);
+
+ private:
+  enum class Stage { Ready, Unscaled, Checked, Stepped };
+  struct PerOptimizer {
+    Stage stage = Stage::Ready;
+    Tensor found_inf;
+    Tensor clip_coef;  // fused path
+  };
+  PerOptimizer& per(const Optimizer& opt, const char* call);
+  Tensor inv_scale() const;
+
+  Device device_;
+  GradScalerOptions options_;
+  Tensor scale_, growth_tracker_, hysteresis_left_;
+  Tensor one_;
+  std::map<const Optimizer*, PerOptimizer> per_optimizer_;
+};
+
+}  // namespace belay

@@ -1,0 +1,98 @@
+#include "amp/step_log.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace belay {
+
+const char* const kStepLogHeader = "step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale";
+
+static std::string num(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(x));  // round-trips an FP32
+  return buf;
+}
+
+std::string format_step_row(const StepRow& r) {
+  return std::to_string(r.step) + "," + num(r.lr) + "," + num(r.grad_l2_pre_clip) + "," + num(r.grad_l2_post_clip) +
+         "," + num(r.loss) + "," + (r.skipped ? "1" : "0") + "," + r.skip_reason + "," + num(r.scaler_scale);
+}
+
+StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through) : path_(path) {
+  std::vector<std::string> kept;
+  if (keep_rows_through >= 0) {
+    std::ifstream in(path);
+    std::string line;
+    bool header = true;
+    while (in && std::getline(in, line)) {
+      if (header) {
+        header = false;
+        if (line != kStepLogHeader) throw UsageError("step log '" + path + "' does not start with the belay header");
+        continue;
+      }
+      if (line.empty()) continue;
+      const int64_t step = std::strtoll(line.c_str(), nullptr, 10);
+      if (step <= keep_rows_through) kept.push_back(line);
+    }
+  }
+  // Rewrite through a temporary file so a failure never leaves a half-written log.
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) throw UsageError("cannot write step log '" + path + "': " + std::strerror(errno));
+  std::fprintf(f, "%s\n", kStepLogHeader);
+  for (const std::string& line : kept) std::fprintf(f, "%s\n", line.c_str());
+  if (std::fflush(f) != 0 || std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw UsageError("cannot write step log '" + path + "': " + std::strerror(errno));
+  }
+  file_ = std::fopen(path.c_str(), "a");
+  if (!file_) throw UsageError("cannot append to step log '" + path + "': " + std::strerror(errno));
+}
+
+StepLogWriter::~StepLogWriter() { close(); }
+
+void StepLogWriter::write(const StepRow& row) {
+  if (!file_) throw Error("step log '" + path_ + "' is closed");
+  const std::string line = format_step_row(row) + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+    throw Error("writing step log '" + path_ + "' failed: " + std::strerror(errno));
+}
+
+void StepLogWriter::close() {
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+}
+
+SkipMonitor::SkipMonitor(SkipMonitorOptions options) : options_(options) {
+  if (options_.window < 1) throw UsageError("skip window must be >= 1");
+  if (options_.patience < 1) throw UsageError("skip patience must be >= 1");
+  if (!(options_.alert_rate >= 0.0 && options_.alert_rate <= 1.0)) throw UsageError("skip alert rate must be in [0, 1]");
+  if (options_.max_rate > 1.0) throw UsageError("max skip rate must be in [0, 1]");
+}
+
+SkipMonitor::Verdict SkipMonitor::observe(bool skipped) {
+  recent_.push_back(skipped);
+  skips_in_window_ += skipped;
+  if (static_cast<int64_t>(recent_.size()) > options_.window) {
+    skips_in_window_ -= recent_.front();
+    recent_.pop_front();
+  }
+  Verdict v;
+  v.rate = static_cast<double>(skips_in_window_) / static_cast<double>(recent_.size());
+  const bool above_alert = v.rate > options_.alert_rate;
+  v.alert = above_alert && !alerting_;
+  alerting_ = above_alert;
+  if (options_.max_rate >= 0.0 && v.rate > options_.max_rate) {
+    v.stop = ++above_max_for_ >= options_.patience;
+  } else {
+    above_max_for_ = 0;
+  }
+  return v;
+}
+
+}  // namespace belay

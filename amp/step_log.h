@@ -1,0 +1,71 @@
+// The per-step log: one CSV row per optimizer step, applied or skipped, with exactly the
+// columns step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale.
+// Every row is flushed when written, so Ctrl-C or kill -9 never loses a completed row.
+// And the skip-rate monitor: a rolling rate with an alert line and an optional stop.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <string>
+
+namespace belay {
+
+struct StepRow {
+  int64_t step = 0;
+  float lr = 0.0f;
+  float grad_l2_pre_clip = 0.0f;   // norm of the unscaled gradients; inf/NaN on an overflow
+  float grad_l2_post_clip = 0.0f;  // the norm applied; 0 when the step was skipped
+  float loss = 0.0f;               // unscaled, averaged over micro-batches
+  bool skipped = false;
+  std::string skip_reason;         // "", "nonfinite_loss" or "nonfinite_grad"
+  float scaler_scale = 1.0f;       // the scale after this step's update (what the next step uses)
+};
+
+extern const char* const kStepLogHeader;
+std::string format_step_row(const StepRow& row);  // one CSV line, no newline
+
+class StepLogWriter {
+ public:
+  // Opens (truncates) `path` and writes the header; throws UsageError naming the path if
+  // it cannot be written. With keep_rows_through >= 0 an existing log is kept up to and
+  // including that step (resuming a run) and appended to.
+  explicit StepLogWriter(const std::string& path, int64_t keep_rows_through = -1);
+  ~StepLogWriter();
+  StepLogWriter(const StepLogWriter&) = delete;
+  StepLogWriter& operator=(const StepLogWriter&) = delete;
+  void write(const StepRow& row);
+  void close();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+struct SkipMonitorOptions {
+  int64_t window = 1000;       // steps the rate is taken over
+  double alert_rate = 0.05;    // an alert line when the rate passes this
+  double max_rate = -1.0;      // stop the run when the rate stays above this ... (< 0: never)
+  int64_t patience = 100;      // ... for this many consecutive steps
+};
+
+class SkipMonitor {
+ public:
+  explicit SkipMonitor(SkipMonitorOptions options = {});
+  struct Verdict {
+    double rate = 0.0;       // skips / steps over the last min(window, steps seen)
+    bool alert = false;      // the rate just rose past alert_rate
+    bool stop = false;       // above max_rate for `patience` consecutive steps
+  };
+  Verdict observe(bool skipped);
+  const SkipMonitorOptions& options() const { return options_; }
+
+ private:
+  SkipMonitorOptions options_;
+  std::deque<bool> recent_;
+  int64_t skips_in_window_ = 0;
+  bool alerting_ = false;
+  int64_t above_max_for_ = 0;
+};
+
+}  // namespace belay

@@ -1,0 +1,141 @@
+// The belay CLI: parsing and wiring only. Every error is one line, "belay: error: ...",
+// with exit status 2 for bad usage or input and 1 for a failure at run time.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "apps/finfo_cmd.h"
+#include "apps/train.h"
+#include "engine/backend.h"
+#include "engine/error.h"
+
+namespace {
+
+std::string version_string() {
+  std::string v = std::string("belay ") + BELAY_VERSION + " (cpu";
+  if (belay::cuda_compiled()) v += ", cuda built: " + std::to_string(belay::cuda_device_count()) + " device(s) visible";
+  else v += ", built without cuda";
+  return v + "; " + std::to_string(omp_get_max_threads()) + " OpenMP threads)";
+}
+
+std::pair<int64_t, float> parse_spike(const std::string& s) {
+  const auto colon = s.find(':');
+  if (colon == std::string::npos) throw belay::UsageError("--spike expects STEP:FACTOR, got '" + s + "'");
+  try {
+    size_t used = 0;
+    const long long step = std::stoll(s.substr(0, colon), &used);
+    if (used != colon) throw std::invalid_argument("step");
+    const std::string f = s.substr(colon + 1);
+    const float factor = std::stof(f, &used);
+    if (used != f.size()) throw std::invalid_argument("factor");
+    return {step, factor};
+  } catch (const std::logic_error&) {
+    throw belay::UsageError("--spike expects STEP:FACTOR (e.g. 12:1e8), got '" + s + "'");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"belay: mixed-precision training with its safety belts (FP32 masters, FP16/BF16 compute)"};
+  app.set_version_flag("--version", version_string());
+  app.require_subcommand(1);
+
+  belay::TrainConfig tc;
+  std::string dtype = "fp32", scenario, grad_dtype = "fp32";
+  std::vector<int64_t> inject;
+  std::vector<std::string> spikes;
+  bool no_scaler = false, scaler_on = false, unfused = false;
+  CLI::App* train = app.add_subcommand("train", "train a Linear model (or an MLP) on seeded synthetic data");
+  train->add_option("--model", tc.model, "linear | mlp")->capture_default_str();
+  train->add_option("--in", tc.in_features, "input features")->capture_default_str();
+  train->add_option("--out", tc.out_features, "output features")->capture_default_str();
+  train->add_option("--hidden", tc.hidden, "MLP hidden width")->capture_default_str();
+  train->add_option("--layers", tc.layers, "MLP linear layers")->capture_default_str();
+  train->add_option("--batch", tc.batch, "samples per step")->capture_default_str();
+  train->add_option("--steps", tc.steps, "optimizer steps (applied or skipped)")->capture_default_str();
+  train->add_option("--seed", tc.seed, "seed of the weights and the data")->capture_default_str();
+  train->add_option("--optimizer", tc.optimizer, "adamw | sgd")->capture_default_str();
+  train->add_option("--lr", tc.lr, "peak learning rate")->capture_default_str();
+  train->add_option("--weight-decay", tc.weight_decay, "decoupled (AdamW) or coupled (SGD) decay")->capture_default_str();
+  train->add_option("--momentum", tc.momentum, "SGD momentum")->capture_default_str();
+  train->add_option("--schedule", tc.schedule, "constant | cosine (linear warmup, then cosine to 0)")->capture_default_str();
+  train->add_option("--warmup", tc.warmup, "warmup steps of the cosine schedule")->capture_default_str();
+  train->add_option("--dtype", dtype, "fp32 | fp16 | bf16 (compute dtype; masters stay fp32)")->capture_default_str();
+  train->add_option("--device", tc.device, "cpu | cuda[:N]")->capture_default_str();
+  train->add_option("--grad-dtype", grad_dtype, "weight gradient buffers: fp32 | compute")->capture_default_str();
+  train->add_option("--clip", tc.max_norm, "clip the global gradient L2 norm to this (default: measure only)");
+  train->add_flag("--unfused", unfused, "PyTorch's order in separate passes (unscale_, clip_grad_norm_, step)");
+  train->add_option("--inject-inf", inject, "plant an inf in a gradient at STEP (repeatable)");
+  train->add_option("--spike", spikes, "STEP:FACTOR multiplies that batch's targets, e.g. 12:1e8 (repeatable)");
+  train->add_option("--csv", tc.csv, "per-step log: step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale");
+  train->add_flag("--scaler", scaler_on, "dynamic loss scaling on (default: on for fp16 only)");
+  train->add_flag("--no-scaler", no_scaler, "dynamic loss scaling off");
+  train->add_option("--init-scale", tc.scaler.init_scale, "initial loss scale")->capture_default_str();
+  train->add_option("--growth-factor", tc.scaler.growth_factor, "scale growth factor")->capture_default_str();
+  train->add_option("--backoff-factor", tc.scaler.backoff_factor, "scale backoff factor")->capture_default_str();
+  train->add_option("--growth-interval", tc.scaler.growth_interval, "clean steps before growth")->capture_default_str();
+  train->add_option("--hysteresis", tc.scaler.hysteresis, "overflows tolerated before backing off")->capture_default_str();
+  train->add_option("--min-scale", tc.scaler.min_scale, "lowest loss scale")->capture_default_str();
+  train->add_option("--max-scale", tc.scaler.max_scale, "highest loss scale")->capture_default_str();
+  train->add_option("--skip-window", tc.skip.window, "steps the rolling skip rate is taken over")->capture_default_str();
+  train->add_option("--skip-alert", tc.skip.alert_rate, "print an alert when the skip rate passes this")->capture_default_str();
+  train->add_option("--max-skip-rate", tc.skip.max_rate, "stop (exit 1) when the skip rate stays above this ...");
+  train->add_option("--skip-patience", tc.skip.patience, "... for this many consecutive steps")->capture_default_str();
+  train->add_flag("--show-steps", tc.show_steps, "print every step: STEP or SKIP, reason, norms, scale");
+  train->add_flag("--quiet", tc.quiet, "print nothing but errors");
+  train->add_option("--scenario", scenario, "broken-batch: how one bad batch freezes unclipped Adam");
+
+  std::vector<std::string> finfo_values;
+  CLI::App* finfo = app.add_subcommand("finfo", "the fp32/fp16/bf16 table; with values, how each rounds");
+  finfo->add_option("values", finfo_values, "numbers to round through each dtype");
+
+  app.add_subcommand("info", "what this build and machine provide");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "belay: error: " << e.what() << " (see belay --help)\n";
+    return 2;
+  }
+
+  try {
+    if (*finfo) return belay::run_finfo(finfo_values, std::cout);
+    if (app.got_subcommand("info")) {
+      std::cout << version_string() << "\n";
+      return 0;
+    }
+    if (!scenario.empty()) {
+      if (scenario != "broken-batch") throw belay::UsageError("unknown scenario '" + scenario + "': use broken-batch");
+      return belay::run_broken_batch(std::cout);
+    }
+    if (no_scaler && scaler_on) throw belay::UsageError("--scaler and --no-scaler contradict each other");
+    tc.dtype = belay::parse_dtype(dtype);
+    if (grad_dtype == "compute") tc.low_precision_grads = true;
+    else if (grad_dtype != "fp32") throw belay::UsageError("unknown --grad-dtype '" + grad_dtype + "': use fp32 or compute");
+    tc.scaler_explicit = no_scaler || scaler_on;
+    tc.scaler.enabled = scaler_on || (!no_scaler && tc.dtype == belay::DType::F16);
+    tc.fused = !unfused;
+    tc.inject_inf.insert(inject.begin(), inject.end());
+    for (const std::string& s : spikes) tc.spikes.insert(parse_spike(s));
+    return belay::run_training(tc, std::cout).exit_code;
+  } catch (const belay::UsageError& e) {
+    std::cout.flush();
+    std::cerr << "belay: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cout.flush();
+    std::cerr << "belay: error: " << e.what() << "\n";
+    return 1;
+  }
+}

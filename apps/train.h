@@ -1,0 +1,65 @@
+// `belay train`: the training demo, as a function the CLI and the tests both call.
+// Wiring only: a model, an optimizer, a scaler, SafeStep, seeded synthetic data, the
+// step log and a progress display.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "amp/grad_scaler.h"
+#include "amp/step_log.h"
+#include "engine/dtype.h"
+
+namespace belay {
+
+struct TrainConfig {
+  std::string model = "linear";  // linear | mlp
+  int64_t in_features = 64;
+  int64_t out_features = 8;
+  int64_t hidden = 64;
+  int layers = 2;
+  int64_t batch = 32;
+  int64_t steps = 200;
+  uint64_t seed = 0;
+  std::string optimizer = "adamw";  // adamw | sgd
+  float lr = 1e-2f;
+  float weight_decay = 0.0f;
+  float momentum = 0.9f;
+  std::string schedule = "constant";  // constant | cosine
+  int64_t warmup = 0;
+  DType dtype = DType::F32;
+  std::string device = "cpu";
+  bool low_precision_grads = false;  // weight gradients in the compute dtype
+  float max_norm = std::numeric_limits<float>::infinity();
+  bool fused = true;
+  GradScalerOptions scaler;
+  bool scaler_explicit = false;  // --scaler/--no-scaler given; otherwise on for fp16 only
+  std::set<int64_t> inject_inf;          // steps whose gradient gets an inf
+  std::map<int64_t, float> spikes;       // step -> factor multiplying that batch's targets
+  std::string csv;                       // empty: no log file
+  SkipMonitorOptions skip;
+  bool show_steps = false;  // print every row, labelled STEP or SKIP
+  bool quiet = false;
+};
+
+struct TrainResult {
+  int exit_code = 0;  // 0, or 1 when the skip-rate stop fired
+  std::vector<StepRow> rows;
+  float first_loss = 0.0f;
+  float final_loss = 0.0f;  // last applied step's loss
+  int64_t skipped = 0;
+  double seconds = 0.0;
+  std::vector<float> final_weights;  // every master, flattened, for tests
+};
+
+void validate(const TrainConfig& config);  // throws UsageError on anything out of range
+TrainResult run_training(const TrainConfig& config, std::ostream& out);
+
+// `belay train --scenario broken-batch`: how one bad batch freezes Adam without clipping.
+int run_broken_batch(std::ostream& out);
+
+}  // namespace belay

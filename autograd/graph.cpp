@@ -1,0 +1,115 @@
+#include "autograd/graph.h"
+
+#include <unordered_set>
+
+#include "engine/backend.h"
+#include "engine/error.h"
+
+namespace belay {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+
+bool grad_enabled() { return g_grad_enabled; }
+NoGrad::NoGrad() : saved_(g_grad_enabled) { g_grad_enabled = false; }
+NoGrad::~NoGrad() { g_grad_enabled = saved_; }
+
+Var::Var(Tensor value, bool requires_grad) {
+  check_defined("Var", value);
+  node_ = std::make_shared<Node>();
+  node_->value = std::move(value);
+  node_->requires_grad = requires_grad;
+  node_->grad_dtype = node_->value.dtype();
+}
+
+Var Var::parameter(Tensor master, std::string name) {
+  check_dtype("parameter master", master, DType::F32);
+  Var v(master, true);
+  v.node_->master = master;
+  v.node_->name = std::move(name);
+  v.node_->grad_dtype = DType::F32;
+  return v;
+}
+
+void Var::set_working_dtype(DType dtype) {
+  if (!is_parameter()) throw Error("set_working_dtype: '" + name() + "' is not a parameter");
+  node_->value = dtype == DType::F32 ? node_->master : node_->master.to(dtype);
+}
+
+void Var::zero_grad(bool set_to_none) {
+  if (!node_ || !node_->grad.defined()) return;
+  if (set_to_none)
+    node_->grad = Tensor();
+  else
+    node_->grad.fill(0.0f);
+}
+
+DType grad_dtype_of(const Node& node) { return node.is_leaf ? node.grad_dtype : node.value.dtype(); }
+
+void accumulate_grad(Node& node, const Tensor& g, bool fresh) {
+  if (!node.requires_grad) return;
+  check_same_shape("accumulate_grad", node.value, g);
+  const DType dtype = grad_dtype_of(node);
+  if (!node.grad.defined()) {
+    node.grad = g.dtype() == dtype ? (fresh ? g : g.clone()) : g.to(dtype);
+    return;
+  }
+  backend_for(node.grad.device()).accumulate(node.grad, g, 1.0f, nullptr);
+}
+
+Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::function<void(Node&)> backward) {
+  auto node = std::make_shared<Node>();
+  node->value = std::move(value);
+  node->op = op;
+  node->is_leaf = false;
+  bool needs = false;
+  if (grad_enabled())
+    for (const Var& in : inputs) needs = needs || in.requires_grad();
+  if (needs) {
+    node->requires_grad = true;
+    for (const Var& in : inputs) node->inputs.push_back(in.node_ptr());
+    node->backward = std::move(backward);
+  }
+  return Var::from_node(std::move(node));
+}
+
+void Var::backward(float seed) const {
+  if (!node_) throw Error("backward: undefined variable");
+  if (node_->value.numel() != 1)
+    throw Error("backward: needs a one-element (scalar) output, got " + node_->value.describe());
+  if (!node_->requires_grad) throw Error("backward: the output does not depend on anything that requires grad");
+
+  // Reverse topological order by an iterative depth-first search (no recursion limit).
+  // `order` owns its nodes: freeing a node's edges below must not free nodes still to visit.
+  std::vector<std::shared_ptr<Node>> order;
+  std::unordered_set<Node*> seen;
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack{{node_, 0}};
+  seen.insert(node_.get());
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    if (next < n->inputs.size()) {
+      std::shared_ptr<Node> in = n->inputs[next++];
+      if (in->requires_grad && !seen.count(in.get())) {
+        seen.insert(in.get());
+        stack.push_back({std::move(in), 0});
+      }
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+
+  accumulate_grad(*node_, Tensor::full(Shape{1}, seed, DType::F32, node_->value.device()), true);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* n = it->get();
+    if (n->is_leaf || !n->grad.defined() || !n->backward) continue;
+    n->backward(*n);
+    // The graph is used once (retain_graph=False): free the gradient and the edges.
+    n->grad = Tensor();
+    n->backward = nullptr;
+    n->inputs.clear();
+  }
+}
+
+}  // namespace belay

@@ -1,0 +1,94 @@
+// Reverse-mode autograd over a dynamic graph, small enough to read in one sitting.
+// A Var is a handle to a Node: its value, its gradient, the inputs it was computed from
+// and how to push its gradient back to them. backward() walks the graph in reverse
+// topological order. Leaf gradients accumulate (+=) across backward calls until
+// zero_grad; intermediate gradients are freed as soon as they have been used.
+//
+// Parameters are leaves that also hold an FP32 master. Their `value` is the working copy
+// the forward reads: the master itself in FP32, or an FP16/BF16 copy that the optimizer
+// refreshes in the same pass that updates the master.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace belay {
+
+struct Node {
+  Tensor value;
+  Tensor grad;
+  bool requires_grad = false;
+  bool is_leaf = true;
+  DType grad_dtype = DType::F32;  // leaves: FP32 by default, or the compute dtype
+  Tensor master;                  // parameters only
+  std::string name;
+  const char* op = "leaf";
+  std::vector<std::shared_ptr<Node>> inputs;
+  std::function<void(Node&)> backward;  // reads this node's grad, accumulates into inputs
+};
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false);
+  static Var parameter(Tensor master, std::string name);  // master must be FP32
+  static Var from_node(std::shared_ptr<Node> node) {
+    Var v;
+    v.node_ = std::move(node);
+    return v;
+  }
+
+  bool defined() const { return node_ != nullptr; }
+  const Tensor& value() const { return node_->value; }
+  const Tensor& grad() const { return node_->grad; }
+  Tensor& mutable_grad() { return node_->grad; }
+  bool requires_grad() const { return node_ && node_->requires_grad; }
+  bool is_parameter() const { return node_ && node_->master.defined(); }
+  const Tensor& master() const { return node_->master; }
+  const std::string& name() const { return node_->name; }
+  const Shape& shape() const { return node_->value.shape(); }
+  DType dtype() const { return node_->value.dtype(); }
+  Device device() const { return node_->value.device(); }
+  Node* node() const { return node_.get(); }
+  const std::shared_ptr<Node>& node_ptr() const { return node_; }
+
+  // Parameters: the working copy's dtype (FP32 shares the master) and the gradient dtype.
+  void set_working_dtype(DType dtype);
+  void set_grad_dtype(DType dtype) { node_->grad_dtype = dtype; }
+  void zero_grad(bool set_to_none = true);
+
+  // Backpropagates from this one-element FP32 value. `seed` is d(objective)/d(this): a
+  // loss scale and 1/accum_steps enter here, so the scaled loss is never materialised.
+  void backward(float seed = 1.0f) const;
+
+ private:
+  std::shared_ptr<Node> node_;
+};
+
+// Whether new ops record the graph (this thread). NoGrad switches it off in a scope.
+bool grad_enabled();
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// Adds g into node.grad in the node's gradient dtype. The first gradient is adopted
+// without a copy when `fresh` says nobody else holds g (the producer just made it).
+void accumulate_grad(Node& node, const Tensor& g, bool fresh);
+// The dtype a node's gradient is kept in.
+DType grad_dtype_of(const Node& node);
+
+// Creates the result node of an op: records inputs and backward only when grad is enabled
+// and some input requires grad.
+Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::function<void(Node&)> backward);
+
+}  // namespace belay

@@ -1,0 +1,86 @@
+#include "autograd/modules.h"
+
+#include <cmath>
+
+#include "engine/backend.h"
+#include "engine/error.h"
+
+namespace belay {
+
+std::vector<Var> Module::parameters() const {
+  std::vector<Var> out;
+  for (auto& [name, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
+int64_t Module::parameter_count() const {
+  int64_t n = 0;
+  for (const Var& p : parameters()) n += p.value().numel();
+  return n;
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (Var& p : parameters()) p.zero_grad(set_to_none);
+}
+
+void Module::set_working_dtype(DType dtype) {
+  for (Var& p : parameters()) p.set_working_dtype(dtype);
+}
+
+void Module::set_grad_dtype(DType dtype) {
+  for (Var& p : parameters()) {
+    p.zero_grad(true);
+    p.set_grad_dtype(dtype);
+  }
+}
+
+static Tensor uniform_tensor(const Shape& shape, float bound, Rng& rng, Device device) {
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = rng.uniform(-bound, bound);
+  return Tensor::from_vector(v, shape, DType::F32, device);
+}
+
+Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Device device, const std::string& prefix)
+    : prefix_(prefix) {
+  if (in <= 0 || out <= 0)
+    throw UsageError("Linear: sizes must be positive, got in=" + std::to_string(in) + " out=" + std::to_string(out));
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+  weight = Var::parameter(uniform_tensor(Shape{out, in}, bound, rng, device), prefix + "weight");
+  if (with_bias) bias = Var::parameter(uniform_tensor(Shape{out}, bound, rng, device), prefix + "bias");
+}
+
+Var Linear::forward(const Var& x) { return linear(x, weight, bias); }
+
+std::vector<std::pair<std::string, Var>> Linear::named_parameters() const {
+  std::vector<std::pair<std::string, Var>> out{{weight.name(), weight}};
+  if (bias.defined()) out.push_back({bias.name(), bias});
+  return out;
+}
+
+Mlp::Mlp(int64_t in, int64_t hidden, int64_t out, Rng& rng, int layers, Activation act, Device device) : act_(act) {
+  if (layers < 2) throw UsageError("Mlp: needs at least 2 layers, got " + std::to_string(layers));
+  if (hidden <= 0) throw UsageError("Mlp: hidden size must be positive, got " + std::to_string(hidden));
+  for (int i = 0; i < layers; ++i) {
+    const int64_t fan_in = i == 0 ? in : hidden;
+    const int64_t fan_out = i == layers - 1 ? out : hidden;
+    layers_.emplace_back(fan_in, fan_out, rng, true, device, "layers." + std::to_string(i) + ".");
+  }
+}
+
+Var Mlp::forward(const Var& x) {
+  Var h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i](h);
+    if (i + 1 < layers_.size()) h = act_ == Activation::Relu ? relu(h) : gelu(h);
+  }
+  return h;
+}
+
+std::vector<std::pair<std::string, Var>> Mlp::named_parameters() const {
+  std::vector<std::pair<std::string, Var>> out;
+  for (const Linear& l : layers_)
+    for (auto& p : l.named_parameters()) out.push_back(p);
+  return out;
+}
+
+}  // namespace belay

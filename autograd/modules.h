@@ -1,0 +1,57 @@
+// Modules: parameters with names (the state dict) and a forward. Linear and a small MLP.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "engine/backend.h"
+#include "engine/random.h"
+
+namespace belay {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Var forward(const Var& x) = 0;
+  virtual std::vector<std::pair<std::string, Var>> named_parameters() const = 0;
+
+  Var operator()(const Var& x) { return forward(x); }
+  std::vector<Var> parameters() const;
+  int64_t parameter_count() const;
+  void zero_grad(bool set_to_none = true);
+  // FP16/BF16 working copies for the forward (FP32 shares the masters), and the dtype
+  // weight gradients accumulate in (FP32 by default; the compute dtype halves the memory).
+  void set_working_dtype(DType dtype);
+  void set_grad_dtype(DType dtype);
+};
+
+class Linear : public Module {
+ public:
+  // PyTorch's default init: weight and bias uniform in +-1/sqrt(in_features).
+  Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias = true, Device device = Device::cpu(),
+         const std::string& prefix = "");
+  Var forward(const Var& x) override;
+  std::vector<std::pair<std::string, Var>> named_parameters() const override;
+
+  Var weight;  // [out, in]
+  Var bias;    // [out], undefined without bias
+
+ private:
+  std::string prefix_;
+};
+
+// in -> hidden -> (activation) -> ... -> out; `layers` linear layers in all (>= 2).
+class Mlp : public Module {
+ public:
+  Mlp(int64_t in_features, int64_t hidden, int64_t out_features, Rng& rng, int layers = 2,
+      Activation act = Activation::Gelu, Device device = Device::cpu());
+  Var forward(const Var& x) override;
+  std::vector<std::pair<std::string, Var>> named_parameters() const override;
+
+ private:
+  std::vector<Linear> layers_;
+  Activation act_;
+};
+
+}  // namespace belay

@@ -1,0 +1,222 @@
+#include "autograd/ops.h"
+
+#include "amp/autocast.h"
+#include "engine/backend.h"
+#include "engine/error.h"
+
+namespace belay {
+namespace {
+
+const Backend& be(const Tensor& t) { return backend_for(t.device()); }
+
+DType promote(DType a, DType b) { return a == b ? a : DType::F32; }
+
+void check_inputs(const char* op, const Var& a, const Var& b) {
+  if (!a.defined() || !b.defined()) throw Error(std::string(op) + ": undefined input");
+  check_same_device(op, a.value(), b.value());
+}
+
+// Under autocast, the dtype matrix products run in; otherwise the inputs' own (which must agree).
+DType matmul_dtype(const char* op, const Var& a, const Var& b) {
+  const AutocastPolicy& policy = autocast_policy();
+  if (policy.enabled) return policy.dtype;
+  if (a.dtype() != b.dtype())
+    throw Error(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
+                "); cast one, or run under belay::Autocast");
+  return a.dtype();
+}
+
+Var cast_if_needed(const Var& x, DType dtype) { return x.dtype() == dtype ? x : cast(x, dtype); }
+
+// Writes a gradient that a kernel can produce in place: straight into an existing FP32
+// gradient buffer (accumulating, no extra pass), else into a fresh tensor that is then
+// accumulated. produce(out, accumulate) must write or add the gradient into `out`.
+template <class Produce>
+void write_grad(Node& n, DType fresh_dtype, Produce&& produce) {
+  if (!n.requires_grad) return;
+  if (n.grad.defined() && n.grad.dtype() == DType::F32) {
+    produce(n.grad, true);
+    return;
+  }
+  Tensor fresh = Tensor::empty(n.value.shape(), fresh_dtype, n.value.device());
+  produce(fresh, false);
+  accumulate_grad(n, fresh, true);
+}
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, bool accumulate, const Tensor* bias = nullptr) {
+  GemmArgs args;
+  args.a = &a;
+  args.trans_a = ta;
+  args.b = &b;
+  args.trans_b = tb;
+  args.c = &c;
+  args.beta = accumulate ? 1.0f : 0.0f;
+  args.bias = bias;
+  be(c).gemm(args);
+}
+
+void check_matrix(const char* op, const char* what, const Tensor& t) {
+  if (t.rank() != 2) throw Error(std::string(op) + ": " + what + " must be a matrix, got " + t.describe());
+}
+
+}  // namespace
+
+Var cast(const Var& x, DType dtype) {
+  Tensor out = x.value().to(dtype);
+  return make_result(out, "cast", {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); });
+}
+
+Var matmul(const Var& a_in, const Var& b_in) {
+  check_inputs("matmul", a_in, b_in);
+  check_matrix("matmul", "a", a_in.value());
+  check_matrix("matmul", "b", b_in.value());
+  if (a_in.shape()[1] != b_in.shape()[0])
+    throw Error("matmul: inner sizes differ, " + a_in.value().describe() + " x " + b_in.value().describe());
+  const DType dt = matmul_dtype("matmul", a_in, b_in);
+  const Var a = cast_if_needed(a_in, dt), b = cast_if_needed(b_in, dt);
+  Tensor out = Tensor::empty(Shape{a.shape()[0], b.shape()[1]}, dt, a.device());
+  gemm(a.value(), false, b.value(), false, out, false);
+  return make_result(out, "matmul", {a, b}, [](Node& self) {
+    Node& a = *self.inputs[0];
+    Node& b = *self.inputs[1];
+    const Tensor g = self.grad.dtype() == a.value.dtype() ? self.grad : self.grad.to(a.value.dtype());
+    write_grad(a, grad_dtype_of(a), [&](Tensor& out, bool acc) { gemm(g, false, b.value, true, out, acc); });
+    write_grad(b, grad_dtype_of(b), [&](Tensor& out, bool acc) { gemm(a.value, true, g, false, out, acc); });
+  });
+}
+
+Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
+  check_inputs("linear", x_in, w_in);
+  check_matrix("linear", "input", x_in.value());
+  check_matrix("linear", "weight", w_in.value());
+  if (x_in.shape()[1] != w_in.shape()[1])
+    throw Error("linear: input " + x_in.value().describe() + " has " + std::to_string(x_in.shape()[1]) +
+                " features, weight " + w_in.value().describe() + " expects " + std::to_string(w_in.shape()[1]));
+  if (bias.defined()) {
+    check_same_device("linear", x_in.value(), bias.value());
+    if (bias.value().numel() != w_in.shape()[0])
+      throw Error("linear: bias " + bias.value().describe() + " does not match weight " + w_in.value().describe());
+  }
+  const DType dt = matmul_dtype("linear", x_in, w_in);
+  const Var x = cast_if_needed(x_in, dt), w = cast_if_needed(w_in, dt);
+  Tensor out = Tensor::empty(Shape{x.shape()[0], w.shape()[0]}, dt, x.device());
+  // Y = X W^T + b, the bias added in FP32 before the one rounding.
+  gemm(x.value(), false, w.value(), true, out, false, bias.defined() ? &bias.value() : nullptr);
+  std::vector<Var> inputs{x, w};
+  if (bias.defined()) inputs.push_back(bias);
+  return make_result(out, "linear", inputs, [](Node& self) {
+    Node& x = *self.inputs[0];
+    Node& w = *self.inputs[1];
+    const Tensor& g = self.grad;  // dY, in the compute dtype
+    write_grad(x, grad_dtype_of(x), [&](Tensor& out, bool acc) { gemm(g, false, w.value, false, out, acc); });  // dX = dY W
+    write_grad(w, grad_dtype_of(w), [&](Tensor& out, bool acc) { gemm(g, true, x.value, false, out, acc); });   // dW = dY^T X
+    if (self.inputs.size() > 2) {
+      Node& b = *self.inputs[2];
+      write_grad(b, DType::F32, [&](Tensor& out, bool acc) {
+        if (out.dtype() == DType::F32) {
+          be(g).sum_rows(g, out, acc);
+        } else {
+          Tensor tmp = Tensor::empty(out.shape(), DType::F32, out.device());
+          be(g).sum_rows(g, tmp, false);
+          be(out).accumulate(out, tmp, 1.0f, nullptr);
+        }
+      });
+    }
+  });
+}
+
+Var add(const Var& a, const Var& b) {
+  check_inputs("add", a, b);
+  check_same_shape("add", a.value(), b.value());
+  Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
+  be(out).binary(BinaryOp::Add, a.value(), b.value(), out);
+  return make_result(out, "add", {a, b}, [](Node& self) {
+    accumulate_grad(*self.inputs[0], self.grad, false);
+    accumulate_grad(*self.inputs[1], self.grad, false);
+  });
+}
+
+Var mul(const Var& a, const Var& b) {
+  check_inputs("mul", a, b);
+  check_same_shape("mul", a.value(), b.value());
+  Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
+  be(out).binary(BinaryOp::Mul, a.value(), b.value(), out);
+  return make_result(out, "mul", {a, b}, [](Node& self) {
+    Node& a = *self.inputs[0];
+    Node& b = *self.inputs[1];
+    for (auto [target, other] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+      if (!target->requires_grad) continue;
+      Tensor d = Tensor::empty(target->value.shape(), target->value.dtype(), target->value.device());
+      be(d).binary(BinaryOp::Mul, self.grad, other->value, d);
+      accumulate_grad(*target, d, true);
+    }
+  });
+}
+
+Var scale(const Var& a, float s) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  be(out).scale(a.value(), s, out);
+  return make_result(out, "scale", {a}, [s](Node& self) {
+    Node& a = *self.inputs[0];
+    Tensor d = Tensor::empty(a.value.shape(), a.value.dtype(), a.value.device());
+    be(d).scale(self.grad, s, d);
+    accumulate_grad(a, d, true);
+  });
+}
+
+static Var activation_op(const Var& x, Activation act, const char* name) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  be(out).activation(act, x.value(), out);
+  return make_result(out, name, {x}, [act](Node& self) {
+    Node& x = *self.inputs[0];
+    Tensor d = Tensor::empty(x.value.shape(), x.value.dtype(), x.value.device());
+    be(d).activation_backward(act, x.value, self.grad, d);
+    accumulate_grad(x, d, true);
+  });
+}
+
+Var relu(const Var& x) { return activation_op(x, Activation::Relu, "relu"); }
+Var gelu(const Var& x) { return activation_op(x, Activation::Gelu, "gelu"); }
+
+static Var reduce_op(const Var& x, float factor, const char* name) {
+  Tensor out = Tensor::empty(Shape{1}, DType::F32, x.device());
+  be(out).sum(x.value(), out);
+  if (factor != 1.0f) be(out).scale(out, factor, out);
+  return make_result(out, name, {x}, [factor](Node& self) {
+    Node& x = *self.inputs[0];
+    Tensor d = Tensor::empty(x.value.shape(), x.value.dtype(), x.value.device());
+    be(d).broadcast_scalar(self.grad, factor, d);
+    accumulate_grad(x, d, true);
+  });
+}
+
+Var sum(const Var& x) { return reduce_op(x, 1.0f, "sum"); }
+Var mean(const Var& x) { return reduce_op(x, 1.0f / static_cast<float>(x.value().numel()), "mean"); }
+
+Var mse_loss(const Var& pred, const Tensor& target) {
+  check_same_device("mse_loss", pred.value(), target);
+  check_same_shape("mse_loss", pred.value(), target);
+  Tensor out = Tensor::empty(Shape{1}, DType::F32, pred.device());
+  be(out).mse_forward(pred.value(), target, out);
+  return make_result(out, "mse_loss", {pred}, [target](Node& self) {
+    Node& p = *self.inputs[0];
+    Tensor d = Tensor::empty(p.value.shape(), p.value.dtype(), p.value.device());
+    be(d).mse_backward(p.value, target, self.grad, d);
+    accumulate_grad(p, d, true);
+  });
+}
+
+Var cross_entropy(const Var& logits, const Tensor& labels) {
+  check_same_device("cross_entropy", logits.value(), labels);
+  Tensor loss = Tensor::empty(Shape{1}, DType::F32, logits.device());
+  Tensor dlogits_unit = Tensor::empty(logits.shape(), DType::F32, logits.device());
+  be(loss).cross_entropy(logits.value(), labels, loss, dlogits_unit);
+  return make_result(loss, "cross_entropy", {logits}, [dlogits_unit](Node& self) {
+    Node& x = *self.inputs[0];
+    Tensor d = Tensor::zeros(x.value.shape(), x.value.dtype(), x.value.device());
+    be(d).accumulate(d, dlogits_unit, 1.0f, &self.grad);
+    accumulate_grad(x, d, true);
+  });
+}
+
+}  // namespace belay

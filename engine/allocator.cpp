@@ -1,0 +1,66 @@
+#include "engine/allocator.h"
+
+#include "engine/backend.h"
+#include "engine/error.h"
+
+namespace belay {
+
+CachingAllocator::~CachingAllocator() { release_cached(); }
+
+void* CachingAllocator::allocate(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.requests;
+  void* ptr = nullptr;
+  auto it = free_blocks_.find(bytes);
+  if (it != free_blocks_.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+    stats_.bytes_cached -= bytes;
+  } else {
+    ptr = raw_.alloc(bytes);
+    if (!ptr) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    ++stats_.system_allocs;
+  }
+  stats_.bytes_in_use += bytes;
+  if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  return ptr;
+}
+
+void CachingAllocator::deallocate(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  if (bytes == 0) bytes = 1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_blocks_[bytes].push_back(ptr);
+  stats_.bytes_in_use -= bytes;
+  stats_.bytes_cached += bytes;
+}
+
+void CachingAllocator::release_cached() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [bytes, blocks] : free_blocks_)
+    for (void* p : blocks) raw_.free(p);
+  free_blocks_.clear();
+  stats_.bytes_cached = 0;
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
+CachingAllocator& allocator_for(Device device) {
+  // One allocator per device kind (multi-GPU indices come with data parallelism).
+  // Leaked on purpose: tensors in static storage may be freed after main returns.
+  static CachingAllocator* cpu = new CachingAllocator(backend_for(Device::cpu()).raw_memory());
+  if (device.is_cpu()) return *cpu;
+  static CachingAllocator* cuda = new CachingAllocator(backend_for(Device::cuda()).raw_memory());
+  return *cuda;
+}
+
+}  // namespace belay

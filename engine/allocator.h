@@ -1,0 +1,52 @@
+// Buffer reuse: a caching allocator per device. A freed block goes back to a free list
+// keyed by its exact size, so a steady-state training step (same shapes every step)
+// takes every buffer from the cache and asks the system for nothing. The counters are
+// what benchmarks and tests read to prove that.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "engine/device.h"
+
+namespace belay {
+
+struct AllocatorStats {
+  uint64_t requests = 0;        // every allocate() call
+  uint64_t system_allocs = 0;   // calls that reached the system (cache misses)
+  size_t bytes_in_use = 0;      // handed out and not yet freed
+  size_t peak_bytes_in_use = 0;
+  size_t bytes_cached = 0;      // freed, kept for reuse
+};
+
+// How a device gets and returns raw memory; the backend provides one per device.
+struct RawMemory {
+  void* (*alloc)(size_t bytes) = nullptr;
+  void (*free)(void* ptr) = nullptr;
+};
+
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(RawMemory raw) : raw_(raw) {}
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  void* allocate(size_t bytes);
+  void deallocate(void* ptr, size_t bytes);
+  void release_cached();  // give every cached block back to the system
+  AllocatorStats stats() const;
+  void reset_peak();
+
+ private:
+  RawMemory raw_;
+  mutable std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_blocks_;
+  AllocatorStats stats_;
+};
+
+CachingAllocator& allocator_for(Device device);
+
+}  // namespace belay

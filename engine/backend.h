@@ -1,0 +1,137 @@
+// The op table: everything a device must do for belay to train on it. kernels/cpu and
+// kernels/cuda each implement it; autograd, optim and amp reach the hardware only
+// through it, so every backend is tested against the CPU one op by op (as ggml does).
+// Scalars that steer a step (loss scale, found_inf, clip coefficient) are one-element
+// FP32 tensors on the backend's device, so a step never needs a host round trip.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "engine/allocator.h"
+#include "engine/tensor.h"
+
+namespace belay {
+
+enum class BinaryOp { Add, Sub, Mul };
+enum class Activation { Relu, Gelu };
+
+// C[M,N] = op(A)[M,K] * op(B)[K,N] (+ bias[N]) (+ C if beta == 1).
+// A and B are FP32, FP16 or BF16 (same dtype); products and sums are FP32; C is written in
+// its own dtype (rounded once). beta == 1 needs an FP32 C: it is how weight gradients
+// accumulate across micro-batches with no extra pass.
+struct GemmArgs {
+  const Tensor* a = nullptr;
+  bool trans_a = false;
+  const Tensor* b = nullptr;
+  bool trans_b = false;
+  Tensor* c = nullptr;
+  float beta = 0.0f;
+  const Tensor* bias = nullptr;
+};
+
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float bias_correction1 = 1.0f;  // 1 - beta1^t
+  float bias_correction2 = 1.0f;  // 1 - beta2^t
+};
+
+// One parameter's state as the fused AdamW pass sees it.
+struct AdamWSlot {
+  Tensor* master = nullptr;   // FP32
+  Tensor* m = nullptr;        // FP32
+  Tensor* v = nullptr;        // FP32
+  const Tensor* grad = nullptr;  // FP32 or the compute dtype
+  Tensor* working = nullptr;  // FP16/BF16 copy refreshed from the new master; null when FP32
+  float weight_decay = 0.0f;
+};
+
+struct SgdSlot {
+  Tensor* master = nullptr;
+  Tensor* momentum = nullptr;  // FP32; undefined-free when momentum == 0
+  const Tensor* grad = nullptr;
+  Tensor* working = nullptr;
+  float weight_decay = 0.0f;
+};
+
+struct ScalerConfig {
+  float growth_factor = 2.0f;
+  float backoff_factor = 0.5f;
+  int growth_interval = 2000;
+  int hysteresis = 1;  // overflows tolerated before backing off (1: back off on the first)
+  float min_scale = 1.0f;
+  float max_scale = 16777216.0f;  // 2^24
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Memory.
+  virtual RawMemory raw_memory() const = 0;
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) const = 0;
+  virtual void synchronize() const = 0;
+
+  // Elementwise. `out` may alias an input. Inputs of mixed dtypes are computed in FP32.
+  virtual void cast(const Tensor& src, Tensor& dst) const = 0;
+  virtual void fill(Tensor& t, float value) const = 0;
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const = 0;
+  virtual void scale(const Tensor& x, float s, Tensor& out) const = 0;
+  // dst += alpha * src * (s ? s[0] : 1): gradient accumulation (dst may be FP32, src low).
+  virtual void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const = 0;
+  // out[i] = s[0] * alpha for every i: the backward of sum/mean.
+  virtual void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const = 0;
+  virtual void activation(Activation act, const Tensor& x, Tensor& y) const = 0;
+  virtual void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const = 0;
+
+  // Matrix products and reductions (fixed order, so a run repeats bit for bit).
+  virtual void gemm(const GemmArgs& args) const = 0;
+  // out[n] (+)= sum over rows m of x[m, n]; out is FP32: the bias gradient.
+  virtual void sum_rows(const Tensor& x, Tensor& out, bool accumulate) const = 0;
+  virtual void sum(const Tensor& x, Tensor& out) const = 0;  // out: FP32 [1]
+
+  // Losses, in FP32 whatever the input dtype. out: FP32 [1].
+  virtual void mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) const = 0;
+  // dpred = g[0] * 2 (pred - target) / N
+  virtual void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const = 0;
+  // Mean cross-entropy of logits [B, C] against class indices held as FP32 values in
+  // labels [B]. Fused: also writes dlogits_unit = (softmax - onehot) / B, the gradient for
+  // an upstream gradient of 1 (FP32 [B, C]).
+  virtual void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits_unit) const = 0;
+
+  // AMP: the fused guard. One read of every gradient; nothing written to them.
+  // found_inf[0] = 1 if any element is inf or NaN, else 0; sumsq[0] = sum (g * inv_scale[0])^2.
+  virtual void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
+                     Tensor& sumsq) const = 0;
+  // norm = sqrt(sumsq); clip_coef = min(1, max_norm / (norm + 1e-6)).
+  virtual void clip_coefficient(const Tensor& sumsq, float max_norm, Tensor& norm, Tensor& clip_coef) const = 0;
+  // The unfused path, in PyTorch's order: g *= inv_scale in place (found_inf set if any is
+  // non-finite), later g *= clip_coef in place.
+  virtual void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const = 0;
+  virtual void scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const = 0;
+  // x = min(max(x, lo), hi) in place: clip_grad_value.
+  virtual void clamp_inplace(Tensor& x, float lo, float hi) const = 0;
+  // One fused pass: g = grad * inv_scale * clip_coef; decoupled decay; m, v, master and the
+  // working copy updated. Changes nothing when found_inf[0] != 0.
+  virtual void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const Tensor& inv_scale,
+                     const Tensor& clip_coef, const Tensor& found_inf) const = 0;
+  virtual void sgd(float lr, float momentum, const std::vector<SgdSlot>& slots, const Tensor& inv_scale,
+                   const Tensor& clip_coef, const Tensor& found_inf) const = 0;
+  // Dynamic loss scaling: back off on found_inf (after `hysteresis` overflows), grow after
+  // growth_interval clean steps. scale, growth_tracker, hysteresis_left: FP32 [1].
+  virtual void scaler_update(const ScalerConfig& config, Tensor& scale, Tensor& growth_tracker,
+                             Tensor& hysteresis_left, const Tensor& found_inf) const = 0;
+};
+
+// Defined by kernels/: the backend of a device. Throws Error when belay was built
+// without CUDA or no GPU is visible.
+const Backend& backend_for(Device device);
+int cuda_device_count();       // 0 when built without CUDA or no GPU/driver
+bool cuda_compiled();          // whether this build has the CUDA backend
+void require_device(Device device);  // throws UsageError with a clear reason if unusable
+
+}  // namespace belay

@@ -1,0 +1,89 @@
+// Bit-exact conversions between FP32 and the two 16-bit formats, written once for the
+// host and the device (BELAY_HD). Round to nearest even, subnormals kept, +-inf and NaN
+// preserved, FP16 overflow to inf. Integer arithmetic only, so every compiler and every
+// backend gives the same bits.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define BELAY_HD __host__ __device__ __forceinline__
+#else
+#define BELAY_HD inline
+#endif
+
+namespace belay {
+
+BELAY_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+BELAY_HD float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// FP32 -> BF16: keep the top 16 bits, rounding the dropped 16 to nearest even.
+// NaN is forced to a quiet NaN so rounding can never carry it into inf.
+BELAY_HD uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return static_cast<uint16_t>(u >> 16);
+}
+
+BELAY_HD float bf16_bits_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+
+// FP32 -> FP16 (1 sign, 5 exponent, 10 mantissa bits, bias 15).
+BELAY_HD uint16_t f32_to_f16_bits(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (abs >= 0x38800000u) {                                            // normal FP16 (>= 2^-14)
+    uint32_t lsb = (abs >> 13) & 1u;
+    uint32_t rounded = abs + 0xfffu + lsb;  // round the 13 dropped bits to nearest even
+    return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+  }
+  if (abs < 0x33000000u) return sign;  // below half the smallest subnormal (2^-25): zero
+  // Subnormal FP16: value = mant * 2^-24. Shift the full 24-bit significand into place.
+  uint32_t exp = abs >> 23;
+  uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - exp;  // exp in [102, 112] -> shift in [14, 24]
+  uint32_t half_mant = mant >> shift;
+  uint32_t rem = mant & ((1u << shift) - 1u);
+  uint32_t halfway = 1u << (shift - 1u);
+  if (rem > halfway || (rem == halfway && (half_mant & 1u))) half_mant += 1u;
+  return static_cast<uint16_t>(sign | half_mant);  // may carry into the smallest normal: correct
+}
+
+BELAY_HD float f16_bits_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1fu) return f32_from_bits(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp != 0) return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return f32_from_bits(sign);
+  // Subnormal: normalise the mantissa into an FP32 normal.
+  uint32_t e = 113u;
+  while ((mant & 0x400u) == 0) {
+    mant <<= 1;
+    --e;
+  }
+  return f32_from_bits(sign | (e << 23) | ((mant & 0x3ffu) << 13));
+}
+
+}  // namespace belay

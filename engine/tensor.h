@@ -1,0 +1,79 @@
+// A dense, contiguous, row-major tensor: shape, dtype, device and a reference-counted
+// storage that comes from the device's caching allocator. Tensors share storage on
+// copy (like torch.Tensor); clone() makes an independent copy.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+#include "engine/shape.h"
+
+namespace belay {
+
+struct Storage {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  Device device;
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined tensor
+
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, float value, DType dtype = DType::F32, Device device = Device::cpu());
+  // Values are rounded into `dtype`.
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::F32,
+                            Device device = Device::cpu());
+  static Tensor scalar(float value, DType dtype = DType::F32, Device device = Device::cpu()) {
+    return from_vector({value}, Shape{1}, dtype, device);
+  }
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu(); }
+  int64_t numel() const { return shape_.numel(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t rank() const { return shape_.rank(); }
+  int64_t dim(size_t i) const { return shape_[i]; }
+
+  void* data() const { return storage_ ? storage_->ptr : nullptr; }
+  template <class T>
+  T* data_as() const { return static_cast<T*>(data()); }
+
+  // Host-side views, converting through FP32 (copies from the device when needed).
+  std::vector<float> to_vector() const;
+  float item() const;  // a one-element tensor's value
+
+  Tensor to(DType dtype) const;    // a converted copy (a new tensor even when dtype matches)
+  Tensor to(Device device) const;  // a copy on another device
+  Tensor clone() const;
+  void copy_from(const Tensor& src);  // same shape; converts dtype; crosses devices
+  Tensor reshape(const Shape& shape) const;  // shares storage; numel must match
+  void fill(float value);
+  void set_element(int64_t index, float value);  // one element, rounded into dtype (tests, fault injection)
+
+  std::string describe() const;  // "fp16[32, 8] on cpu"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+// Checks that throw belay::Error naming the operation and what did not match.
+void check_same_shape(const char* op, const Tensor& a, const Tensor& b);
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+void check_dtype(const char* op, const Tensor& t, DType expected);
+void check_defined(const char* op, const Tensor& t);
+
+}  // namespace belay

@@ -1,0 +1,44 @@
+// The device -> backend lookup that engine/backend.h declares. The CUDA backend exists
+// only in a CUDA build (BELAY_HAVE_CUDA) and is usable only when a GPU is visible.
+#include "engine/backend.h"
+#include "engine/error.h"
+#include "kernels/cpu/cpu_backend.h"
+
+#if BELAY_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace belay {
+
+bool cuda_compiled() { return BELAY_HAVE_CUDA != 0; }
+
+int cuda_device_count() {
+#if BELAY_HAVE_CUDA
+  return cuda_visible_devices();
+#else
+  return 0;
+#endif
+}
+
+void require_device(Device device) {
+  if (device.is_cpu()) return;
+  if (!cuda_compiled())
+    throw UsageError("--device " + device.str() + ": this belay was built without CUDA (nvcc was not found at configure time)");
+  const int n = cuda_device_count();
+  if (n == 0) throw UsageError("--device " + device.str() + ": no CUDA GPU is visible (no device or no driver)");
+  if (device.index >= n)
+    throw UsageError("--device " + device.str() + ": only " + std::to_string(n) + " CUDA device(s) visible");
+}
+
+const Backend& backend_for(Device device) {
+  if (device.is_cpu()) return cpu_backend();
+#if BELAY_HAVE_CUDA
+  require_device(device);
+  return cuda_backend();
+#else
+  require_device(device);
+  throw Error("unreachable");
+#endif
+}
+
+}  // namespace belay

@@ -1,0 +1,86 @@
+// Element math written once for every backend (BELAY_HD: host and device). The CPU loops
+// and the CUDA kernels call these same functions, so both compute the same formula.
+#pragma once
+#include <cmath>
+
+#include "engine/half_bits.h"
+
+namespace belay {
+
+BELAY_HD bool is_finite_f32(float x) {
+  // Exponent all ones means inf or NaN; works under -ffast-math too.
+  return (f32_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+// GELU, the exact (erf) form that PyTorch uses by default.
+BELAY_HD float gelu_f32(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+BELAY_HD float gelu_grad_f32(float x) {
+  const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
+// One AdamW element, in PyTorch's order: decoupled decay p *= (1 - lr*wd), then the moments,
+// then p -= lr * m_hat / (sqrt(v_hat) + eps). eps stays outside the square root and in FP32
+// (1e-8 would be 0 in FP16). g arrives already multiplied by inv_scale and clip_coef.
+BELAY_HD void adamw_element(float g, float& p, float& m, float& v, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, float bias_correction1, float bias_correction2) {
+  p = p * (1.0f - lr * weight_decay);
+  m = beta1 * m + (1.0f - beta1) * g;
+  v = beta2 * v + (1.0f - beta2) * g * g;
+  const float m_hat = m / bias_correction1;
+  const float v_hat = v / bias_correction2;
+  p = p - lr * m_hat / (sqrtf(v_hat) + eps);
+}
+
+// One SGD element with momentum (PyTorch's form: buf = mu*buf + g; p -= lr*buf).
+// Weight decay is coupled (added to g), as torch.optim.SGD does.
+BELAY_HD void sgd_element(float g, float& p, float& buf, float lr, float momentum, float weight_decay,
+                          bool has_momentum) {
+  g = g + weight_decay * p;
+  if (has_momentum) {
+    buf = momentum * buf + g;
+    g = buf;
+  }
+  p = p - lr * g;
+}
+
+// The gradient the optimizer applies: the stored gradient, unscaled and clipped on the fly.
+// Left to right, so it equals unscale-in-place followed by clip-in-place in FP32 bit for bit.
+BELAY_HD float effective_grad(float stored, float inv_scale, float clip_coef) {
+  return stored * inv_scale * clip_coef;
+}
+
+BELAY_HD float clip_coefficient_of(float norm, float max_norm) {
+  const float coef = max_norm / (norm + 1e-6f);
+  return coef < 1.0f ? coef : 1.0f;  // max_norm = inf gives 1: only measures
+}
+
+// The dynamic loss scaler's state transition, for one step. All state is FP32 so it can
+// live in device memory; counts stay exact far beyond any growth interval.
+BELAY_HD void scaler_transition(float found_inf, float& scale, float& growth_tracker, float& hysteresis_left,
+                                float growth_factor, float backoff_factor, float growth_interval,
+                                float hysteresis, float min_scale, float max_scale) {
+  if (found_inf != 0.0f) {
+    growth_tracker = 0.0f;
+    hysteresis_left = hysteresis_left - 1.0f;
+    if (hysteresis_left <= 0.0f) {
+      const float backed_off = scale * backoff_factor;
+      scale = backed_off > min_scale ? backed_off : min_scale;
+      // As Megatron does: the tracker is refilled only by a growth, so once overflows
+      // have used it up, every further overflow backs off at once.
+    }
+    return;
+  }
+  growth_tracker = growth_tracker + 1.0f;
+  if (growth_tracker >= growth_interval) {
+    const float grown = scale * growth_factor;
+    // Growth is refused if it would overflow FP32 or pass max_scale (PyTorch refuses inf).
+    if (is_finite_f32(grown)) scale = grown < max_scale ? grown : max_scale;
+    growth_tracker = 0.0f;
+    hysteresis_left = hysteresis;
+  }
+}
+
+}  // namespace belay

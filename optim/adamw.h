@@ -1,0 +1,34 @@
+// AdamW (Loshchilov & Hutter): decoupled weight decay, bias correction, eps added outside
+// the square root and kept in FP32. By default 1-D parameters (biases, norms) get no decay.
+#pragma once
+#include "optim/optimizer.h"
+
+namespace belay {
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+  bool decay_1d = false;  // also decay 1-D parameters
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<Var> params, AdamWOptions options = {});
+  std::vector<std::pair<std::string, Tensor*>> state_tensors() override;
+  std::string name() const override { return "adamw"; }
+  const AdamWOptions& options() const { return options_; }
+  const Tensor& exp_avg(size_t i) const { return m_[i]; }
+  const Tensor& exp_avg_sq(size_t i) const { return v_[i]; }
+
+ protected:
+  void apply(int64_t t, const Tensor& inv_scale, const Tensor& clip_coef, const Tensor& found_inf) override;
+
+ private:
+  AdamWOptions options_;
+  std::vector<Tensor> m_, v_;
+};
+
+}  // namespace belay

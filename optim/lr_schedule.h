@@ -1,0 +1,28 @@
+// Learning-rate schedules as pure functions of the number of APPLIED steps: a skipped
+// step does not move the schedule, and the position is just the optimizer's step count
+// (so a checkpoint needs nothing more to resume it).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace belay {
+
+struct LrSchedule {
+  enum class Kind { Constant, WarmupCosine };
+  Kind kind = Kind::Constant;
+  float peak_lr = 1e-3f;
+  int64_t warmup_steps = 0;  // linear from peak/warmup up to peak
+  int64_t total_steps = 1;   // cosine reaches min_lr here
+  float min_lr = 0.0f;
+
+  static LrSchedule constant(float lr) { return {Kind::Constant, lr, 0, 1, lr}; }
+  static LrSchedule warmup_cosine(float peak, int64_t warmup, int64_t total, float min_lr = 0.0f) {
+    return {Kind::WarmupCosine, peak, warmup, total, min_lr};
+  }
+  // The LR of the step taken after `applied_steps` applied steps (0 for the first).
+  float lr_at(int64_t applied_steps) const;
+};
+
+LrSchedule parse_schedule(const std::string& name, float lr, int64_t warmup, int64_t total);  // throws UsageError
+
+}  // namespace belay

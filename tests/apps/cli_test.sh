@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The CLI as a user meets it: exit codes, one-line errors, files written or not.
+# Usage: cli_test.sh path/to/belay
+set -u
+belay=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+
+# expect_error NAME EXIT_CODE ARGS...: stderr is exactly one line starting "belay: error: ".
+expect_error() {
+  local name=$1 code=$2
+  shift 2
+  "$belay" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  if [ "$rc" -eq "$code" ] && [ "$lines" -eq 1 ] && grep -q '^belay: error: ' "$tmp/err"; then
+    pass "$name (exit $rc: $(cat "$tmp/err"))"
+  else
+    fail "$name: exit $rc (want $code), stderr: $(cat "$tmp/err")"
+  fi
+}
+
+expect_error "zero steps" 2 train --steps 0
+expect_error "negative steps" 2 train --steps -3
+expect_error "zero batch" 2 train --batch 0
+expect_error "negative in" 2 train --in -1
+expect_error "zero out" 2 train --out 0
+expect_error "non-numeric steps" 2 train --steps many
+expect_error "unknown dtype" 2 train --dtype fp8
+expect_error "unknown model" 2 train --model transformer
+expect_error "unknown device" 2 train --device tpu
+expect_error "cuda without a GPU or CUDA build" 2 train --device cuda --steps 1
+expect_error "unknown optimizer" 2 train --optimizer lion
+expect_error "unknown schedule" 2 train --schedule step
+expect_error "bad spike" 2 train --spike 12
+expect_error "bad clip" 2 train --clip 0
+expect_error "negative lr" 2 train --lr -1
+expect_error "unknown subcommand" 2 fly
+expect_error "unknown option" 2 train --frobnicate
+expect_error "bad finfo value" 2 finfo abc
+expect_error "unknown scenario" 2 train --scenario nope
+expect_error "bad grad dtype" 2 train --grad-dtype fp64
+expect_error "bad growth factor" 2 train --dtype fp16 --growth-factor 0.5
+
+# An unwritable CSV path: exit 2 before any work, and no file (not even a partial one) left.
+expect_error "unwritable csv" 2 train --steps 5 --csv "$tmp/no/such/dir/run.csv"
+if [ ! -e "$tmp/no/such/dir/run.csv" ]; then pass "no partial csv"; else fail "a csv was left behind"; fi
+mkdir "$tmp/ro" && chmod 500 "$tmp/ro"
+if [ "$(id -u)" -ne 0 ]; then expect_error "read-only directory" 2 train --steps 5 --csv "$tmp/ro/run.csv"; fi
+
+# --help and --version succeed.
+"$belay" --help >/dev/null && pass "--help" || fail "--help"
+"$belay" --version | grep -q '^belay ' && pass "--version" || fail "--version"
+"$belay" train --help | grep -q -- '--inject-inf' && pass "train --help lists --inject-inf" || fail "train --help"
+
+# The 200-step run: a header plus 200 rows, with exactly the canonical header.
+if "$belay" train --steps 200 --csv "$tmp/run.csv" --quiet; then
+  header=$(head -1 "$tmp/run.csv")
+  rows=$(($(wc -l <"$tmp/run.csv") - 1))
+  [ "$header" = "step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale" ] &&
+    pass "csv header" || fail "csv header: $header"
+  [ "$rows" -eq 200 ] && pass "200 csv rows" || fail "csv rows: $rows"
+else
+  fail "200-step run failed"
+fi
+
+# The README demo: fp16, an inf at step 5, STEP/SKIP rows, the skip at step 5 only.
+out=$("$belay" train --dtype fp16 --steps 30 --inject-inf 5 --show-steps --csv "$tmp/demo.csv")
+echo "$out" | grep -q '^SKIP     5 .*nonfinite_grad' && pass "demo shows SKIP at step 5" || fail "demo SKIP row"
+[ "$(echo "$out" | grep -c '^STEP ')" -eq 29 ] && pass "demo shows 29 STEP rows" || fail "demo STEP rows"
+awk -F, 'NR>1 && $6==1 {print $1}' "$tmp/demo.csv" | tr '\n' ' ' | grep -qx '5 ' && pass "demo csv skips only step 5" ||
+  fail "demo csv skips: $(awk -F, 'NR>1 && $6==1 {print $1}' "$tmp/demo.csv" | tr '\n' ' ')"
+# bf16: no loss scaling, still skips the injected step only.
+"$belay" train --dtype bf16 --steps 30 --inject-inf 5 --quiet --csv "$tmp/bf16.csv"
+[ "$(awk -F, 'NR>1 && $6==1 {print $1}' "$tmp/bf16.csv" | tr '\n' ' ')" = "5 " ] && pass "bf16 skips only step 5" ||
+  fail "bf16 skips"
+
+# The skip-rate stop: every step skipped, stop after 3 consecutive steps above 50%.
+"$belay" train --steps 20 --inject-inf 0 --inject-inf 1 --inject-inf 2 --inject-inf 3 --inject-inf 4 \
+  --max-skip-rate 0.5 --skip-patience 3 --quiet >"$tmp/stop.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q 'skip rate stayed above' "$tmp/stop.out" && pass "skip-rate stop exits 1" ||
+  fail "skip-rate stop: exit $rc"
+
+echo "$fails failure(s)"
+[ $fails -eq 0 ]
