@@ -1,6 +1,7 @@
 #include "amp/step_log.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -13,6 +14,7 @@ namespace belay {
 const char* const kStepLogHeader = "step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale";
 
 static std::string num(float x) {
+  if (std::isnan(x)) return "nan";  // never "-nan": one spelling for every reader
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(x));  // round-trips an FP32
   return buf;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -15,9 +16,9 @@ Progress::Progress(std::ostream& out, int64_t total, bool live)
 
 std::string describe_row(const StepRow& r) {
   char buf[256];
+  const double pre = std::isnan(r.grad_l2_pre_clip) ? NAN : (double)r.grad_l2_pre_clip;  // print "nan", not "-nan"
   std::snprintf(buf, sizeof buf, "%s %5lld  loss %-12.6g lr %-10.4g |g| pre %-12.6g post %-12.6g scale %-8g %s",
-                r.skipped ? "SKIP" : "STEP", static_cast<long long>(r.step), (double)r.loss, (double)r.lr,
-                (double)r.grad_l2_pre_clip, (double)r.grad_l2_post_clip, (double)r.scaler_scale,
+                r.skipped ? "SKIP" : "STEP", static_cast<long long>(r.step), (double)r.loss, (double)r.lr, pre, (double)r.grad_l2_post_clip, (double)r.scaler_scale,
                 r.skip_reason.c_str());
   std::string s = buf;
   while (!s.empty() && s.back() == ' ') s.pop_back();

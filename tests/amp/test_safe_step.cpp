@@ -1,0 +1,230 @@
+// SafeStep and the fused guard: the order of the step, skips that change nothing, and the
+// fused path agreeing with PyTorch's unfused order.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "amp/autocast.h"
+#include "amp/clip.h"
+#include "amp/safe_step.h"
+#include "autograd/modules.h"
+#include "engine/error.h"
+#include "optim/adamw.h"
+#include "tolerance.h"
+
+using namespace belay;
+
+namespace {
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+  const Tensor c = t.to(DType::F32);
+  std::vector<uint32_t> out(static_cast<size_t>(c.numel()));
+  std::memcpy(out.data(), c.data(), out.size() * 4);
+  return out;
+}
+
+struct Run {
+  Rng rng{7};
+  Linear model{16, 4, rng};
+  AdamW opt;
+  GradScaler scaler;
+  SafeStep step;
+  Tensor x, y;
+  DType dtype;
+
+  Run(DType compute, bool fused, float max_norm, GradScalerOptions so = {}, LrSchedule sched = LrSchedule::constant(1e-2f),
+      DType grad_dtype = DType::F32)
+      : opt(model.parameters(), AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, false}),
+        scaler(Device::cpu(), so),
+        step(opt, scaler, sched, SafeStepOptions{max_norm, 1, fused}),
+        dtype(compute) {
+    model.set_working_dtype(compute);
+    model.set_grad_dtype(grad_dtype);
+    Rng data(3);
+    std::vector<float> xv(8 * 16), yv(8 * 4);
+    for (float& v : xv) v = data.normal();
+    for (float& v : yv) v = data.normal();
+    x = Tensor::from_vector(xv, Shape{8, 16});
+    y = Tensor::from_vector(yv, Shape{8, 4});
+  }
+  StepRow run() {
+    return step.run([&](int) {
+      Autocast ac(dtype, dtype != DType::F32);
+      return mse_loss(model(Var(x)), y);
+    });
+  }
+  std::vector<uint32_t> state_bits() {
+    std::vector<uint32_t> all;
+    for (const Var& p : model.parameters())
+      for (uint32_t b : bits_of(p.master())) all.push_back(b);
+    for (auto& [name, t] : opt.state_tensors())
+      for (uint32_t b : bits_of(*t)) all.push_back(b);
+    return all;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fused and unfused paths give bitwise equal weights with FP32 gradient buffers", "[amp][fused]") {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (float max_norm : {INFINITY, 0.05f}) {  // 0.05 clips every step here
+      GradScalerOptions so;
+      so.enabled = dt == DType::F16;
+      Run fused(dt, true, max_norm, so), unfused(dt, false, max_norm, so);
+      for (int i = 0; i < 6; ++i) {
+        const StepRow a = fused.run(), b = unfused.run();
+        INFO("dtype " << dtype_name(dt) << " max_norm " << max_norm << " step " << i);
+        CHECK(a.grad_l2_pre_clip == b.grad_l2_pre_clip);
+        CHECK(a.loss == b.loss);
+        CHECK_FALSE(a.skipped);
+        if (std::isfinite(max_norm)) CHECK(a.grad_l2_post_clip == Approx(max_norm).epsilon(1e-5));
+      }
+      CHECK(fused.state_bits() == unfused.state_bits());
+      // The working copy the next forward reads is the rounded master, written by the step.
+      for (const Var& p : fused.model.parameters()) {
+        CHECK(p.dtype() == dt);
+        CHECK(bits_of(p.value()) == bits_of(p.master().to(dt)));
+      }
+    }
+  }
+}
+
+TEST_CASE("fused and unfused agree within rounding with FP16 gradient buffers", "[amp][fused]") {
+  // Unfused unscales the FP16 gradients in place (one extra rounding per element, PyTorch
+  // does the same); fused never writes them. The masters differ by at most a few FP16
+  // roundings of the update, after a few steps: bounded by lr * steps * 2 * u_fp16 per weight.
+  GradScalerOptions so;
+  so.init_scale = 256.0f;
+  Run fused(DType::F16, true, INFINITY, so, LrSchedule::constant(1e-2f), DType::F16);
+  Run unfused(DType::F16, false, INFINITY, so, LrSchedule::constant(1e-2f), DType::F16);
+  const int steps = 4;
+  for (int i = 0; i < steps; ++i) {
+    fused.run();
+    unfused.run();
+  }
+  const double lr = 1e-2;
+  // Adam's step is lr * m_hat / (sqrt(v_hat) + eps): a relative gradient error of u changes it
+  // by at most ~2u of lr, per step.
+  const test::Tolerance tol{0.0, lr * steps * 2.0 * test::unit_roundoff(DType::F16) * 4.0};
+  for (size_t i = 0; i < 2; ++i) {
+    const auto a = fused.model.parameters()[i].master().to_vector();
+    const auto b = unfused.model.parameters()[i].master().to_vector();
+    test::check_close(a, std::vector<double>(b.begin(), b.end()), tol);
+  }
+}
+
+TEST_CASE("clip reports equal pre and post norms when nothing is clipped", "[amp][clip]") {
+  Var w = Var::parameter(Tensor::from_vector({3.0f, 4.0f}, Shape{2}), "w");
+  w.mutable_grad() = Tensor::from_vector({3.0f, 4.0f}, Shape{2});
+  const ClipResult r = clip_grad_norm({&w.mutable_grad()}, 10.0f);
+  CHECK(r.pre_clip_norm == 5.0f);
+  CHECK(r.post_clip_norm == r.pre_clip_norm);
+  CHECK(w.grad().to_vector() == std::vector<float>{3.0f, 4.0f});
+  const ClipResult measured = clip_grad_norm({&w.mutable_grad()}, kNoClip);
+  CHECK(measured.pre_clip_norm == 5.0f);
+  CHECK(measured.post_clip_norm == 5.0f);
+}
+
+TEST_CASE("clip scales to max_norm over all gradients together", "[amp][clip]") {
+  Tensor a = Tensor::from_vector({3.0f}, Shape{1}), b = Tensor::from_vector({4.0f}, Shape{1});
+  const ClipResult r = clip_grad_norm({&a, &b}, 1.0f);
+  CHECK(r.pre_clip_norm == 5.0f);
+  CHECK(r.post_clip_norm == Approx(1.0f).epsilon(1e-6));
+  const float coef = 1.0f / (5.0f + 1e-6f);
+  CHECK(a.item() == 3.0f * coef);
+  CHECK(b.item() == 4.0f * coef);
+}
+
+TEST_CASE("clip on a non-finite norm: error if asked, untouched otherwise", "[amp][clip]") {
+  Tensor a = Tensor::from_vector({INFINITY, 1.0f}, Shape{2});
+  CHECK_THROWS_WITH(clip_grad_norm({&a}, 1.0f, true), Catch::Contains("non-finite"));
+  const ClipResult r = clip_grad_norm({&a}, 1.0f, false);
+  CHECK(std::isinf(r.pre_clip_norm));
+  CHECK(a.to_vector()[1] == 1.0f);
+  CHECK_THROWS_AS(clip_grad_norm({&a}, 0.0f), Error);
+}
+
+TEST_CASE("clip_grad_value clamps every element", "[amp][clip]") {
+  Tensor a = Tensor::from_vector({-5.0f, 0.5f, 7.0f}, Shape{3}, DType::BF16);
+  clip_grad_value({&a}, 1.0f);
+  CHECK(a.to_vector() == std::vector<float>{-1.0f, 0.5f, 1.0f});
+}
+
+TEST_CASE("a skipped step leaves masters, moments, step count and schedule untouched", "[amp][skip]") {
+  for (bool fused : {true, false}) {
+    GradScalerOptions so;
+    so.init_scale = 1024.0f;
+    Run r(DType::F16, fused, 1.0f, so, LrSchedule::warmup_cosine(1e-2f, 3, 20));
+    r.run();
+    r.run();
+    const auto before = r.state_bits();
+    const int64_t count = r.opt.step_count();
+    const float lr_next = r.step.schedule().lr_at(count);
+    r.step.after_backward = [](int64_t, Optimizer& o) { o.mutable_grads()[1]->set_element(0, NAN); };
+    const StepRow skipped = r.run();
+    CHECK(skipped.skipped);
+    CHECK(skipped.skip_reason == "nonfinite_grad");
+    CHECK(skipped.lr == lr_next);
+    CHECK(skipped.scaler_scale == 512.0f);  // backed off
+    CHECK(skipped.grad_l2_post_clip == 0.0f);
+    CHECK(r.state_bits() == before);
+    CHECK(r.opt.step_count() == count);
+    r.step.after_backward = nullptr;
+    const StepRow next = r.run();
+    CHECK_FALSE(next.skipped);
+    CHECK(next.lr == lr_next);  // the schedule did not move on the skip
+    CHECK(r.opt.step_count() == count + 1);
+  }
+}
+
+TEST_CASE("a non-finite loss skips before backward", "[amp][skip]") {
+  Run r(DType::F32, true, INFINITY);
+  bool backward_hook_ran = false;
+  r.step.after_backward = [&](int64_t, Optimizer&) { backward_hook_ran = true; };
+  const auto before = r.state_bits();
+  const StepRow row = r.step.run([&](int) {
+    Var loss = mse_loss(r.model(Var(r.x)), r.y);
+    return scale(loss, INFINITY);
+  });
+  CHECK(row.skipped);
+  CHECK(row.skip_reason == "nonfinite_loss");
+  CHECK_FALSE(backward_hook_ran);
+  for (const Var& p : r.model.parameters()) CHECK_FALSE(p.grad().defined());  // no backward ran
+  CHECK(r.state_bits() == before);
+  CHECK(r.opt.step_count() == 0);
+  CHECK(r.run().step == 1);  // the next step runs normally
+}
+
+TEST_CASE("the loss is scaled for backward and the gradients unscaled before the step", "[amp][scaler]") {
+  // The same step with and without loss scaling moves the weights identically (powers of
+  // two scale exactly), and the logged norm is the unscaled one.
+  GradScalerOptions on, off;
+  on.init_scale = 1024.0f;
+  off.enabled = false;
+  Run a(DType::F32, true, INFINITY, on), b(DType::F32, true, INFINITY, off);
+  const StepRow ra = a.run(), rb = b.run();
+  CHECK(ra.grad_l2_pre_clip == rb.grad_l2_pre_clip);
+  CHECK(a.state_bits() == b.state_bits());
+  CHECK(ra.scaler_scale == 1024.0f);
+  CHECK(rb.scaler_scale == 1.0f);
+}
+
+TEST_CASE("gradient accumulation: one sync and one step per effective batch", "[amp][accum]") {
+  Rng rng(1);
+  Linear model(4, 2, rng);
+  AdamW opt(model.parameters());
+  GradScaler scaler(Device::cpu(), GradScalerOptions{false});
+  LocalCommunicator comm;
+  SafeStep step(opt, scaler, LrSchedule::constant(1e-3f), SafeStepOptions{INFINITY, 4, true}, &comm);
+  const Tensor x = Tensor::full(Shape{2, 4}, 0.5f), y = Tensor::full(Shape{2, 2}, 1.0f);
+  int calls = 0;
+  for (int s = 0; s < 3; ++s)
+    step.run([&](int) {
+      ++calls;
+      return mse_loss(model(Var(x)), y);
+    });
+  CHECK(calls == 12);
+  CHECK(comm.gradient_syncs() == 3);
+  CHECK(opt.step_count() == 3);
+}
