@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/accum_check.h"
+#include "apps/checkpoint.h"
 #include "apps/finfo_cmd.h"
 #include "apps/train.h"
 #include "engine/backend.h"
@@ -56,7 +58,9 @@ int main(int argc, char** argv) {
   train->add_option("--out", tc.out_features, "output features")->capture_default_str();
   train->add_option("--hidden", tc.hidden, "MLP hidden width")->capture_default_str();
   train->add_option("--layers", tc.layers, "MLP linear layers")->capture_default_str();
-  train->add_option("--batch", tc.batch, "samples per step")->capture_default_str();
+  train->add_option("--batch", tc.batch, "samples per optimizer step (the effective batch)")->capture_default_str();
+  train->add_option("--micro-batch", tc.micro_batch,
+                    "samples per forward/backward; gradients accumulate over batch/micro-batch of them");
   train->add_option("--steps", tc.steps, "optimizer steps (applied or skipped)")->capture_default_str();
   train->add_option("--seed", tc.seed, "seed of the weights and the data")->capture_default_str();
   train->add_option("--optimizer", tc.optimizer, "adamw | sgd")->capture_default_str();
@@ -86,6 +90,12 @@ int main(int argc, char** argv) {
   train->add_option("--skip-alert", tc.skip.alert_rate, "print an alert when the skip rate passes this")->capture_default_str();
   train->add_option("--max-skip-rate", tc.skip.max_rate, "stop (exit 1) when the skip rate stays above this ...");
   train->add_option("--skip-patience", tc.skip.patience, "... for this many consecutive steps")->capture_default_str();
+  train->add_option("--data", tc.data, "safetensors file with x [N, in] and y [N, out] (or I64 labels [N])");
+  train->add_option("--init", tc.init, "safetensors file with initial weights (state-dict names)");
+  train->add_option("--checkpoint", tc.checkpoint, "checkpoint file, written atomically at the end and on SIGINT/SIGTERM");
+  train->add_option("--checkpoint-every", tc.checkpoint_every, "also write it every N steps");
+  train->add_option("--resume", tc.resume, "continue from this checkpoint, up to --steps in all");
+  train->add_option("--stop-at", tc.stop_at, "stop after this many steps of the run (checkpointing), to resume later");
   train->add_flag("--show-steps", tc.show_steps, "print every step: STEP or SKIP, reason, norms, scale");
   train->add_flag("--quiet", tc.quiet, "print nothing but errors");
   train->add_option("--scenario", scenario, "broken-batch: how one bad batch freezes unclipped Adam");
@@ -95,6 +105,30 @@ int main(int argc, char** argv) {
   finfo->add_option("values", finfo_values, "numbers to round through each dtype");
 
   app.add_subcommand("info", "what this build and machine provide");
+
+  belay::AccumCheckConfig ac;
+  CLI::App* accum = app.add_subcommand("accum-check", "prove gradient accumulation equals one full-batch step (fp32)");
+  accum->add_option("--model", ac.model, "linear | mlp")->capture_default_str();
+  accum->add_option("--batch", ac.batch, "the full batch (split 1x, 2x and 4x)")->capture_default_str();
+  accum->add_option("--seed", ac.seed, "seed")->capture_default_str();
+
+  belay::SweepConfig sc;
+  std::string sweep_dtype = "fp32";
+  CLI::App* sweep = app.add_subcommand("sweep", "throughput against the number of accumulated micro-batches");
+  sweep->add_option("--micro-batch", sc.micro_batch, "samples per micro-batch")->capture_default_str();
+  sweep->add_option("--accum", sc.accum, "accumulation steps to measure")->delimiter(',')->capture_default_str();
+  sweep->add_option("--steps", sc.base.steps, "steps per point")->capture_default_str();
+  sweep->add_option("--model", sc.base.model, "linear | mlp")->capture_default_str();
+  sweep->add_option("--in", sc.base.in_features, "input features")->capture_default_str();
+  sweep->add_option("--out", sc.base.out_features, "output features")->capture_default_str();
+  sweep->add_option("--dtype", sweep_dtype, "fp32 | fp16 | bf16")->capture_default_str();
+  sweep->add_option("--device", sc.base.device, "cpu | cuda[:N]")->capture_default_str();
+  sweep->add_option("--json", sc.json, "write the points here (atomically)");
+
+  std::string export_checkpoint, export_out;
+  CLI::App* exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as safetensors");
+  exporter->add_option("--checkpoint", export_checkpoint, "a belay checkpoint")->required();
+  exporter->add_option("--out", export_out, "the weights file to write")->required();
 
   try {
     app.parse(argc, argv);
@@ -115,6 +149,16 @@ int main(int argc, char** argv) {
       std::cout << version_string() << "\n";
       return 0;
     }
+    if (*accum) return belay::run_accum_check(ac, std::cout);
+    if (*sweep) {
+      sc.base.dtype = belay::parse_dtype(sweep_dtype);
+      return belay::run_sweep(sc, std::cout);
+    }
+    if (*exporter) {
+      belay::export_weights(export_checkpoint, export_out);
+      std::cout << "wrote " << export_out << "\n";
+      return 0;
+    }
     if (!scenario.empty()) {
       if (scenario != "broken-batch") throw belay::UsageError("unknown scenario '" + scenario + "': use broken-batch");
       return belay::run_broken_batch(std::cout);
@@ -128,6 +172,7 @@ int main(int argc, char** argv) {
     tc.fused = !unfused;
     tc.inject_inf.insert(inject.begin(), inject.end());
     for (const std::string& s : spikes) tc.spikes.insert(parse_spike(s));
+    tc.handle_signals = true;
     return belay::run_training(tc, std::cout).exit_code;
   } catch (const belay::UsageError& e) {
     std::cout.flush();

@@ -2,14 +2,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <iostream>
 #include <memory>
 #include <optional>
 
 #include "amp/autocast.h"
 #include "amp/safe_step.h"
+#include "apps/checkpoint.h"
+#include "apps/dataset.h"
 #include "apps/progress.h"
-#include "apps/synthetic_data.h"
 #include "autograd/modules.h"
 #include "engine/backend.h"
 #include "engine/error.h"
@@ -17,6 +19,13 @@
 #include "optim/sgd.h"
 
 namespace belay {
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+}  // namespace
+
+void request_stop(int signal_number) { g_stop_signal = signal_number; }
 
 void validate(const TrainConfig& c) {
   auto positive = [](const char* name, int64_t v) {
@@ -27,6 +36,10 @@ void validate(const TrainConfig& c) {
   positive("hidden", c.hidden);
   positive("batch", c.batch);
   positive("steps", c.steps);
+  if (c.micro_batch < 0) throw UsageError("--micro-batch must be positive, got " + std::to_string(c.micro_batch));
+  if (c.micro_batch > 0 && c.batch % c.micro_batch != 0)
+    throw UsageError("--batch " + std::to_string(c.batch) + " is not a multiple of --micro-batch " +
+                     std::to_string(c.micro_batch));
   if (c.model != "linear" && c.model != "mlp") throw UsageError("unknown model '" + c.model + "': use linear or mlp");
   if (c.model == "mlp" && c.layers < 2) throw UsageError("--layers must be at least 2, got " + std::to_string(c.layers));
   if (c.optimizer != "adamw" && c.optimizer != "sgd")
@@ -36,6 +49,9 @@ void validate(const TrainConfig& c) {
   if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) throw UsageError("--momentum must be in [0, 1)");
   if (c.warmup < 0) throw UsageError("--warmup must be >= 0");
   if (std::isnan(c.max_norm) || c.max_norm <= 0.0f) throw UsageError("--clip must be > 0");
+  if (c.checkpoint_every < 0) throw UsageError("--checkpoint-every must be >= 0");
+  if (c.stop_at < -1) throw UsageError("--stop-at must be >= 0");
+  if (c.checkpoint_every > 0 && c.checkpoint.empty()) throw UsageError("--checkpoint-every needs --checkpoint FILE");
   for (int64_t s : c.inject_inf)
     if (s < 0) throw UsageError("--inject-inf step must be >= 0, got " + std::to_string(s));
   for (auto [s, f] : c.spikes)
@@ -48,7 +64,8 @@ void validate(const TrainConfig& c) {
 namespace {
 
 std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device) {
-  if (c.model == "mlp") return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
+  if (c.model == "mlp")
+    return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
   return std::make_unique<Linear>(c.in_features, c.out_features, rng, true, device);
 }
 
@@ -66,17 +83,86 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const Module& mo
   return std::make_unique<AdamW>(model.parameters(), o);
 }
 
+// Everything that decides the numbers a run produces: a resume must match all of it.
+std::map<std::string, std::string> run_settings(const TrainConfig& c, const Dataset& data, bool scaler_on) {
+  std::map<std::string, std::string> s{
+      {"model", c.model},
+      {"in", std::to_string(c.in_features)},
+      {"out", std::to_string(c.out_features)},
+      {"dtype", dtype_name(c.dtype)},
+      {"grad_dtype", c.low_precision_grads ? "compute" : "fp32"},
+      {"optimizer", c.optimizer},
+      {"lr", exact_float(c.lr)},
+      {"weight_decay", exact_float(c.weight_decay)},
+      {"schedule", c.schedule},
+      {"batch", std::to_string(c.batch)},
+      {"micro_batch", std::to_string(c.micro_batch_size())},
+      {"seed", std::to_string(c.seed)},
+      {"clip", exact_float(c.max_norm)},
+      {"fused", c.fused ? "1" : "0"},
+      {"scaler", scaler_on ? "1" : "0"},
+      {"data", data.describe()},
+  };
+  if (c.model == "mlp") {
+    s["hidden"] = std::to_string(c.hidden);
+    s["layers"] = std::to_string(c.layers);
+  }
+  if (c.optimizer == "sgd") s["momentum"] = exact_float(c.momentum);
+  if (c.schedule == "cosine") {
+    s["warmup"] = std::to_string(c.warmup);
+    s["schedule_total_steps"] = std::to_string(c.steps);
+  }
+  if (scaler_on) {
+    s["scaler.growth_factor"] = exact_float(c.scaler.growth_factor);
+    s["scaler.backoff_factor"] = exact_float(c.scaler.backoff_factor);
+    s["scaler.growth_interval"] = std::to_string(c.scaler.growth_interval);
+    s["scaler.hysteresis"] = std::to_string(c.scaler.hysteresis);
+    s["scaler.min_scale"] = exact_float(c.scaler.min_scale);
+    s["scaler.max_scale"] = exact_float(c.scaler.max_scale);
+  }
+  return s;
+}
+
+// Installs the SIGINT/SIGTERM handlers for the life of a run, and restores the old ones.
+class SignalScope {
+ public:
+  explicit SignalScope(bool active) : active_(active) {
+    if (!active_) return;
+    g_stop_signal = 0;
+    old_int_ = std::signal(SIGINT, on_stop_signal);
+    old_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~SignalScope() {
+    if (!active_) return;
+    std::signal(SIGINT, old_int_);
+    std::signal(SIGTERM, old_term_);
+  }
+
+ private:
+  bool active_;
+  void (*old_int_)(int) = SIG_DFL;
+  void (*old_term_)(int) = SIG_DFL;
+};
+
 }  // namespace
 
-TrainResult run_training(const TrainConfig& c, std::ostream& out) {
+TrainResult run_training(const TrainConfig& config, std::ostream& out) {
+  TrainConfig c = config;
+  std::unique_ptr<Dataset> data;
+  if (!c.data.empty()) {
+    data = load_dataset(c.data);
+    c.in_features = data->in_features();
+    c.out_features = data->out_features();
+    if (data->classification() && c.model != "mlp")
+      throw UsageError("class labels in '" + c.data + "' need --model mlp (cross-entropy on logits)");
+  }
   validate(c);
   const Device device = parse_device(c.device);
-  // Open the log first: an unwritable path fails before any work, leaving nothing behind.
-  std::optional<StepLogWriter> log;
-  if (!c.csv.empty()) log.emplace(c.csv);
+  if (!data) data = make_synthetic_regression(c.in_features, c.out_features, c.seed);
 
   Rng init_rng(c.seed);
   std::unique_ptr<Module> model = make_model(c, init_rng, device);
+  if (!c.init.empty()) load_initial_weights(c.init, *model);
   model->set_working_dtype(c.dtype);
   model->set_grad_dtype(c.low_precision_grads ? c.dtype : DType::F32);
   std::unique_ptr<Optimizer> opt = make_optimizer(c, *model);
@@ -86,42 +172,86 @@ TrainResult run_training(const TrainConfig& c, std::ostream& out) {
   SafeStepOptions sso;
   sso.max_norm = c.max_norm;
   sso.fused = c.fused;
+  sso.accum_steps = static_cast<int>(c.accum_steps());
   SafeStep step(*opt, scaler, parse_schedule(c.schedule, c.lr, c.warmup, c.steps), sso);
   step.after_backward = [&](int64_t s, Optimizer& o) {
     if (c.inject_inf.count(s) && !o.grads().empty()) o.mutable_grads()[0]->set_element(0, INFINITY);
   };
-  SyntheticRegression data(c.in_features, c.out_features, c.seed);
+  const auto settings = run_settings(c, *data, so.enabled);
+
+  // Resume: everything is validated before anything is written.
+  int64_t first_step = 0;
+  if (!c.resume.empty()) {
+    const RunState st = load_checkpoint(c.resume, *model, *opt, settings);
+    scaler.load_state(st.scaler);
+    data->set_position(st.data_position);
+    first_step = st.next_step;
+    step.set_next_step(first_step);
+    if (first_step > c.steps)
+      throw UsageError("checkpoint '" + c.resume + "' is at step " + std::to_string(first_step) + ", past --steps " +
+                       std::to_string(c.steps));
+  }
+  // Open the log before any work: an unwritable path fails here, leaving nothing behind.
+  // A resumed run keeps the rows up to the checkpoint, so the file reads as one run.
+  std::optional<StepLogWriter> log;
+  if (!c.csv.empty()) log.emplace(c.csv, c.resume.empty() ? -1 : first_step - 1);
+
+  auto checkpoint_now = [&](int64_t next_step) {
+    RunState st;
+    st.next_step = next_step;
+    st.optimizer_steps = opt->step_count();
+    st.scaler = scaler.state();
+    st.data_position = data->position();
+    st.settings = settings;
+    save_checkpoint(c.checkpoint, *model, *opt, st);
+  };
+
+  if (!c.quiet) {
+    out << "belay train: " << c.model << " " << model->parameter_count() << " parameters, " << dtype_name(c.dtype)
+        << " on " << device.str() << ", " << c.optimizer << " lr " << c.lr << ", batch " << c.batch;
+    if (c.accum_steps() > 1) out << " (" << c.accum_steps() << " x " << c.micro_batch_size() << ")";
+    out << ", loss scaling " << (scaler.enabled() ? "on" : "off") << ", clip " << c.max_norm << ", data "
+        << data->describe();
+    if (first_step > 0) out << ", resumed at step " << first_step;
+    out << "\n";
+  }
+  Progress progress(out, c.steps, !c.show_steps && !c.quiet && is_terminal(out));
+  SignalScope signals(c.handle_signals);
   SkipMonitor monitor(c.skip);
 
-  if (!c.quiet)
-    out << "belay train: " << c.model << " " << model->parameter_count() << " parameters, " << dtype_name(c.dtype)
-        << " on " << device.str() << ", " << c.optimizer << " lr " << c.lr << ", loss scaling "
-        << (scaler.enabled() ? "on" : "off") << ", clip " << c.max_norm << "\n";
-  Progress progress(out, c.steps, !c.show_steps && !c.quiet && is_terminal(out));
-
   TrainResult result;
+  const int64_t accum = c.accum_steps(), micro = c.micro_batch_size();
+  const bool classify = data->classification();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < c.steps; ++s) {
-    Batch batch = data.next(c.batch, device);
-    if (auto it = c.spikes.find(s); it != c.spikes.end()) backend_for(device).scale(batch.y, it->second, batch.y);
-    const StepRow row = step.run([&](int) {
+  const int64_t last = c.stop_at >= 0 ? std::min(c.steps, c.stop_at) : c.steps;
+  for (int64_t s = first_step; s < last; ++s) {
+    const auto ts = std::chrono::steady_clock::now();
+    Batch batch = data->next(c.batch, device);
+    if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
+      backend_for(device).scale(batch.y, it->second, batch.y);
+    const StepRow row = step.run([&](int k) {
+      const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
+      const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);
       Autocast autocast(c.dtype, c.dtype != DType::F32);
-      return mse_loss((*model)(Var(batch.x)), batch.y);
+      Var pred = (*model)(Var(x));
+      return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
     });
+    result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
     result.rows.push_back(row);
     if (log) log->write(row);
-    if (s == 0) result.first_loss = row.loss;
+    if (result.rows.size() == 1) result.first_loss = row.loss;
     if (row.skipped)
       ++result.skipped;
     else
       result.final_loss = row.loss;
     if (c.show_steps && !c.quiet) out << describe_row(row) << "\n";
     if (!c.quiet && !c.show_steps) progress.update(row, result.skipped);
+    if (!c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0) checkpoint_now(s + 1);
     const SkipMonitor::Verdict v = monitor.observe(row.skipped);
     if (v.alert && !c.quiet) {
       progress.finish();
-      out << "alert: skip rate " << 100.0 * v.rate << "% over the last "
-          << std::min<int64_t>(s + 1, c.skip.window) << " steps is above " << 100.0 * c.skip.alert_rate << "%\n";
+      out << "alert: skip rate " << 100.0 * v.rate << "% over the last " << std::min<int64_t>(s + 1, c.skip.window)
+          << " steps is above " << 100.0 * c.skip.alert_rate << "%\n";
     }
     if (v.stop) {
       progress.finish();
@@ -130,10 +260,23 @@ TrainResult run_training(const TrainConfig& c, std::ostream& out) {
       result.exit_code = 1;
       break;
     }
+    if (g_stop_signal != 0) {
+      progress.finish();
+      const int sig = g_stop_signal;
+      if (!c.quiet)
+        out << "stopping after step " << s << " on " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+            << (c.checkpoint.empty() ? "" : "; checkpoint " + c.checkpoint) << "\n";
+      result.exit_code = 128 + sig;
+      break;
+    }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.gradient_syncs = step.communicator().gradient_syncs();
   progress.finish();
+  // The final checkpoint (also after a signal or a skip-rate stop): the run can continue.
+  if (!c.checkpoint.empty()) checkpoint_now(step.next_step());
   if (log) log->close();
+  g_stop_signal = 0;
   for (const Var& p : model->parameters())
     for (float v : p.master().to_vector()) result.final_weights.push_back(v);
   if (!c.quiet) {
@@ -141,6 +284,7 @@ TrainResult run_training(const TrainConfig& c, std::ostream& out) {
         << result.skipped << " skipped) in " << result.seconds << " s; loss " << result.first_loss << " -> "
         << result.final_loss << "; final scale " << scaler.scale();
     if (!c.csv.empty()) out << "; log " << c.csv;
+    if (!c.checkpoint.empty()) out << "; checkpoint " << c.checkpoint;
     out << "\n";
   }
   return result;

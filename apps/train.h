@@ -1,6 +1,6 @@
 // `belay train`: the training demo, as a function the CLI and the tests both call.
-// Wiring only: a model, an optimizer, a scaler, SafeStep, seeded synthetic data, the
-// step log and a progress display.
+// Wiring only: a model, an optimizer, a scaler, SafeStep, a dataset (seeded synthetic or
+// the user's file), the step log, checkpoints, and a progress display.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -18,12 +18,13 @@ namespace belay {
 
 struct TrainConfig {
   std::string model = "linear";  // linear | mlp
-  int64_t in_features = 64;
-  int64_t out_features = 8;
+  int64_t in_features = 64;      // with --data: taken from the file
+  int64_t out_features = 8;      // with --data: taken from the file
   int64_t hidden = 64;
   int layers = 2;
-  int64_t batch = 32;
-  int64_t steps = 200;
+  int64_t batch = 32;        // samples per optimizer step (the effective batch)
+  int64_t micro_batch = 0;   // samples per forward/backward; 0: the whole batch
+  int64_t steps = 200;       // the run's total, also when resuming
   uint64_t seed = 0;
   std::string optimizer = "adamw";  // adamw | sgd
   float lr = 1e-2f;
@@ -41,18 +42,30 @@ struct TrainConfig {
   std::set<int64_t> inject_inf;          // steps whose gradient gets an inf
   std::map<int64_t, float> spikes;       // step -> factor multiplying that batch's targets
   std::string csv;                       // empty: no log file
+  std::string data;                      // safetensors with x and y; empty: synthetic
+  std::string init;                      // safetensors with initial weights
+  std::string checkpoint;                // written every checkpoint_every steps and on SIGINT/SIGTERM
+  int64_t checkpoint_every = 0;          // 0: only at the end and on a signal
+  std::string resume;                    // checkpoint to continue from
+  int64_t stop_at = -1;                  // stop (checkpointing) once this many steps are done; < 0: never
   SkipMonitorOptions skip;
   bool show_steps = false;  // print every row, labelled STEP or SKIP
   bool quiet = false;
+  bool handle_signals = false;  // the CLI: SIGINT/SIGTERM finish the step, checkpoint, exit 130/143
+
+  int64_t accum_steps() const { return micro_batch > 0 ? batch / micro_batch : 1; }
+  int64_t micro_batch_size() const { return micro_batch > 0 ? micro_batch : batch; }
 };
 
 struct TrainResult {
-  int exit_code = 0;  // 0, or 1 when the skip-rate stop fired
-  std::vector<StepRow> rows;
+  int exit_code = 0;  // 0; 1 when the skip-rate stop fired; 130/143 after SIGINT/SIGTERM
+  std::vector<StepRow> rows;  // the rows this invocation ran
   float first_loss = 0.0f;
   float final_loss = 0.0f;  // last applied step's loss
   int64_t skipped = 0;
   double seconds = 0.0;
+  std::vector<double> step_ms;      // wall time of each step
+  int64_t gradient_syncs = 0;
   std::vector<float> final_weights;  // every master, flattened, for tests
 };
 
@@ -61,5 +74,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out);
 
 // `belay train --scenario broken-batch`: how one bad batch freezes Adam without clipping.
 int run_broken_batch(std::ostream& out);
+
+// For tests of the signal path: behave as if SIGINT/SIGTERM arrived (0 clears).
+void request_stop(int signal_number);
 
 }  // namespace belay

@@ -100,6 +100,13 @@ void Var::backward(float seed) const {
     }
   }
 
+  // A graph already used by a backward has freed its edges: going through it again would
+  // silently deliver no gradient (PyTorch raises here too). Checked before anything is written.
+  for (const auto& n : order)
+    if (!n->is_leaf && !n->backward)
+      throw Error(std::string("backward: the graph through '") + n->op +
+                  "' was already used by a backward call and freed; run the forward again");
+
   accumulate_grad(*node_, Tensor::full(Shape{1}, seed, DType::F32, node_->value.device()), true);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = it->get();

@@ -94,6 +94,20 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  check_defined("slice_rows", *this);
+  if (rank() == 0 || begin < 0 || end < begin || end > dim(0))
+    throw Error("slice_rows: rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") out of range for " +
+                describe());
+  std::vector<int64_t> dims = shape_.dims();
+  dims[0] = end - begin;
+  Tensor out = empty(Shape(dims), dtype_, device());
+  const size_t row_bytes = dim(0) ? nbytes() / static_cast<size_t>(dim(0)) : 0;
+  backend_for(device()).copy_bytes(out.data(), device(), static_cast<const char*>(data()) + begin * row_bytes, device(),
+                                   out.nbytes());
+  return out;
+}
+
 void Tensor::fill(float value) {
   check_defined("fill", *this);
   backend_for(device()).fill(*this, value);

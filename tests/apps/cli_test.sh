@@ -86,5 +86,60 @@ rc=$?
 [ $rc -eq 1 ] && grep -q 'skip rate stayed above' "$tmp/stop.out" && pass "skip-rate stop exits 1" ||
   fail "skip-rate stop: exit $rc"
 
+# Accumulation: B not a multiple of b is bad input; accum-check passes and shows the bug.
+expect_error "batch not a multiple of micro-batch" 2 train --batch 30 --micro-batch 8
+if "$belay" accum-check >"$tmp/accum.out"; then
+  grep -q 'without 1/accum_steps' "$tmp/accum.out" && grep -q '4.00x' "$tmp/accum.out" && pass "accum-check passes, shows the 4x error" ||
+    fail "accum-check output: $(cat "$tmp/accum.out")"
+else
+  fail "accum-check failed: $(cat "$tmp/accum.out")"
+fi
+# sweep writes valid JSON with one point per accum value.
+if "$belay" sweep --micro-batch 4 --accum 1,2,4 --steps 5 --json "$tmp/sweep.json" >/dev/null &&
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [p["accum"] for p in d["points"]]==[1,2,4]; assert all(p["sync_calls"]==5 for p in d["points"])' "$tmp/sweep.json"; then
+  pass "sweep writes valid JSON"
+else
+  fail "sweep JSON"
+fi
+expect_error "sweep to an unwritable path" 2 sweep --accum 1 --steps 1 --json "$tmp/no/dir/s.json"
+expect_error "sweep with accum 0" 2 sweep --accum 0 --steps 1
+
+# Checkpoints: stop, resume with other settings (exit 2, nothing overwritten), resume right.
+"$belay" train --steps 30 --stop-at 10 --checkpoint "$tmp/c.safetensors" --csv "$tmp/c.csv" --quiet
+before=$(md5sum <"$tmp/c.safetensors")
+expect_error "resume with another lr" 2 train --steps 30 --lr 0.5 --resume "$tmp/c.safetensors" --checkpoint "$tmp/c.safetensors"
+[ "$(md5sum <"$tmp/c.safetensors")" = "$before" ] && pass "checkpoint not overwritten" || fail "checkpoint overwritten"
+head -c 100 "$tmp/c.safetensors" >"$tmp/trunc.safetensors"
+expect_error "resume from a truncated file" 2 train --steps 30 --resume "$tmp/trunc.safetensors"
+expect_error "resume from a missing file" 2 train --steps 30 --resume "$tmp/none.safetensors"
+"$belay" train --steps 30 --resume "$tmp/c.safetensors" --csv "$tmp/c.csv" --quiet
+[ "$(($(wc -l <"$tmp/c.csv") - 1))" -eq 30 ] && pass "resumed csv has 30 rows" || fail "resumed csv rows"
+"$belay" export --checkpoint "$tmp/c.safetensors" --out "$tmp/w.safetensors" >/dev/null && pass "export" || fail "export"
+expect_error "export from a non-checkpoint" 2 export --checkpoint "$tmp/c.csv" --out "$tmp/w2.safetensors"
+
+# SIGINT and SIGTERM: finish the step, checkpoint, close the log, exit 130 / 143.
+for sig in INT TERM; do
+  rm -f "$tmp/s.safetensors" "$tmp/s.csv"
+  "$belay" train --model mlp --in 256 --hidden 512 --steps 100000 --checkpoint "$tmp/s.safetensors" \
+    --csv "$tmp/s.csv" --quiet &
+  pid=$!
+  for _ in $(seq 100); do [ -f "$tmp/s.csv" ] && [ "$(wc -l <"$tmp/s.csv")" -gt 3 ] && break; sleep 0.1; done
+  kill -$sig $pid
+  wait $pid
+  rc=$?
+  want=$([ $sig = INT ] && echo 130 || echo 143)
+  rows=$(($(wc -l <"$tmp/s.csv") - 1))
+  last=$(tail -1 "$tmp/s.csv" | cut -d, -f1)
+  if [ $rc -eq "$want" ] && [ -s "$tmp/s.safetensors" ] && [ "$last" -eq $((rows - 1)) ]; then
+    pass "SIG$sig: exit $rc, checkpoint written, $rows complete rows"
+    # The checkpoint continues the run where the log stopped.
+    "$belay" train --model mlp --in 256 --hidden 512 --steps $((rows + 2)) --resume "$tmp/s.safetensors" --quiet \
+      --csv "$tmp/s.csv" 2>"$tmp/err"
+    [ "$(($(wc -l <"$tmp/s.csv") - 1))" -eq $((rows + 2)) ] && pass "SIG$sig: resumed" || fail "SIG$sig resume: $(cat "$tmp/err")"
+  else
+    fail "SIG$sig: exit $rc (want $want), rows $rows, last $last"
+  fi
+done
+
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

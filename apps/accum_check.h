@@ -1,0 +1,38 @@
+// `belay accum-check` and `belay sweep`: gradient accumulation proved and measured.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "apps/train.h"
+
+namespace belay {
+
+struct AccumCheckConfig {
+  std::string model = "linear";
+  int64_t in_features = 32, out_features = 4, hidden = 32;
+  int64_t batch = 16;
+  uint64_t seed = 0;
+  double bound = 1e-4;
+};
+
+// FP32: accumulated gradients and post-step parameters against one full-batch backward,
+// two splits against each other, and the wrong scaling (no 1/accum_steps) beside them.
+// Returns 0 when every difference is below the bound, 1 otherwise.
+int run_accum_check(const AccumCheckConfig& config, std::ostream& out);
+
+struct SweepConfig {
+  TrainConfig base;  // model, dtype, device, ... (batch and micro_batch are set per point)
+  int64_t micro_batch = 8;
+  std::vector<int64_t> accum{1, 2, 4, 8, 16};
+  std::string json;  // written atomically; empty: table only
+};
+
+int run_sweep(const SweepConfig& config, std::ostream& out);
+
+// Writes `text` to `path` atomically (temporary file in the same directory, fsync, rename).
+void write_file_atomically(const std::string& path, const std::string& text);
+// Throws UsageError if a file cannot be created next to `path`; leaves nothing behind.
+void check_writable(const std::string& path);
+
+}  // namespace belay

@@ -1,0 +1,42 @@
+// Checkpoints: one safetensors file with everything a bit-exact resume needs. Tensors: the
+// FP32 masters under the model's state-dict names ("weight", "bias", "layers.0.weight",
+// ...) and the optimizer state ("optim.<name>.exp_avg", ".exp_avg_sq", ".momentum_buffer").
+// Metadata: the step to run next, the optimizer's applied-step count (the LR schedule's
+// position), the scaler state, the data position, and the settings that must match on
+// resume. Floats are stored in hex ("%a") so they come back bit for bit.
+#pragma once
+#include <map>
+#include <string>
+
+#include "amp/grad_scaler.h"
+#include "autograd/modules.h"
+#include "optim/optimizer.h"
+
+namespace belay {
+
+inline constexpr const char* kCheckpointFormat = "belay.checkpoint.v1";
+
+struct RunState {
+  int64_t next_step = 0;
+  int64_t optimizer_steps = 0;
+  ScalerState scaler;
+  std::string data_position;
+  std::map<std::string, std::string> settings;  // must match when resuming
+};
+
+std::string exact_float(float x);                 // "%a"
+float parse_exact_float(const std::string& s, const std::string& what);  // throws UsageError
+
+// Atomic: a crash mid-write leaves the previous checkpoint intact.
+void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& state);
+// Validates everything before changing anything: a bad file or other settings throw
+// UsageError naming the file and the problem, and the model and optimizer are untouched.
+RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
+                         const std::map<std::string, std::string>& settings);
+// --init: initial FP32 weights under the state-dict names; every parameter must be present
+// with its shape (F32, F16 or BF16 in the file).
+void load_initial_weights(const std::string& path, Module& model);
+// `belay export`: the masters of a checkpoint, alone, under their state-dict names.
+void export_weights(const std::string& checkpoint_path, const std::string& out_path);
+
+}  // namespace belay

@@ -1,0 +1,155 @@
+#include "apps/dataset.h"
+
+#include <array>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/safetensors.h"
+
+namespace belay {
+namespace {
+
+class SyntheticRegression final : public Dataset {
+ public:
+  SyntheticRegression(int64_t in, int64_t out, uint64_t seed) : in_(in), out_(out), rng_(seed * 2 + 1) {
+    Rng teacher(seed * 2 + 2);
+    const float s = 1.0f / std::sqrt(static_cast<float>(in));
+    teacher_w_.resize(static_cast<size_t>(in * out));
+    teacher_b_.resize(static_cast<size_t>(out));
+    for (float& w : teacher_w_) w = s * teacher.normal();
+    for (float& b : teacher_b_) b = 0.1f * teacher.normal();
+  }
+
+  Batch next(int64_t batch, Device device) override {
+    std::vector<float> x(static_cast<size_t>(batch * in_)), y(static_cast<size_t>(batch * out_));
+    for (float& v : x) v = rng_.normal();
+    for (int64_t r = 0; r < batch; ++r)
+      for (int64_t o = 0; o < out_; ++o) {
+        double acc = teacher_b_[o];
+        for (int64_t i = 0; i < in_; ++i) acc += (double)x[r * in_ + i] * teacher_w_[o * in_ + i];
+        y[r * out_ + o] = static_cast<float>(acc) + 0.01f * rng_.normal();
+      }
+    return {Tensor::from_vector(x, Shape{batch, in_}, DType::F32, device),
+            Tensor::from_vector(y, Shape{batch, out_}, DType::F32, device)};
+  }
+
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  bool classification() const override { return false; }
+  std::string position() const override {
+    const auto s = rng_.state();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, s[0], s[1], s[2], s[3]);
+    return buf;
+  }
+  void set_position(const std::string& p) override {
+    if (p.size() != 64 || p.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw UsageError("synthetic data position '" + p + "' is not 64 hex digits");
+    std::array<uint64_t, 4> s{};
+    for (int i = 0; i < 4; ++i) s[i] = std::stoull(p.substr(i * 16, 16), nullptr, 16);
+    rng_.set_state(s);
+  }
+  std::string describe() const override { return "synthetic regression"; }
+
+ private:
+  int64_t in_, out_;
+  std::vector<float> teacher_w_, teacher_b_;
+  Rng rng_;
+};
+
+class FileDataset final : public Dataset {
+ public:
+  explicit FileDataset(const std::string& path) : path_(path) {
+    const SafetensorsFile f = read_safetensors(path);
+    for (const char* name : {"x", "y"})
+      if (!f.contains(name))
+        throw UsageError("data file '" + path + "' has no tensor '" + name + "' (it needs x [N, in] and y)");
+    const SafetensorsEntry& ex = f.entry("x");
+    const SafetensorsEntry& ey = f.entry("y");
+    if (ex.shape.size() != 2 || ex.shape[0] < 1 || ex.shape[1] < 1)
+      throw UsageError("data file '" + path + "': x must be [N, in] with N, in >= 1");
+    if (ex.dtype != "F32" && ex.dtype != "F16" && ex.dtype != "BF16")
+      throw UsageError("data file '" + path + "': x has dtype " + ex.dtype + "; use F32, F16 or BF16");
+    x_ = f.tensor("x").to(DType::F32);  // exact; autocast rounds it to the compute dtype
+    rows_ = ex.shape[0];
+    // The first non-finite value of x, with its row: training on it would only produce NaN.
+    const std::vector<float> xv = x_.to_vector();
+    for (size_t i = 0; i < xv.size(); ++i)
+      if (!std::isfinite(xv[i]))
+        throw UsageError("data file '" + path + "': x has a non-finite value (" + std::to_string(xv[i]) + ") at row " +
+                         std::to_string(i / ex.shape[1]) + ", column " + std::to_string(i % ex.shape[1]));
+    if (ey.dtype == "I64") {
+      if (ey.shape.size() != 1 || ey.shape[0] != rows_)
+        throw UsageError("data file '" + path + "': class labels y must be [" + std::to_string(rows_) + "]");
+      const std::vector<int64_t> labels = f.int64s("y");
+      int64_t max_label = 0;
+      std::vector<float> lf(labels.size());
+      for (size_t i = 0; i < labels.size(); ++i) {
+        if (labels[i] < 0 || labels[i] >= (int64_t{1} << 24))
+          throw UsageError("data file '" + path + "': label " + std::to_string(labels[i]) + " at row " +
+                           std::to_string(i) + " is not a class index in [0, 2^24)");
+        max_label = std::max(max_label, labels[i]);
+        lf[i] = static_cast<float>(labels[i]);
+      }
+      y_ = Tensor::from_vector(lf, Shape{rows_});
+      out_ = max_label + 1;
+      classification_ = true;
+    } else {
+      if (ey.dtype != "F32" && ey.dtype != "F16" && ey.dtype != "BF16")
+        throw UsageError("data file '" + path + "': y has dtype " + ey.dtype + "; use F32/F16/BF16 or I64 labels");
+      if (ey.shape.size() != 2 || ey.shape[0] != rows_ || ey.shape[1] < 1)
+        throw UsageError("data file '" + path + "': y must be [" + std::to_string(rows_) + ", out] to match x");
+      y_ = f.tensor("y").to(DType::F32);
+      out_ = ey.shape[1];
+      const std::vector<float> yv = y_.to_vector();
+      for (size_t i = 0; i < yv.size(); ++i)
+        if (!std::isfinite(yv[i]))
+          throw UsageError("data file '" + path + "': y has a non-finite value at row " + std::to_string(i / out_));
+    }
+    in_ = ex.shape[1];
+  }
+
+  Batch next(int64_t batch, Device device) override {
+    if (batch > rows_)
+      throw UsageError("data file '" + path_ + "' has " + std::to_string(rows_) + " rows, fewer than a batch of " +
+                       std::to_string(batch));
+    if (pos_ + batch > rows_) pos_ = 0;  // wrap around: the tail shorter than a batch is dropped
+    Batch b{x_.slice_rows(pos_, pos_ + batch), y_.slice_rows(pos_, pos_ + batch)};
+    pos_ += batch;
+    if (!device.is_cpu()) b = {b.x.to(device), b.y.to(device)};
+    return b;
+  }
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  bool classification() const override { return classification_; }
+  std::string position() const override { return std::to_string(pos_); }
+  void set_position(const std::string& p) override {
+    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos || p.size() > 18 ||
+        std::stoll(p) > rows_)
+      throw UsageError("data position '" + p + "' does not fit '" + path_ + "' (" + std::to_string(rows_) + " rows)");
+    pos_ = std::stoll(p);
+  }
+  std::string describe() const override {
+    return "'" + path_ + "' (" + std::to_string(rows_) + " rows, " +
+           (classification_ ? std::to_string(out_) + " classes" : "regression") + ")";
+  }
+
+ private:
+  std::string path_;
+  Tensor x_, y_;
+  int64_t rows_ = 0, in_ = 0, out_ = 0, pos_ = 0;
+  bool classification_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> make_synthetic_regression(int64_t in, int64_t out, uint64_t seed) {
+  return std::make_unique<SyntheticRegression>(in, out, seed);
+}
+
+std::unique_ptr<Dataset> load_dataset(const std::string& path) { return std::make_unique<FileDataset>(path); }
+
+}  // namespace belay

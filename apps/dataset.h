@@ -1,0 +1,39 @@
+// Where training batches come from: seeded synthetic regression data, or the user's
+// safetensors file (--data). A dataset's position (what the next batch will be) is a
+// string a checkpoint stores, so a resumed run sees exactly the batches it would have.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/random.h"
+#include "engine/tensor.h"
+
+namespace belay {
+
+struct Batch {
+  Tensor x;  // [B, in] FP32/FP16/BF16
+  Tensor y;  // regression: [B, out]; classification: [B] class indices held as FP32
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual Batch next(int64_t batch, Device device) = 0;
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;  // outputs, or classes
+  virtual bool classification() const = 0;
+  virtual std::string position() const = 0;
+  virtual void set_position(const std::string& position) = 0;  // throws UsageError if malformed
+  virtual std::string describe() const = 0;
+};
+
+// x ~ N(0, 1), y = x T^T + t + 0.01 * noise with a fixed random teacher (T, t) drawn from
+// the seed; the best possible MSE is therefore 1e-4.
+std::unique_ptr<Dataset> make_synthetic_regression(int64_t in_features, int64_t out_features, uint64_t seed);
+
+// Tensors `x` [N, in] (f32, f16 or bf16) and `y`: [N, out] floats (regression) or [N] I64
+// class labels (classification). Batches are taken in order and wrap around. Errors name
+// the file, the missing tensor, the wrong shape, or the first non-finite value of x.
+std::unique_ptr<Dataset> load_dataset(const std::string& path);
+
+}  // namespace belay

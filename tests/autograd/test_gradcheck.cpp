@@ -1,0 +1,378 @@
+// Finite-difference gradient checks of every op of autograd/ops.h and of the modules, in
+// FP32, plus the graph's contract: gradients accumulate (+=) across backward calls,
+// zero_grad sets to none, NoGrad records nothing, backward needs a scalar, autocast picks
+// the dtype of matrix products.
+//
+// The check. Each op's output y is reduced to a scalar f = sum(y * R) with fixed weights R
+// (|R| in [0.5, 1.5], random signs), so every output element's gradient is exercised. For
+// each input element x_i, fd = (f(x_i + h) - f(x_i - h)) / (x_i+h - (x_i-h)) (the step as
+// actually stored in FP32) is compared with the analytic d f / d x_i.
+//   Step h = 1e-2 with inputs of size ~1. Error of fd: truncation h^2/6 |f'''| <= 2e-4 for the
+//   smooth ops here (|f'''| <= ~10 for gelu, cross-entropy and products at |x| <= 2; it is 0
+//   for the (bi)linear ops, mse and sums), plus rounding 2 eps_f / (2h), where one evaluation of
+//   f is off by eps_f <= ~16 u32 sum|R y| <= 16 * 6e-8 * 10 = 1e-5 for these small problems
+//   (sum accumulates in double): <= 1e-3. Hence |fd - g| <= 1e-3 + 1e-2 |g|, fixed here for all
+//   ops. A real backward bug (a wrong sign, factor, transpose or a lost term) errs by O(|g|),
+//   and every check below also asserts that some |g| is large (> 0.05), so it cannot pass
+//   vacuously on tiny gradients.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "amp/autocast.h"
+#include "autograd/modules.h"
+#include "autograd/ops.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "tests/tolerance.h"
+
+using namespace belay;
+
+namespace {
+
+constexpr float kStep = 1e-2f;
+constexpr double kAbsTol = 1e-3;
+constexpr double kRelTol = 1e-2;
+
+Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = rng.uniform(lo, hi);
+  return Tensor::from_vector(v, shape);
+}
+
+// Weights in +-[0.5, 1.5]: no output element's gradient is near zero.
+Tensor weights(const Shape& shape, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = (rng.uniform() < 0.5f ? -1.0f : 1.0f) * rng.uniform(0.5f, 1.5f);
+  return Tensor::from_vector(v, shape);
+}
+
+Var leaf(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  return Var(random_tensor(shape, seed, lo, hi), true);
+}
+
+// f = sum(y * R) for a non-scalar y; a scalar y is its own objective.
+Var objective(const Var& y, uint64_t seed = 999) {
+  if (y.value().numel() == 1 && y.dtype() == DType::F32) return y;
+  return sum(mul(y, Var(weights(y.shape(), seed))));
+}
+
+// Runs the analytic backward once, then central differences on every element of every leaf.
+void gradcheck(const std::string& what, const std::vector<Var>& leaves, const std::function<Var()>& f,
+               float step = kStep) {
+  INFO(what);
+  for (Var l : leaves) l.zero_grad();
+  Var out = f();
+  REQUIRE(out.value().numel() == 1);
+  out.backward();
+  std::vector<std::vector<float>> analytic;
+  for (const Var& l : leaves) {
+    REQUIRE(l.grad().defined());
+    REQUIRE(l.grad().shape() == l.shape());
+    analytic.push_back(l.grad().to_vector());
+  }
+  double largest = 0.0;
+  int bad = 0;
+  std::ostringstream report;
+  NoGrad no_grad;
+  for (size_t li = 0; li < leaves.size(); ++li) {
+    Tensor value = leaves[li].value();  // shares storage with the leaf (and a parameter's master)
+    const std::vector<float> x0 = value.to_vector();
+    for (size_t i = 0; i < x0.size(); ++i) {
+      const float up = x0[i] + step, down = x0[i] - step;
+      value.set_element(static_cast<int64_t>(i), up);
+      const double f_up = f().value().item();
+      value.set_element(static_cast<int64_t>(i), down);
+      const double f_down = f().value().item();
+      value.set_element(static_cast<int64_t>(i), x0[i]);
+      const double fd = (f_up - f_down) / (static_cast<double>(up) - static_cast<double>(down));
+      const double g = analytic[li][i];
+      largest = std::max(largest, std::fabs(g));
+      if (!(std::fabs(fd - g) <= kAbsTol + kRelTol * std::fabs(g)) && ++bad <= 5)
+        report << " input " << li << " element " << i << ": analytic " << g << ", finite difference " << fd << ";";
+    }
+  }
+  INFO("mismatches:" << report.str());
+  CHECK(bad == 0);
+  CHECK(largest > 0.05);
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck: matmul", "[autograd][gradcheck]") {
+  Var a = leaf(Shape{3, 4}, 1), b = leaf(Shape{4, 5}, 2);
+  gradcheck("matmul", {a, b}, [&] { return objective(matmul(a, b)); });
+  // Rectangular the other way, and a row vector.
+  Var c = leaf(Shape{1, 6}, 3), d = leaf(Shape{6, 2}, 4);
+  gradcheck("matmul 1x6 x 6x2", {c, d}, [&] { return objective(matmul(c, d)); });
+}
+
+TEST_CASE("gradcheck: linear with and without bias", "[autograd][gradcheck]") {
+  Var x = leaf(Shape{4, 3}, 5), w = leaf(Shape{5, 3}, 6), b = leaf(Shape{5}, 7);
+  gradcheck("linear with bias", {x, w, b}, [&] { return objective(linear(x, w, b)); });
+  gradcheck("linear without bias", {x, w}, [&] { return objective(linear(x, w, Var())); });
+}
+
+TEST_CASE("gradcheck: add, mul, scale", "[autograd][gradcheck]") {
+  Var a = leaf(Shape{3, 4}, 8), b = leaf(Shape{3, 4}, 9);
+  gradcheck("add", {a, b}, [&] { return objective(add(a, b)); });
+  gradcheck("mul", {a, b}, [&] { return objective(mul(a, b)); });
+  gradcheck("scale", {a}, [&] { return objective(scale(a, -2.5f)); });
+  // One input used twice: both uses' gradients must arrive (d(a*a)/da = 2a, d(a+a)/da = 2).
+  gradcheck("mul(a, a)", {a}, [&] { return objective(mul(a, a)); });
+  gradcheck("add(a, a)", {a}, [&] { return objective(add(a, a)); });
+}
+
+TEST_CASE("gradcheck: relu (inputs away from 0) and gelu", "[autograd][gradcheck]") {
+  // ReLU's kink at 0 must stay outside [x - h, x + h]: |x| in [0.2, 2].
+  Rng rng(10);
+  std::vector<float> v(20);
+  for (float& x : v) x = (rng.uniform() < 0.5f ? -1.0f : 1.0f) * rng.uniform(0.2f, 2.0f);
+  Var x(Tensor::from_vector(v, Shape{4, 5}), true);
+  gradcheck("relu", {x}, [&] { return objective(relu(x)); });
+  Var y = leaf(Shape{4, 5}, 11, -2.0f, 2.0f);
+  gradcheck("gelu", {y}, [&] { return objective(gelu(y)); });
+}
+
+TEST_CASE("gradcheck: sum and mean", "[autograd][gradcheck]") {
+  Var a = leaf(Shape{3, 4}, 12);
+  // sum(a) and mean(a) directly (gradients 1 and 1/12), and through a weighting so the
+  // broadcast of the upstream gradient is checked too.
+  gradcheck("sum", {a}, [&] { return sum(a); });
+  gradcheck("3 * mean", {a}, [&] { return scale(mean(a), 3.0f); });
+  gradcheck("mean of a weighted", {a}, [&] { return mean(mul(a, Var(weights(a.shape(), 13)))); });
+  gradcheck("sum then scale", {a}, [&] { return scale(sum(mul(a, a)), 0.5f); });
+}
+
+TEST_CASE("gradcheck: mse_loss and cross_entropy", "[autograd][gradcheck]") {
+  Var p = leaf(Shape{4, 3}, 14, -2.0f, 2.0f);
+  const Tensor target = random_tensor(Shape{4, 3}, 15, -2.0f, 2.0f);
+  gradcheck("mse_loss", {p}, [&] { return mse_loss(p, target); });
+  gradcheck("2 * mse_loss", {p}, [&] { return scale(mse_loss(p, target), 2.0f); });
+  Var logits = leaf(Shape{5, 4}, 16, -2.0f, 2.0f);
+  const Tensor labels = Tensor::from_vector({0, 3, 1, 1, 2}, Shape{5});
+  gradcheck("cross_entropy", {logits}, [&] { return cross_entropy(logits, labels); });
+  // With an upstream gradient other than 1.
+  gradcheck("cross_entropy * -3", {logits}, [&] { return scale(cross_entropy(logits, labels), -3.0f); });
+}
+
+TEST_CASE("gradcheck: cast", "[autograd][gradcheck]") {
+  // Values on a grid of 2^-8 with |x| < 0.5 and a step of 2^-6: x and x +- h need at most 8
+  // significant bits, so they are exact in FP16 and BF16, the cast adds no rounding to the
+  // finite difference, and (the cast being linear) the standard tolerance applies.
+  Rng rng(17);
+  std::vector<float> v(12);
+  for (float& x : v) x = std::round(rng.uniform(-0.95f, 0.95f) * 128.0f) / 256.0f;  // |x| < 0.5, 2^-8 grid
+  Var x(Tensor::from_vector(v, Shape{3, 4}), true);
+  for (DType d : {DType::F16, DType::BF16, DType::F32}) {
+    // R on a grid of 2^-3 is exact in both 16-bit formats too.
+    std::vector<float> r(12);
+    for (size_t i = 0; i < r.size(); ++i) r[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + 0.125f * static_cast<float>(i % 8));
+    const Tensor rw = Tensor::from_vector(r, Shape{3, 4});
+    gradcheck(std::string("cast to ") + dtype_name(d), {x}, [&] {
+      Var c = cast(x, d);
+      REQUIRE(c.dtype() == d);
+      return sum(mul(c, Var(rw)));
+    }, 0.015625f);
+  }
+}
+
+TEST_CASE("gradcheck: Linear and Mlp modules, every parameter", "[autograd][gradcheck][modules]") {
+  Rng rng(18);
+  Linear lin(3, 4, rng);
+  Var x = leaf(Shape{5, 3}, 19);
+  const Tensor target = random_tensor(Shape{5, 4}, 20);
+  std::vector<Var> leaves = lin.parameters();
+  leaves.push_back(x);
+  gradcheck("Linear + mse", leaves, [&] { return mse_loss(lin(x), target); });
+
+  Linear nobias(3, 2, rng, false);
+  CHECK(nobias.parameters().size() == 1);
+  gradcheck("Linear without bias", nobias.parameters(), [&] { return objective(nobias(x)); });
+
+  Mlp mlp(3, 6, 2, rng, 3, Activation::Gelu);
+  REQUIRE(mlp.parameters().size() == 6);
+  const Tensor t2 = random_tensor(Shape{5, 2}, 21);
+  std::vector<Var> mleaves = mlp.parameters();
+  mleaves.push_back(x);
+  gradcheck("Mlp(gelu) + mse", mleaves, [&] { return scale(mse_loss(mlp(x), t2), 10.0f); });
+  const Tensor labels = Tensor::from_vector({0, 1, 1, 0, 1}, Shape{5});
+  gradcheck("Mlp(gelu) + cross_entropy", mleaves, [&] { return cross_entropy(mlp(x), labels); });
+}
+
+// ---------------------------------------------------------------------------------------
+// The graph's contract
+
+TEST_CASE("gradients accumulate (+=) across backward calls until zero_grad", "[autograd]") {
+  Rng rng(30);
+  Linear lin(4, 3, rng);
+  Var x = leaf(Shape{6, 4}, 31);
+  Var a = leaf(Shape{6, 3}, 32);
+  const Tensor target = random_tensor(Shape{6, 3}, 33);
+  auto loss = [&] { return mse_loss(add(mul(lin(x), a), a), target); };
+
+  loss().backward();
+  const std::vector<float> w1 = lin.weight.grad().to_vector(), b1 = lin.bias.grad().to_vector(),
+                           x1 = x.grad().to_vector(), a1 = a.grad().to_vector();
+  loss().backward();
+  // The weight gradient accumulates inside the GEMM (beta = 1), the bias in sum_rows, the
+  // others by an add: each is 2 g up to the FP32 roundings of one more accumulation.
+  auto doubled = [](const std::vector<float>& once) {
+    std::vector<double> d(once.size());
+    for (size_t i = 0; i < once.size(); ++i) d[i] = 2.0 * once[i];
+    return d;
+  };
+  const test::Tolerance tol = test::tolerance_for(DType::F32, DType::F32, 8);
+  test::check_close(lin.weight.grad().to_vector(), doubled(w1), tol);
+  test::check_close(lin.bias.grad().to_vector(), doubled(b1), tol);
+  test::check_close(x.grad().to_vector(), doubled(x1), tol);
+  test::check_close(a.grad().to_vector(), doubled(a1), tol);
+
+  // A different objective adds its own gradient.
+  lin.zero_grad();
+  sum(lin(x)).backward();  // d/db = number of rows, for every output
+  sum(lin(x)).backward();
+  CHECK(lin.bias.grad().to_vector() == std::vector<float>(3, 12.0f));
+
+  // zero_grad sets to none by default; set_to_none = false keeps zeros.
+  lin.zero_grad();
+  CHECK_FALSE(lin.weight.grad().defined());
+  CHECK_FALSE(lin.bias.grad().defined());
+  sum(lin(x)).backward();
+  lin.zero_grad(false);
+  REQUIRE(lin.bias.grad().defined());
+  CHECK(lin.bias.grad().to_vector() == std::vector<float>(3, 0.0f));
+  sum(lin(x)).backward();
+  CHECK(lin.bias.grad().to_vector() == std::vector<float>(3, 6.0f));
+  x.zero_grad();
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("NoGrad records nothing; backward needs a scalar that depends on a leaf", "[autograd]") {
+  Var a = leaf(Shape{2, 3}, 40), b = leaf(Shape{3, 2}, 41);
+  {
+    NoGrad off;
+    CHECK_FALSE(grad_enabled());
+    Var y = sum(matmul(a, b));
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.node()->inputs.empty());
+    CHECK_FALSE(static_cast<bool>(y.node()->backward));
+    CHECK_THROWS_WITH(y.backward(), Catch::Contains("does not depend on anything that requires grad"));
+    {
+      NoGrad nested;
+    }
+    CHECK_FALSE(grad_enabled());  // the nested guard restores "off", not "on"
+  }
+  CHECK(grad_enabled());
+  CHECK_FALSE(a.grad().defined());
+
+  Var m = matmul(a, b);
+  CHECK(m.requires_grad());
+  CHECK_THROWS_AS(m.backward(), Error);
+  CHECK_THROWS_WITH(m.backward(), Catch::Contains("scalar") && Catch::Contains("fp32[2, 2]"));
+  CHECK_FALSE(a.grad().defined());
+  // Only leaves that require grad get one.
+  Var c(random_tensor(Shape{2, 3}, 42), false);
+  sum(mul(a, c)).backward();
+  CHECK(a.grad().defined());
+  CHECK_FALSE(c.grad().defined());
+  CHECK(a.grad().to_vector() == c.value().to_vector());
+}
+
+TEST_CASE("a second backward through a freed graph is an error, not a silent no-op", "[autograd]") {
+  Var a = leaf(Shape{2, 3}, 43);
+  Var h = scale(a, 2.0f);
+  Var loss1 = sum(h);
+  loss1.backward();
+  const std::vector<float> once = a.grad().to_vector();
+  CHECK(once == std::vector<float>(6, 2.0f));
+  // Once more through the same graph: it was freed, so no gradient could arrive.
+  CHECK_THROWS_WITH(loss1.backward(), Catch::Contains("already used by a backward"));
+  // A new output over a part of the freed graph.
+  CHECK_THROWS_AS(sum(mul(h, h)).backward(), Error);
+  CHECK(a.grad().to_vector() == once);  // nothing was written
+  // A fresh forward works and accumulates.
+  sum(scale(a, 2.0f)).backward();
+  CHECK(a.grad().to_vector() == std::vector<float>(6, 4.0f));
+}
+
+TEST_CASE("autocast: linear runs in the low dtype, losses stay fp32", "[autograd][autocast]") {
+  Rng rng(50);
+  Linear lin(8, 4, rng);
+  const Var x(random_tensor(Shape{16, 8}, 51));
+  const Tensor target = random_tensor(Shape{16, 4}, 52);
+  const Var f32_out = lin(x);
+  CHECK(f32_out.dtype() == DType::F32);
+  for (DType d : {DType::F16, DType::BF16}) {
+    INFO(dtype_name(d));
+    Var out, loss, inner, promoted, mm;
+    {
+      Autocast ac(d);
+      CHECK(autocast_policy().enabled);
+      out = lin(x);
+      loss = mse_loss(out, target);
+      mm = matmul(x, Var(random_tensor(Shape{8, 2}, 53)));
+      promoted = add(out, Var(Tensor::zeros(Shape{16, 4})));  // low + fp32 -> fp32
+      {
+        AutocastOff off;
+        inner = lin(x);
+      }
+      CHECK(autocast_policy().enabled);  // AutocastOff restored it
+    }
+    CHECK_FALSE(autocast_policy().enabled);
+    CHECK(out.dtype() == d);
+    CHECK(mm.dtype() == d);
+    CHECK(loss.dtype() == DType::F32);
+    CHECK(inner.dtype() == DType::F32);
+    CHECK(promoted.dtype() == DType::F32);
+    CHECK(lin(x).dtype() == DType::F32);  // back to normal after the scope
+    // The low-precision forward agrees with an FP64 reference within the bound for inputs
+    // rounded to d, K = 8 products and the bias summed in FP32, one rounding on output.
+    std::vector<double> ref(16 * 4), mag(16 * 4);
+    {
+      const std::vector<float> xv = x.value().to_vector(), wv = lin.weight.value().to_vector(),
+                               bv = lin.bias.value().to_vector();
+      for (int64_t i = 0; i < 16; ++i)
+        for (int64_t j = 0; j < 4; ++j) {
+          double s = bv[j], m = std::fabs(bv[j]);
+          for (int64_t k = 0; k < 8; ++k) {
+            s += static_cast<double>(xv[i * 8 + k]) * wv[j * 8 + k];
+            m += std::fabs(static_cast<double>(xv[i * 8 + k]) * wv[j * 8 + k]);
+          }
+          ref[i * 4 + j] = s;
+          mag[i * 4 + j] = m;
+        }
+    }
+    test::check_close(out.value().to_vector(), ref, test::tolerance_for(d, d, 8 + 1), mag);
+    // Backward through the autocast graph: the FP32 parameters get FP32 gradients.
+    lin.zero_grad();
+    loss.backward();
+    CHECK(lin.weight.grad().dtype() == DType::F32);
+    CHECK(lin.bias.grad().dtype() == DType::F32);
+    CHECK(lin.weight.grad().shape() == lin.weight.shape());
+  }
+  // Autocast to FP32 (or disabled) is no autocast.
+  {
+    Autocast ac(DType::F32);
+    CHECK_FALSE(autocast_policy().enabled);
+  }
+  {
+    Autocast ac(DType::F16, false);
+    CHECK_FALSE(autocast_policy().enabled);
+    CHECK(lin(x).dtype() == DType::F32);
+  }
+  // Mixed-dtype add outside autocast promotes too, and its gradient reaches both inputs in
+  // their own dtypes.
+  Var h(random_tensor(Shape{3}, 54).to(DType::F16), true), f(random_tensor(Shape{3}, 55), true);
+  Var s = add(h, f);
+  CHECK(s.dtype() == DType::F32);
+  sum(s).backward();
+  CHECK(h.grad().dtype() == DType::F16);
+  CHECK(f.grad().dtype() == DType::F32);
+  CHECK(h.grad().to_vector() == std::vector<float>(3, 1.0f));
+}
