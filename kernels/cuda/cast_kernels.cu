@@ -5,25 +5,14 @@
 
 #include "engine/dtype.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_access.cuh"
 
 namespace belay {
 namespace {
 
-__device__ __forceinline__ float load_f32(const void* base, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::F16: return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
-  }
-}
-
-__device__ __forceinline__ void store_f32(void* base, DType dtype, int64_t i, float x) {
-  switch (dtype) {
-    case DType::F16: static_cast<uint16_t*>(base)[i] = f32_to_f16_bits(x); break;
-    case DType::BF16: static_cast<uint16_t*>(base)[i] = f32_to_bf16_bits(x); break;
-    default: static_cast<float*>(base)[i] = x; break;
-  }
-}
+using cuda::grid_for;
+using cuda::load_f32;
+using cuda::store_f32;
 
 __global__ void cast_kernel(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -33,11 +22,6 @@ __global__ void cast_kernel(const void* src, DType src_dtype, void* dst, DType d
 __global__ void fill_kernel(void* dst, DType dtype, int64_t n, float value) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     store_f32(dst, dtype, i, value);
-}
-
-int grid_for(int64_t n, int block) {
-  const int64_t blocks = (n + block - 1) / block;
-  return static_cast<int>(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
 }
 
 }  // namespace

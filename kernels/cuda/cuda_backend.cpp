@@ -1,9 +1,18 @@
+// The CUDA backend object: checks shapes, dtypes and devices on the host (metadata only,
+// never device memory), then enqueues kernels on the default stream. No op here waits for
+// the GPU or copies device memory to the host: the scalars that steer a step are one-element
+// device tensors that the kernels read. Scratch buffers (reduction partials) come from the
+// caching allocator, so a steady-state step allocates nothing; freeing one while a kernel
+// still reads it is safe because every kernel runs in order on the one stream.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
 
+#include <limits>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_kernels.h"
 
 namespace belay {
 namespace {
@@ -15,9 +24,26 @@ void* device_alloc(size_t bytes) {
 }
 void device_free(void* p) { cudaFree(p); }
 
-[[noreturn]] void not_yet(const char* op) {
-  throw Error(std::string("cuda backend: ") + op + " is not implemented yet; run with --device cpu");
+void check_cuda(const char* op, const Tensor& t) {
+  check_defined(op, t);
+  if (!t.device().is_cuda()) throw Error(std::string(op) + ": CUDA backend given " + t.describe());
 }
+
+void check_scalar(const char* op, const Tensor& t) {
+  check_cuda(op, t);
+  if (t.numel() != 1 || t.dtype() != DType::F32)
+    throw Error(std::string(op) + ": expected an fp32 one-element tensor, got " + t.describe());
+}
+
+const float* scalar_ptr(const Tensor& t) { return t.data_as<float>(); }
+float* scalar_ptr(Tensor& t) { return t.data_as<float>(); }
+
+// `count` doubles of device scratch, from the caching allocator.
+Tensor scratch_doubles(int64_t count, Device device) {
+  return Tensor::empty(Shape{2 * (count > 0 ? count : 1)}, DType::F32, device);
+}
+
+void after_launch() { BELAY_CUDA_CHECK(cudaGetLastError()); }  // launch errors only; no wait
 
 class CudaBackend final : public Backend {
  public:
@@ -25,49 +51,312 @@ class CudaBackend final : public Backend {
   RawMemory raw_memory() const override { return {device_alloc, device_free}; }
 
   void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) const override {
+    // Host <-> device transfers (tensor creation, to_vector, item): not part of the step path.
     BELAY_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
   }
   void synchronize() const override { BELAY_CUDA_CHECK(cudaDeviceSynchronize()); }
 
   void cast(const Tensor& src, Tensor& dst) const override {
+    check_cuda("cast", src);
     check_same_device("cast", src, dst);
     if (src.numel() != dst.numel()) throw Error("cast: element counts differ, " + src.describe() + " vs " + dst.describe());
+    if (src.data() == dst.data() && src.dtype() == dst.dtype()) return;
     launch_cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), nullptr);
-    BELAY_CUDA_CHECK(cudaGetLastError());
+    after_launch();
   }
   void fill(Tensor& t, float value) const override {
+    check_cuda("fill", t);
     launch_fill(t.data(), t.dtype(), t.numel(), value, nullptr);
-    BELAY_CUDA_CHECK(cudaGetLastError());
+    after_launch();
   }
 
-  void binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) const override { not_yet("binary"); }
-  void scale(const Tensor&, float, Tensor&) const override { not_yet("scale"); }
-  void accumulate(Tensor&, const Tensor&, float, const Tensor*) const override { not_yet("accumulate"); }
-  void broadcast_scalar(const Tensor&, float, Tensor&) const override { not_yet("broadcast_scalar"); }
-  void activation(Activation, const Tensor&, Tensor&) const override { not_yet("activation"); }
-  void activation_backward(Activation, const Tensor&, const Tensor&, Tensor&) const override {
-    not_yet("activation_backward");
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
+    check_cuda("binary", a);
+    check_same_device("binary", a, b);
+    check_same_device("binary", a, out);
+    check_same_shape("binary", a, b);
+    check_same_shape("binary", a, out);
+    launch_binary(op, a.data(), a.dtype(), b.data(), b.dtype(), out.data(), out.dtype(), a.numel());
+    after_launch();
   }
-  void gemm(const GemmArgs&) const override { not_yet("gemm"); }
-  void sum_rows(const Tensor&, Tensor&, bool) const override { not_yet("sum_rows"); }
-  void sum(const Tensor&, Tensor&) const override { not_yet("sum"); }
-  void mse_forward(const Tensor&, const Tensor&, Tensor&) const override { not_yet("mse_loss"); }
-  void mse_backward(const Tensor&, const Tensor&, const Tensor&, Tensor&) const override { not_yet("mse_loss"); }
-  void cross_entropy(const Tensor&, const Tensor&, Tensor&, Tensor&) const override { not_yet("cross_entropy"); }
-  void guard(const std::vector<const Tensor*>&, const Tensor&, Tensor&, Tensor&) const override { not_yet("guard"); }
-  void clip_coefficient(const Tensor&, float, Tensor&, Tensor&) const override { not_yet("clip_coefficient"); }
-  void unscale_inplace(const std::vector<Tensor*>&, const Tensor&, Tensor&) const override { not_yet("unscale"); }
-  void scale_inplace(const std::vector<Tensor*>&, const Tensor&) const override { not_yet("scale_inplace"); }
-  void clamp_inplace(Tensor&, float, float) const override { not_yet("clamp"); }
-  void adamw(const AdamWHyper&, const std::vector<AdamWSlot>&, const Tensor&, const Tensor&,
-             const Tensor&) const override {
-    not_yet("adamw");
+
+  void scale(const Tensor& x, float s, Tensor& out) const override {
+    check_cuda("scale", x);
+    check_same_device("scale", x, out);
+    check_same_shape("scale", x, out);
+    launch_scale(x.data(), x.dtype(), s, out.data(), out.dtype(), x.numel());
+    after_launch();
   }
-  void sgd(float, float, const std::vector<SgdSlot>&, const Tensor&, const Tensor&, const Tensor&) const override {
-    not_yet("sgd");
+
+  void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const override {
+    check_cuda("accumulate", dst);
+    check_same_device("accumulate", dst, src);
+    check_same_shape("accumulate", dst, src);
+    if (s) check_scalar("accumulate", *s);
+    launch_accumulate(dst.data(), dst.dtype(), src.data(), src.dtype(), alpha, s ? scalar_ptr(*s) : nullptr,
+                      dst.numel());
+    after_launch();
   }
-  void scaler_update(const ScalerConfig&, Tensor&, Tensor&, Tensor&, const Tensor&) const override {
-    not_yet("scaler_update");
+
+  void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const override {
+    check_scalar("broadcast_scalar", s);
+    check_cuda("broadcast_scalar", out);
+    launch_broadcast_scalar(scalar_ptr(s), alpha, out.data(), out.dtype(), out.numel());
+    after_launch();
+  }
+
+  void activation(Activation act, const Tensor& x, Tensor& y) const override {
+    check_cuda("activation", x);
+    check_same_device("activation", x, y);
+    check_same_shape("activation", x, y);
+    launch_activation(act, x.data(), x.dtype(), y.data(), y.dtype(), x.numel());
+    after_launch();
+  }
+
+  void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const override {
+    check_cuda("activation_backward", x);
+    check_same_device("activation_backward", x, dy);
+    check_same_device("activation_backward", x, dx);
+    check_same_shape("activation_backward", x, dy);
+    check_same_shape("activation_backward", x, dx);
+    launch_activation_backward(act, x.data(), x.dtype(), dy.data(), dy.dtype(), dx.data(), dx.dtype(), x.numel());
+    after_launch();
+  }
+
+  void gemm(const GemmArgs& args) const override {
+    if (!args.a || !args.b || !args.c) throw Error("gemm: missing operand");
+    const Tensor& a = *args.a;
+    const Tensor& b = *args.b;
+    Tensor& c = *args.c;
+    check_cuda("gemm", a);
+    check_same_device("gemm", a, b);
+    check_same_device("gemm", a, c);
+    if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
+      throw Error("gemm: expected matrices, got " + a.describe() + ", " + b.describe() + ", " + c.describe());
+    if (a.dtype() != b.dtype())
+      throw Error("gemm: operand dtypes differ, " + a.describe() + " vs " + b.describe() + " (cast one first)");
+    const int64_t m = args.trans_a ? a.dim(1) : a.dim(0);
+    const int64_t k = args.trans_a ? a.dim(0) : a.dim(1);
+    const int64_t kb = args.trans_b ? b.dim(1) : b.dim(0);
+    const int64_t n = args.trans_b ? b.dim(0) : b.dim(1);
+    if (k != kb || c.dim(0) != m || c.dim(1) != n)
+      throw Error("gemm: shapes do not chain, op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
+                  "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(n) + "], C is " + c.describe());
+    if (args.beta != 0.0f && (args.beta != 1.0f || c.dtype() != DType::F32))
+      throw Error("gemm: beta must be 0, or 1 with an fp32 C (gradient accumulation)");
+    if (args.bias) {
+      check_same_device("gemm bias", a, *args.bias);
+      if (args.bias->numel() != n)
+        throw Error("gemm: bias " + args.bias->describe() + " does not match N = " + std::to_string(n));
+    }
+    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+    if (m > kIntMax || n > kIntMax || k > kIntMax || (m + 127) / 128 > 65535)
+      throw Error("gemm: " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
+                  " is beyond the CUDA kernels' limits (M <= 8388480, every extent < 2^31); split the product");
+    GemmProblem p;
+    p.a = a.data();
+    p.b = b.data();
+    p.c = c.data();
+    p.bias = args.bias ? args.bias->data() : nullptr;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.lda = a.dim(1);  // row-major storage: the stored row length
+    p.ldb = b.dim(1);
+    p.trans_a = args.trans_a;
+    p.trans_b = args.trans_b;
+    p.ab_dtype = a.dtype();
+    p.c_dtype = c.dtype();
+    p.bias_dtype = args.bias ? args.bias->dtype() : DType::F32;
+    p.beta = args.beta;
+    // The tensor-core kernel copies 16-byte chunks (cp.async): an operand whose rows are not
+    // 16-byte aligned is first copied into a zero-padded buffer whose rows are. O(MK + KN)
+    // extra traffic against O(MNK) work; the buffers come from the caching allocator.
+    Tensor a_padded, b_padded;
+    if (a.dtype() != DType::F32 && m > 0 && n > 0) {
+      if (!rows_aligned(p.a, p.lda)) {
+        a_padded = Tensor::empty(Shape{a.dim(0), gemm::padded_ld(p.lda)}, a.dtype(), a.device());
+        launch_pad_rows(p.a, a.dim(0), a.dim(1), a_padded.data());
+        p.a = a_padded.data();
+        p.lda = gemm::padded_ld(p.lda);
+      }
+      if (!rows_aligned(p.b, p.ldb)) {
+        b_padded = Tensor::empty(Shape{b.dim(0), gemm::padded_ld(p.ldb)}, b.dtype(), b.device());
+        launch_pad_rows(p.b, b.dim(0), b.dim(1), b_padded.data());
+        p.b = b_padded.data();
+        p.ldb = gemm::padded_ld(p.ldb);
+      }
+    }
+    launch_gemm(p);
+    after_launch();
+  }
+
+  void sum_rows(const Tensor& x, Tensor& out, bool accumulate) const override {
+    check_cuda("sum_rows", x);
+    check_same_device("sum_rows", x, out);
+    check_dtype("sum_rows", out, DType::F32);
+    if (x.rank() != 2 || out.numel() != x.dim(1))
+      throw Error("sum_rows: expected x [M, N] and out [N], got " + x.describe() + " and " + out.describe());
+    launch_sum_rows(x.data(), x.dtype(), x.dim(0), x.dim(1), out.data_as<float>(), accumulate);
+    after_launch();
+  }
+
+  void sum(const Tensor& x, Tensor& out) const override {
+    check_cuda("sum", x);
+    check_scalar("sum", out);
+    Tensor partials = scratch_doubles(reduce_partials(x.numel()), x.device());
+    launch_sum(x.data(), x.dtype(), x.numel(), static_cast<double*>(partials.data()), out.data_as<float>());
+    after_launch();
+  }
+
+  void mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) const override {
+    check_cuda("mse_loss", pred);
+    check_same_device("mse_loss", pred, target);
+    check_same_shape("mse_loss", pred, target);
+    check_scalar("mse_loss", out);
+    Tensor partials = scratch_doubles(reduce_partials(pred.numel()), pred.device());
+    launch_mse_forward(pred.data(), pred.dtype(), target.data(), target.dtype(), pred.numel(),
+                       static_cast<double*>(partials.data()), out.data_as<float>());
+    after_launch();
+  }
+
+  void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const override {
+    check_cuda("mse_loss backward", pred);
+    check_same_device("mse_loss backward", pred, target);
+    check_same_device("mse_loss backward", pred, dpred);
+    check_same_shape("mse_loss backward", pred, target);
+    check_same_shape("mse_loss backward", pred, dpred);
+    check_scalar("mse_loss backward", g);
+    launch_mse_backward(pred.data(), pred.dtype(), target.data(), target.dtype(), scalar_ptr(g), dpred.data(),
+                        dpred.dtype(), pred.numel());
+    after_launch();
+  }
+
+  void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits) const override {
+    check_cuda("cross_entropy", logits);
+    check_same_device("cross_entropy", logits, labels);
+    check_same_device("cross_entropy", logits, dlogits);
+    if (logits.rank() != 2 || labels.numel() != logits.dim(0))
+      throw Error("cross_entropy: expected logits [B, C] and labels [B], got " + logits.describe() + " and " +
+                  labels.describe());
+    check_scalar("cross_entropy", loss);
+    check_dtype("cross_entropy", dlogits, DType::F32);
+    check_same_shape("cross_entropy", logits, dlogits);
+    if (logits.dim(0) > std::numeric_limits<int>::max())
+      throw Error("cross_entropy: more than 2^31 rows; split the batch");
+    Tensor row_loss = scratch_doubles(logits.dim(0), logits.device());
+    launch_cross_entropy(logits.data(), logits.dtype(), labels.data(), labels.dtype(), logits.dim(0), logits.dim(1),
+                         static_cast<double*>(row_loss.data()), loss.data_as<float>(), dlogits.data_as<float>());
+    after_launch();
+  }
+
+  void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
+             Tensor& sumsq) const override {
+    check_scalar("guard", inv_scale);
+    check_scalar("guard", found_inf);
+    check_scalar("guard", sumsq);
+    std::vector<GradRef> refs;
+    refs.reserve(grads.size());
+    for (const Tensor* g : grads) {
+      check_cuda("guard", *g);
+      refs.push_back({const_cast<void*>(g->data()), g->dtype(), g->numel()});  // read only
+    }
+    Tensor partials = scratch_doubles(guard_partials(refs), inv_scale.device());
+    launch_guard(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(sumsq),
+                 static_cast<double*>(partials.data()));
+    after_launch();
+  }
+
+  void clip_coefficient(const Tensor& sumsq, float max_norm, Tensor& norm, Tensor& clip_coef) const override {
+    check_scalar("clip_coefficient", sumsq);
+    check_scalar("clip_coefficient", norm);
+    check_scalar("clip_coefficient", clip_coef);
+    launch_clip_coefficient(scalar_ptr(sumsq), max_norm, scalar_ptr(norm), scalar_ptr(clip_coef));
+    after_launch();
+  }
+
+  void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const override {
+    check_scalar("unscale", inv_scale);
+    check_scalar("unscale", found_inf);
+    std::vector<GradRef> refs;
+    for (Tensor* g : grads) {
+      check_cuda("unscale", *g);
+      refs.push_back({g->data(), g->dtype(), g->numel()});
+    }
+    launch_unscale(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf));
+    after_launch();
+  }
+
+  void scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const override {
+    check_scalar("scale_inplace", factor);
+    for (Tensor* g : grads) {
+      check_cuda("scale_inplace", *g);
+      launch_scale_by_scalar(g->data(), g->dtype(), scalar_ptr(factor), g->numel());
+    }
+    after_launch();
+  }
+
+  void clamp_inplace(Tensor& x, float lo, float hi) const override {
+    check_cuda("clamp", x);
+    launch_clamp(x.data(), x.dtype(), lo, hi, x.numel());
+    after_launch();
+  }
+
+  void adamw(const AdamWHyper& h, const std::vector<AdamWSlot>& slots, const Tensor& inv_scale,
+             const Tensor& clip_coef, const Tensor& found_inf) const override {
+    check_scalar("adamw", found_inf);
+    check_scalar("adamw", inv_scale);
+    check_scalar("adamw", clip_coef);
+    std::vector<OptimRef> refs;
+    refs.reserve(slots.size());
+    for (const AdamWSlot& s : slots) {
+      check_dtype("adamw master", *s.master, DType::F32);
+      check_dtype("adamw m", *s.m, DType::F32);
+      check_dtype("adamw v", *s.v, DType::F32);
+      check_cuda("adamw", *s.master);
+      check_same_device("adamw", *s.master, *s.grad);
+      check_same_shape("adamw", *s.master, *s.grad);
+      check_same_shape("adamw", *s.master, *s.m);
+      check_same_shape("adamw", *s.master, *s.v);
+      if (s.working) check_same_shape("adamw working copy", *s.master, *s.working);
+      refs.push_back({s.master->data_as<float>(), s.m->data_as<float>(), s.v->data_as<float>(), s.grad->data(),
+                      s.working ? s.working->data() : nullptr, s.master->numel(), s.weight_decay, s.grad->dtype(),
+                      s.working ? s.working->dtype() : DType::F32});
+    }
+    launch_adamw(h, refs, scalar_ptr(inv_scale), scalar_ptr(clip_coef), scalar_ptr(found_inf));
+    after_launch();
+  }
+
+  void sgd(float lr, float momentum, const std::vector<SgdSlot>& slots, const Tensor& inv_scale,
+           const Tensor& clip_coef, const Tensor& found_inf) const override {
+    check_scalar("sgd", found_inf);
+    check_scalar("sgd", inv_scale);
+    check_scalar("sgd", clip_coef);
+    std::vector<OptimRef> refs;
+    for (const SgdSlot& s : slots) {
+      check_dtype("sgd master", *s.master, DType::F32);
+      check_cuda("sgd", *s.master);
+      check_same_shape("sgd", *s.master, *s.grad);
+      const bool has_buf = s.momentum && s.momentum->defined();
+      if (has_buf) check_same_shape("sgd momentum", *s.master, *s.momentum);
+      if (s.working) check_same_shape("sgd working copy", *s.master, *s.working);
+      refs.push_back({s.master->data_as<float>(), has_buf ? s.momentum->data_as<float>() : nullptr, nullptr,
+                      s.grad->data(), s.working ? s.working->data() : nullptr, s.master->numel(), s.weight_decay,
+                      s.grad->dtype(), s.working ? s.working->dtype() : DType::F32});
+    }
+    launch_sgd(lr, momentum, refs, scalar_ptr(inv_scale), scalar_ptr(clip_coef), scalar_ptr(found_inf));
+    after_launch();
+  }
+
+  void scaler_update(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
+                     const Tensor& found_inf) const override {
+    check_scalar("scaler_update", scale);
+    check_scalar("scaler_update", growth_tracker);
+    check_scalar("scaler_update", hysteresis_left);
+    check_scalar("scaler_update", found_inf);
+    launch_scaler_update(c, scalar_ptr(scale), scalar_ptr(growth_tracker), scalar_ptr(hysteresis_left),
+                         scalar_ptr(found_inf));
+    after_launch();
   }
 };
 

@@ -1,15 +1,95 @@
-// Launchers of the CUDA kernels, callable from host C++ (the backend object). Each takes
-// raw device pointers and a stream; checking shapes is the caller's job.
+// Launchers of the CUDA kernels, callable from host C++ (the backend object in
+// cuda_backend.cpp). Each takes raw device pointers; checking shapes and dtypes is the
+// caller's job. Everything is enqueued on the default stream and nothing here waits for
+// the device: the scalars that steer a step (inv_scale, found_inf, clip_coef, scale) are
+// read by the kernels from device memory.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
+#include "engine/backend.h"
 #include "engine/dtype.h"
 
 namespace belay {
 
+// ---- cast_kernels.cu
 void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
 void launch_fill(void* dst, DType dtype, int64_t n, float value, cudaStream_t stream);
+
+// ---- elementwise_kernels.cu
+void launch_binary(BinaryOp op, const void* a, DType da, const void* b, DType db, void* out, DType dout, int64_t n);
+void launch_scale(const void* x, DType dx, float s, void* out, DType dout, int64_t n);
+// dst += alpha * src * (s ? s[0] : 1), s read on the device.
+void launch_accumulate(void* dst, DType ddst, const void* src, DType dsrc, float alpha, const float* s, int64_t n);
+void launch_broadcast_scalar(const float* s, float alpha, void* out, DType dout, int64_t n);
+void launch_activation(Activation act, const void* x, DType dx, void* y, DType dy, int64_t n);
+void launch_activation_backward(Activation act, const void* x, DType dx, const void* dy, DType ddy, void* dxo,
+                                DType ddxo, int64_t n);
+void launch_clamp(void* x, DType dx, float lo, float hi, int64_t n);
+void launch_scale_by_scalar(void* x, DType dx, const float* factor, int64_t n);  // x *= factor[0]
+
+// ---- reduce_kernels.cu
+// How many double partials launch_sum / launch_mse need as scratch.
+int reduce_partials(int64_t n);
+void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, float* out, bool accumulate);
+void launch_sum(const void* x, DType dx, int64_t n, double* partials, float* out);
+void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt, int64_t n, double* partials,
+                        float* out);
+void launch_mse_backward(const void* pred, DType dp, const void* target, DType dt, const float* g, void* dpred,
+                         DType dd, int64_t n);
+
+// ---- cross_entropy_kernels.cu
+// row_loss: `rows` doubles of scratch. An invalid label (not an integer in [0, classes))
+// cannot throw without a host round trip: its row's loss and gradient become NaN, so the
+// step is skipped as a non-finite loss (the CPU backend throws instead).
+void launch_cross_entropy(const void* logits, DType dl, const void* labels, DType dlab, int64_t rows,
+                          int64_t classes, double* row_loss, float* loss, float* dlogits);
+
+// ---- guard_kernels.cu
+struct GradRef {
+  void* data;
+  DType dtype;
+  int64_t n;
+};
+int64_t guard_partials(const std::vector<GradRef>& grads);  // double partials launch_guard needs
+void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* sumsq,
+                  double* partials);
+void launch_clip_coefficient(const float* sumsq, float max_norm, float* norm, float* clip_coef);
+void launch_unscale(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf);
+
+// ---- optimizer_kernels.cu
+struct OptimRef {
+  float* master;
+  float* m;         // AdamW: first moment; SGD: momentum buffer or null
+  float* v;         // AdamW: second moment; SGD: unused
+  const void* grad;
+  void* working;    // null when the parameter is FP32 only
+  int64_t n;
+  float weight_decay;
+  DType grad_dtype;
+  DType working_dtype;
+};
+void launch_adamw(const AdamWHyper& h, const std::vector<OptimRef>& slots, const float* inv_scale,
+                  const float* clip_coef, const float* found_inf);
+void launch_sgd(float lr, float momentum, const std::vector<OptimRef>& slots, const float* inv_scale,
+                const float* clip_coef, const float* found_inf);
+void launch_scaler_update(const ScalerConfig& c, float* scale, float* growth_tracker, float* hysteresis_left,
+                          const float* found_inf);
+
+// ---- gemm_dispatch.cu (tensor cores for FP16/BF16, SIMT for FP32)
+struct GemmProblem {
+  const void* a;
+  const void* b;
+  void* c;
+  const void* bias;  // null: none
+  int64_t m, n, k;
+  int64_t lda, ldb;  // leading dimensions of A and B as stored
+  bool trans_a, trans_b;
+  DType ab_dtype, c_dtype, bias_dtype;
+  float beta;  // 0, or 1 with an FP32 C
+};
+void launch_gemm(const GemmProblem& p);
 
 }  // namespace belay

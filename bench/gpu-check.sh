@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# ONE prepared run for a lent GPU (an H200, sm_90), in under 8 minutes:
+#   1. configure for sm_90 only into build-gpu-check/, build what the checks need
+#      (the ptxas register/spill report of every kernel is kept: $OUT/ptxas.txt)
+#   2. ctest -L gpu (every CUDA op against the CPU, the guard's inf/NaN hunt, 200-step runs)
+#   3. bench/gpu/gpu_bench.cu: GEMM vs cuBLAS at 1024..8192 fp16/bf16, guard + AdamW vs the
+#      device copy bandwidth
+#   4. bench/gpu/torch_amp_step.py: PyTorch GradScaler + clip_grad_norm_ + AdamW(fused=True)
+#      on the same tensors
+# Writes $OUT/gpu-check.log (everything), $OUT/summary.json and the pieces it is made of.
+# Usage: OUT=/some/dir bench/gpu-check.sh   (from anywhere; default OUT=./gpu-check-out)
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$PWD/gpu-check-out}"
+BUILD="$ROOT/build-gpu-check"
+JOBS="$(nproc 2>/dev/null || echo 8)"
+mkdir -p "$OUT"
+LOG="$OUT/gpu-check.log"
+exec > >(tee -a "$LOG") 2>&1
+START=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - START )) s] $*"; }
+
+stamp "belay gpu-check at $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || echo "nvidia-smi: not available"
+
+stamp "configure (sm_90)"
+timeout 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  > "$OUT/configure.log" 2>&1 || { stamp "configure FAILED"; tail -30 "$OUT/configure.log"; }
+
+stamp "build"
+timeout 240 cmake --build "$BUILD" -j "$JOBS" --target belay_core belay_apps belay belay_gpu_tests > "$OUT/build.log" 2>&1
+BUILD_RC=$?
+grep -E "error|FAILED" "$OUT/build.log" | head -20
+# The ptxas report: kernel name lines and their register / spill lines.
+grep -E "Compiling entry function|Function properties|spill stores|Used [0-9]+ registers" "$OUT/build.log" > "$OUT/ptxas.txt" || true
+stamp "build rc=$BUILD_RC; ptxas lines: $(wc -l < "$OUT/ptxas.txt")"
+echo "kernels with spills (expect none in gemm_tc / adamw):"
+grep -B2 -E "[1-9][0-9]* bytes spill (stores|loads)" "$OUT/ptxas.txt" | grep -E "entry function" || echo "  none"
+
+stamp "bench binary (links belay_core and cuBLAS)"
+# The CMake target exists once bench/CMakeLists.txt adds bench/gpu; until then, nvcc directly.
+BENCH_BIN="$(find "$BUILD" -name belay_gpu_bench -type f -perm -u+x 2>/dev/null | head -1)"
+if timeout 120 cmake --build "$BUILD" -j "$JOBS" --target belay_gpu_bench > "$OUT/bench-build.log" 2>&1; then
+  BENCH_BIN="$(find "$BUILD" -name belay_gpu_bench -type f -perm -u+x | head -1)"
+else
+BENCH_BIN="$BUILD/belay_gpu_bench"
+CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+timeout 120 "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I"$ROOT" \
+  -DBELAY_HAVE_CUDA=1 "$ROOT/bench/gpu/gpu_bench.cu" "$BUILD/libbelay_core.a" -lcublas -Xcompiler -fopenmp \
+  -o "$BENCH_BIN" >> "$OUT/bench-build.log" 2>&1 || { stamp "bench build FAILED"; tail -20 "$OUT/bench-build.log"; }
+fi
+
+stamp "ctest -L gpu"
+( cd "$BUILD" && timeout 200 ctest -L gpu --output-on-failure --timeout 120 -j 4 ) > "$OUT/ctest-gpu.log" 2>&1
+CTEST_RC=$?
+tail -40 "$OUT/ctest-gpu.log"
+PASSED=$(grep -oE "[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$OUT/ctest-gpu.log" | tail -1)
+stamp "ctest rc=$CTEST_RC: $PASSED"
+
+stamp "gpu_bench"
+if [ -x "$BENCH_BIN" ]; then
+  timeout 150 "$BENCH_BIN" > "$OUT/gpu_bench.json" 2> "$OUT/gpu_bench.err"; echo "rc=$?"
+  cat "$OUT/gpu_bench.err"
+else
+  echo '{"error": "bench binary not built"}' > "$OUT/gpu_bench.json"
+fi
+
+stamp "PyTorch reference step"
+timeout 90 python3 "$ROOT/bench/gpu/torch_amp_step.py" > "$OUT/torch_amp_step.json" 2> "$OUT/torch_amp_step.err" \
+  || { echo '{"error": "torch script failed"}' > "$OUT/torch_amp_step.json"; tail -5 "$OUT/torch_amp_step.err"; }
+cat "$OUT/torch_amp_step.json"
+
+stamp "summary"
+python3 - "$OUT" "$BUILD_RC" "$CTEST_RC" "$PASSED" <<'PY'
+import json, sys, os, re
+out, build_rc, ctest_rc, passed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except Exception as e:
+        return {"error": f"{name}: {e}"}
+bench, torch_step = load("gpu_bench.json"), load("torch_amp_step.json")
+spills = []
+cur = None
+for line in open(os.path.join(out, "ptxas.txt")):
+    m = re.search(r"entry function '([^']+)'", line)
+    if m: cur = m.group(1)
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+    if m and cur and (int(m.group(1)) or int(m.group(2))): spills.append(cur)
+summary = {"build_rc": build_rc, "ctest_rc": ctest_rc, "ctest": passed, "kernels_with_spills": spills,
+           "gemm": bench.get("gemm"), "step": bench.get("step"), "torch_step": torch_step}
+step = bench.get("step") or {}
+if step.get("step_ms") and torch_step.get("step_ms"):
+    summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)
+for g in bench.get("gemm") or []:
+    if g.get("n") == 4096: summary[f"gemm_{g['dtype']}_4096_ratio"] = g.get("ratio")
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(json.dumps(summary, indent=1))
+PY
+stamp "done"

@@ -1,0 +1,266 @@
+// GPU benchmarks of belay's CUDA backend, for bench/gpu-check.sh on a lent GPU. Prints one
+// JSON object on stdout (progress on stderr). Every timed result is checked cheaply, so a
+// fast wrong kernel cannot look good:
+//   gemm:  belay's tensor-core GEMM (Y = X W^T, the forward layout, through the backend's
+//          op table) against cuBLAS (cublasGemmEx, FP32 compute) at n^3 for n in 1024..8192,
+//          FP16 and BF16. Check: 1024 sampled elements of both results against an FP64 dot
+//          product, bound (2 u_in + K u32 + u_out) * sum |a b| (tests/tolerance.h's formula).
+//   step:  the fused guard + clip coefficient + AdamW + scaler update on a model-sized set of
+//          FP32 gradients with FP16 working copies, against the device-to-device copy
+//          bandwidth (cudaMemcpy of a 2 GiB buffer). Check: the guard's sum of squares
+//          against an FP64 sum over a sample tensor, found_inf == 0, masters moved.
+// cuBLAS lives only here and in tests, never on the training path.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/tensor.h"
+
+using namespace belay;
+
+namespace {
+
+#define CHECK_CUDA(x)                                                                      \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+#define CHECK_CUBLAS(x)                                                        \
+  do {                                                                         \
+    cublasStatus_t s_ = (x);                                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      std::fprintf(stderr, "cuBLAS error %d at %s:%d\n", (int)s_, __FILE__, __LINE__); \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+// Deterministic values in [-1, 1) written straight into 16-bit storage on the device.
+__global__ void fill_hash_kernel(uint16_t* p, int64_t n, uint32_t seed, bool bf16) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float v = (h & 0xffffff) / 8388608.0f - 1.0f;
+    p[i] = bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+  }
+}
+
+template <class F>
+double time_ms(F&& f, int iters) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  CHECK_CUDA(cudaEventRecord(a));
+  for (int i = 0; i < iters; ++i) f();
+  CHECK_CUDA(cudaEventRecord(b));
+  CHECK_CUDA(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / iters;
+}
+
+float to_f32(uint16_t h, bool bf16) { return bf16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); }
+
+std::string gemm_bench(int64_t n, DType dtype, cublasHandle_t handle) {
+  const bool bf16 = dtype == DType::BF16;
+  const Device dev = Device::cuda();
+  Tensor x = Tensor::empty(Shape{n, n}, dtype, dev), w = Tensor::empty(Shape{n, n}, dtype, dev);
+  Tensor y = Tensor::empty(Shape{n, n}, dtype, dev), yref = Tensor::empty(Shape{n, n}, dtype, dev);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(x.data()), n * n, 17u, bf16);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(w.data()), n * n, 91u, bf16);
+  const Backend& be = backend_for(dev);
+  GemmArgs args{&x, false, &w, true, &y, 0.0f, nullptr};
+  auto ours = [&] { be.gemm(args); };
+  // Row-major Y = X W^T is column-major Y^T = W X^T: op(A) = W^T^T (CUBLAS_OP_T on W's
+  // column-major [K, N] view), op(B) = X^T (CUBLAS_OP_N on X's [K, M] view).
+  const float one = 1.0f, zero = 0.0f;
+  const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  auto theirs = [&] {
+    CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n, (int)n, &one, w.data(), t, (int)n,
+                              x.data(), t, (int)n, &zero, yref.data(), t, (int)n, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+  };
+  ours();
+  theirs();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const int iters = n >= 8192 ? 10 : n >= 4096 ? 30 : 100;
+  const double ms_ours = time_ms(ours, iters), ms_theirs = time_ms(theirs, iters);
+
+  // The check: sampled elements against FP64.
+  std::vector<uint16_t> xh(n * n), wh(n * n), yh(n * n), rh(n * n);
+  CHECK_CUDA(cudaMemcpy(xh.data(), x.data(), n * n * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(wh.data(), w.data(), n * n * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(yh.data(), y.data(), n * n * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(rh.data(), yref.data(), n * n * 2, cudaMemcpyDeviceToHost));
+  const double u_in = bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11), u32 = std::ldexp(1.0, -24);
+  std::mt19937_64 rng(5);
+  double worst_ours = 0, worst_theirs = 0;
+  for (int s = 0; s < 1024; ++s) {
+    const int64_t i = rng() % n, j = rng() % n;
+    double exact = 0, mag = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const double p = (double)to_f32(xh[i * n + k], bf16) * to_f32(wh[j * n + k], bf16);
+      exact += p;
+      mag += std::fabs(p);
+    }
+    const double bound = (2 * u_in + n * u32 + u_in) * mag + 1e-30;
+    worst_ours = std::fmax(worst_ours, std::fabs(to_f32(yh[i * n + j], bf16) - exact) / bound);
+    worst_theirs = std::fmax(worst_theirs, std::fabs(to_f32(rh[i * n + j], bf16) - exact) / bound);
+  }
+  const double flops = 2.0 * n * n * n;
+  const double tf_ours = flops / (ms_ours * 1e-3) / 1e12, tf_theirs = flops / (ms_theirs * 1e-3) / 1e12;
+  std::fprintf(stderr, "gemm %s %lld: belay %.3f ms (%.1f TFLOP/s), cuBLAS %.3f ms (%.1f TFLOP/s), ratio %.3f, "
+               "error/bound belay %.3f cuBLAS %.3f\n", dtype_name(dtype), (long long)n, ms_ours, tf_ours, ms_theirs,
+               tf_theirs, tf_ours / tf_theirs, worst_ours, worst_theirs);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"dtype\": \"%s\", \"n\": %lld, \"belay_ms\": %.4f, \"belay_tflops\": %.2f, \"cublas_ms\": %.4f, "
+                "\"cublas_tflops\": %.2f, \"ratio\": %.4f, \"error_over_bound_belay\": %.4f, "
+                "\"error_over_bound_cublas\": %.4f, \"correct\": %s}",
+                dtype_name(dtype), (long long)n, ms_ours, tf_ours, ms_theirs, tf_theirs, tf_ours / tf_theirs,
+                worst_ours, worst_theirs, worst_ours <= 1.0 ? "true" : "false");
+  return buf;
+}
+
+double copy_bandwidth_gbs() {
+  const size_t bytes = size_t{2} << 30;
+  void *a, *b;
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMemset(a, 1, bytes));
+  auto copy = [&] { CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); };
+  copy();
+  const double ms = time_ms(copy, 20);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (ms * 1e-3) / 1e9;  // read + write
+}
+
+// The tensor sizes shared with bench/gpu/torch_amp_step.py: 64 matrices of 2048 x 2048 and
+// 64 vectors of 2048 (~269 M parameters), plus 3 odd ones.
+std::vector<int64_t> step_sizes() {
+  std::vector<int64_t> s;
+  for (int i = 0; i < 64; ++i) {
+    s.push_back(2048 * 2048);
+    s.push_back(2048);
+  }
+  s.push_back(1);
+  s.push_back(129);
+  s.push_back(1000);
+  return s;
+}
+
+std::string step_bench() {
+  const Device dev = Device::cuda();
+  const Backend& be = backend_for(dev);
+  std::vector<Tensor> master, m, v, grad, working;
+  int64_t total = 0;
+  uint32_t seed = 1;
+  for (int64_t n : step_sizes()) {
+    master.push_back(Tensor::full(Shape{n}, 0.5f, DType::F32, dev));
+    m.push_back(Tensor::zeros(Shape{n}, DType::F32, dev));
+    v.push_back(Tensor::zeros(Shape{n}, DType::F32, dev));
+    working.push_back(Tensor::empty(Shape{n}, DType::F16, dev));
+    // FP32 gradients scaled by 2^16, as after a scaled backward: fill through a 16-bit
+    // temporary (values in [-1, 1)), cast, scale.
+    Tensor tmp = Tensor::empty(Shape{n}, DType::F16, dev);
+    fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(tmp.data()), n, seed++, false);
+    Tensor g = tmp.to(DType::F32);
+    be.scale(g, 65536.0f, g);
+    grad.push_back(g);
+    total += n;
+  }
+  std::vector<const Tensor*> gptrs;
+  std::vector<AdamWSlot> slots;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    gptrs.push_back(&grad[i]);
+    slots.push_back({&master[i], &m[i], &v[i], &grad[i], &working[i], 0.01f});
+  }
+  Tensor scale = Tensor::scalar(65536.0f, DType::F32, dev), inv = Tensor::scalar(1.0f / 65536.0f, DType::F32, dev);
+  Tensor found = Tensor::scalar(0.0f, DType::F32, dev), sumsq = Tensor::scalar(0.0f, DType::F32, dev);
+  Tensor norm = Tensor::scalar(0.0f, DType::F32, dev), coef = Tensor::scalar(0.0f, DType::F32, dev);
+  Tensor tracker = Tensor::scalar(0.0f, DType::F32, dev), hyst = Tensor::scalar(1.0f, DType::F32, dev);
+  AdamWHyper h;
+  h.bias_correction1 = 0.1f;
+  h.bias_correction2 = 0.001f;
+  ScalerConfig sc;
+  auto guard = [&] { be.guard(gptrs, inv, found, sumsq); };
+  auto step = [&] {
+    be.guard(gptrs, inv, found, sumsq);
+    be.clip_coefficient(sumsq, 1.0f, norm, coef);
+    be.adamw(h, slots, inv, coef, found);
+    be.scaler_update(sc, scale, tracker, hyst, found);
+  };
+  step();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  // Checks: nothing non-finite, the sum of squares of the 129-element tensor right, and
+  // the masters moved (the step was not skipped).
+  const bool finite = found.item() == 0.0f;
+  Tensor one_found = Tensor::scalar(0.0f, DType::F32, dev), one_sumsq = Tensor::scalar(0.0f, DType::F32, dev);
+  const Tensor& probe = grad[grad.size() - 2];
+  be.guard({&probe}, inv, one_found, one_sumsq);
+  double want = 0;
+  for (float g : probe.to_vector()) want += (double)(g / 65536.0f) * (g / 65536.0f);
+  const bool sumsq_ok = std::fabs(one_sumsq.item() - want) <= 1e-5 * want + 1e-30;
+  const bool moved = master[0].to_vector()[0] != 0.5f;
+  // Scale 2^16 stays put (no growth for 2000 steps) so every timed step is a real update.
+  scale.fill(65536.0f);
+  const double ms_guard = time_ms(guard, 20);
+  const double ms_step = time_ms(step, 20);
+  const double copy_gbs = copy_bandwidth_gbs();
+  // Bytes: guard reads grad (4); AdamW reads grad, master, m, v (16), writes master, m, v (12)
+  // and the FP16 working copy (2).
+  const double guard_bytes = 4.0 * total, step_bytes = (4.0 + 16.0 + 12.0 + 2.0) * total;
+  const double guard_gbs = guard_bytes / (ms_guard * 1e-3) / 1e9, step_gbs = step_bytes / (ms_step * 1e-3) / 1e9;
+  std::fprintf(stderr, "step: %lld params, guard %.3f ms (%.0f GB/s), guard+clip+adamw+scaler %.3f ms (%.0f GB/s), "
+               "copy %.0f GB/s, ratio %.3f, checks finite=%d sumsq=%d moved=%d\n", (long long)total, ms_guard,
+               guard_gbs, ms_step, step_gbs, copy_gbs, step_gbs / copy_gbs, finite, sumsq_ok, moved);
+  char buf[768];
+  std::snprintf(buf, sizeof buf,
+                "{\"params\": %lld, \"tensors\": %zu, \"guard_ms\": %.4f, \"guard_gbs\": %.1f, \"step_ms\": %.4f, "
+                "\"step_gbs\": %.1f, \"step_bytes_per_param\": 34, \"copy_gbs\": %.1f, \"step_over_copy\": %.4f, "
+                "\"correct\": %s}",
+                (long long)total, grad.size(), ms_guard, guard_gbs, ms_step, step_gbs, copy_gbs, step_gbs / copy_gbs,
+                finite && sumsq_ok && moved ? "true" : "false");
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda_device_count() == 0) {
+    std::puts("{\"error\": \"no CUDA device\"}");
+    return 77;
+  }
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cublasHandle_t handle;
+  CHECK_CUBLAS(cublasCreate(&handle));
+  std::string out = std::string("{\"device\": \"") + prop.name + "\", \"gemm\": [";
+  bool first = true;
+  for (DType d : {DType::F16, DType::BF16})
+    for (int64_t n : {1024, 2048, 4096, 8192}) {
+      if (quick && n > 2048) continue;
+      out += (first ? "" : ", ") + gemm_bench(n, d, handle);
+      first = false;
+    }
+  out += "], \"step\": " + step_bench() + "}";
+  std::puts(out.c_str());
+  cublasDestroy(handle);
+  return 0;
+}

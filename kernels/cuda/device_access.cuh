@@ -1,0 +1,106 @@
+// Device-side helpers shared by the CUDA kernels: loads and stores of any belay dtype
+// through FP32 (the same bit-exact conversions as the CPU, engine/half_bits.h), 8-wide
+// vector loads for the bandwidth-bound passes, and a fixed-order block reduction in
+// double (no atomics: the same inputs give the same bits on every run).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/dtype.h"
+#include "kernels/common/element_math.h"
+
+namespace belay::cuda {
+
+constexpr int kBlock = 256;  // threads per block of the elementwise and reduction kernels
+
+__device__ __forceinline__ float load_f32(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::F16: return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+__device__ __forceinline__ void store_f32(void* base, DType dtype, int64_t i, float x) {
+  switch (dtype) {
+    case DType::F16: static_cast<uint16_t*>(base)[i] = f32_to_f16_bits(x); break;
+    case DType::BF16: static_cast<uint16_t*>(base)[i] = f32_to_bf16_bits(x); break;
+    default: static_cast<float*>(base)[i] = x; break;
+  }
+}
+
+// Elements i .. i+7 (i a multiple of 8, base 16-byte aligned): one 16-byte load for 16-bit
+// dtypes, two for FP32. Why: the guard and AdamW are bound by memory bandwidth, and 16-byte
+// transactions per thread are what reaches it.
+__device__ __forceinline__ void load8_f32(const void* base, DType dtype, int64_t i, float out[8]) {
+  if (dtype == DType::F32) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+    const float4 a = p[0], b = p[1];
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+    return;
+  }
+  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int w = 0; w < 4; ++w) {
+    const uint16_t lo = static_cast<uint16_t>(words[w] & 0xffffu), hi = static_cast<uint16_t>(words[w] >> 16);
+    out[2 * w] = dtype == DType::F16 ? f16_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+    out[2 * w + 1] = dtype == DType::F16 ? f16_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+  }
+}
+
+__device__ __forceinline__ void store8_f32(void* base, DType dtype, int64_t i, const float in[8]) {
+  if (dtype == DType::F32) {
+    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
+    p[0] = make_float4(in[0], in[1], in[2], in[3]);
+    p[1] = make_float4(in[4], in[5], in[6], in[7]);
+    return;
+  }
+  uint32_t words[4];
+  for (int w = 0; w < 4; ++w) {
+    const uint16_t lo = dtype == DType::F16 ? f32_to_f16_bits(in[2 * w]) : f32_to_bf16_bits(in[2 * w]);
+    const uint16_t hi = dtype == DType::F16 ? f32_to_f16_bits(in[2 * w + 1]) : f32_to_bf16_bits(in[2 * w + 1]);
+    words[w] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i) = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Sum of one double per thread over the block, in a fixed tree order; the result is valid
+// in thread 0. `scratch` holds blockDim.x doubles; blockDim.x is a power of two.
+__device__ __forceinline__ double block_sum(double v, double* scratch) {
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const double total = scratch[0];
+  __syncthreads();  // scratch may be reused right after
+  return total;
+}
+
+// Same for a maximum of floats (NaN propagates: the loss must see it).
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      const float o = scratch[threadIdx.x + stride], s = scratch[threadIdx.x];
+      scratch[threadIdx.x] = (o > s || o != o) ? o : s;
+    }
+    __syncthreads();
+  }
+  const float total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+inline int grid_for(int64_t n, int block = kBlock, int cap = 8192) {
+  const int64_t blocks = (n + block - 1) / block;
+  return static_cast<int>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
+}
+
+}  // namespace belay::cuda

@@ -1,0 +1,288 @@
+// The tensor-core GEMM for FP16 and BF16 inputs, FP32 accumulation (mma.sync m16n8k16).
+// C[M,N] = op(A)[M,K] op(B)[K,N] (+ bias[N]) (+ C if beta == 1), one 128 x 128 tile of C
+// per block of 8 warps, each warp 64 x 32 (gemm_layout.h holds every index formula, tested
+// on the CPU). Per k-tile of 64:
+//   1. cp.async copies the A and B tiles, 16 bytes a thread at a time, into a swizzled
+//      shared-memory stage, kStages - 1 tiles ahead of the math (a 3-stage pipeline), so
+//      global latency hides behind the tensor cores. Out-of-range chunks are zero-filled
+//      (src-size 0): that predicate is the whole K / M / N edge handling on the load side.
+//   2. ldmatrix(.trans) turns the stage into mma fragments: .trans when the operand is
+//      stored with M (or N) contiguous, so all four layouts of a linear layer
+//      (Y = X W^T, dX = dY W, dW = dY^T X) run without a transpose pass.
+//   3. 16 mma.sync per k16 step per warp.
+// The epilogue adds the bias in FP32 (and C for beta == 1) and rounds once into C's dtype,
+// predicated on row < M and col < N.
+// Operands whose rows are not 16-byte aligned (a stored row length that is not a multiple
+// of 8) are first copied by the caller into a zero-padded buffer whose rows are
+// (launch_pad_rows below), so one kernel, always on the cp.async path, serves every shape.
+// Bytes: (M*K + K*N) * 2 * (re-reads: N/128 for A, M/128 for B, mostly from L2) + M*N*|C|;
+// flops: 2*M*N*K.
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_access.cuh"
+#include "kernels/cuda/gemm_kernels.h"
+#include "kernels/cuda/gemm_layout.h"
+
+namespace belay {
+namespace {
+
+using namespace gemm;
+
+// ---- PTX wrappers (PTX ISA: cp.async, ldmatrix, mma) -------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes < 16 zero-fills the rest.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (kBf16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+struct TcParams {
+  const uint16_t* a;
+  const uint16_t* b;
+  void* c;
+  const void* bias;
+  int64_t lda, ldb;
+  int m, n, k;
+  DType c_dtype, bias_dtype;
+  bool accumulate;  // beta == 1: C is FP32 and is added
+};
+
+// Copies one operand tile (A or B, k-tile kt) into a stage. kKMajor: stored [mn][k], else
+// [k][mn]; mn0 is the tile's first row of op(A) (or column of op(B)).
+template <bool kKMajor>
+__device__ __forceinline__ void load_tile(uint16_t* stage, const uint16_t* g, int64_t ld, int mn_total, int k_total,
+                                          int mn0, int k0) {
+  constexpr TileShape s = operand_tile(kKMajor);
+  const int rows_total = kKMajor ? mn_total : k_total;
+  const int cols_total = kKMajor ? k_total : mn_total;
+  const int row0 = kKMajor ? mn0 : k0;
+  const int col0 = kKMajor ? k0 : mn0;
+#pragma unroll
+  for (int pass = 0; pass < kLoadPasses; ++pass) {
+    const ChunkPos p = load_chunk(threadIdx.x, pass, s.chunks);
+    const int grow = row0 + p.row, gcol = col0 + p.chunk * kChunkElems;
+    uint16_t* dst = stage + tile_offset(p.row, p.chunk, s.chunks);
+    // ld % 8 == 0: a chunk that starts inside a row ends inside it, or in the row's zero
+    // padding (launch_pad_rows), so the whole chunk is copied or the whole chunk is zeroed.
+    const bool inside = grow < rows_total && gcol < cols_total;
+    const uint16_t* src = inside ? g + grow * ld + gcol : g;  // a valid address even when unused
+    cp_async_16(smem_addr(dst), src, inside ? 16 : 0);
+  }
+}
+
+// One element of the epilogue, out of line: keeps the dtype switches from being copied 64
+// times into the unrolled loop. Fields by value: a reference to the kernel's parameter
+// struct would copy it to local memory.
+__device__ __noinline__ void store_c(void* c, DType c_dtype, const void* bias, DType bias_dtype, bool accumulate,
+                                     int64_t idx, int64_t col, float v) {
+  if (accumulate) v = static_cast<const float*>(c)[idx] + v;
+  if (bias) v += cuda::load_f32(bias, bias_dtype, col);
+  cuda::store_f32(c, c_dtype, idx, v);
+}
+
+template <bool kAKMajor, bool kBKMajor, bool kBf16>
+__global__ void __launch_bounds__(kThreads) gemm_tc_kernel(const TcParams p) {
+  extern __shared__ __align__(128) uint16_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int bm = blockIdx.y, bn = blockIdx.x;
+  const int m0 = bm * kBM, n0 = bn * kBN;
+  const int k_tiles = static_cast<int>(ceil_div(p.k, kBK));
+  constexpr TileShape sa = operand_tile(kAKMajor), sb = operand_tile(kBKMajor);
+
+  auto stage_a = [&](int s) { return smem + s * kStageElems; };
+  auto stage_b = [&](int s) { return smem + s * kStageElems + kTileElems; };
+  auto load_stage = [&](int kt) {
+    if (kt < k_tiles) {
+      const int s = kt % kStages;
+      load_tile<kAKMajor>(stage_a(s), p.a, p.lda, p.m, p.k, m0, kt * kBK);
+      load_tile<kBKMajor>(stage_b(s), p.b, p.ldb, p.n, p.k, n0, kt * kBK);
+    }
+    cp_async_commit();  // one group per k-tile, empty past the end
+  };
+
+  float acc[kWarpTilesM][kWarpTilesN][4];
+#pragma unroll
+  for (int i = 0; i < kWarpTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < kWarpTilesN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+
+  const int wm = (warp / kWarpsN) * kWarpM, wn = (warp % kWarpsN) * kWarpN;
+
+  // Prologue: kStages - 1 tiles in flight before the first mma.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load_stage(s);
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    // Tile kt has landed once at most kStages - 2 younger groups are pending; the barrier
+    // makes it visible to every warp and also says every warp is done with tile kt - 1,
+    // whose stage the next prefetch overwrites.
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    load_stage(kt + kStages - 1);
+
+    const uint16_t* a_s = stage_a(kt % kStages);
+    const uint16_t* b_s = stage_b(kt % kStages);
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += kMmaK) {
+      uint32_t af[kWarpTilesM][4];
+      uint32_t bf[kWarpTilesN][2];
+#pragma unroll
+      for (int mi = 0; mi < kWarpTilesM; ++mi) {
+        if constexpr (kAKMajor) {
+          const LdsmSource src = ldsm_a_kmajor(lane);
+          ldmatrix_x4<false>(af[mi], smem_addr(a_s + tile_offset(wm + mi * kMmaM + src.row,
+                                                                  kk / kChunkElems + src.chunk, sa.chunks)));
+        } else {
+          const LdsmSource src = ldsm_a_mmajor(lane);
+          ldmatrix_x4<true>(af[mi], smem_addr(a_s + tile_offset(kk + src.row,
+                                                                 (wm + mi * kMmaM) / kChunkElems + src.chunk,
+                                                                 sa.chunks)));
+        }
+      }
+#pragma unroll
+      for (int pair = 0; pair < kWarpTilesN / 2; ++pair) {
+        uint32_t r[4];
+        if constexpr (kBKMajor) {
+          const LdsmSource src = ldsm_b_kmajor(lane);
+          ldmatrix_x4<false>(r, smem_addr(b_s + tile_offset(wn + pair * 16 + src.row, kk / kChunkElems + src.chunk,
+                                                             sb.chunks)));
+        } else {
+          const LdsmSource src = ldsm_b_nmajor(lane);
+          ldmatrix_x4<true>(r, smem_addr(b_s + tile_offset(kk + src.row, (wn + pair * 16) / kChunkElems + src.chunk,
+                                                            sb.chunks)));
+        }
+        bf[2 * pair][0] = r[0];
+        bf[2 * pair][1] = r[1];
+        bf[2 * pair + 1][0] = r[2];
+        bf[2 * pair + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < kWarpTilesM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kWarpTilesN; ++ni) mma_16816<kBf16>(acc[mi][ni], af[mi], bf[ni]);
+    }
+  }
+  cp_async_wait<0>();  // leave no copy in flight (the empty tail groups)
+
+  // Epilogue: bias and C added in FP32, one rounding into C's dtype. Fully unrolled with no
+  // early exit, so the accumulators stay in registers (a loop the compiler does not unroll
+  // indexes acc at run time and moves all 64 of them to local memory).
+#pragma unroll
+  for (int mi = 0; mi < kWarpTilesM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kWarpTilesN; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const Coord64 e = c_element(bm, bn, warp, mi, ni, lane, r);
+        const float v = acc[mi][ni][r];
+        if (e.row < p.m && e.col < p.n)
+          store_c(p.c, p.c_dtype, p.bias, p.bias_dtype, p.accumulate, e.row * p.n + e.col, e.col, v);
+      }
+}
+
+template <bool kAKMajor, bool kBKMajor, bool kBf16>
+void launch_variant(const TcParams& p) {
+  auto kernel = gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>;
+  // 96 KiB of dynamic shared memory needs the opt-in (the default ceiling is 48 KiB); set
+  // once per variant (a host-side attribute, no device synchronisation).
+  static const bool configured = [&] {
+    BELAY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kBN)), static_cast<unsigned>(ceil_div(p.m, kBM)));
+  kernel<<<grid, kThreads, kSmemBytes>>>(p);
+}
+
+template <bool kBf16>
+void launch_layouts(const TcParams& p, bool a_kmajor, bool b_kmajor) {
+  if (a_kmajor && b_kmajor) launch_variant<true, true, kBf16>(p);
+  else if (a_kmajor) launch_variant<true, false, kBf16>(p);
+  else if (b_kmajor) launch_variant<false, true, kBf16>(p);
+  else launch_variant<false, false, kBf16>(p);
+}
+
+// dst[r][c] = c < cols ? src[r][c] : 0 for c < ld_dst: 16-bit elements, any alignment.
+__global__ void pad_rows_kernel(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t ld_dst) {
+  const int64_t n = rows * ld_dst;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / ld_dst, c = i % ld_dst;
+    dst[i] = c < cols ? src[r * cols + c] : uint16_t(0);
+  }
+}
+
+}  // namespace
+
+bool rows_aligned(const void* base, int64_t ld) {
+  return ld % kChunkElems == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
+}
+
+void launch_pad_rows(const void* src, int64_t rows, int64_t cols, void* dst) {
+  const int64_t n = rows * padded_ld(cols);
+  if (n > 0)
+    pad_rows_kernel<<<cuda::grid_for(n), cuda::kBlock>>>(static_cast<const uint16_t*>(src), rows, cols,
+                                                         static_cast<uint16_t*>(dst), padded_ld(cols));
+}
+
+void launch_gemm_tensor_core(const GemmProblem& g) {
+  TcParams p;
+  p.a = static_cast<const uint16_t*>(g.a);
+  p.b = static_cast<const uint16_t*>(g.b);
+  p.c = g.c;
+  p.bias = g.bias;
+  p.lda = g.lda;
+  p.ldb = g.ldb;
+  p.m = static_cast<int>(g.m);
+  p.n = static_cast<int>(g.n);
+  p.k = static_cast<int>(g.k);
+  p.c_dtype = g.c_dtype;
+  p.bias_dtype = g.bias_dtype;
+  p.accumulate = g.beta == 1.0f;
+  // A not transposed is stored [M][K]: K-major. B transposed is stored [N][K]: K-major.
+  const bool a_kmajor = !g.trans_a, b_kmajor = g.trans_b;
+  if (g.ab_dtype == DType::BF16)
+    launch_layouts<true>(p, a_kmajor, b_kmajor);
+  else
+    launch_layouts<false>(p, a_kmajor, b_kmajor);
+}
+
+}  // namespace belay

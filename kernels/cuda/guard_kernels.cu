@@ -1,0 +1,145 @@
+// The fused guard and its companions on the GPU.
+//  guard: ONE read of every gradient, many tensors per launch. Each element is unscaled on
+//    the fly (g * inv_scale, in FP32, as the CPU does) and squared in double; each block
+//    writes one partial sum; one final block adds the partials in index order. A non-finite
+//    element makes its square, hence the sum, non-finite: found_inf is read off the total,
+//    so no flag needs atomics either. Nothing is written to the gradients.
+//    Bytes: sum of numel * dtype_size read + 8 per 16384 elements; flops: 3 per element.
+//  clip_coefficient: one thread, norm = sqrt(sumsq), coef = min(1, max / (norm + 1e-6)).
+//  unscale: g *= inv_scale in place (the unfused path); reads and writes each gradient once.
+//    A thread that sees a non-finite product stores 1 into found_inf (zeroed first): every
+//    writer writes the same value, so the race is benign and the result deterministic.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_access.cuh"
+#include "kernels/cuda/multi_tensor.cuh"
+
+namespace belay {
+namespace {
+
+using cuda::aligned16;
+using cuda::block_sum;
+using cuda::kBlock;
+using cuda::kChunk;
+using cuda::load8_f32;
+using cuda::load_f32;
+using cuda::store8_f32;
+using cuda::store_f32;
+using GuardBatch = cuda::MultiTensorBatch<GradRef>;
+
+__global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_constant__ GuardBatch batch,
+                                                                const float* inv_scale, double* partials) {
+  __shared__ double scratch[kBlock];
+  const int t = cuda::find_tensor(batch, blockIdx.x);
+  const GradRef g = batch.refs[t];
+  const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
+  const int64_t end = start + kChunk < g.n ? start + kChunk : g.n;
+  const float inv = *inv_scale;
+
+  double acc = 0.0;
+  int64_t tail = start;
+  if (aligned16(g.data)) {
+    // 8 elements per thread per pass: 16-byte loads (kChunk is a multiple of 8, so every
+    // chunk starts aligned).
+    const int64_t vec_end = start + (end - start) / 8 * 8;
+    for (int64_t i = start + 8 * (int64_t)threadIdx.x; i < vec_end; i += 8 * (int64_t)blockDim.x) {
+      float x[8];
+      load8_f32(g.data, g.dtype, i, x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float u = x[e] * inv;
+        acc += (double)u * (double)u;
+      }
+    }
+    tail = vec_end;
+  }
+  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+    const float u = load_f32(g.data, g.dtype, i) * inv;
+    acc += (double)u * (double)u;
+  }
+  const double total = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void guard_finish_kernel(const double* partials, int64_t count, float* found_inf, float* sumsq) {
+  __shared__ double scratch[kBlock];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  const double total = block_sum(acc, scratch);
+  if (threadIdx.x == 0) {
+    found_inf[0] = isfinite(total) ? 0.0f : 1.0f;
+    sumsq[0] = static_cast<float>(total);
+  }
+}
+
+__global__ void clip_coefficient_kernel(const float* sumsq, float max_norm, float* norm, float* clip_coef) {
+  const float n = sqrtf(*sumsq);  // IEEE sqrt (no fast math): the CPU's std::sqrt bit for bit
+  *norm = n;
+  *clip_coef = clip_coefficient_of(n, max_norm);
+}
+
+__global__ void __launch_bounds__(kBlock) unscale_kernel(const __grid_constant__ GuardBatch batch,
+                                                         const float* inv_scale, float* found_inf) {
+  const int t = cuda::find_tensor(batch, blockIdx.x);
+  const GradRef g = batch.refs[t];
+  const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
+  const int64_t end = start + kChunk < g.n ? start + kChunk : g.n;
+  const float inv = *inv_scale;
+  bool nonfinite = false;
+  int64_t tail = start;
+  if (aligned16(g.data)) {
+    const int64_t vec_end = start + (end - start) / 8 * 8;
+    for (int64_t i = start + 8 * (int64_t)threadIdx.x; i < vec_end; i += 8 * (int64_t)blockDim.x) {
+      float x[8];
+      load8_f32(g.data, g.dtype, i, x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x[e] *= inv;
+        nonfinite |= !is_finite_f32(x[e]);
+      }
+      store8_f32(g.data, g.dtype, i, x);
+    }
+    tail = vec_end;
+  }
+  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+    const float u = load_f32(g.data, g.dtype, i) * inv;
+    nonfinite |= !is_finite_f32(u);
+    store_f32(g.data, g.dtype, i, u);
+  }
+  if (nonfinite) *found_inf = 1.0f;
+}
+
+}  // namespace
+
+int64_t guard_partials(const std::vector<GradRef>& grads) {
+  int64_t blocks = 0;
+  for (const GradRef& g : grads) blocks += (g.n + kChunk - 1) / kChunk;
+  return blocks > 0 ? blocks : 1;
+}
+
+void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* sumsq,
+                  double* partials) {
+  // Each batch writes its own slice of `partials`, so the final sum sees every block of
+  // every batch in one fixed order.
+  int64_t offset = 0;
+  cuda::for_each_batch(grads, [&](const GuardBatch& batch, int64_t blocks) {
+    guard_partials_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, inv_scale, partials + offset);
+    offset += blocks;
+  });
+  guard_finish_kernel<<<1, kBlock>>>(partials, offset, found_inf, sumsq);  // offset 0: sum 0, finite
+}
+
+void launch_clip_coefficient(const float* sumsq, float max_norm, float* norm, float* clip_coef) {
+  clip_coefficient_kernel<<<1, 1>>>(sumsq, max_norm, norm, clip_coef);
+}
+
+void launch_unscale(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf) {
+  launch_fill(found_inf, DType::F32, 1, 0.0f, nullptr);
+  cuda::for_each_batch(grads, [&](const GuardBatch& batch, int64_t blocks) {
+    unscale_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, inv_scale, found_inf);
+  });
+}
+
+}  // namespace belay

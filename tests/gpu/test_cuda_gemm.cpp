@@ -1,0 +1,127 @@
+// The CUDA GEMMs (tensor cores for FP16/BF16, SIMT for FP32) against an FP64 product of the
+// same rounded inputs, through the one tolerance helper: every trans_a / trans_b layout
+// (Y = X W^T, dX = dY W, dW = dY^T X and the fourth), odd shapes (edges and the
+// element-wise loader for leading dimensions that are not a multiple of 8), aligned shapes
+// (the cp.async path), the bias epilogue and beta = 1 accumulation into an FP32 C.
+#include <cmath>
+
+#include "tests/gpu/gpu_test_util.h"
+
+using namespace belay;
+using namespace belay::test;
+
+namespace {
+
+struct Problem {
+  int64_t m, n, k;
+};
+
+// Covers 1, 7, 129 and 1000 in every position, plus multiples of 8 (the vectorised path)
+// and a K that spans many k-tiles with a ragged last one.
+const Problem kProblems[] = {{1, 1, 1},      {7, 7, 7},       {129, 129, 129}, {1000, 129, 7},  {7, 1000, 129},
+                             {129, 7, 1000}, {1, 1000, 1000}, {1000, 1, 129},  {128, 256, 64},  {256, 128, 1024},
+                             {136, 72, 200}, {64, 8, 8}};
+
+void run_case(const Problem& pr, DType ab, bool trans_a, bool trans_b, bool with_bias, bool accumulate) {
+  const Shape a_shape = trans_a ? Shape{pr.k, pr.m} : Shape{pr.m, pr.k};
+  const Shape b_shape = trans_b ? Shape{pr.n, pr.k} : Shape{pr.k, pr.n};
+  const uint64_t seed = static_cast<uint64_t>(pr.m * 131 + pr.n * 17 + pr.k);
+  Pair a = make_pair(a_shape, ab, seed), b = make_pair(b_shape, ab, seed + 1);
+  Pair bias = make_pair(Shape{pr.n}, ab, seed + 2);
+  const DType c_dtype = accumulate ? DType::F32 : ab;
+  Pair c = make_pair(Shape{pr.m, pr.n}, c_dtype, seed + 3);
+  const std::vector<float> av = a.host.to_vector(), bv = b.host.to_vector(), biasv = bias.host.to_vector(),
+                           c0 = c.host.to_vector();
+
+  std::vector<double> want(static_cast<size_t>(pr.m * pr.n)), mag(want.size());
+  for (int64_t i = 0; i < pr.m; ++i)
+    for (int64_t j = 0; j < pr.n; ++j) {
+      double s = 0.0, sa = 0.0;
+      for (int64_t p = 0; p < pr.k; ++p) {
+        const double x = av[trans_a ? p * pr.m + i : i * pr.k + p];
+        const double y = bv[trans_b ? j * pr.k + p : p * pr.n + j];
+        s += x * y;
+        sa += std::fabs(x * y);
+      }
+      if (with_bias) {
+        s += biasv[j];
+        sa += std::fabs(biasv[j]);
+      }
+      if (accumulate) {
+        s += c0[i * pr.n + j];
+        sa += std::fabs(c0[i * pr.n + j]);
+      }
+      want[i * pr.n + j] = s;
+      mag[i * pr.n + j] = sa;
+    }
+
+  GemmArgs args;
+  args.a = &a.device;
+  args.trans_a = trans_a;
+  args.b = &b.device;
+  args.trans_b = trans_b;
+  args.c = &c.device;
+  args.beta = accumulate ? 1.0f : 0.0f;
+  args.bias = with_bias ? &bias.device : nullptr;
+  gpu().gemm(args);
+  INFO(name_of(ab) << " M=" << pr.m << " N=" << pr.n << " K=" << pr.k << " trans_a=" << trans_a
+                   << " trans_b=" << trans_b << " bias=" << with_bias << " beta=" << accumulate);
+  // K products, then the bias and C additions: K + 2 terms in the FP32 sum.
+  check_close(c.device.to_vector(), want, tolerance_for(ab, c_dtype, pr.k + 2), mag);
+}
+
+}  // namespace
+
+TEST_CASE("cuda gemm fp16 and bf16 (tensor cores) match FP64 in every layout and odd shape", "[gpu][gemm]") {
+  BELAY_REQUIRE_GPU();
+  for (DType ab : {DType::F16, DType::BF16})
+    for (const Problem& pr : kProblems)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          run_case(pr, ab, ta, tb, false, false);
+          run_case(pr, ab, ta, tb, true, false);
+          run_case(pr, ab, ta, tb, false, true);
+        }
+}
+
+TEST_CASE("cuda gemm fp32 (SIMT) matches FP64 in every layout and odd shape", "[gpu][gemm]") {
+  BELAY_REQUIRE_GPU();
+  for (const Problem& pr : kProblems)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        run_case(pr, DType::F32, ta, tb, false, false);
+        run_case(pr, DType::F32, ta, tb, true, true);
+      }
+}
+
+TEST_CASE("cuda gemm: the three products of a linear layer agree with the CPU backend", "[gpu][gemm]") {
+  BELAY_REQUIRE_GPU();
+  // X [B, in], W [out, in]: Y = X W^T, dX = dY W, dW (+)= dY^T X, as autograd issues them.
+  const int64_t batch = 129, in = 1000, out = 7;
+  for (DType d : {DType::F16, DType::BF16}) {
+    Pair x = make_pair(Shape{batch, in}, d, 61), w = make_pair(Shape{out, in}, d, 62);
+    Pair dy = make_pair(Shape{batch, out}, d, 63);
+    Tensor yg = Tensor::empty(Shape{batch, out}, d, Device::cuda()), yc = Tensor::empty(Shape{batch, out}, d);
+    Tensor dxg = Tensor::empty(Shape{batch, in}, d, Device::cuda()), dxc = Tensor::empty(Shape{batch, in}, d);
+    Tensor dwg = Tensor::zeros(Shape{out, in}, DType::F32, Device::cuda()), dwc = Tensor::zeros(Shape{out, in});
+    for (int pass = 0; pass < 2; ++pass) {  // the second dW accumulates (beta = 1)
+      gpu().gemm({&x.device, false, &w.device, true, &yg, 0.0f, nullptr});
+      cpu().gemm({&x.host, false, &w.host, true, &yc, 0.0f, nullptr});
+      gpu().gemm({&dy.device, false, &w.device, false, &dxg, 0.0f, nullptr});
+      cpu().gemm({&dy.host, false, &w.host, false, &dxc, 0.0f, nullptr});
+      gpu().gemm({&dy.device, true, &x.device, false, &dwg, pass == 0 ? 0.0f : 1.0f, nullptr});
+      cpu().gemm({&dy.host, true, &x.host, false, &dwc, pass == 0 ? 0.0f : 1.0f, nullptr});
+    }
+    // Both backends err by at most the bound from the exact product; they differ by at most
+    // twice it. Magnitudes from |X| |W|^T etc. are replaced by the (larger) sum bound:
+    // |x|, |w| < 2, so every |product| < 4 and magnitude <= 4 K.
+    auto check = [&](const Tensor& g, const Tensor& c, int64_t k, DType out_dtype) {
+      const Tolerance t = tolerance_for(d, out_dtype, k);
+      const std::vector<double> mag(static_cast<size_t>(g.numel()), 4.0 * static_cast<double>(k));
+      check_close(g.to_vector(), as_double(c), {2.0 * t.rel, 2.0 * t.abs}, mag);
+    };
+    check(yg, yc, in, d);
+    check(dxg, dxc, out, d);
+    check(dwg, dwc, 2 * batch, DType::F32);
+  }
+}
