@@ -30,6 +30,14 @@ struct GemmArgs {
   const Tensor* bias = nullptr;
 };
 
+// The extents of a product, once its operands are checked: all three on one device, the
+// operands of one dtype, the shapes chaining, beta 0 or 1 (with an FP32 C), the bias of
+// length N. Every backend's gemm calls it first; throws Error naming what does not match.
+struct GemmDims {
+  int64_t m = 0, n = 0, k = 0;
+};
+GemmDims check_gemm(const GemmArgs& args);
+
 struct AdamWHyper {
   float lr = 1e-3f;
   float beta1 = 0.9f;

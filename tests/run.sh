@@ -1,13 +1,36 @@
 #!/usr/bin/env bash
 # The one command that tests belay on a fresh Debian 12 machine: installs what is missing,
-# configures and builds everything (CUDA kernels too when nvcc is found), runs every test.
-# GPU tests are skipped cleanly where there is no GPU.
+# then
+#   1. configures and builds everything (CUDA kernels too when nvcc is found; the ptxas
+#      register/spill report lands in build/build.log) and runs every test (GPU tests are
+#      skipped cleanly where there is no GPU);
+#   2. the CPU suite again under ASan + UBSan (clang), tests/sanitize.sh;
+#   3. the safetensors reader under libFuzzer for a bounded run, tests/fuzz/run_fuzz.sh.
+#   usage: tests/run.sh [--quick]     (--quick: step 1 only)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BELAY_BUILD_DIR:-$root/build}
-bash "$root/third_party/install_deps.sh"
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+bash "$root/third_party/install_deps.sh" --tests
+# OpenMP threads sleep instead of spinning between parallel regions: several test processes
+# share two cores here, and spinning would only slow them all down.
+export OMP_WAIT_POLICY=passive
+
+echo "== build and test ($build)"
 [ -f "$build/build.ninja" ] || cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build" -j"$(nproc)" 2>&1 | tee "$build/build.log" | grep -vE "^ptxas info|^\[" || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "build failed, see $build/build.log" >&2; exit 1; }
-cd "$build"
-ctest --output-on-failure -j"$(nproc)" "$@"
+if ! cmake --build "$build" -j"$(nproc)" >"$build/build.log" 2>&1; then
+  grep -E "error|FAILED" "$build/build.log" | head -40 >&2
+  echo "build failed, see $build/build.log" >&2
+  exit 1
+fi
+spills=$(grep -cE "[1-9][0-9]* bytes spill (stores|loads)" "$build/build.log" || true)
+echo "ptxas: $(grep -c "Used [0-9]* registers" "$build/build.log" || true) kernel reports, $spills with spills"
+(cd "$build" && ctest --output-on-failure -j"$(nproc)")
+[ $quick -eq 1 ] && exit 0
+
+echo "== the CPU suite under ASan + UBSan"
+bash "$root/tests/sanitize.sh"
+
+echo "== fuzzing the safetensors reader"
+bash "$root/tests/fuzz/run_fuzz.sh" 200000 45

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what belay needs from Debian 12's packages, only what is missing.
+#   usage: install_deps.sh [--tests]   (--tests: also what the test command needs)
 # The toolchain (g++, cmake, ninja) is assumed; nvcc is optional (CPU-only build without it).
 set -euo pipefail
-packages=(libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev ninja-build cmake g++)
+packages=(libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev ninja-build cmake g++ python3)
+# The test command also builds with clang under ASan/UBSan and runs the libFuzzer target.
+[ "${1:-}" = "--tests" ] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

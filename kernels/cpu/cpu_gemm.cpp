@@ -18,25 +18,11 @@ Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType
 }  // namespace
 
 void cpu_gemm(const GemmArgs& args) {
-  if (!args.a || !args.b || !args.c) throw Error("gemm: missing operand");
+  const auto [m, n, k] = check_gemm(args);
+  if (!args.a->device().is_cpu()) throw Error("gemm: CPU backend given " + args.a->describe());
   const Tensor& a = *args.a;
   const Tensor& b = *args.b;
   Tensor& c = *args.c;
-  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
-    throw Error("gemm: expected matrices, got " + a.describe() + ", " + b.describe() + ", " + c.describe());
-  if (a.dtype() != b.dtype())
-    throw Error("gemm: operand dtypes differ, " + a.describe() + " vs " + b.describe() + " (cast one first)");
-  const int64_t m = args.trans_a ? a.dim(1) : a.dim(0);
-  const int64_t k = args.trans_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = args.trans_b ? b.dim(1) : b.dim(0);
-  const int64_t n = args.trans_b ? b.dim(0) : b.dim(1);
-  if (k != kb || c.dim(0) != m || c.dim(1) != n)
-    throw Error("gemm: shapes do not chain, op(A) is [" + std::to_string(m) + ", " + std::to_string(k) +
-                "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(n) + "], C is " + c.describe());
-  if (args.beta != 0.0f && (args.beta != 1.0f || c.dtype() != DType::F32))
-    throw Error("gemm: beta must be 0, or 1 with an fp32 C (gradient accumulation)");
-  if (args.bias && (args.bias->numel() != n))
-    throw Error("gemm: bias " + args.bias->describe() + " does not match N = " + std::to_string(n));
 
   const Tensor a32 = as_f32(a), b32 = as_f32(b);
   const ConstMap am(a32.data_as<float>(), a.dim(0), a.dim(1));

@@ -4,18 +4,19 @@
 # Exit status 0: no crash found; otherwise libFuzzer's, with the crashing input saved in
 # the build directory's fuzz-artifacts/.
 #   usage: tests/fuzz/run_fuzz.sh [RUNS=200000] [SECONDS=60]
-#   env:   BELAY_FUZZ_BUILD_DIR (default build-fuzz), BELAY_FUZZ_JOBS (default 2)
+#   env:   BELAY_SAN_BUILD_DIR (default build-san, shared with tests/sanitize.sh: same flags,
+#          so one clang build serves both), BELAY_FUZZ_JOBS (default: all cores)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=${BELAY_FUZZ_BUILD_DIR:-$root/build-fuzz}
+build=${BELAY_SAN_BUILD_DIR:-$root/build-san}
 runs=${1:-200000}
 seconds=${2:-60}
-sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DBELAY_ENABLE_CUDA=OFF -DBELAY_BUILD_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link $sanitizers" -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" >/dev/null
-cmake --build "$build" -j"${BELAY_FUZZ_JOBS:-2}" --target fuzz_safetensors write_sample_safetensors
+cmake --build "$build" -j"${BELAY_FUZZ_JOBS:-$(nproc)}" --target fuzz_safetensors write_sample_safetensors
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

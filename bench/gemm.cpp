@@ -1,0 +1,121 @@
+// GEMM: the three products of a linear layer Y = X W^T + b at batch B = 256 and width n
+// (in = out = n): forward Y = X W^T (+ b), dX = dY W, dW = dY^T X. belay's CPU matmul (the
+// backend's gemm, fp32 and bf16/fp16 with FP32 accumulation) against Eigen called directly
+// on FP32 matrices with the same expression, compiled with the same flags: the ratio is
+// what belay's wrapper costs (dtype widening, scratch, rounding). 2*B*n*n flops each.
+//
+// Check: 16 sampled outputs of every product against an FP64 dot product of the operands
+// as stored, within 2k*2^-24*sum|a*b| plus the output rounding.
+#include <Eigen/Core>
+#include <cmath>
+
+#include "bench/sections.h"
+#include "engine/backend.h"
+#include "engine/random.h"
+
+namespace belay::bench {
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Map = Eigen::Map<RowMat>;
+using CMap = Eigen::Map<const RowMat>;
+
+Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng) {
+  Tensor t = Tensor::empty(Shape{r, c});
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < r * c; ++i) p[i] = rng.uniform(-bound, bound);
+  return t;
+}
+
+// C = op(A) op(B); checks 16 sampled entries against FP64.
+void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const std::string& what) {
+  const std::vector<float> av = a.to_vector(), bv = b.to_vector(), cv = c.to_vector();  // as stored
+  const int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  Rng rng(7);
+  const float out_eps = c.dtype() == DType::F32 ? 0x1p-24f : c.dtype() == DType::BF16 ? 0x1p-8f : 0x1p-11f;
+  for (int s = 0; s < 16; ++s) {
+    const int64_t i = static_cast<int64_t>(rng.next_u64() % m), j = static_cast<int64_t>(rng.next_u64() % n);
+    double ref = 0.0, mag = 0.0;
+    for (int64_t p = 0; p < k; ++p) {
+      const double x = av[ta ? p * a.dim(1) + i : i * a.dim(1) + p];
+      const double y = bv[tb ? j * b.dim(1) + p : p * b.dim(1) + j];
+      ref += x * y;
+      mag += std::fabs(x * y);
+    }
+    const double got = cv[i * n + j];
+    const double bound = 2.0 * k * 0x1p-24 * mag + out_eps * std::fabs(ref) + 1e-30;
+    require(std::fabs(got - ref) <= bound, what + ": C[" + std::to_string(i) + "," + std::to_string(j) + "] = " +
+                                               std::to_string(got) + ", fp64 reference " + std::to_string(ref));
+  }
+}
+
+}  // namespace
+
+Json bench_gemm(const Options& o) {
+  const Backend& be = backend_for(Device::cpu());
+  const int64_t batch = 256;
+  Json rows = Json::array();
+  const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{256, 1024, 4096};
+  for (const int64_t n : widths) {
+    const int reps = n >= 4096 ? 3 : n >= 1024 ? 10 : 50;
+    const int warm = n >= 4096 ? 1 : 3;
+    const double flops = 2.0 * static_cast<double>(batch) * n * n;
+    Rng rng(static_cast<uint64_t>(n));
+    const Tensor x = random_matrix(batch, n, 1.0f, rng), w = random_matrix(n, n, 1.0f / std::sqrt((float)n), rng);
+    const Tensor dy = random_matrix(batch, n, 1e-2f, rng), bias = random_matrix(1, n, 0.1f, rng).reshape(Shape{n});
+    Json entry{{"n", n}, {"batch", batch}, {"flops", flops}};
+
+    // Eigen direct, FP32.
+    {
+      RowMat y(batch, n), dx(batch, n), dw(n, n);
+      const CMap xm(x.data_as<float>(), batch, n), wm(w.data_as<float>(), n, n), dym(dy.data_as<float>(), batch, n);
+      const Eigen::Map<const Eigen::RowVectorXf> bm(bias.data_as<float>(), n);
+      Json e;
+      const Timing tf = time_it(warm, reps, [&] {
+        y.noalias() = xm * wm.transpose();
+        y.rowwise() += bm;
+      });
+      const Timing tx = time_it(warm, reps, [&] { dx.noalias() = dym * wm; });
+      const Timing tw = time_it(warm, reps, [&] { dw.noalias() = dym.transpose() * xm; });
+      Tensor yt = Tensor::empty(Shape{batch, n}), dxt = Tensor::empty(Shape{batch, n}), dwt = Tensor::empty(Shape{n, n});
+      Map(yt.data_as<float>(), batch, n) = y.rowwise() - bm;  // check the product part
+      Map(dxt.data_as<float>(), batch, n) = dx;
+      Map(dwt.data_as<float>(), n, n) = dw;
+      check_product(x, false, w, true, yt, "eigen forward");
+      check_product(dy, false, w, false, dxt, "eigen dX");
+      check_product(dy, true, x, false, dwt, "eigen dW");
+      for (auto [name, t] : {std::pair{"forward", tf}, std::pair{"dX", tx}, std::pair{"dW", tw}})
+        e[name] = Json{{"time", to_json(t)}, {"gflops", flops / (t.median_ms * 1e6)}};
+      entry["eigen_fp32"] = e;
+    }
+    // belay's gemm in each dtype.
+    for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      const Tensor xd = x.to(dt), wd = w.to(dt), dyd = dy.to(dt), bd = bias.to(dt);
+      Tensor y = Tensor::empty(Shape{batch, n}, dt), dx = Tensor::empty(Shape{batch, n}, dt);
+      Tensor dw = Tensor::empty(Shape{n, n}, DType::F32);
+      GemmArgs fwd{&xd, false, &wd, true, &y, 0.0f, &bd};
+      GemmArgs bx{&dyd, false, &wd, false, &dx, 0.0f, nullptr};
+      GemmArgs bw{&dyd, true, &xd, false, &dw, 0.0f, nullptr};
+      const Timing tf = time_it(warm, reps, [&] { be.gemm(fwd); });
+      const Timing tx = time_it(warm, reps, [&] { be.gemm(bx); });
+      const Timing tw = time_it(warm, reps, [&] { be.gemm(bw); });
+      GemmArgs nobias = fwd;
+      nobias.bias = nullptr;
+      be.gemm(nobias);
+      check_product(xd, false, wd, true, y, std::string("belay forward ") + dtype_name(dt));
+      check_product(dyd, false, wd, false, dx, std::string("belay dX ") + dtype_name(dt));
+      check_product(dyd, true, xd, false, dw, std::string("belay dW ") + dtype_name(dt));
+      Json e;
+      for (auto [name, t] : {std::pair{"forward", tf}, std::pair{"dX", tx}, std::pair{"dW", tw}})
+        e[name] = Json{{"time", to_json(t)}, {"gflops", flops / (t.median_ms * 1e6)}};
+      entry[std::string("belay_") + dtype_name(dt)] = e;
+    }
+    for (const char* op : {"forward", "dX", "dW"})
+      entry["belay_fp32_over_eigen"][op] =
+          entry["belay_fp32"][op]["gflops"].get<double>() / entry["eigen_fp32"][op]["gflops"].get<double>();
+    rows.push_back(entry);
+  }
+  return Json{{"threads", max_threads()}, {"sizes", rows}};
+}
+
+}  // namespace belay::bench

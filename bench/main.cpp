@@ -1,0 +1,65 @@
+// belay_bench: the CPU benchmark sections in one process, one JSON document out.
+//   belay_bench [--quick] [--only stream,amp,gemm,train,threads] --json FILE
+// A failed result check prints the reason and exits 1: no number is written for it.
+#include <omp.h>
+
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "bench/sections.h"
+#include "engine/error.h"
+
+using namespace belay::bench;
+
+namespace {
+
+std::set<std::string> split(const std::string& s) {
+  std::set<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.insert(item);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string json_path;
+  std::set<std::string> only{"stream", "amp", "gemm", "train", "threads"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") o.quick = true;
+    else if (a == "--only" && i + 1 < argc) only = split(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::cerr << "usage: belay_bench [--quick] [--only stream,amp,gemm,train,threads] --json FILE\n";
+      return 2;
+    }
+  }
+  Json doc{{"quick", o.quick}, {"omp_max_threads", omp_get_max_threads()}};
+  const std::pair<const char*, Json (*)(const Options&)> sections[] = {
+      {"stream", bench_stream}, {"amp", bench_amp}, {"gemm", bench_gemm}, {"train", bench_train}, {"threads", bench_threads}};
+  try {
+    for (auto [name, fn] : sections) {
+      if (!only.count(name)) continue;
+      std::cerr << "belay_bench: " << name << "..." << std::flush;
+      const double t0 = now_ms();
+      doc[name] = fn(o);
+      std::cerr << " " << static_cast<int>((now_ms() - t0) / 1000) << " s\n";
+    }
+  } catch (const CheckFailure& e) {
+    std::cerr << "\nbelay_bench: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "\nbelay_bench: error: " << e.what() << "\n";
+    return 1;
+  }
+  if (json_path.empty()) {
+    std::cout << doc.dump(2) << "\n";
+  } else {
+    std::ofstream(json_path) << doc.dump(2) << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,204 @@
+// belay_bench_report: merges the parts of one benchmark run into one JSON document, works
+// out the target ratios and prints the results as markdown tables (readable in a terminal,
+// pastable into README.md).
+//   belay_bench_report --out FILE [--machine TEXT] [--command TEXT] PART.json...
+// A part with "state_bytes" is a belay_bench_memory result; any other is belay_bench's.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+double num(const Json& j) { return j.is_number() ? j.get<double>() : NAN; }
+
+void print_header(const std::vector<std::string>& cols) {
+  std::string line = "|", rule = "|";
+  for (const auto& c : cols) {
+    line += " " + c + " |";
+    rule += "---|";
+  }
+  std::printf("%s\n%s\n", line.c_str(), rule.c_str());
+}
+
+void print_row(const std::vector<std::string>& cells) {
+  std::string line = "|";
+  for (const auto& c : cells) line += " " + c + " |";
+  std::printf("%s\n", line.c_str());
+}
+
+std::string fmt(double v, int decimals = 1) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string pm(const Json& time) {  // "12.3 ms ±4%"
+  return fmt(num(time["median_ms"]), num(time["median_ms"]) < 10 ? 2 : 1) + " ±" + fmt(100 * num(time["iqr_rel"]), 0) + "%";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path, machine, command;
+  std::vector<std::string> parts;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+    else if (a == "--machine" && i + 1 < argc) machine = argv[++i];
+    else if (a == "--command" && i + 1 < argc) command = argv[++i];
+    else parts.push_back(a);
+  }
+  Json doc{{"machine", machine}, {"command", command}};
+  Json memory = Json::array();
+  for (const std::string& p : parts) {
+    std::ifstream in(p);
+    if (!in) {
+      std::cerr << "belay_bench_report: cannot read " << p << "\n";
+      return 2;
+    }
+    Json j = Json::parse(in);
+    if (j.contains("state_bytes")) memory.push_back(j);
+    else
+      for (auto& [k, v] : j.items()) doc[k] = v;
+  }
+  if (!memory.empty()) doc["memory"] = memory;
+
+  Json targets = Json::array();
+  auto target = [&](const std::string& name, double value, const std::string& op, double bound) {
+    // Bytes per parameter carry a few bytes of one-element scalars: compare at 1e-3.
+    const double slack = 1e-3 * std::fmax(1.0, std::fabs(bound));
+    const bool met = op == ">=" ? value >= bound - slack : op == "<=" ? value <= bound + slack
+                                                                       : std::fabs(value) <= bound;
+    targets.push_back({{"target", name}, {"value", value}, {"op", op}, {"bound", bound}, {"met", met}});
+  };
+
+  std::printf("Machine: %s\n\n", machine.c_str());
+  if (doc.contains("stream")) {
+    const Json& s = doc["stream"];
+    std::printf("### Memory bandwidth (%d threads, %.0f MiB arrays)\n\n", s["threads"].get<int>(),
+                num(s["copy"]["array_bytes"]) / 1048576.0);
+    print_header({"kernel", "GB/s (median)", "GB/s (best)", "time", });
+    for (const char* k : {"copy", "triad"})
+      print_row({k, fmt(num(s[k]["gb_per_s"])), fmt(num(s[k]["gb_per_s_best"])), pm(s[k]["time"])});
+    std::printf("\n");
+  }
+  if (doc.contains("amp")) {
+    const Json& a = doc["amp"];
+    const double copy = num(a["copy_gb_per_s_same_section"]);
+    std::printf("### AMP step, optimizer half (FP32 master/m/v/grad, FP16 working copy; copy bandwidth %.1f GB/s)\n\n",
+                copy);
+    print_header({"params", "path", "ms (median ±IQR)", "bytes/param", "GB/s", "of copy BW", "unfused/fused"});
+    for (const Json& r : a["sizes"]) {
+      for (const char* k : {"fused", "unfused", "adamw"}) {
+        const Json& v = r[k];
+        print_row({std::to_string(r["params"].get<int64_t>() >> 20) + "M", k, pm(v["time"]),
+                   fmt(num(v["bytes_per_param"]), 0), fmt(num(v["gb_per_s"])), fmt(num(v["fraction_of_copy"]), 2),
+                   std::string(k) == "unfused" ? fmt(num(r["unfused_over_fused"]), 2) + " (bytes bound " +
+                                                     fmt(num(r["unfused_over_fused_bytes_bound"]), 2) + ")"
+                                               : ""});
+      }
+    }
+    const Json& big = a["sizes"].back();
+    target("fused AMP step at " + std::to_string(big["params"].get<int64_t>() >> 20) + "M params, fraction of copy bandwidth",
+           num(big["fused"]["fraction_of_copy"]), ">=", 0.7);
+    target("unfused / fused AMP step time at " + std::to_string(big["params"].get<int64_t>() >> 20) + "M params",
+           num(big["unfused_over_fused"]), ">=", 2.0);
+    std::printf("\n");
+  }
+  if (doc.contains("gemm")) {
+    std::printf("### GEMM, Linear(n -> n) products at batch 256, GFLOP/s (median)\n\n");
+    print_header({"n", "product", "Eigen direct fp32", "belay fp32", "belay bf16", "belay fp16", "belay fp32 / Eigen"});
+    double worst = INFINITY;
+    for (const Json& r : doc["gemm"]["sizes"])
+      for (const char* op : {"forward", "dX", "dW"}) {
+        const double ratio = num(r["belay_fp32_over_eigen"][op]);
+        worst = std::fmin(worst, ratio);
+        print_row({std::to_string(r["n"].get<int64_t>()), op, fmt(num(r["eigen_fp32"][op]["gflops"])),
+                   fmt(num(r["belay_fp32"][op]["gflops"])), fmt(num(r["belay_bf16"][op]["gflops"])),
+                   fmt(num(r["belay_fp16"][op]["gflops"])), fmt(ratio, 2)});
+      }
+    target("belay fp32 matmul / Eigen direct (worst product and size)", worst, ">=", 0.9);
+    std::printf("\n");
+  }
+  if (doc.contains("train")) {
+    std::printf("### Training step, batch 256 (AdamW; belts = fused guard + clip 1.0 + loss scaling for fp16)\n\n");
+    print_header({"model", "dtype", "samples/s, plain", "samples/s, belts", "belts overhead", "step ms, belts",
+                  "time vs fp32", "allocs/step"});
+    const Json& steps = doc["train"]["steps"];
+    auto find = [&](const std::string& model, const std::string& dt, bool belts) -> const Json& {
+      for (const Json& s : steps)
+        if (s["model"] == model && s["dtype"] == dt && s["belts"] == belts) return s;
+      static const Json none;
+      return none;
+    };
+    double max_allocs = 0.0;
+    for (const Json& s : steps) max_allocs = std::fmax(max_allocs, num(s["system_allocs_per_step"]));
+    std::vector<std::string> models;
+    for (const Json& s : steps)
+      if (std::find(models.begin(), models.end(), s["model"].get<std::string>()) == models.end())
+        models.push_back(s["model"]);
+    for (const std::string& m : models) {
+      const double fp32_ms = num(find(m, "fp32", true)["time"]["median_ms"]);
+      for (const char* dt : {"fp32", "bf16", "fp16"}) {
+        const Json &off = find(m, dt, false), &on = find(m, dt, true);
+        const double overhead = num(on["time"]["median_ms"]) / num(off["time"]["median_ms"]) - 1.0;
+        const double vs = num(on["time"]["median_ms"]) / fp32_ms;
+        print_row({m, dt, fmt(num(off["samples_per_s"])), fmt(num(on["samples_per_s"])), fmt(100 * overhead, 1) + "%",
+                   pm(on["time"]), fmt(vs, 2),
+                   fmt(std::fmax(num(off["system_allocs_per_step"]), num(on["system_allocs_per_step"])), 0)});
+        if (m.rfind("linear", 0) == 0) {
+          target("safety belts overhead, " + m + " " + dt + " step", overhead, "<=", 0.05);
+          if (std::string(dt) != "fp32") target(std::string(dt) + " / fp32 " + m + " step time", vs, "<=", 1.5);
+        }
+      }
+    }
+    target("system allocations per steady-state step (max over configurations)", max_allocs, "<=", 0.0);
+    std::printf("\n");
+  }
+  if (doc.contains("threads")) {
+    std::printf("### 1 thread vs 2 threads\n\n");
+    print_header({"measure", "1 thread", "2 threads", "speedup"});
+    const Json& t = doc["threads"];
+    for (auto& [k, v] : t["threads"]["1"].items())
+      print_row({k, fmt(num(v), 2), fmt(num(t["threads"]["2"][k]), 2), fmt(num(t["speedup_2_over_1"][k]), 2)});
+    std::printf("\n");
+  }
+  if (!memory.empty()) {
+    std::printf("### Memory, Linear training at batch 256\n\n");
+    print_header({"model", "dtype", "grads", "state B/param (counted)", "by design", "activations+scratch MiB",
+                  "peak RSS MiB", "predicted MiB", "RSS / predicted", "allocator held MiB"});
+    for (const Json& m : memory) {
+      const double mib = 1048576.0;
+      print_row({m["model"], m["dtype"], m["grads"], fmt(num(m["state_bytes_per_param"]), 2),
+                 fmt(num(m["state_bytes_per_param_by_design"]), 0),
+                 fmt(num(m["activations_and_scratch_at_peak_bytes"]) / mib, 0), fmt(num(m["peak_rss_bytes"]) / mib, 0),
+                 fmt(num(m["predicted_peak_rss_bytes"]) / mib, 0), fmt(num(m["peak_rss_over_predicted"]), 3),
+                 fmt(num(m["held_rss_bytes"]) / mib, 0)});
+      const bool low = m["grads"] != "fp32";
+      target(std::string("training state bytes/param, ") + m["dtype"].get<std::string>() + " with " +
+                 (low ? "low-precision" : "fp32") + " grads",
+             num(m["state_bytes_per_param"]), "<=", low ? 16.0 : 18.0);
+      target(std::string("peak RSS / predicted - 1, ") + m["dtype"].get<std::string>() + " " +
+                 m["grads"].get<std::string>() + " grads",
+             num(m["peak_rss_over_predicted"]) - 1.0, "|x|<=", 0.10);
+    }
+    std::printf("\n");
+  }
+  std::printf("### Targets\n\n");
+  print_header({"target", "value", "bound", "verdict"});
+  for (const Json& t : targets)
+    print_row({t["target"], fmt(num(t["value"]), 3), t["op"].get<std::string>() + " " + fmt(num(t["bound"]), 2),
+               t["met"].get<bool>() ? "met" : "MISSED"});
+  if (!command.empty()) std::printf("\nRegenerate with: `%s`\n", command.c_str());
+  doc["targets"] = targets;
+  if (!out_path.empty()) std::ofstream(out_path) << doc.dump(2) << "\n";
+  return 0;
+}

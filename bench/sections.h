@@ -1,0 +1,32 @@
+// The sections of the CPU benchmark run. Each measures one thing, checks its results and
+// returns its numbers as JSON; bench/report.cpp turns the merged JSON into the table and
+// the target verdicts.
+#pragma once
+#include <string>
+#include <utility>
+
+#include "bench/harness.h"
+#include "engine/dtype.h"
+
+namespace belay::bench {
+
+Json bench_stream(const Options& o);   // copy and triad bandwidth, buffers >> L3
+Json bench_amp(const Options& o);      // fused vs unfused AMP step vs AdamW alone
+Json bench_gemm(const Options& o);     // belay's matmul vs Eigen direct, linear layer products
+Json bench_train(const Options& o);    // whole training steps: samples/s, belts on/off, allocations
+Json bench_threads(const Options& o);  // 1 thread vs 2 threads on the kernels above
+
+// Training configurations, timed (bench_train runs the grid; bench_threads reuses it).
+struct TrainModel {
+  std::string name;
+  int64_t in, hidden, out;
+  int layers;  // 1: a single Linear
+};
+// The configuration without and with the belts, stepped alternately; (plain, belted) rows.
+std::pair<Json, Json> train_pair(const TrainModel& spec, DType dtype, int warmup, int reps);
+
+// Helpers shared by the sections.
+double stream_copy_gbs(size_t bytes_per_array, int reps);  // one copy measurement, GB/s (median)
+int max_threads();
+
+}  // namespace belay::bench

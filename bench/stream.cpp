@@ -1,0 +1,80 @@
+// The machine's memory limit, measured the STREAM way: copy (b = a) and triad
+// (a = b + s*c) over float arrays far larger than the last-level cache. Bytes counted as
+// STREAM counts them (reads + writes, no write-allocate), so the AMP-step numbers, counted
+// the same way, compare with them directly.
+#include <omp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "bench/sections.h"
+#include "engine/error.h"
+
+namespace belay::bench {
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<float[], FreeDeleter>;
+
+Buffer make_buffer(size_t n, float value) {
+  Buffer b(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64)));
+  if (!b) throw Error("stream: out of memory");
+  float* p = b.get();
+  // First touch by the threads that will use each page.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) p[i] = value + static_cast<float>(i & 1023);
+  return b;
+}
+
+void copy(float* __restrict dst, const float* __restrict src, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+}
+
+}  // namespace
+
+int max_threads() { return omp_get_max_threads(); }
+
+double stream_copy_gbs(size_t bytes_per_array, int reps) {
+  const size_t n = bytes_per_array / sizeof(float);
+  Buffer a = make_buffer(n, 1.0f), b = make_buffer(n, 0.0f);
+  const Timing t = time_it(1, reps, [&] { copy(b.get(), a.get(), static_cast<int64_t>(n)); });
+  require(b[n - 1] == a[n - 1] && b[n / 3] == a[n / 3], "stream copy result");
+  return 2.0 * static_cast<double>(n * sizeof(float)) / (t.median_ms * 1e6);
+}
+
+Json bench_stream(const Options& o) {
+  // 256 MiB per array: 8x the 32 MiB L3 of this machine, and of most desktop parts.
+  const size_t bytes = (o.quick ? 64ull : 256ull) << 20;
+  const size_t n = bytes / sizeof(float);
+  const int reps = o.quick ? 3 : 10;
+  Buffer a = make_buffer(n, 1.0f), b = make_buffer(n, 2.0f), c = make_buffer(n, 3.0f);
+  const int64_t ni = static_cast<int64_t>(n);
+
+  const Timing tc = time_it(2, reps, [&] { copy(b.get(), a.get(), ni); });
+  require(b[0] == a[0] && b[n - 1] == a[n - 1] && b[n / 2] == a[n / 2], "stream copy result");
+  const Timing tt = time_it(2, reps, [&] { triad(a.get(), b.get(), c.get(), 3.0f, ni); });
+  for (size_t i : {size_t{0}, n / 2, n - 1}) require(a[i] == b[i] + 3.0f * c[i], "stream triad result");
+
+  auto row = [&](const char* name, const Timing& t, double moved) {
+    return Json{{"name", name},
+                {"array_bytes", bytes},
+                {"bytes_moved", moved},
+                {"time", to_json(t)},
+                {"gb_per_s", moved / (t.median_ms * 1e6)},
+                {"gb_per_s_best", moved / (t.min_ms * 1e6)}};
+  };
+  return Json{{"threads", max_threads()},
+              {"copy", row("copy", tc, 2.0 * static_cast<double>(bytes))},
+              {"triad", row("triad", tt, 3.0 * static_cast<double>(bytes))}};
+}
+
+}  // namespace belay::bench

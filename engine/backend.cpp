@@ -1,0 +1,39 @@
+#include "engine/backend.h"
+
+#include "engine/error.h"
+
+namespace belay {
+
+GemmDims check_gemm(const GemmArgs& args) {
+  if (!args.a || !args.b || !args.c) throw Error("gemm: missing operand");
+  const Tensor& a = *args.a;
+  const Tensor& b = *args.b;
+  const Tensor& c = *args.c;
+  check_defined("gemm", a);
+  check_defined("gemm", b);
+  check_defined("gemm", c);
+  check_same_device("gemm", a, b);
+  check_same_device("gemm", a, c);
+  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
+    throw Error("gemm: expected matrices, got " + a.describe() + ", " + b.describe() + ", " + c.describe());
+  if (a.dtype() != b.dtype())
+    throw Error("gemm: operand dtypes differ, " + a.describe() + " vs " + b.describe() + " (cast one first)");
+  GemmDims d;
+  d.m = args.trans_a ? a.dim(1) : a.dim(0);
+  d.k = args.trans_a ? a.dim(0) : a.dim(1);
+  const int64_t kb = args.trans_b ? b.dim(1) : b.dim(0);
+  d.n = args.trans_b ? b.dim(0) : b.dim(1);
+  if (d.k != kb || c.dim(0) != d.m || c.dim(1) != d.n)
+    throw Error("gemm: shapes do not chain, op(A) is [" + std::to_string(d.m) + ", " + std::to_string(d.k) +
+                "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(d.n) + "], C is " + c.describe());
+  if (args.beta != 0.0f && (args.beta != 1.0f || c.dtype() != DType::F32))
+    throw Error("gemm: beta must be 0, or 1 with an fp32 C (gradient accumulation)");
+  if (args.bias) {
+    check_same_device("gemm bias", a, *args.bias);
+    if (args.bias->numel() != d.n)
+      throw Error("gemm: bias " + args.bias->describe() + " does not match N = " + std::to_string(d.n));
+  }
+  return d;
+}
+
+}  // namespace belay
