@@ -49,6 +49,8 @@ void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Ten
   }
 }
 
+constexpr const char* kProducts[3] = {"forward", "dX", "dW"};
+
 }  // namespace
 
 Json bench_gemm(const Options& o) {
@@ -57,7 +59,7 @@ Json bench_gemm(const Options& o) {
   Json rows = Json::array();
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{256, 1024, 4096};
   for (const int64_t n : widths) {
-    const int reps = n >= 4096 ? 3 : n >= 1024 ? 10 : 50;
+    const int reps = n >= 4096 ? 5 : n >= 1024 ? 10 : 50;
     const int warm = n >= 4096 ? 1 : 3;
     const double flops = 2.0 * static_cast<double>(batch) * n * n;
     Rng rng(static_cast<uint64_t>(n));
@@ -65,30 +67,18 @@ Json bench_gemm(const Options& o) {
     const Tensor dy = random_matrix(batch, n, 1e-2f, rng), bias = random_matrix(1, n, 0.1f, rng).reshape(Shape{n});
     Json entry{{"n", n}, {"batch", batch}, {"flops", flops}};
 
-    // Eigen direct, FP32.
-    {
-      RowMat y(batch, n), dx(batch, n), dw(n, n);
-      const CMap xm(x.data_as<float>(), batch, n), wm(w.data_as<float>(), n, n), dym(dy.data_as<float>(), batch, n);
-      const Eigen::Map<const Eigen::RowVectorXf> bm(bias.data_as<float>(), n);
-      Json e;
-      const Timing tf = time_it(warm, reps, [&] {
-        y.noalias() = xm * wm.transpose();
-        y.rowwise() += bm;
-      });
-      const Timing tx = time_it(warm, reps, [&] { dx.noalias() = dym * wm; });
-      const Timing tw = time_it(warm, reps, [&] { dw.noalias() = dym.transpose() * xm; });
-      Tensor yt = Tensor::empty(Shape{batch, n}), dxt = Tensor::empty(Shape{batch, n}), dwt = Tensor::empty(Shape{n, n});
-      Map(yt.data_as<float>(), batch, n) = y.rowwise() - bm;  // check the product part
-      Map(dxt.data_as<float>(), batch, n) = dx;
-      Map(dwt.data_as<float>(), n, n) = dw;
-      check_product(x, false, w, true, yt, "eigen forward");
-      check_product(dy, false, w, false, dxt, "eigen dX");
-      check_product(dy, true, x, false, dwt, "eigen dW");
-      for (auto [name, t] : {std::pair{"forward", tf}, std::pair{"dX", tx}, std::pair{"dW", tw}})
-        e[name] = Json{{"time", to_json(t)}, {"gflops", flops / (t.median_ms * 1e6)}};
-      entry["eigen_fp32"] = e;
-    }
-    // belay's gemm in each dtype.
+    // Eigen direct and belay, both FP32, timed alternately product by product (the ratio is
+    // the target); then belay in bf16 and fp16.
+    RowMat ey(batch, n), edx(batch, n), edw(n, n);
+    const CMap xm(x.data_as<float>(), batch, n), wm(w.data_as<float>(), n, n), dym(dy.data_as<float>(), batch, n);
+    const Eigen::Map<const Eigen::RowVectorXf> bm(bias.data_as<float>(), n);
+    const std::function<void()> eigen_ops[3] = {[&] {
+                                                  ey.noalias() = xm * wm.transpose();
+                                                  ey.rowwise() += bm;
+                                                },
+                                                [&] { edx.noalias() = dym * wm; },
+                                                [&] { edw.noalias() = dym.transpose() * xm; }};
+    Json eigen_json, belay32_json;
     for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
       const Tensor xd = x.to(dt), wd = w.to(dt), dyd = dy.to(dt), bd = bias.to(dt);
       Tensor y = Tensor::empty(Shape{batch, n}, dt), dx = Tensor::empty(Shape{batch, n}, dt);
@@ -96,9 +86,27 @@ Json bench_gemm(const Options& o) {
       GemmArgs fwd{&xd, false, &wd, true, &y, 0.0f, &bd};
       GemmArgs bx{&dyd, false, &wd, false, &dx, 0.0f, nullptr};
       GemmArgs bw{&dyd, true, &xd, false, &dw, 0.0f, nullptr};
-      const Timing tf = time_it(warm, reps, [&] { be.gemm(fwd); });
-      const Timing tx = time_it(warm, reps, [&] { be.gemm(bx); });
-      const Timing tw = time_it(warm, reps, [&] { be.gemm(bw); });
+      const std::function<void()> belay_ops[3] = {[&] { be.gemm(fwd); }, [&] { be.gemm(bx); }, [&] { be.gemm(bw); }};
+      Timing t[3];
+      for (int i = 0; i < 3; ++i) {
+        if (dt == DType::F32) {
+          const auto [te, tb] = time_pair(warm, reps, eigen_ops[i], belay_ops[i]);
+          eigen_json[kProducts[i]] = Json{{"time", to_json(te)}, {"gflops", flops / (te.median_ms * 1e6)}};
+          t[i] = tb;
+        } else {
+          t[i] = time_it(warm, reps, belay_ops[i]);
+        }
+      }
+      if (dt == DType::F32) {
+        Tensor yt = Tensor::empty(Shape{batch, n}), dxt = Tensor::empty(Shape{batch, n}), dwt = Tensor::empty(Shape{n, n});
+        Map(yt.data_as<float>(), batch, n) = ey.rowwise() - bm;  // check the product part
+        Map(dxt.data_as<float>(), batch, n) = edx;
+        Map(dwt.data_as<float>(), n, n) = edw;
+        check_product(x, false, w, true, yt, "eigen forward");
+        check_product(dy, false, w, false, dxt, "eigen dX");
+        check_product(dy, true, x, false, dwt, "eigen dW");
+        entry["eigen_fp32"] = eigen_json;
+      }
       GemmArgs nobias = fwd;
       nobias.bias = nullptr;
       be.gemm(nobias);
@@ -106,8 +114,7 @@ Json bench_gemm(const Options& o) {
       check_product(dyd, false, wd, false, dx, std::string("belay dX ") + dtype_name(dt));
       check_product(dyd, true, xd, false, dw, std::string("belay dW ") + dtype_name(dt));
       Json e;
-      for (auto [name, t] : {std::pair{"forward", tf}, std::pair{"dX", tx}, std::pair{"dW", tw}})
-        e[name] = Json{{"time", to_json(t)}, {"gflops", flops / (t.median_ms * 1e6)}};
+      for (int i = 0; i < 3; ++i) e[kProducts[i]] = Json{{"time", to_json(t[i])}, {"gflops", flops / (t[i].median_ms * 1e6)}};
       entry[std::string("belay_") + dtype_name(dt)] = e;
     }
     for (const char* op : {"forward", "dX", "dW"})

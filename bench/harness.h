@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,6 +64,26 @@ inline Timing time_it(int warmup, int reps, const std::function<void()>& body,
     ms.push_back(now_ms() - t0);
   }
   return summarize(std::move(ms));
+}
+
+// Two contenders timed ALTERNATELY (a, b, a, b, ...): drift on a shared machine hits both
+// alike, so their ratio is fair even when the absolute times move.
+inline std::pair<Timing, Timing> time_pair(int warmup, int reps, const std::function<void()>& a,
+                                           const std::function<void()>& b) {
+  for (int i = 0; i < warmup; ++i) {
+    a();
+    b();
+  }
+  std::vector<double> ta, tb;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = now_ms();
+    a();
+    ta.push_back(now_ms() - t0);
+    t0 = now_ms();
+    b();
+    tb.push_back(now_ms() - t0);
+  }
+  return {summarize(std::move(ta)), summarize(std::move(tb))};
 }
 
 inline Json to_json(const Timing& t) {

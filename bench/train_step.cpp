@@ -127,7 +127,7 @@ Json bench_train(const Options& o) {
   Json rows = Json::array();
   for (const TrainModel& m : models)
     for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
-      auto [plain, belted] = train_pair(m, dt, 2, o.quick ? 3 : 7);
+      auto [plain, belted] = train_pair(m, dt, 2, o.quick ? 3 : 11);
       rows.push_back(plain);
       rows.push_back(belted);
     }
