@@ -35,7 +35,9 @@ Tensor GradScaler::inv_scale() const {
     inv.fill(1.0f);
     return inv;
   }
-  inv.fill(1.0f / scale_.item());  // CPU: a plain read; the CUDA backend computes it on the device
+  // A host read of the scale: free on the CPU, a synchronisation on a GPU. Known debt: the
+  // scaler kernel should write inv_scale beside scale so a CUDA step never waits.
+  inv.fill(1.0f / scale_.item());
   return inv;
 }
 

@@ -15,8 +15,9 @@ Optimizer::Optimizer(std::vector<Var> params, float lr) : params_(std::move(para
 
 void Optimizer::step(const Tensor& inv_scale, const Tensor& clip_coef, const Tensor& found_inf) {
   apply(step_count_ + 1, inv_scale, clip_coef, found_inf);
-  // The kernels are no-ops under found_inf; the count follows them. (On the CPU reading the
-  // flag is free; a GPU keeps the count on the device, see kernels/cuda.)
+  // The kernels are no-ops under found_inf; the count follows them. Reading the flag is free
+  // on the CPU and a synchronisation on a GPU. Known debt: a sync-free CUDA step needs the
+  // count (and the bias corrections and LR derived from it) kept on the device.
   if (found_inf.item() == 0.0f) ++step_count_;
 }
 

@@ -141,5 +141,27 @@ for sig in INT TERM; do
   fi
 done
 
+# kill -9: every completed row is in the log (whole lines, 8 fields), the last checkpoint is
+# intact, and resuming from it continues the run.
+rm -f "$tmp/k.safetensors" "$tmp/k.csv"
+"$belay" train --model mlp --in 256 --hidden 512 --steps 100000 --checkpoint "$tmp/k.safetensors" \
+  --checkpoint-every 3 --csv "$tmp/k.csv" --quiet &
+pid=$!
+for _ in $(seq 100); do [ -f "$tmp/k.csv" ] && [ "$(wc -l <"$tmp/k.csv")" -gt 8 ] && break; sleep 0.1; done
+kill -9 $pid
+wait $pid 2>/dev/null
+if awk -F, 'NR>1 && (NF!=8 || $1!=NR-2) {bad=1} END {exit bad}' "$tmp/k.csv" && [ "$(tail -c1 "$tmp/k.csv" | od -An -c | tr -d ' ')" = '\n' ]; then
+  pass "kill -9: $(($(wc -l <"$tmp/k.csv") - 1)) whole rows in the log"
+else
+  fail "kill -9 left a broken log"
+fi
+if "$belay" train --model mlp --in 256 --hidden 512 --steps 100000 --stop-at 40 --resume "$tmp/k.safetensors" \
+  --csv "$tmp/k.csv" --quiet && [ "$(tail -1 "$tmp/k.csv" | cut -d, -f1)" = 39 ] &&
+  awk -F, 'NR>1 && $1!=NR-2 {bad=1} END {exit bad}' "$tmp/k.csv"; then
+  pass "kill -9: the last checkpoint resumes, the log reads as one run"
+else
+  fail "kill -9: resume from the last checkpoint"
+fi
+
 echo "$fails failure(s)"
 [ $fails -eq 0 ]
