@@ -147,4 +147,16 @@ void check_defined(const char* op, const Tensor& t) {
   if (!t.defined()) throw Error(std::string(op) + ": tensor is undefined");
 }
 
+void check_device_kind(const char* op, const Tensor& t, DeviceKind kind) {
+  check_defined(op, t);
+  if (t.device().kind != kind)
+    throw Error(std::string(op) + ": " + (kind == DeviceKind::CPU ? "CPU" : "CUDA") + " backend given " + t.describe());
+}
+
+void check_f32_scalar(const char* op, const Tensor& t, DeviceKind kind) {
+  check_device_kind(op, t, kind);
+  if (t.numel() != 1 || t.dtype() != DType::F32)
+    throw Error(std::string(op) + ": expected an fp32 one-element tensor, got " + t.describe());
+}
+
 }  // namespace belay

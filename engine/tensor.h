@@ -76,5 +76,9 @@ void check_same_shape(const char* op, const Tensor& a, const Tensor& b);
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_dtype(const char* op, const Tensor& t, DType expected);
 void check_defined(const char* op, const Tensor& t);
+// A backend's own checks: the tensor lives on this backend's kind of device; a one-element
+// FP32 tensor (the device scalars of a step: scale, found_inf, clip coefficient, ...).
+void check_device_kind(const char* op, const Tensor& t, DeviceKind kind);
+void check_f32_scalar(const char* op, const Tensor& t, DeviceKind kind);
 
 }  // namespace belay

@@ -214,16 +214,8 @@ bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw
   return false;
 }
 
-void check_cpu(const char* op, const Tensor& t) {
-  check_defined(op, t);
-  if (!t.device().is_cpu()) throw Error(std::string(op) + ": CPU backend given " + t.describe());
-}
-
-void check_scalar(const char* op, const Tensor& t) {
-  check_cpu(op, t);
-  if (t.numel() != 1 || t.dtype() != DType::F32)
-    throw Error(std::string(op) + ": expected an fp32 one-element tensor, got " + t.describe());
-}
+void check_cpu(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CPU); }
+void check_scalar(const char* op, const Tensor& t) { check_f32_scalar(op, t, DeviceKind::CPU); }
 
 class CpuBackend final : public Backend {
  public:

@@ -24,16 +24,8 @@ void* device_alloc(size_t bytes) {
 }
 void device_free(void* p) { cudaFree(p); }
 
-void check_cuda(const char* op, const Tensor& t) {
-  check_defined(op, t);
-  if (!t.device().is_cuda()) throw Error(std::string(op) + ": CUDA backend given " + t.describe());
-}
-
-void check_scalar(const char* op, const Tensor& t) {
-  check_cuda(op, t);
-  if (t.numel() != 1 || t.dtype() != DType::F32)
-    throw Error(std::string(op) + ": expected an fp32 one-element tensor, got " + t.describe());
-}
+void check_cuda(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CUDA); }
+void check_scalar(const char* op, const Tensor& t) { check_f32_scalar(op, t, DeviceKind::CUDA); }
 
 const float* scalar_ptr(const Tensor& t) { return t.data_as<float>(); }
 float* scalar_ptr(Tensor& t) { return t.data_as<float>(); }
