@@ -24,13 +24,16 @@ if ! cmake --build "$build" -j"$(nproc)" >"$build/build.log" 2>&1; then
   echo "build failed, see $build/build.log" >&2
   exit 1
 fi
+echo "build: ${SECONDS} s"
 spills=$(grep -cE "[1-9][0-9]* bytes spill (stores|loads)" "$build/build.log" || true)
 echo "ptxas: $(grep -c "Used [0-9]* registers" "$build/build.log" || true) kernel reports, $spills with spills"
 (cd "$build" && ctest --output-on-failure -j"$(nproc)")
 [ $quick -eq 1 ] && exit 0
 
+echo "tests done at ${SECONDS} s"
 echo "== the CPU suite under ASan + UBSan"
 bash "$root/tests/sanitize.sh"
 
 echo "== fuzzing the safetensors reader"
 bash "$root/tests/fuzz/run_fuzz.sh" 200000 45
+echo "all done in ${SECONDS} s"
