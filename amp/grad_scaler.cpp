@@ -30,14 +30,13 @@ float GradScaler::loss_seed() const { return options_.enabled ? scale() : 1.0f; 
 
 Tensor GradScaler::inv_scale() const {
   // 1/scale, on the device. Scales are powers of two in practice, so this is exact.
+  // Computed on the scale's device: no host read, so a CUDA step does not wait here.
   Tensor inv = Tensor::empty(Shape{1}, DType::F32, device_);
   if (!options_.enabled) {
     inv.fill(1.0f);
     return inv;
   }
-  // A host read of the scale: free on the CPU, a synchronisation on a GPU. Known debt: the
-  // scaler kernel should write inv_scale beside scale so a CUDA step never waits.
-  inv.fill(1.0f / scale_.item());
+  backend_for(device_).binary(BinaryOp::Div, one_, scale_, inv);
   return inv;
 }
 

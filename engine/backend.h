@@ -13,7 +13,7 @@
 
 namespace belay {
 
-enum class BinaryOp { Add, Sub, Mul };
+enum class BinaryOp { Add, Sub, Mul, Div };
 enum class Activation { Relu, Gelu };
 
 // C[M,N] = op(A)[M,K] * op(B)[K,N] (+ bias[N]) (+ C if beta == 1).

@@ -276,6 +276,7 @@ class CpuBackend final : public Backend {
         case BinaryOp::Add: for (int64_t j = 0; j < len; ++j) r[j] = x[j] + y[j]; break;
         case BinaryOp::Sub: for (int64_t j = 0; j < len; ++j) r[j] = x[j] - y[j]; break;
         case BinaryOp::Mul: for (int64_t j = 0; j < len; ++j) r[j] = x[j] * y[j]; break;
+        case BinaryOp::Div: for (int64_t j = 0; j < len; ++j) r[j] = x[j] / y[j]; break;
       }
       store_block(po, dout, i0, len, r);
     });

@@ -24,7 +24,8 @@ __global__ void binary_kernel(BinaryOp op, const void* a, DType da, const void* 
                               int64_t n) {
   BELAY_GRID_STRIDE(i, n) {
     const float x = load_f32(a, da, i), y = load_f32(b, db, i);
-    const float r = op == BinaryOp::Add ? x + y : op == BinaryOp::Sub ? x - y : x * y;
+    // IEEE division (nvcc's default -prec-div=true): the same bits as the CPU's x / y.
+    const float r = op == BinaryOp::Add ? x + y : op == BinaryOp::Sub ? x - y : op == BinaryOp::Mul ? x * y : x / y;
     store_f32(out, dout, i, r);
   }
 }

@@ -152,3 +152,14 @@ TEST_CASE("cuda clamp_inplace gives the CPU's bits, NaN kept", "[gpu][elementwis
       require_same_bits(x.device, x.host);
     }
 }
+
+TEST_CASE("cuda division (the scaler's 1/scale) gives the CPU's bits", "[gpu][elementwise]") {
+  BELAY_REQUIRE_GPU();
+  const std::vector<float> xs{1.0f, 1.0f, 1.0f, 3.0f, -2.5f, 1e-3f}, ys{65536.0f, 3.0f, 7e-5f, 0.7f, 1.1f, 3e4f};
+  const Tensor a = Tensor::from_vector(xs, Shape{6}), b = Tensor::from_vector(ys, Shape{6});
+  Tensor oc = Tensor::empty(Shape{6});
+  cpu().binary(BinaryOp::Div, a, b, oc);
+  Tensor og = Tensor::empty(Shape{6}, DType::F32, Device::cuda());
+  gpu().binary(BinaryOp::Div, a.to(Device::cuda()), b.to(Device::cuda()), og);
+  CHECK(og.to_vector() == oc.to_vector());
+}

@@ -197,6 +197,19 @@ TEST_CASE("binary add/sub/mul, mixed dtypes, aliasing output", "[kernels][cpu]")
           check_close(out.to_vector(), want, tolerance_for(DType::F32, dout, 1));
         }
     }
+  // Division, with divisors away from zero so no quotient leaves the output dtype's range.
+  {
+    const Tensor a = random_tensor(Shape{257}, DType::F32, 13, -3.0f, 3.0f);
+    const Tensor b = random_tensor(Shape{257}, DType::BF16, 14, 0.5f, 3.0f);
+    const std::vector<double> x = as_double(a), y = as_double(b);
+    for (DType dout : {DType::F32, DType::F16, DType::BF16}) {
+      Tensor out = Tensor::empty(Shape{257}, dout);
+      cpu().binary(BinaryOp::Div, a, b, out);
+      std::vector<double> want(x.size());
+      for (size_t i = 0; i < x.size(); ++i) want[i] = x[i] / y[i];
+      check_close(out.to_vector(), want, tolerance_for(DType::F32, dout, 1));
+    }
+  }
   // out aliases a.
   Tensor a = Tensor::from_vector({1, 2, 3}, Shape{3}), b = Tensor::from_vector({10, 20, 30}, Shape{3});
   cpu().binary(BinaryOp::Sub, a, b, a);
