@@ -51,7 +51,10 @@ class GradScaler {
   const GradScalerOptions& options() const { return options_; }
   const Tensor& scale_tensor() const { return scale_; }
   float scale() const;      // host read, for logs: 1 when disabled
-  float loss_seed() const;  // what backward is seeded with (the scale)
+  float loss_seed() const;  // what backward is seeded with (the scale), read on the host
+  // The same as a device scalar (the scale, or 1 when disabled): SafeStep seeds backward
+  // with it, so the scale is never read on the host to run a step.
+  const Tensor& loss_seed_tensor() const { return options_.enabled ? scale_ : one_; }
 
   // Unfused path, PyTorch's order: unscale_ (grads *= 1/scale in place, found_inf recorded).
   void unscale_(Optimizer& opt);

@@ -24,7 +24,8 @@ StepRow SafeStep::run(const std::function<Var(int)>& loss_fn) {
 
   // Forward and backward, micro-batch by micro-batch. The loss is checked before its
   // backward: a non-finite loss would only fill the gradients with NaN.
-  const float seed = scaler_.loss_seed() / static_cast<float>(options_.accum_steps);
+  // d(objective)/d(loss) = scale / accum_steps, from the scale in device memory.
+  const float per_micro_batch = 1.0f / static_cast<float>(options_.accum_steps);
   double loss_sum = 0.0;
   for (int k = 0; k < options_.accum_steps; ++k) {
     Var loss = loss_fn(k);
@@ -42,7 +43,7 @@ StepRow SafeStep::run(const std::function<Var(int)>& loss_fn) {
       row.scaler_scale = scaler_.scale();
       return row;
     }
-    loss.backward(seed);
+    loss.backward(scaler_.loss_seed_tensor(), per_micro_batch);
   }
   row.loss = static_cast<float>(loss_sum / options_.accum_steps);
   comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch

@@ -76,6 +76,11 @@ Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::func
 
 void Var::backward(float seed) const {
   if (!node_) throw Error("backward: undefined variable");
+  backward(Tensor::full(Shape{1}, seed, DType::F32, node_->value.device()), 1.0f);
+}
+
+void Var::backward(const Tensor& seed, float multiplier) const {
+  if (!node_) throw Error("backward: undefined variable");
   if (node_->value.numel() != 1)
     throw Error("backward: needs a one-element (scalar) output, got " + node_->value.describe());
   if (!node_->requires_grad) throw Error("backward: the output does not depend on anything that requires grad");
@@ -107,7 +112,11 @@ void Var::backward(float seed) const {
       throw Error(std::string("backward: the graph through '") + n->op +
                   "' was already used by a backward call and freed; run the forward again");
 
-  accumulate_grad(*node_, Tensor::full(Shape{1}, seed, DType::F32, node_->value.device()), true);
+  check_same_device("backward seed", node_->value, seed);
+  if (seed.numel() != 1) throw Error("backward: the seed must have one element, got " + seed.describe());
+  Tensor root = Tensor::empty(Shape{1}, DType::F32, seed.device());
+  backend_for(seed.device()).scale(seed, multiplier, root);
+  accumulate_grad(*node_, root, true);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = it->get();
     if (n->is_leaf || !n->grad.defined() || !n->backward) continue;

@@ -63,6 +63,9 @@ class Var {
   // Backpropagates from this one-element FP32 value. `seed` is d(objective)/d(this): a
   // loss scale and 1/accum_steps enter here, so the scaled loss is never materialised.
   void backward(float seed = 1.0f) const;
+  // The same with the seed on the value's device, times `multiplier`: a loss scale that lives
+  // in device memory seeds backward without a trip to the host.
+  void backward(const Tensor& seed, float multiplier) const;
 
  private:
   std::shared_ptr<Node> node_;
