@@ -36,4 +36,18 @@ GemmDims check_gemm(const GemmArgs& args) {
   return d;
 }
 
+void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits) {
+  for (const Tensor* t : {&logits, &labels, &loss, &dlogits}) check_defined("cross_entropy", *t);
+  check_same_device("cross_entropy", logits, labels);
+  check_same_device("cross_entropy", logits, loss);
+  check_same_device("cross_entropy", logits, dlogits);
+  if (logits.rank() != 2 || labels.numel() != logits.dim(0))
+    throw Error("cross_entropy: expected logits [B, C] and labels [B], got " + logits.describe() + " and " +
+                labels.describe());
+  if (loss.numel() != 1 || loss.dtype() != DType::F32)
+    throw Error("cross_entropy: expected an fp32 one-element loss, got " + loss.describe());
+  check_dtype("cross_entropy", dlogits, DType::F32);
+  check_same_shape("cross_entropy", logits, dlogits);
+}
+
 }  // namespace belay

@@ -38,6 +38,10 @@ struct GemmDims {
 };
 GemmDims check_gemm(const GemmArgs& args);
 
+// The operands of cross_entropy, checked for every backend: logits [B, C], labels [B], loss
+// an FP32 [1], dlogits FP32 shaped like the logits, all on one device.
+void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits);
+
 struct AdamWHyper {
   float lr = 1e-3f;
   float beta1 = 0.9f;

@@ -11,11 +11,8 @@
 #include "kernels/cpu/cpu_convert.h"
 #include "kernels/cpu/cpu_gemm.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if BELAY_X86
 #include <immintrin.h>
-#define BELAY_X86 1
-#else
-#define BELAY_X86 0
 #endif
 
 // How the loops are shaped, so they vectorize: the dtype is resolved once per call (a
@@ -434,12 +431,7 @@ class CpuBackend final : public Backend {
 
   void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits) const override {
     check_cpu("cross_entropy", logits);
-    if (logits.rank() != 2 || labels.numel() != logits.dim(0))
-      throw Error("cross_entropy: expected logits [B, C] and labels [B], got " + logits.describe() + " and " +
-                  labels.describe());
-    check_scalar("cross_entropy", loss);
-    check_dtype("cross_entropy", dlogits, DType::F32);
-    check_same_shape("cross_entropy", logits, dlogits);
+    check_cross_entropy(logits, labels, loss, dlogits);
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
     const std::vector<float> lab = labels.to_vector();
     for (int64_t r = 0; r < rows; ++r) {

@@ -4,12 +4,9 @@
 
 #include "engine/half_bits.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if BELAY_X86
 #include <cpuid.h>
 #include <immintrin.h>
-#define BELAY_X86 1
-#else
-#define BELAY_X86 0
 #endif
 
 namespace belay {

@@ -7,6 +7,13 @@
 #pragma once
 #include <cstdint>
 
+// x86 builds get the F16C/AVX paths, chosen at run time; others the portable loops.
+#if defined(__x86_64__) || defined(__i386__)
+#define BELAY_X86 1
+#else
+#define BELAY_X86 0
+#endif
+
 namespace belay {
 
 void cvt_f32_to_f16(const float* src, uint16_t* dst, int64_t n);

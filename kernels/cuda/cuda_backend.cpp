@@ -206,14 +206,7 @@ class CudaBackend final : public Backend {
 
   void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits) const override {
     check_cuda("cross_entropy", logits);
-    check_same_device("cross_entropy", logits, labels);
-    check_same_device("cross_entropy", logits, dlogits);
-    if (logits.rank() != 2 || labels.numel() != logits.dim(0))
-      throw Error("cross_entropy: expected logits [B, C] and labels [B], got " + logits.describe() + " and " +
-                  labels.describe());
-    check_scalar("cross_entropy", loss);
-    check_dtype("cross_entropy", dlogits, DType::F32);
-    check_same_shape("cross_entropy", logits, dlogits);
+    check_cross_entropy(logits, labels, loss, dlogits);
     if (logits.dim(0) > std::numeric_limits<int>::max())
       throw Error("cross_entropy: more than 2^31 rows; split the batch");
     Tensor row_loss = scratch_doubles(logits.dim(0), logits.device());
