@@ -34,6 +34,22 @@ ClipResult clip_grad_norm(Optimizer& opt, float max_norm, bool error_if_nonfinit
   return clip_grad_norm(opt.mutable_grads(), max_norm, error_if_nonfinite);
 }
 
+DeviceClip clip_grad_norm_on_device(const std::vector<Tensor*>& grads, float max_norm) {
+  if (std::isnan(max_norm) || max_norm <= 0.0f) throw Error("clip_grad_norm: max_norm must be > 0 (inf only measures)");
+  if (grads.empty()) throw Error("clip_grad_norm_on_device: no gradients");
+  const Device device = grads[0]->device();
+  const Backend& be = backend_for(device);
+  std::vector<const Tensor*> read(grads.begin(), grads.end());
+  Tensor one = Tensor::empty(Shape{1}, DType::F32, device), found = Tensor::empty(Shape{1}, DType::F32, device);
+  Tensor sumsq = Tensor::empty(Shape{1}, DType::F32, device);
+  one.fill(1.0f);
+  DeviceClip r{Tensor::empty(Shape{1}, DType::F32, device), Tensor::empty(Shape{1}, DType::F32, device)};
+  be.guard(read, one, found, sumsq);
+  be.clip_coefficient(sumsq, max_norm, r.norm, r.clip_coef);
+  if (!std::isinf(max_norm)) be.scale_inplace(grads, r.clip_coef);
+  return r;
+}
+
 void clip_grad_value(const std::vector<Tensor*>& grads, float clip_value) {
   if (!(clip_value > 0.0f)) throw Error("clip_grad_value: clip_value must be > 0");
   for (Tensor* g : grads) backend_for(g->device()).clamp_inplace(*g, -clip_value, clip_value);

@@ -17,6 +17,15 @@ struct ClipResult {
 // (otherwise a non-finite norm leaves the gradients as they are).
 ClipResult clip_grad_norm(const std::vector<Tensor*>& grads, float max_norm, bool error_if_nonfinite = false);
 ClipResult clip_grad_norm(Optimizer& opt, float max_norm, bool error_if_nonfinite = false);
+// The same without reading anything on the host (what a training step uses): the norm and
+// the coefficient come back as device scalars, and the gradients are always multiplied by
+// the coefficient (1 when under max_norm; PyTorch's clip_grad_norm_ does the same to avoid a
+// sync), except with max_norm = inf, which only measures.
+struct DeviceClip {
+  Tensor norm;       // FP32 [1]
+  Tensor clip_coef;  // FP32 [1]
+};
+DeviceClip clip_grad_norm_on_device(const std::vector<Tensor*>& grads, float max_norm);
 void clip_grad_value(const std::vector<Tensor*>& grads, float clip_value);
 
 constexpr float kNoClip = std::numeric_limits<float>::infinity();

@@ -40,6 +40,26 @@ Tensor GradScaler::inv_scale() const {
   return inv;
 }
 
+Tensor GradScaler::zero_scalar() const {
+  Tensor t = Tensor::empty(Shape{1}, DType::F32, device_);
+  t.fill(0.0f);
+  return t;
+}
+
+void GradScaler::check_loss(Optimizer& opt, const Tensor& loss) {
+  PerOptimizer& p = per(opt, "check_loss");
+  if (p.stage != Stage::Ready)
+    throw Error("GradScaler: check_loss() after the finite check; call it for every micro-batch before guard()/unscale_()");
+  if (loss.numel() != 1 || loss.device() != device_)
+    throw Error("GradScaler::check_loss: need a one-element loss on " + device_.str() + ", got " + loss.describe());
+  if (!p.nonfinite_loss.defined()) p.nonfinite_loss = zero_scalar();
+  // The guard kernel on the one element: found = 1 when it is inf or NaN.
+  Tensor found = Tensor::empty(Shape{1}, DType::F32, device_), sumsq = Tensor::empty(Shape{1}, DType::F32, device_);
+  const Backend& be = backend_for(device_);
+  be.guard({&loss}, one_, found, sumsq);
+  be.binary(BinaryOp::Add, p.nonfinite_loss, found, p.nonfinite_loss);
+}
+
 GradScaler::PerOptimizer& GradScaler::per(const Optimizer& opt, const char* call) {
   if (opt.device() != device_)
     throw Error(std::string("GradScaler::") + call + ": optimizer is on " + opt.device().str() + ", scaler on " +
@@ -52,8 +72,10 @@ void GradScaler::unscale_(Optimizer& opt) {
   if (p.stage == Stage::Unscaled || p.stage == Stage::Checked)
     throw Error("GradScaler: unscale_() has already been called on this optimizer since the last update()");
   if (p.stage == Stage::Stepped) throw Error("GradScaler: unscale_() is being called after step()");
-  p.found_inf = Tensor::scalar(0.0f, DType::F32, device_);
-  backend_for(device_).unscale_inplace(opt.mutable_grads(), inv_scale(), p.found_inf);
+  p.found_inf = zero_scalar();
+  const Backend& be = backend_for(device_);
+  be.unscale_inplace(opt.mutable_grads(), inv_scale(), p.found_inf);
+  if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, p.found_inf, p.nonfinite_loss, p.found_inf);
   p.clip_coef = Tensor();
   p.stage = Stage::Unscaled;
 }
@@ -71,6 +93,7 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm) {
   const Backend& be = backend_for(device_);
   be.guard(opt.grads(), inv_scale(), r.found_inf, sumsq);
   be.clip_coefficient(sumsq, max_norm, r.norm, r.clip_coef);
+  if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, r.found_inf, p.nonfinite_loss, r.found_inf);
   p.found_inf = r.found_inf;
   p.clip_coef = r.clip_coef;
   p.stage = Stage::Checked;
@@ -103,7 +126,7 @@ void GradScaler::step(Optimizer& opt) {
 
 void GradScaler::update() {
   if (per_optimizer_.empty()) throw Error("GradScaler: update() with no optimizer checked since the last update()");
-  Tensor found = Tensor::scalar(0.0f, DType::F32, device_);
+  Tensor found = zero_scalar();
   const Backend& be = backend_for(device_);
   for (auto& [opt, p] : per_optimizer_) {
     if (p.stage != Stage::Stepped)
@@ -126,6 +149,14 @@ void GradScaler::update() {
 bool GradScaler::found_inf(const Optimizer& opt) const {
   auto it = per_optimizer_.find(&opt);
   return it != per_optimizer_.end() && it->second.found_inf.defined() && it->second.found_inf.item() != 0.0f;
+}
+
+const Tensor& GradScaler::found_inf_tensor(const Optimizer& opt) { return per(opt, "found_inf_tensor").found_inf; }
+
+const Tensor& GradScaler::nonfinite_loss_tensor(const Optimizer& opt) {
+  PerOptimizer& p = per(opt, "nonfinite_loss_tensor");
+  if (!p.nonfinite_loss.defined()) p.nonfinite_loss = zero_scalar();
+  return p.nonfinite_loss;
 }
 
 ScalerState GradScaler::state() const { return {scale_.item(), growth_tracker_.item(), hysteresis_left_.item()}; }

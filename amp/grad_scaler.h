@@ -56,6 +56,10 @@ class GradScaler {
   // with it, so the scale is never read on the host to run a step.
   const Tensor& loss_seed_tensor() const { return options_.enabled ? scale_ : one_; }
 
+  // Checks one micro-batch's loss on the device: a non-finite loss marks the step as an
+  // overflow (found_inf of the coming check) without the host reading the loss. Call it
+  // before the finite check (unscale_ or guard), once per micro-batch.
+  void check_loss(Optimizer& opt, const Tensor& loss);
   // Unfused path, PyTorch's order: unscale_ (grads *= 1/scale in place, found_inf recorded).
   void unscale_(Optimizer& opt);
   // Fused path: one read of every gradient; found_inf, the norm of the unscaled gradients
@@ -68,8 +72,12 @@ class GradScaler {
   // Every step, skipped or not: back off on overflow, grow after growth_interval clean steps.
   void update();
 
-  // found_inf of the last check of `opt` (host read, for logs).
+  // found_inf of the last check of `opt` (host read, for tests and simple loops).
   bool found_inf(const Optimizer& opt) const;
+  // The same and the non-finite-loss flag as device scalars (FP32 [1]; undefined before the
+  // check), valid until update(): a log reads them asynchronously.
+  const Tensor& found_inf_tensor(const Optimizer& opt);
+  const Tensor& nonfinite_loss_tensor(const Optimizer& opt);
 
   ScalerState state() const;
   void load_state(const ScalerState& state);
@@ -79,9 +87,11 @@ class GradScaler {
   struct PerOptimizer {
     Stage stage = Stage::Ready;
     Tensor found_inf;
-    Tensor clip_coef;  // fused path
+    Tensor nonfinite_loss;  // count of non-finite micro-batch losses, folded into found_inf
+    Tensor clip_coef;       // fused path
   };
   PerOptimizer& per(const Optimizer& opt, const char* call);
+  Tensor zero_scalar() const;  // filled by a kernel: no upload from the host
   Tensor inv_scale() const;
 
   Device device_;

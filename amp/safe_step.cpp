@@ -7,74 +7,77 @@
 
 namespace belay {
 
+namespace {
+// The order of the values a step sends to the host for its log row.
+enum RowValue { kLoss, kNonfiniteLoss, kFoundInf, kNorm, kClipCoef, kLr, kScale, kRowValues };
+}  // namespace
+
+PendingStep::PendingStep(int64_t step, std::unique_ptr<HostReadback> values) : step_(step), values_(std::move(values)) {}
+
+StepRow PendingStep::row() {
+  const std::vector<float>& v = values_->wait();
+  if (v.size() != kRowValues) throw Error("PendingStep: the device sent " + std::to_string(v.size()) + " values");
+  StepRow row;
+  row.step = step_;
+  row.lr = v[kLr];
+  row.loss = v[kLoss];
+  row.skipped = v[kFoundInf] != 0.0f;
+  row.skip_reason = v[kNonfiniteLoss] != 0.0f ? "nonfinite_loss" : (row.skipped ? "nonfinite_grad" : "");
+  row.grad_l2_pre_clip = v[kNorm];  // as measured: inf or NaN on an overflow
+  row.grad_l2_post_clip = row.skipped ? 0.0f : v[kNorm] * v[kClipCoef];
+  row.scaler_scale = v[kScale];
+  return row;
+}
+
 SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, SafeStepOptions options,
                    Communicator* comm)
-    : opt_(opt), scaler_(scaler), schedule_(schedule), options_(options), comm_(comm ? comm : &local_comm_) {
+    : opt_(opt), scaler_(scaler), options_(options), comm_(comm ? comm : &local_comm_) {
   if (options_.accum_steps < 1) throw UsageError("accum_steps must be >= 1");
   if (std::isnan(options_.max_norm) || options_.max_norm <= 0.0f)
     throw UsageError("max_norm must be > 0 (inf: no clipping)");
+  opt_.set_schedule(schedule);
 }
 
-StepRow SafeStep::run(const std::function<Var(int)>& loss_fn) {
-  StepRow row;
-  row.step = step_++;
-  row.lr = schedule_.lr_at(opt_.step_count());
-  opt_.set_lr(row.lr);
+PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
+  const int64_t step = step_++;
+  const Device device = opt_.device();
+  const Backend& be = backend_for(device);
   opt_.zero_grad(true);
 
-  // Forward and backward, micro-batch by micro-batch. The loss is checked before its
-  // backward: a non-finite loss would only fill the gradients with NaN.
+  // Forward and backward, micro-batch by micro-batch. Each loss is checked on the device
+  // (a non-finite one marks the step as an overflow) and averaged there for the log.
   // d(objective)/d(loss) = scale / accum_steps, from the scale in device memory.
   const float per_micro_batch = 1.0f / static_cast<float>(options_.accum_steps);
-  double loss_sum = 0.0;
+  Tensor loss_mean = Tensor::empty(Shape{1}, DType::F32, device);
+  loss_mean.fill(0.0f);
   for (int k = 0; k < options_.accum_steps; ++k) {
     Var loss = loss_fn(k);
-    const float value = loss.value().item();
-    loss_sum += value;
-    if (!std::isfinite(value)) {
-      opt_.zero_grad(true);
-      scaler_.record_overflow(opt_);
-      scaler_.update();
-      row.loss = value;
-      row.skipped = true;
-      row.skip_reason = "nonfinite_loss";
-      row.grad_l2_pre_clip = std::nanf("");
-      row.grad_l2_post_clip = 0.0f;
-      row.scaler_scale = scaler_.scale();
-      return row;
-    }
+    scaler_.check_loss(opt_, loss.value());
+    be.accumulate(loss_mean, loss.value(), per_micro_batch, nullptr);
     loss.backward(scaler_.loss_seed_tensor(), per_micro_batch);
   }
-  row.loss = static_cast<float>(loss_sum / options_.accum_steps);
   comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch
-  if (after_backward) after_backward(row.step, opt_);
+  if (after_backward) after_backward(step, opt_);
 
-  float norm = 0.0f, post = 0.0f;
+  Tensor norm, clip_coef;
   if (options_.fused) {
     const GuardResult g = scaler_.guard(opt_, options_.max_norm);
-    norm = g.norm.item();
-    post = norm * g.clip_coef.item();
+    norm = g.norm;
+    clip_coef = g.clip_coef;
   } else {
     scaler_.unscale_(opt_);
-    if (scaler_.found_inf(opt_)) {
-      norm = std::numeric_limits<float>::infinity();
-    } else {
-      const ClipResult c = clip_grad_norm(opt_, options_.max_norm);
-      norm = c.pre_clip_norm;
-      post = c.post_clip_norm;
-    }
+    const DeviceClip c = clip_grad_norm_on_device(opt_.mutable_grads(), options_.max_norm);
+    norm = c.norm;
+    clip_coef = c.clip_coef;
   }
-  const bool found_inf = scaler_.found_inf(opt_);
-  scaler_.step(opt_);  // a no-op under found_inf
+  const Tensor found_inf = scaler_.found_inf_tensor(opt_);
+  const Tensor nonfinite_loss = scaler_.nonfinite_loss_tensor(opt_);
+  scaler_.step(opt_);  // a no-op under found_inf, decided on the device
   scaler_.update();
-  if (found_inf) opt_.zero_grad(true);
 
-  row.grad_l2_pre_clip = norm;  // inf or NaN as measured when the step is skipped
-  row.grad_l2_post_clip = found_inf ? 0.0f : post;
-  row.skipped = found_inf;
-  row.skip_reason = found_inf ? "nonfinite_grad" : "";
-  row.scaler_scale = scaler_.scale();
-  return row;
+  const std::vector<const Tensor*> values{&loss_mean, &nonfinite_loss, &found_inf, &norm,
+                                          &clip_coef, &opt_.lr_tensor(), &scaler_.scale_tensor()};
+  return PendingStep(step, be.read_async(values));
 }
 
 }  // namespace belay

@@ -1,15 +1,23 @@
 // SafeStep: the whole mixed-precision step, in the right order by construction.
-//   for each micro-batch: forward -> loss finite? (no: SKIP nonfinite_loss, no backward)
-//                         -> backward of loss * scale / accum_steps
+//   for each micro-batch: forward -> loss checked on the device (non-finite: the step will
+//                         be skipped as nonfinite_loss) -> backward of loss * scale / accum_steps
 //   gradient sync (once, after the last micro-batch)
 //   -> guard (found_inf, norm of the unscaled gradients; fused: nothing written)
-//   -> found_inf? SKIP nonfinite_grad : clip coefficient, optimizer step
+//   -> clip coefficient, optimizer step (a no-op under found_inf, on the device)
 //   -> scaler update (every step, skipped or not) -> the step's log row
 // The LR comes from the schedule at the optimizer's applied-step count, so a skipped step
 // does not advance it.
+//
+// No host synchronisation: every decision above is data on the device (found_inf, the
+// clip coefficient, the count that picks the LR and the bias corrections). A step is only
+// enqueued; its row's values follow it to the host asynchronously and are read when the
+// caller asks for them (one step late in `belay train`, so a GPU never waits for the host).
+// The price: a non-finite loss still runs its backward (into gradients the step then
+// ignores) instead of stopping before it, as PyTorch's GradScaler also does.
 #pragma once
 #include <functional>
 #include <limits>
+#include <memory>
 
 #include "amp/communicator.h"
 #include "amp/grad_scaler.h"
@@ -26,13 +34,29 @@ struct SafeStepOptions {
   bool fused = true;  // false: unscale_ in place, clip_grad_norm_, step (PyTorch's order)
 };
 
+// A step that has been enqueued, and its log row on its way to the host.
+class PendingStep {
+ public:
+  PendingStep(int64_t step, std::unique_ptr<HostReadback> values);
+  int64_t step() const { return step_; }
+  bool ready() const { return values_->ready(); }  // never blocks
+  StepRow row();                                   // waits for the values if they are not there yet
+
+ private:
+  int64_t step_;
+  std::unique_ptr<HostReadback> values_;
+};
+
 class SafeStep {
  public:
   SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, SafeStepOptions options = {},
            Communicator* comm = nullptr);
 
-  // Runs one effective step: loss_fn(k) returns micro-batch k's FP32 loss (forward only).
-  StepRow run(const std::function<Var(int micro_batch)>& loss_fn);
+  // Enqueues one effective step: loss_fn(k) returns micro-batch k's FP32 loss (forward
+  // only). Reads nothing back from the device.
+  PendingStep enqueue(const std::function<Var(int micro_batch)>& loss_fn);
+  // The same, waiting for the row (a simple loop, or a test).
+  StepRow run(const std::function<Var(int micro_batch)>& loss_fn) { return enqueue(loss_fn).row(); }
 
   // Called after the last backward, before the guard: lets a test or the demo plant a
   // non-finite gradient (--inject-inf). Gets the step index.
@@ -41,13 +65,12 @@ class SafeStep {
   int64_t next_step() const { return step_; }
   void set_next_step(int64_t step) { step_ = step; }
   const SafeStepOptions& options() const { return options_; }
-  const LrSchedule& schedule() const { return schedule_; }
+  const LrSchedule& schedule() const { return opt_.schedule(); }
   Communicator& communicator() { return *comm_; }
 
  private:
   Optimizer& opt_;
   GradScaler& scaler_;
-  LrSchedule schedule_;
   SafeStepOptions options_;
   LocalCommunicator local_comm_;
   Communicator* comm_;

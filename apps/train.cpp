@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <deque>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -36,6 +37,8 @@ void validate(const TrainConfig& c) {
   positive("hidden", c.hidden);
   positive("batch", c.batch);
   positive("steps", c.steps);
+  // The device keeps the applied-step count in FP32, exact up to 2^24.
+  if (c.steps > (int64_t{1} << 24)) throw UsageError("--steps must be at most 16777216, got " + std::to_string(c.steps));
   if (c.micro_batch < 0) throw UsageError("--micro-batch must be positive, got " + std::to_string(c.micro_batch));
   if (c.micro_batch > 0 && c.batch % c.micro_batch != 0)
     throw UsageError("--batch " + std::to_string(c.batch) + " is not a multiple of --micro-batch " +
@@ -222,21 +225,15 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   TrainResult result;
   const int64_t accum = c.accum_steps(), micro = c.micro_batch_size();
   const bool classify = data->classification();
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t last = c.stop_at >= 0 ? std::min(c.steps, c.stop_at) : c.steps;
-  for (int64_t s = first_step; s < last; ++s) {
-    const auto ts = std::chrono::steady_clock::now();
-    Batch batch = data->next(c.batch, device);
-    if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
-      backend_for(device).scale(batch.y, it->second, batch.y);
-    const StepRow row = step.run([&](int k) {
-      const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
-      const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);
-      Autocast autocast(c.dtype, c.dtype != DType::F32);
-      Var pred = (*model)(Var(x));
-      return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
-    });
-    result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
+
+  // Rows are read one step late: step s is enqueued, then the row of step s - 1 is taken,
+  // so a GPU always has the next step queued while the host logs the last one, and never
+  // waits for the host. The CPU runs the same schedule, so both stop at the same step.
+  std::deque<PendingStep> in_flight;
+  bool skip_stop = false;
+  // One finished step: CSV row, progress, the skip monitor (which may end the run: exit 1).
+  auto consume = [&](PendingStep& pending) {
+    const StepRow row = pending.row();
     result.rows.push_back(row);
     if (log) log->write(row);
     if (result.rows.size() == 1) result.first_loss = row.loss;
@@ -246,21 +243,53 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
       result.final_loss = row.loss;
     if (c.show_steps && !c.quiet) out << describe_row(row) << "\n";
     if (!c.quiet && !c.show_steps) progress.update(row, result.skipped);
-    if (!c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0) checkpoint_now(s + 1);
     const SkipMonitor::Verdict v = monitor.observe(row.skipped);
     if (v.alert && !c.quiet) {
       progress.finish();
-      out << "alert: skip rate " << 100.0 * v.rate << "% over the last " << std::min<int64_t>(s + 1, c.skip.window)
-          << " steps is above " << 100.0 * c.skip.alert_rate << "%\n";
+      out << "alert: skip rate " << 100.0 * v.rate << "% over the last "
+          << std::min<int64_t>(static_cast<int64_t>(result.rows.size()), c.skip.window) << " steps is above "
+          << 100.0 * c.skip.alert_rate << "%\n";
     }
-    if (v.stop) {
+    if (v.stop && !skip_stop) {
+      skip_stop = true;
       progress.finish();
       out << "belay: error: skip rate stayed above " << 100.0 * c.skip.max_rate << "% for " << c.skip.patience
-          << " consecutive steps; stopping at step " << s << "\n";
+          << " consecutive steps (through step " << row.step << "); stopping\n";
       result.exit_code = 1;
-      break;
     }
+  };
+  // Takes the rows of all but the newest `keep` steps in flight.
+  auto drain = [&](size_t keep) {
+    while (in_flight.size() > keep) {
+      consume(in_flight.front());
+      in_flight.pop_front();
+    }
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t last = c.stop_at >= 0 ? std::min(c.steps, c.stop_at) : c.steps;
+  for (int64_t s = first_step; s < last; ++s) {
+    const auto ts = std::chrono::steady_clock::now();
+    Batch batch = data->next(c.batch, device);
+    if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
+      backend_for(device).scale(batch.y, it->second, batch.y);
+    in_flight.push_back(step.enqueue([&](int k) {
+      const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
+      const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);
+      Autocast autocast(c.dtype, c.dtype != DType::F32);
+      Var pred = (*model)(Var(x));
+      return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
+    }));
+    drain(1);
+    // The period of the loop: in steady state, one step of the device's work.
+    result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
+    if (!c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0) {
+      drain(0);  // every row up to the checkpoint is in the CSV before the checkpoint exists
+      checkpoint_now(s + 1);
+    }
+    if (skip_stop) break;
     if (g_stop_signal != 0) {
+      drain(0);
       progress.finish();
       const int sig = g_stop_signal;
       if (!c.quiet)
@@ -270,6 +299,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
       break;
     }
   }
+  drain(0);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.gradient_syncs = step.communicator().gradient_syncs();
   progress.finish();

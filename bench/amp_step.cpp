@@ -82,23 +82,20 @@ std::vector<Sample> take_sample(const State& s, uint64_t seed) {
   return out;
 }
 
-AdamWHyper hyper() {
-  AdamWHyper h;
-  h.lr = 1e-3f;
-  h.bias_correction1 = 1.0f - 0.9f;
-  h.bias_correction2 = 1.0f - 0.999f;
-  return h;
-}
+// The passes run with the applied-step count held at 0 (every repetition is step t = 1),
+// so the replay applies the same lr and bias corrections 1 - beta each time.
+constexpr float kLr = 1e-3f;
+const AdamWHyper kHyper{};
 
 // Replays `steps` AdamW steps on the sample; grad_at(step, stored) gives the gradient the
 // optimizer applies. Every sampled element of p, m, v and the working copy must match.
 template <class GradAt>
 void check_replay(const State& s, std::vector<Sample> sample, int steps, GradAt&& grad_at, const char* what) {
-  const AdamWHyper h = hyper();
+  const AdamWHyper h = kHyper;
+  const float bc1 = adamw_bias_correction(h.beta1, 0.0f), bc2 = adamw_bias_correction(h.beta2, 0.0f);
   for (Sample& e : sample) {
     for (int k = 0; k < steps; ++k)
-      adamw_element(grad_at(k, e.g), e.p, e.m, e.v, h.lr, h.beta1, h.beta2, h.eps, 0.01f, h.bias_correction1,
-                    h.bias_correction2);
+      adamw_element(grad_at(k, e.g), e.p, e.m, e.v, kLr, h.beta1, h.beta2, h.eps, 0.01f, bc1, bc2);
     const bool same = f32_bits(e.p) == f32_bits(s.p[e.t].data_as<float>()[e.i]) &&
                       f32_bits(e.m) == f32_bits(s.m[e.t].data_as<float>()[e.i]) &&
                       f32_bits(e.v) == f32_bits(s.v[e.t].data_as<float>()[e.i]) &&
@@ -130,8 +127,9 @@ Json bench_amp(const Options& o) {
                                           : std::vector<int64_t>{1 << 20, 16 << 20, 64 << 20};
   for (const int64_t n : ns) {
     const int reps = n <= (1 << 20) ? 40 : n <= (16 << 20) ? 10 : 6;
-    const AdamWHyper h = hyper();
+    const AdamWHyper h = kHyper;
     const Tensor inv = Tensor::scalar(1.0f / kScale), one = Tensor::scalar(1.0f), zero = Tensor::scalar(0.0f);
+    const Tensor lr = Tensor::scalar(kLr), applied = Tensor::scalar(0.0f);
     Tensor found = Tensor::scalar(0.0f), sumsq = Tensor::scalar(0.0f), norm = Tensor::scalar(0.0f);
     Tensor coef = Tensor::scalar(0.0f);
     const float max_norm = INFINITY;  // clip coefficient 1: every pass still runs
@@ -147,7 +145,7 @@ Json bench_amp(const Options& o) {
       const Timing t = time_it(2, reps, [&] {
         be.guard(grads, inv, found, sumsq);
         be.clip_coefficient(sumsq, max_norm, norm, coef);
-        be.adamw(h, slots, inv, coef, found);
+        be.adamw(h, slots, StepScalars{&inv, &coef, &found, &lr, &applied});
       });
       require(found.item() == 0.0f && coef.item() == 1.0f, "fused: guard flags");
       const double ref = fp64_sumsq(s, 1.0f / kScale);
@@ -175,7 +173,7 @@ Json bench_amp(const Options& o) {
         be.guard(cgrads, one, found_norm, sumsq);  // the norm: clip_grad_norm_'s pass
         be.clip_coefficient(sumsq, max_norm, norm, coef);
         be.scale_inplace(grads, coef);
-        be.adamw(h, slots, one, one, found);
+        be.adamw(h, slots, StepScalars{&one, &one, &found, &lr, &applied});
       });
       require(found.item() == 0.0f, "unfused: found_inf");
       check_replay(s, sample, 2 + reps,
@@ -191,7 +189,7 @@ Json bench_amp(const Options& o) {
       State s = make_state(n, 1);
       const std::vector<Sample> sample = take_sample(s, 2);
       const std::vector<AdamWSlot> slots = slots_of(s);
-      const Timing t = time_it(2, reps, [&] { be.adamw(h, slots, inv, one, zero); });
+      const Timing t = time_it(2, reps, [&] { be.adamw(h, slots, StepScalars{&inv, &one, &zero, &lr, &applied}); });
       check_replay(s, sample, 2 + reps, [&](int, float g) { return effective_grad(g, 1.0f / kScale, 1.0f); }, "adamw");
       row["adamw"] = Json{{"time", to_json(t)}, {"bytes_per_param", 30}};
     }

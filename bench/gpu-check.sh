@@ -89,7 +89,7 @@ for line in open(os.path.join(out, "ptxas.txt")):
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
     if m and cur and (int(m.group(1)) or int(m.group(2))): spills.append(cur)
 summary = {"build_rc": build_rc, "ctest_rc": ctest_rc, "ctest": passed, "kernels_with_spills": spills,
-           "gemm": bench.get("gemm"), "step": bench.get("step"), "torch_step": torch_step}
+           "gemm": bench.get("gemm"), "step": bench.get("step"), "sync": bench.get("sync"), "torch_step": torch_step}
 step = bench.get("step") or {}
 if step.get("step_ms") and torch_step.get("step_ms"):
     summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)

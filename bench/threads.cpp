@@ -19,14 +19,13 @@ double fused_amp_ms(int64_t n, int reps) {
   const Tensor inv = Tensor::scalar(1.0f / 65536.0f);
   Tensor found = Tensor::scalar(0.0f), sumsq = Tensor::scalar(0.0f), norm = Tensor::scalar(0.0f);
   Tensor coef = Tensor::scalar(0.0f);
-  AdamWHyper h;
-  h.bias_correction1 = 0.1f;
-  h.bias_correction2 = 0.001f;
+  const AdamWHyper h;
+  const Tensor lr = Tensor::scalar(1e-3f), applied = Tensor::scalar(0.0f);
   const std::vector<AdamWSlot> slots{{&p, &m, &v, &g, &w, 0.01f}};
   const Timing t = time_it(2, reps, [&] {
     be.guard({&g}, inv, found, sumsq);
     be.clip_coefficient(sumsq, 1.0f, norm, coef);
-    be.adamw(h, slots, inv, coef, found);
+    be.adamw(h, slots, StepScalars{&inv, &coef, &found, &lr, &applied});
   });
   const double expect = static_cast<double>(n) * (3.0 / 65536.0) * (3.0 / 65536.0);
   require(std::fabs(sumsq.item() - expect) <= 1e-5 * expect, "threads: guard sum of squares");

@@ -5,6 +5,7 @@
 // FP32 tensors on the backend's device, so a step never needs a host round trip.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,20 @@ GemmDims check_gemm(const GemmArgs& args);
 void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits);
 
 struct AdamWHyper {
-  float lr = 1e-3f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
-  float bias_correction1 = 1.0f;  // 1 - beta1^t
-  float bias_correction2 = 1.0f;  // 1 - beta2^t
+};
+
+// The device scalars an optimizer pass reads: FP32 [1] tensors on the parameters' device,
+// written by earlier kernels of the same step (the guard, the clip coefficient, the LR
+// lookup), so the step is enqueued without the host ever reading one of them.
+struct StepScalars {
+  const Tensor* inv_scale = nullptr;      // gradients are multiplied by it on the fly ...
+  const Tensor* clip_coef = nullptr;      // ... and by it
+  const Tensor* found_inf = nullptr;      // nonzero: the pass changes nothing
+  const Tensor* lr = nullptr;             // this step's learning rate
+  const Tensor* applied_steps = nullptr;  // steps applied before this one: AdamW's t is this + 1
 };
 
 // One parameter's state as the fused AdamW pass sees it.
@@ -76,6 +85,15 @@ struct ScalerConfig {
   int hysteresis = 1;  // overflows tolerated before backing off (1: back off on the first)
   float min_scale = 1.0f;
   float max_scale = 16777216.0f;  // 2^24
+};
+
+// Values on their way from the device to the host. The copy is enqueued behind the work
+// that computes them; the host asks later (a log row, one step late) and waits only then.
+class HostReadback {
+ public:
+  virtual ~HostReadback() = default;
+  virtual bool ready() const = 0;                // the values have landed; never blocks
+  virtual const std::vector<float>& wait() = 0;  // blocks until they have; the values
 };
 
 class Backend {
@@ -128,11 +146,21 @@ class Backend {
   // x = min(max(x, lo), hi) in place: clip_grad_value.
   virtual void clamp_inplace(Tensor& x, float lo, float hi) const = 0;
   // One fused pass: g = grad * inv_scale * clip_coef; decoupled decay; m, v, master and the
-  // working copy updated. Changes nothing when found_inf[0] != 0.
-  virtual void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const Tensor& inv_scale,
-                     const Tensor& clip_coef, const Tensor& found_inf) const = 0;
-  virtual void sgd(float lr, float momentum, const std::vector<SgdSlot>& slots, const Tensor& inv_scale,
-                   const Tensor& clip_coef, const Tensor& found_inf) const = 0;
+  // working copy updated, with lr and the bias corrections 1 - beta^t (t = applied_steps + 1,
+  // computed in FP64 from the device count) read on the device. Changes nothing when
+  // found_inf[0] != 0.
+  virtual void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& s) const = 0;
+  virtual void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s) const = 0;
+  // out[0] = table[min(index[0], n - 1)]: the schedule's LR at the applied-step count, picked
+  // on the device. table: FP32 [n]; index and out: FP32 [1] (index holds an integer >= 0).
+  virtual void lookup(const Tensor& table, const Tensor& index, Tensor& out) const = 0;
+  // count[0] += 1 unless found_inf[0] != 0: the applied-step count, moved only by a step
+  // that was applied. FP32 counts exactly up to 2^24 steps.
+  virtual void count_applied(Tensor& count, const Tensor& found_inf) const = 0;
+  // Snapshots these one-element FP32 tensors, in order, as they are once the work already
+  // enqueued has run, into host memory (pinned, on a GPU), and returns without waiting.
+  virtual std::unique_ptr<HostReadback> read_async(const std::vector<const Tensor*>& scalars) const = 0;
+
   // Dynamic loss scaling: back off on found_inf (after `hysteresis` overflows), grow after
   // growth_interval clean steps. scale, growth_tracker, hysteresis_left: FP32 [1].
   virtual void scaler_update(const ScalerConfig& config, Tensor& scale, Tensor& growth_tracker,

@@ -1,5 +1,7 @@
 #include "engine/tensor.h"
 
+#include <atomic>
+
 #include "engine/allocator.h"
 #include "engine/backend.h"
 #include "engine/error.h"
@@ -38,8 +40,15 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
   return device.is_cpu() ? host : host.to(device);
 }
 
+namespace {
+std::atomic<uint64_t> g_blocking_host_reads{0};
+}  // namespace
+
+uint64_t blocking_host_reads() { return g_blocking_host_reads.load(); }
+
 std::vector<float> Tensor::to_vector() const {
   check_defined("to_vector", *this);
+  g_blocking_host_reads.fetch_add(1);
   const Tensor host = device().is_cpu() ? *this : to(Device::cpu());
   std::vector<float> out(static_cast<size_t>(numel()));
   for (size_t i = 0; i < out.size(); ++i) out[i] = load_as_f32(host.data(), dtype_, i);

@@ -71,6 +71,11 @@ class Tensor {
   DType dtype_ = DType::F32;
 };
 
+// How many times the host has waited for a tensor's values (to_vector, item, and so
+// to(cpu) of a device tensor's values read on the host). A training step must not: on a GPU
+// each one is a synchronisation. Tests read this counter around a step to prove it.
+uint64_t blocking_host_reads();
+
 // Checks that throw belay::Error naming the operation and what did not match.
 void check_same_shape(const char* op, const Tensor& a, const Tensor& b);
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);

@@ -1,7 +1,5 @@
 #include "optim/adamw.h"
 
-#include <cmath>
-
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -17,14 +15,11 @@ AdamW::AdamW(std::vector<Var> params, AdamWOptions options) : Optimizer(std::mov
   }
 }
 
-void AdamW::apply(int64_t t, const Tensor& inv_scale, const Tensor& clip_coef, const Tensor& found_inf) {
+void AdamW::apply(const StepScalars& scalars) {
   AdamWHyper h;
-  h.lr = lr_;
   h.beta1 = options_.beta1;
   h.beta2 = options_.beta2;
   h.eps = options_.eps;
-  h.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(options_.beta1), static_cast<double>(t)));
-  h.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(options_.beta2), static_cast<double>(t)));
   std::vector<AdamWSlot> slots;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Var& p = params_[i];
@@ -38,7 +33,7 @@ void AdamW::apply(int64_t t, const Tensor& inv_scale, const Tensor& clip_coef, c
     s.weight_decay = (p.value().rank() > 1 || options_.decay_1d) ? options_.weight_decay : 0.0f;
     slots.push_back(s);
   }
-  backend_for(device_).adamw(h, slots, inv_scale, clip_coef, found_inf);
+  backend_for(device_).adamw(h, slots, scalars);
 }
 
 std::vector<std::pair<std::string, Tensor*>> AdamW::state_tensors() {

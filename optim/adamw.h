@@ -24,7 +24,7 @@ class AdamW : public Optimizer {
   const Tensor& exp_avg_sq(size_t i) const { return v_[i]; }
 
  protected:
-  void apply(int64_t t, const Tensor& inv_scale, const Tensor& clip_coef, const Tensor& found_inf) override;
+  void apply(const StepScalars& scalars) override;
 
  private:
   AdamWOptions options_;

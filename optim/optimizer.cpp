@@ -1,24 +1,62 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
+
+#include "engine/backend.h"
 #include "engine/error.h"
 
 namespace belay {
 
-Optimizer::Optimizer(std::vector<Var> params, float lr) : params_(std::move(params)), lr_(lr) {
+namespace {
+// FP32 holds every integer up to 2^24 exactly: the device count and the table index.
+constexpr int64_t kMaxCount = int64_t{1} << 24;
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Var> params, float lr) : params_(std::move(params)) {
   if (params_.empty()) throw Error("optimizer: no parameters given");
   device_ = params_[0].device();
   for (const Var& p : params_) {
     if (!p.is_parameter()) throw Error("optimizer: '" + p.name() + "' is not a parameter (no FP32 master)");
     if (p.device() != device_) throw Error("optimizer: parameters live on different devices");
   }
+  lr_now_ = Tensor::scalar(lr, DType::F32, device_);
+  applied_steps_ = Tensor::scalar(0.0f, DType::F32, device_);
+  set_lr(lr);
+}
+
+void Optimizer::set_schedule(const LrSchedule& schedule) {
+  // Constant: one entry. Warmup + cosine: every step up to the later of the warmup's end and
+  // the cosine's end, after which lr_at is the floor for good (held by the lookup's clamp).
+  const int64_t n = schedule.kind == LrSchedule::Kind::Constant
+                        ? 1
+                        : std::max(schedule.total_steps, schedule.warmup_steps) + 1;
+  if (n > kMaxCount)
+    throw UsageError("LR schedule spans " + std::to_string(n) + " steps; at most 2^24 (16777216) are supported");
+  std::vector<float> table(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) table[static_cast<size_t>(k)] = schedule.lr_at(k);
+  lr_table_ = Tensor::from_vector(table, Shape{n}, DType::F32, device_);
+  schedule_ = schedule;
+}
+
+int64_t Optimizer::step_count() const { return static_cast<int64_t>(applied_steps_.item()); }
+
+void Optimizer::set_step_count(int64_t n) {
+  if (n < 0 || n >= kMaxCount) throw Error("optimizer: step count " + std::to_string(n) + " out of range [0, 2^24)");
+  applied_steps_.fill(static_cast<float>(n));
 }
 
 void Optimizer::step(const Tensor& inv_scale, const Tensor& clip_coef, const Tensor& found_inf) {
-  apply(step_count_ + 1, inv_scale, clip_coef, found_inf);
-  // The kernels are no-ops under found_inf; the count follows them. Reading the flag is free
-  // on the CPU and a synchronisation on a GPU. Known debt: a sync-free CUDA step needs the
-  // count (and the bias corrections and LR derived from it) kept on the device.
-  if (found_inf.item() == 0.0f) ++step_count_;
+  const Backend& be = backend_for(device_);
+  be.lookup(lr_table_, applied_steps_, lr_now_);
+  StepScalars s;
+  s.inv_scale = &inv_scale;
+  s.clip_coef = &clip_coef;
+  s.found_inf = &found_inf;
+  s.lr = &lr_now_;
+  s.applied_steps = &applied_steps_;
+  apply(s);
+  // After the update pass (which read the count as t - 1): a kernel, no host read.
+  be.count_applied(applied_steps_, found_inf);
 }
 
 void Optimizer::step() {

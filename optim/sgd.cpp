@@ -12,7 +12,7 @@ Sgd::Sgd(std::vector<Var> params, SgdOptions options) : Optimizer(std::move(para
     momentum_.push_back(options.momentum > 0.0f ? Tensor::zeros(p.shape(), DType::F32, device_) : Tensor());
 }
 
-void Sgd::apply(int64_t, const Tensor& inv_scale, const Tensor& clip_coef, const Tensor& found_inf) {
+void Sgd::apply(const StepScalars& scalars) {
   std::vector<SgdSlot> slots;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Var& p = params_[i];
@@ -25,7 +25,7 @@ void Sgd::apply(int64_t, const Tensor& inv_scale, const Tensor& clip_coef, const
     s.weight_decay = (p.value().rank() > 1 || options_.decay_1d) ? options_.weight_decay : 0.0f;
     slots.push_back(s);
   }
-  backend_for(device_).sgd(lr_, options_.momentum, slots, inv_scale, clip_coef, found_inf);
+  backend_for(device_).sgd(options_.momentum, slots, scalars);
 }
 
 std::vector<std::pair<std::string, Tensor*>> Sgd::state_tensors() {

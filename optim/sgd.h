@@ -19,7 +19,7 @@ class Sgd : public Optimizer {
   std::string name() const override { return "sgd"; }
 
  protected:
-  void apply(int64_t t, const Tensor& inv_scale, const Tensor& clip_coef, const Tensor& found_inf) override;
+  void apply(const StepScalars& scalars) override;
 
  private:
   SgdOptions options_;

@@ -2,6 +2,7 @@
 // and the CUDA kernels call these same functions, so both compute the same formula.
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 #include "engine/half_bits.h"
 
@@ -32,6 +33,21 @@ BELAY_HD void adamw_element(float g, float& p, float& m, float& v, float lr, flo
   const float m_hat = m / bias_correction1;
   const float v_hat = v / bias_correction2;
   p = p - lr * m_hat / (sqrtf(v_hat) + eps);
+}
+
+// AdamW's bias correction 1 - beta^t for the t-th applied step, in FP64 and rounded once,
+// from the applied-step count the device keeps (t = applied_steps + 1): the host never needs
+// the count to run a step. pow is glibc's on the CPU and CUDA's on the GPU (both within 1-2
+// ulp in FP64, so the FP32 results agree except at rare rounding ties).
+BELAY_HD float adamw_bias_correction(float beta, float applied_steps) {
+  return static_cast<float>(1.0 - pow(static_cast<double>(beta), static_cast<double>(applied_steps) + 1.0));
+}
+
+// The index a step count selects in a table of n per-step values (the LR schedule): the
+// count itself, held at the last entry once the schedule has ended.
+BELAY_HD int64_t table_index(float count, int64_t n) {
+  const int64_t i = count > 0.0f ? static_cast<int64_t>(count) : 0;
+  return i < n - 1 ? i : n - 1;
 }
 
 // One SGD element with momentum (PyTorch's form: buf = mu*buf + g; p -= lr*buf).

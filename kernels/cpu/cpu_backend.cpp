@@ -134,12 +134,22 @@ double deterministic_sum(int64_t n, F&& f) {
   return total;
 }
 
+// AdamW's numbers for one step as the block loops use them: the hyper-parameters, and the
+// lr and bias corrections read from the step's device scalars.
+struct AdamWStep {
+  float lr, beta1, beta2, eps, bias_correction1, bias_correction2;
+};
+
+// The value of a one-element FP32 tensor of this backend. CPU "device memory" is host
+// memory, so a kernel reads it directly (not through Tensor::item, which counts host reads).
+float scalar_value(const Tensor& t) { return t.data_as<const float>()[0]; }
+
 // The AdamW update of one block, FP32 throughout. adamw_element does not vectorize as it is
 // (sqrtf may set errno, so the compiler keeps a branch per element); with AVX the same
 // operations, in the same order, run eight at a time. No FMA: the bits are adamw_element's
 // (the benchmark replays sampled elements through adamw_element and compares bit for bit).
 void adamw_block_scalar(const float* __restrict g, float* __restrict p, float* __restrict m, float* __restrict v,
-                        int64_t len, float inv, float coef, const AdamWHyper& h, float wd) {
+                        int64_t len, float inv, float coef, const AdamWStep& h, float wd) {
   for (int64_t j = 0; j < len; ++j)
     adamw_element(effective_grad(g[j], inv, coef), p[j], m[j], v[j], h.lr, h.beta1, h.beta2, h.eps, wd,
                   h.bias_correction1, h.bias_correction2);
@@ -152,7 +162,7 @@ void adamw_block_scalar(const float* __restrict g, float* __restrict p, float* _
 __attribute__((target("avx,f16c"))) void adamw_block_avx(const float* __restrict g, float* __restrict p,
                                                          float* __restrict m, float* __restrict v,
                                                          uint16_t* __restrict w16, int64_t len, float inv, float coef,
-                                                         const AdamWHyper& h, float wd, bool stream) {
+                                                         const AdamWStep& h, float wd, bool stream) {
   const __m256 vinv = _mm256_set1_ps(inv), vcoef = _mm256_set1_ps(coef), vlr = _mm256_set1_ps(h.lr);
   const __m256 vdecay = _mm256_set1_ps(1.0f - h.lr * wd);
   const __m256 vb1 = _mm256_set1_ps(h.beta1), v1mb1 = _mm256_set1_ps(1.0f - h.beta1);
@@ -199,7 +209,7 @@ constexpr int64_t kStreamThreshold = 1 << 20;
 
 // Returns whether it also wrote the working copy (FP16 with F16C); else the caller does.
 bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw, int64_t len, float inv, float coef,
-                 const AdamWHyper& h, float wd, bool stream) {
+                 const AdamWStep& h, float wd, bool stream) {
 #if BELAY_X86
   if (has_avx()) {
     uint16_t* w16 = w && dw == DType::F16 ? static_cast<uint16_t*>(w) : nullptr;
@@ -213,6 +223,23 @@ bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw
 
 void check_cpu(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CPU); }
 void check_scalar(const char* op, const Tensor& t) { check_f32_scalar(op, t, DeviceKind::CPU); }
+
+void check_step_scalars(const char* op, const StepScalars& s) {
+  for (const Tensor* t : {s.inv_scale, s.clip_coef, s.found_inf, s.lr, s.applied_steps}) {
+    if (!t) throw Error(std::string(op) + ": a step scalar is missing (inv_scale, clip_coef, found_inf, lr, applied_steps)");
+    check_scalar(op, *t);
+  }
+}
+
+class ReadyReadback final : public HostReadback {
+ public:
+  explicit ReadyReadback(std::vector<float> values) : values_(std::move(values)) {}
+  bool ready() const override { return true; }
+  const std::vector<float>& wait() override { return values_; }
+
+ private:
+  std::vector<float> values_;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -297,7 +324,7 @@ class CpuBackend final : public Backend {
   void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const override {
     check_cpu("accumulate", dst);
     check_same_shape("accumulate", dst, src);
-    const float factor = alpha * (s ? s->item() : 1.0f);
+    const float factor = alpha * (s ? scalar_value(*s) : 1.0f);
     const void* ps = src.data();
     void* pd = dst.data();
     const DType dsrc = src.dtype(), ddst = dst.dtype();
@@ -313,7 +340,7 @@ class CpuBackend final : public Backend {
 
   void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const override {
     check_scalar("broadcast_scalar", s);
-    fill(out, s.item() * alpha);
+    fill(out, scalar_value(s) * alpha);
   }
 
   void activation(Activation act, const Tensor& x, Tensor& y) const override {
@@ -415,7 +442,7 @@ class CpuBackend final : public Backend {
     check_cpu("mse_loss backward", pred);
     check_same_shape("mse_loss backward", pred, dpred);
     check_scalar("mse_loss backward", g);
-    const float factor = 2.0f * g.item() / static_cast<float>(pred.numel());
+    const float factor = 2.0f * scalar_value(g) / static_cast<float>(pred.numel());
     const void *pp = pred.data(), *pt = target.data();
     void* pd = dpred.data();
     const DType dp = pred.dtype(), dt = target.dtype(), dd = dpred.dtype();
@@ -433,7 +460,8 @@ class CpuBackend final : public Backend {
     check_cpu("cross_entropy", logits);
     check_cross_entropy(logits, labels, loss, dlogits);
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
-    const std::vector<float> lab = labels.to_vector();
+    std::vector<float> lab(static_cast<size_t>(labels.numel()));  // read in place: no host read counted
+    for (size_t r = 0; r < lab.size(); ++r) lab[r] = load_as_f32(labels.data(), labels.dtype(), r);
     for (int64_t r = 0; r < rows; ++r) {
       const float l = lab[r];
       if (!(l >= 0.0f) || l >= static_cast<float>(classes) || l != std::floor(l))
@@ -472,7 +500,7 @@ class CpuBackend final : public Backend {
     check_scalar("guard", inv_scale);
     check_scalar("guard", found_inf);
     check_scalar("guard", sumsq);
-    const float inv = inv_scale.item();
+    const float inv = scalar_value(inv_scale);
     double total = 0.0;
     bool nonfinite = false;
     for (const Tensor* g : grads) {
@@ -497,7 +525,7 @@ class CpuBackend final : public Backend {
 
   void clip_coefficient(const Tensor& sumsq, float max_norm, Tensor& norm, Tensor& clip_coef) const override {
     check_scalar("clip_coefficient", sumsq);
-    const float n = std::sqrt(sumsq.item());
+    const float n = std::sqrt(scalar_value(sumsq));
     norm.data_as<float>()[0] = n;
     clip_coef.data_as<float>()[0] = clip_coefficient_of(n, max_norm);
   }
@@ -506,7 +534,7 @@ class CpuBackend final : public Backend {
   void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const override {
     check_scalar("unscale", inv_scale);
     check_scalar("unscale", found_inf);
-    const float inv = inv_scale.item();
+    const float inv = scalar_value(inv_scale);
     bool nonfinite = false;
     for (Tensor* g : grads) {
       void* pg = g->data();
@@ -535,7 +563,7 @@ class CpuBackend final : public Backend {
 
   void scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const override {
     check_scalar("scale_inplace", factor);
-    const float f = factor.item();
+    const float f = scalar_value(factor);
     for (Tensor* g : grads) scale(*g, f, *g);
   }
 
@@ -555,11 +583,17 @@ class CpuBackend final : public Backend {
 
   // One pass: reads grad, master, m, v; writes master, m, v and the working copy.
   // FP32 grads and an FP16/BF16 working copy: 30 bytes per element; ~15 flops, 1 sqrt, 3 div.
-  void adamw(const AdamWHyper& h, const std::vector<AdamWSlot>& slots, const Tensor& inv_scale,
-             const Tensor& clip_coef, const Tensor& found_inf) const override {
-    check_scalar("adamw", found_inf);
-    if (found_inf.item() != 0.0f) return;  // a skipped step changes nothing
-    const float inv = inv_scale.item(), coef = clip_coef.item();
+  void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& sc) const override {
+    check_step_scalars("adamw", sc);
+    if (scalar_value(*sc.found_inf) != 0.0f) return;  // a skipped step changes nothing
+    const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
+    const float applied = scalar_value(*sc.applied_steps);
+    const AdamWStep h{scalar_value(*sc.lr),
+                      hyper.beta1,
+                      hyper.beta2,
+                      hyper.eps,
+                      adamw_bias_correction(hyper.beta1, applied),
+                      adamw_bias_correction(hyper.beta2, applied)};
     for (const AdamWSlot& s : slots) {
       check_dtype("adamw master", *s.master, DType::F32);
       check_dtype("adamw m", *s.m, DType::F32);
@@ -584,11 +618,11 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void sgd(float lr, float momentum, const std::vector<SgdSlot>& slots, const Tensor& inv_scale,
-           const Tensor& clip_coef, const Tensor& found_inf) const override {
-    check_scalar("sgd", found_inf);
-    if (found_inf.item() != 0.0f) return;
-    const float inv = inv_scale.item(), coef = clip_coef.item();
+  void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) const override {
+    check_step_scalars("sgd", sc);
+    if (scalar_value(*sc.found_inf) != 0.0f) return;
+    const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
+    const float lr = scalar_value(*sc.lr);
     for (const SgdSlot& s : slots) {
       float* p = s.master->data_as<float>();
       float* buf = s.momentum && s.momentum->defined() ? s.momentum->data_as<float>() : nullptr;
@@ -616,10 +650,35 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void lookup(const Tensor& table, const Tensor& index, Tensor& out) const override {
+    check_cpu("lookup", table);
+    check_dtype("lookup table", table, DType::F32);
+    if (table.numel() < 1) throw Error("lookup: empty table " + table.describe());
+    check_scalar("lookup", index);
+    check_scalar("lookup", out);
+    out.data_as<float>()[0] = table.data_as<const float>()[table_index(scalar_value(index), table.numel())];
+  }
+
+  void count_applied(Tensor& count, const Tensor& found_inf) const override {
+    check_scalar("count_applied", count);
+    check_scalar("count_applied", found_inf);
+    if (scalar_value(found_inf) == 0.0f) count.data_as<float>()[0] += 1.0f;
+  }
+
+  // Host memory is the device's: the values are copied now and are ready at once.
+  std::unique_ptr<HostReadback> read_async(const std::vector<const Tensor*>& scalars) const override {
+    std::vector<float> values;
+    for (const Tensor* t : scalars) {
+      check_scalar("read_async", *t);
+      values.push_back(scalar_value(*t));
+    }
+    return std::make_unique<ReadyReadback>(std::move(values));
+  }
+
   void scaler_update(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
                      const Tensor& found_inf) const override {
     check_scalar("scaler_update", scale);
-    scaler_transition(found_inf.item(), scale.data_as<float>()[0], growth_tracker.data_as<float>()[0],
+    scaler_transition(scalar_value(found_inf), scale.data_as<float>()[0], growth_tracker.data_as<float>()[0],
                       hysteresis_left.data_as<float>()[0], c.growth_factor, c.backoff_factor,
                       static_cast<float>(c.growth_interval), static_cast<float>(c.hysteresis), c.min_scale,
                       c.max_scale);

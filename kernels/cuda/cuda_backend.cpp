@@ -1,18 +1,21 @@
 // The CUDA backend object: checks shapes, dtypes and devices on the host (metadata only,
 // never device memory), then enqueues kernels on the default stream. No op here waits for
 // the GPU or copies device memory to the host: the scalars that steer a step are one-element
-// device tensors that the kernels read. Scratch buffers (reduction partials) come from the
+// device tensors that the kernels read, uploads return before the GPU has run them, and the
+// host sees device scalars only through read_async's snapshots. Scratch buffers (reduction partials) come from the
 // caching allocator, so a steady-state step allocates nothing; freeing one while a kernel
 // still reads it is safe because every kernel runs in order on the one stream.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <limits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_kernels.h"
+#include "kernels/cuda/pinned_transfers.h"
 
 namespace belay {
 namespace {
@@ -37,14 +40,38 @@ Tensor scratch_doubles(int64_t count, Device device) {
 
 void after_launch() { BELAY_CUDA_CHECK(cudaGetLastError()); }  // launch errors only; no wait
 
+// Every step scalar an optimizer reads, present and an FP32 [1] on the GPU (the same
+// contract as the CPU backend: SGD is given applied_steps too, and ignores it).
+StepScalarPtrs step_scalar_ptrs(const char* op, const StepScalars& s) {
+  for (const Tensor* t : {s.inv_scale, s.clip_coef, s.found_inf, s.lr, s.applied_steps}) {
+    if (!t) throw Error(std::string(op) + ": a step scalar is missing (inv_scale, clip_coef, found_inf, lr, applied_steps)");
+    check_scalar(op, *t);
+  }
+  return {scalar_ptr(*s.inv_scale), scalar_ptr(*s.clip_coef), scalar_ptr(*s.found_inf), scalar_ptr(*s.lr),
+          scalar_ptr(*s.applied_steps)};
+}
+
 class CudaBackend final : public Backend {
  public:
   std::string name() const override { return "cuda"; }
   RawMemory raw_memory() const override { return {device_alloc, device_free}; }
 
-  void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) const override {
-    // Host <-> device transfers (tensor creation, to_vector, item): not part of the step path.
-    BELAY_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // A training step uploads its batch (and small values) every step and must not wait for
+  // the GPU to do so: host -> device copies are staged through pinned memory and enqueued
+  // (UploadStaging); the source may be reused as soon as this returns. Device -> host is a
+  // plain cudaMemcpy, which waits for the queue: that is a host read, and the caller wants
+  // the values now. Device -> device is enqueued like a kernel.
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) const override {
+    if (bytes == 0) return;
+    if (dst_device.is_cuda() && src_device.is_cpu()) {
+      uploads_.upload(dst, src, bytes);
+    } else if (dst_device.is_cpu() && src_device.is_cuda()) {
+      BELAY_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    } else if (dst_device.is_cuda() && src_device.is_cuda()) {
+      BELAY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr));
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
   }
   void synchronize() const override { BELAY_CUDA_CHECK(cudaDeviceSynchronize()); }
 
@@ -267,11 +294,8 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void adamw(const AdamWHyper& h, const std::vector<AdamWSlot>& slots, const Tensor& inv_scale,
-             const Tensor& clip_coef, const Tensor& found_inf) const override {
-    check_scalar("adamw", found_inf);
-    check_scalar("adamw", inv_scale);
-    check_scalar("adamw", clip_coef);
+  void adamw(const AdamWHyper& h, const std::vector<AdamWSlot>& slots, const StepScalars& sc) const override {
+    const StepScalarPtrs ptrs = step_scalar_ptrs("adamw", sc);
     std::vector<OptimRef> refs;
     refs.reserve(slots.size());
     for (const AdamWSlot& s : slots) {
@@ -288,15 +312,12 @@ class CudaBackend final : public Backend {
                       s.working ? s.working->data() : nullptr, s.master->numel(), s.weight_decay, s.grad->dtype(),
                       s.working ? s.working->dtype() : DType::F32});
     }
-    launch_adamw(h, refs, scalar_ptr(inv_scale), scalar_ptr(clip_coef), scalar_ptr(found_inf));
+    launch_adamw(h, refs, ptrs);
     after_launch();
   }
 
-  void sgd(float lr, float momentum, const std::vector<SgdSlot>& slots, const Tensor& inv_scale,
-           const Tensor& clip_coef, const Tensor& found_inf) const override {
-    check_scalar("sgd", found_inf);
-    check_scalar("sgd", inv_scale);
-    check_scalar("sgd", clip_coef);
+  void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) const override {
+    const StepScalarPtrs ptrs = step_scalar_ptrs("sgd", sc);
     std::vector<OptimRef> refs;
     for (const SgdSlot& s : slots) {
       check_dtype("sgd master", *s.master, DType::F32);
@@ -309,8 +330,41 @@ class CudaBackend final : public Backend {
                       s.grad->data(), s.working ? s.working->data() : nullptr, s.master->numel(), s.weight_decay,
                       s.grad->dtype(), s.working ? s.working->dtype() : DType::F32});
     }
-    launch_sgd(lr, momentum, refs, scalar_ptr(inv_scale), scalar_ptr(clip_coef), scalar_ptr(found_inf));
+    launch_sgd(momentum, refs, ptrs);
     after_launch();
+  }
+
+  void lookup(const Tensor& table, const Tensor& index, Tensor& out) const override {
+    check_cuda("lookup", table);
+    check_dtype("lookup table", table, DType::F32);
+    if (table.numel() < 1) throw Error("lookup: empty table " + table.describe());
+    check_scalar("lookup", index);
+    check_scalar("lookup", out);
+    check_same_device("lookup", table, index);
+    check_same_device("lookup", table, out);
+    launch_lookup(table.data_as<float>(), table.numel(), scalar_ptr(index), scalar_ptr(out));
+    after_launch();
+  }
+
+  void count_applied(Tensor& count, const Tensor& found_inf) const override {
+    check_scalar("count_applied", count);
+    check_scalar("count_applied", found_inf);
+    check_same_device("count_applied", count, found_inf);
+    launch_count_applied(scalar_ptr(count), scalar_ptr(found_inf));
+    after_launch();
+  }
+
+  // One gather kernel into a pinned slot and an event behind it; the host waits only when
+  // it asks for the values (HostReadback::wait), typically one step later to log a row.
+  std::unique_ptr<HostReadback> read_async(const std::vector<const Tensor*>& scalars) const override {
+    std::vector<const float*> ptrs;
+    ptrs.reserve(scalars.size());
+    for (const Tensor* t : scalars) {
+      if (!t) throw Error("read_async: a scalar is missing (null tensor pointer)");
+      check_scalar("read_async", *t);
+      ptrs.push_back(scalar_ptr(*t));
+    }
+    return readbacks_.read(ptrs);
   }
 
   void scaler_update(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
@@ -323,6 +377,12 @@ class CudaBackend final : public Backend {
                          scalar_ptr(found_inf));
     after_launch();
   }
+
+ private:
+  // The backend object is const behind the op table; its pinned pools are its only state,
+  // each guarded by its own mutex.
+  mutable UploadStaging uploads_;
+  mutable ReadbackPool readbacks_;
 };
 
 }  // namespace

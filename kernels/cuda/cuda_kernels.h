@@ -71,12 +71,31 @@ struct OptimRef {
   DType grad_dtype;
   DType working_dtype;
 };
-void launch_adamw(const AdamWHyper& h, const std::vector<OptimRef>& slots, const float* inv_scale,
-                  const float* clip_coef, const float* found_inf);
-void launch_sgd(float lr, float momentum, const std::vector<OptimRef>& slots, const float* inv_scale,
-                const float* clip_coef, const float* found_inf);
+// The device scalars of a step (StepScalars), as raw pointers. Read by every thread from
+// device memory: none of them ever crosses to the host.
+struct StepScalarPtrs {
+  const float* inv_scale;
+  const float* clip_coef;
+  const float* found_inf;
+  const float* lr;
+  const float* applied_steps;  // AdamW only: its bias corrections come from it
+};
+void launch_adamw(const AdamWHyper& h, const std::vector<OptimRef>& slots, const StepScalarPtrs& s);
+void launch_sgd(float momentum, const std::vector<OptimRef>& slots, const StepScalarPtrs& s);
 void launch_scaler_update(const ScalerConfig& c, float* scale, float* growth_tracker, float* hysteresis_left,
                           const float* found_inf);
+
+// ---- step_scalar_kernels.cu (one thread each: they move one float)
+// out[0] = table[table_index(index[0], n)]
+void launch_lookup(const float* table, int64_t n, const float* index, float* out);
+// count[0] += 1 unless found_inf[0] != 0
+void launch_count_applied(float* count, const float* found_inf);
+
+// ---- readback_kernels.cu
+// At most this many scalars per read_async: their addresses travel as a kernel parameter.
+constexpr int kMaxReadbackScalars = 16;
+// dst[i] = *src[i] for i < count; dst is pinned host memory seen through its device address.
+void launch_readback_gather(const float* const* src, int count, float* dst);
 
 // ---- gemm_dispatch.cu (tensor cores for FP16/BF16, SIMT for FP32)
 struct GemmProblem {

@@ -1,12 +1,15 @@
 // The optimizer step on the GPU, fused: one pass per parameter reads grad, master, m and v
 // once and writes master, m, v and the FP16/BF16 working copy once. The gradient is
 // unscaled and clipped on the fly (effective_grad) and the update is the shared
-// adamw_element / sgd_element, so CPU and GPU run the same formula. found_inf, inv_scale
-// and clip_coef are read from device memory: a skipped step returns before touching
-// anything, with no host round trip.
+// adamw_element / sgd_element, so CPU and GPU run the same formula. found_inf, inv_scale,
+// clip_coef, lr and the applied-step count are read from device memory (StepScalarPtrs): a
+// skipped step returns before touching anything, and the host never reads a step scalar.
 // AdamW bytes per element: grad (2 or 4) + 3 x 4 read, 3 x 4 + working (2) written =
 //   28-32 B; flops ~ 15 (one sqrt, one divide). SGD: grad + 4 (+4 momentum) read,
 //   4 (+4) + working written; flops ~ 4.
+// AdamW's bias corrections 1 - beta^t need two FP64 pows: thread 0 of each block computes
+// them once from the device count into shared memory (a few hundred cycles per block of
+// 16384 elements, nothing next to its memory traffic).
 // scaler_update: one thread, the shared scaler_transition.
 #include <cstdint>
 
@@ -35,10 +38,17 @@ __device__ __forceinline__ void load8(const float* p, int64_t i, float out[8]) {
 __device__ __forceinline__ void store8(float* p, int64_t i, const float in[8]) { store8_f32(p, DType::F32, i, in); }
 
 __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ OptimBatch batch, AdamWHyper h,
-                                                       const float* inv_scale, const float* clip_coef,
-                                                       const float* found_inf) {
-  if (*found_inf != 0.0f) return;  // a skipped step changes nothing
-  const float inv = *inv_scale, coef = *clip_coef;
+                                                       StepScalarPtrs sc) {
+  if (*sc.found_inf != 0.0f) return;  // a skipped step changes nothing (uniform: the whole grid returns)
+  __shared__ float bias_correction[2];
+  if (threadIdx.x == 0) {
+    const float applied = *sc.applied_steps;
+    bias_correction[0] = adamw_bias_correction(h.beta1, applied);
+    bias_correction[1] = adamw_bias_correction(h.beta2, applied);
+  }
+  __syncthreads();
+  const float bc1 = bias_correction[0], bc2 = bias_correction[1];
+  const float inv = *sc.inv_scale, coef = *sc.clip_coef, lr = *sc.lr;
   const int t = cuda::find_tensor(batch, blockIdx.x);
   const OptimRef s = batch.refs[t];
   const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
@@ -55,8 +65,8 @@ __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ O
       load8(s.v, i, v);
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        adamw_element(effective_grad(g[e], inv, coef), p[e], m[e], v[e], h.lr, h.beta1, h.beta2, h.eps,
-                      s.weight_decay, h.bias_correction1, h.bias_correction2);
+        adamw_element(effective_grad(g[e], inv, coef), p[e], m[e], v[e], lr, h.beta1, h.beta2, h.eps,
+                      s.weight_decay, bc1, bc2);
       store8(s.master, i, p);
       store8(s.m, i, m);
       store8(s.v, i, v);
@@ -66,8 +76,8 @@ __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ O
   }
   for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
     float p = s.master[i], m = s.m[i], v = s.v[i];
-    adamw_element(effective_grad(load_f32(s.grad, s.grad_dtype, i), inv, coef), p, m, v, h.lr, h.beta1, h.beta2,
-                  h.eps, s.weight_decay, h.bias_correction1, h.bias_correction2);
+    adamw_element(effective_grad(load_f32(s.grad, s.grad_dtype, i), inv, coef), p, m, v, lr, h.beta1, h.beta2,
+                  h.eps, s.weight_decay, bc1, bc2);
     s.master[i] = p;
     s.m[i] = m;
     s.v[i] = v;
@@ -75,11 +85,10 @@ __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ O
   }
 }
 
-__global__ void __launch_bounds__(kBlock) sgd_kernel(const __grid_constant__ OptimBatch batch, float lr,
-                                                     float momentum, const float* inv_scale, const float* clip_coef,
-                                                     const float* found_inf) {
-  if (*found_inf != 0.0f) return;
-  const float inv = *inv_scale, coef = *clip_coef;
+__global__ void __launch_bounds__(kBlock) sgd_kernel(const __grid_constant__ OptimBatch batch, float momentum,
+                                                     StepScalarPtrs sc) {
+  if (*sc.found_inf != 0.0f) return;
+  const float inv = *sc.inv_scale, coef = *sc.clip_coef, lr = *sc.lr;
   const int t = cuda::find_tensor(batch, blockIdx.x);
   const OptimRef s = batch.refs[t];
   const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
@@ -105,17 +114,15 @@ __global__ void scaler_update_kernel(ScalerConfig c, float* scale, float* growth
 
 }  // namespace
 
-void launch_adamw(const AdamWHyper& h, const std::vector<OptimRef>& slots, const float* inv_scale,
-                  const float* clip_coef, const float* found_inf) {
+void launch_adamw(const AdamWHyper& h, const std::vector<OptimRef>& slots, const StepScalarPtrs& s) {
   cuda::for_each_batch(slots, [&](const OptimBatch& batch, int64_t blocks) {
-    adamw_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, h, inv_scale, clip_coef, found_inf);
+    adamw_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, h, s);
   });
 }
 
-void launch_sgd(float lr, float momentum, const std::vector<OptimRef>& slots, const float* inv_scale,
-                const float* clip_coef, const float* found_inf) {
+void launch_sgd(float momentum, const std::vector<OptimRef>& slots, const StepScalarPtrs& s) {
   cuda::for_each_batch(slots, [&](const OptimBatch& batch, int64_t blocks) {
-    sgd_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, lr, momentum, inv_scale, clip_coef, found_inf);
+    sgd_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, momentum, s);
   });
 }
 

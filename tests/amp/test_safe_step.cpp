@@ -9,6 +9,7 @@
 #include "amp/clip.h"
 #include "amp/safe_step.h"
 #include "autograd/modules.h"
+#include "engine/allocator.h"
 #include "engine/error.h"
 #include "optim/adamw.h"
 #include "tolerance.h"
@@ -178,22 +179,100 @@ TEST_CASE("a skipped step leaves masters, moments, step count and schedule untou
   }
 }
 
-TEST_CASE("a non-finite loss skips before backward", "[amp][skip]") {
-  Run r(DType::F32, true, INFINITY);
-  bool backward_hook_ran = false;
-  r.step.after_backward = [&](int64_t, Optimizer&) { backward_hook_ran = true; };
-  const auto before = r.state_bits();
-  const StepRow row = r.step.run([&](int) {
-    Var loss = mse_loss(r.model(Var(r.x)), r.y);
-    return scale(loss, INFINITY);
+TEST_CASE("a non-finite loss skips the step, decided on the device", "[amp][skip]") {
+  // The loss is not read on the host: its backward runs, the device flag marks the step as
+  // an overflow, and the optimizer pass does nothing. Fused and unfused, FP32 and FP16.
+  for (bool fused : {true, false}) {
+    for (DType dt : {DType::F32, DType::F16}) {
+      CAPTURE(fused, dtype_name(dt));
+      GradScalerOptions so;
+      so.enabled = dt == DType::F16;
+      so.init_scale = 1024.0f;
+      Run r(dt, fused, 1.0f, so);
+      const auto before = r.state_bits();
+      const StepRow row = r.step.run([&](int) {
+        Autocast ac(dt, dt != DType::F32);
+        return scale(mse_loss(r.model(Var(r.x)), r.y), INFINITY);
+      });
+      CHECK(row.skipped);
+      CHECK(row.skip_reason == "nonfinite_loss");
+      CHECK(std::isinf(row.loss));
+      CHECK(row.grad_l2_post_clip == 0.0f);
+      CHECK(row.scaler_scale == (dt == DType::F16 ? 512.0f : 1.0f));  // counts as an overflow
+      CHECK(r.state_bits() == before);
+      CHECK(r.opt.step_count() == 0);
+      const StepRow next = r.run();  // the next step runs normally
+      CHECK(next.step == 1);
+      CHECK_FALSE(next.skipped);
+      CHECK(r.opt.step_count() == 1);
+    }
+  }
+}
+
+TEST_CASE("one non-finite micro-batch loss skips the whole effective step", "[amp][skip][accum]") {
+  Rng rng(1);
+  Linear model(4, 2, rng);
+  AdamW opt(model.parameters());
+  GradScaler scaler(Device::cpu(), GradScalerOptions{false});
+  LocalCommunicator comm;
+  SafeStep step(opt, scaler, LrSchedule::constant(1e-3f), SafeStepOptions{INFINITY, 3, true}, &comm);
+  const Tensor x = Tensor::full(Shape{2, 4}, 0.5f), y = Tensor::full(Shape{2, 2}, 1.0f);
+  const std::vector<float> w0 = model.parameters()[0].master().to_vector();
+  int calls = 0;
+  const StepRow row = step.run([&](int k) {
+    ++calls;
+    Var loss = mse_loss(model(Var(x)), y);
+    return k == 1 ? scale(loss, NAN) : loss;
   });
-  CHECK(row.skipped);
+  CHECK(calls == 3);                    // every micro-batch still runs ...
+  CHECK(comm.gradient_syncs() == 1);    // ... and the sync with it (ranks stay in step)
   CHECK(row.skip_reason == "nonfinite_loss");
-  CHECK_FALSE(backward_hook_ran);
-  for (const Var& p : r.model.parameters()) CHECK_FALSE(p.grad().defined());  // no backward ran
-  CHECK(r.state_bits() == before);
-  CHECK(r.opt.step_count() == 0);
-  CHECK(r.run().step == 1);  // the next step runs normally
+  CHECK(std::isnan(row.loss));
+  CHECK(model.parameters()[0].master().to_vector() == w0);
+  CHECK(opt.step_count() == 0);
+}
+
+TEST_CASE("a step reads nothing back on the host: every decision is a device scalar", "[amp][sync]") {
+  // On a GPU each blocking read is a synchronisation. On the CPU the same code path runs, and
+  // the counter of blocking reads proves the step enqueues without one: fused and unfused,
+  // FP16 with the scaler, clipping, and steps that skip on an injected inf.
+  for (bool fused : {true, false}) {
+    CAPTURE(fused);
+    GradScalerOptions so;
+    so.init_scale = 1024.0f;
+    Run r(DType::F16, fused, 0.5f, so, LrSchedule::warmup_cosine(1e-2f, 2, 10));
+    r.step.after_backward = [](int64_t s, Optimizer& o) {
+      if (s == 2) o.mutable_grads()[0]->set_element(0, INFINITY);  // a write, not a read
+    };
+    std::vector<PendingStep> pending;
+    const uint64_t reads = blocking_host_reads();
+    for (int s = 0; s < 5; ++s)
+      pending.push_back(r.step.enqueue([&](int) {
+        Autocast ac(DType::F16);
+        return mse_loss(r.model(Var(r.x)), r.y);
+      }));
+    CHECK(blocking_host_reads() == reads);
+    std::vector<StepRow> rows;
+    for (PendingStep& p : pending) rows.push_back(p.row());  // the log's asynchronous readback
+    CHECK(blocking_host_reads() == reads);
+    CHECK(rows[2].skipped);
+    CHECK(rows[2].skip_reason == "nonfinite_grad");
+    CHECK(rows[2].scaler_scale == 512.0f);
+    CHECK(rows[3].lr == rows[2].lr);  // the skip did not move the schedule
+    CHECK_FALSE(rows[4].skipped);
+    CHECK(r.opt.step_count() == 4);
+  }
+}
+
+TEST_CASE("a steady-state step allocates nothing from the system", "[amp][alloc]") {
+  for (bool fused : {true, false}) {
+    CAPTURE(fused);
+    Run r(DType::F16, fused, 1.0f);
+    for (int s = 0; s < 3; ++s) r.run();  // warm the caching allocator
+    const uint64_t before = allocator_for(Device::cpu()).stats().system_allocs;
+    for (int s = 0; s < 10; ++s) r.run();
+    CHECK(allocator_for(Device::cpu()).stats().system_allocs == before);
+  }
 }
 
 TEST_CASE("the loss is scaled for backward and the gradients unscaled before the step", "[amp][scaler]") {

@@ -26,6 +26,7 @@ expect_error() {
 
 expect_error "zero steps" 2 train --steps 0
 expect_error "negative steps" 2 train --steps -3
+expect_error "more steps than the device count holds" 2 train --steps 16777217
 expect_error "zero batch" 2 train --batch 0
 expect_error "negative in" 2 train --in -1
 expect_error "zero out" 2 train --out 0

@@ -238,13 +238,15 @@ TEST_CASE("cuda adamw follows the CPU step by step and is a no-op under found_in
   const float inv = 1.0f / 1024.0f, coef = 0.5f, lr = 1e-2f;
   Tensor inv_c = Tensor::scalar(inv), coef_c = Tensor::scalar(coef), zero_c = Tensor::scalar(0.0f);
   Tensor inv_g = dev_scalar(inv), coef_g = dev_scalar(coef), zero_g = dev_scalar(0.0f), one_g = dev_scalar(1.0f);
-  for (int t = 1; t <= 3; ++t) {
-    AdamWHyper h;
-    h.lr = lr;
-    h.bias_correction1 = 1.0f - std::pow(0.9f, static_cast<float>(t));
-    h.bias_correction2 = 1.0f - std::pow(0.999f, static_cast<float>(t));
-    cpu().adamw(h, adamw_slots(st, 0), inv_c, coef_c, zero_c);
-    gpu().adamw(h, adamw_slots(st, 1), inv_g, coef_g, zero_g);
+  const AdamWHyper h;
+  const Tensor lr_c = Tensor::scalar(lr), lr_g = dev_scalar(lr);
+  // lr and the applied-step count are device scalars: the bias corrections are computed on
+  // each device from the count, in FP64 (t = applied + 1).
+  for (int applied = 0; applied < 3; ++applied) {
+    const Tensor applied_c = Tensor::scalar(static_cast<float>(applied));
+    const Tensor applied_g = dev_scalar(static_cast<float>(applied));
+    cpu().adamw(h, adamw_slots(st, 0), {&inv_c, &coef_c, &zero_c, &lr_c, &applied_c});
+    gpu().adamw(h, adamw_slots(st, 1), {&inv_g, &coef_g, &zero_g, &lr_g, &applied_g});
   }
   // ~12 FP32 operations per step (effective_grad 2, decay 2, m 3, v 4, update 5), 3 steps;
   // the update lr * m_hat / sqrt(v_hat) is at most ~3.2 lr per step for these betas.
@@ -256,8 +258,8 @@ TEST_CASE("cuda adamw follows the CPU step by step and is a no-op under found_in
   std::vector<Tensor> before_w, before_m;
   for (const Tensor& t : st.working[1]) before_w.push_back(t.clone());
   for (const Tensor& t : st.m[1]) before_m.push_back(t.clone());
-  AdamWHyper h;
-  gpu().adamw(h, adamw_slots(st, 1), inv_g, coef_g, one_g);
+  const Tensor applied_g = dev_scalar(3.0f);
+  gpu().adamw(h, adamw_slots(st, 1), {&inv_g, &coef_g, &one_g, &lr_g, &applied_g});
   for (size_t i = 0; i < before.size(); ++i) {
     require_same_bits(st.master[1][i], before[i]);
     require_same_bits(st.working[1][i], before_w[i]);
@@ -272,9 +274,11 @@ TEST_CASE("cuda sgd follows the CPU with and without momentum", "[gpu][amp]") {
     const float inv = 1.0f / 4096.0f, coef = 0.75f, lr = 1e-2f;
     Tensor inv_c = Tensor::scalar(inv), coef_c = Tensor::scalar(coef), zero_c = Tensor::scalar(0.0f);
     Tensor inv_g = dev_scalar(inv), coef_g = dev_scalar(coef), zero_g = dev_scalar(0.0f);
+    const Tensor lr_c = Tensor::scalar(lr), lr_g = dev_scalar(lr);
+    const Tensor applied_c = Tensor::scalar(0.0f), applied_g = dev_scalar(0.0f);  // unused by SGD
     for (int t = 0; t < 3; ++t) {
-      cpu().sgd(lr, momentum ? 0.9f : 0.0f, sgd_slots(st, 0, momentum), inv_c, coef_c, zero_c);
-      gpu().sgd(lr, momentum ? 0.9f : 0.0f, sgd_slots(st, 1, momentum), inv_g, coef_g, zero_g);
+      cpu().sgd(momentum ? 0.9f : 0.0f, sgd_slots(st, 0, momentum), {&inv_c, &coef_c, &zero_c, &lr_c, &applied_c});
+      gpu().sgd(momentum ? 0.9f : 0.0f, sgd_slots(st, 1, momentum), {&inv_g, &coef_g, &zero_g, &lr_g, &applied_g});
     }
     INFO("momentum " << momentum);
     // |g_eff| <= 4096 / 4096 * 0.75 < 1 (+ decay), buf <= 3 g: the update is <= 3 lr a step.

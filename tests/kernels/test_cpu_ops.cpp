@@ -570,14 +570,23 @@ TEST_CASE("unscale_inplace, scale_inplace and clamp_inplace", "[kernels][cpu][am
 // ---------------------------------------------------------------------------------------
 // Optimizer element kernels
 
+// The device scalars of one optimizer pass, owned together.
+struct OwnedStepScalars {
+  Tensor inv, coef, found, lr, applied;
+  OwnedStepScalars(float inv_, float coef_, float found_, float lr_, float applied_)
+      : inv(scalar(inv_)), coef(scalar(coef_)), found(scalar(found_)), lr(scalar(lr_)), applied(scalar(applied_)) {}
+  StepScalars view() const { return {&inv, &coef, &found, &lr, &applied}; }
+};
+
 TEST_CASE("adamw: the single-element formula, working copy, and nothing on found_inf", "[kernels][cpu][optim]") {
   AdamWHyper h;
-  h.lr = 0.01f;
   h.beta1 = 0.9f;
   h.beta2 = 0.99f;
   h.eps = 1e-3f;  // large enough to matter in the formula
-  h.bias_correction1 = 1.0f - 0.9f * 0.9f;   // as at step 2
-  h.bias_correction2 = 1.0f - 0.99f * 0.99f;
+  const float lr_value = 0.01f;
+  // One step applied before: this is t = 2, and the kernel derives 1 - beta^2 itself.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), 2.0);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), 2.0);
   const std::vector<float> p0{0.5f, -2.0f, 3.0f}, m0{0.1f, -0.2f, 0.0f}, v0{0.04f, 0.01f, 0.0f};
   const std::vector<float> gs{3.0f, -1.0f, 0.25f};
   const float inv = 0.125f, coef = 0.6f, wd = 0.1f;
@@ -588,20 +597,20 @@ TEST_CASE("adamw: the single-element formula, working copy, and nothing on found
     AdamWSlot s{&p, &m, &v, &g, &w, wd};
 
     // found_inf: nothing moves, bit for bit.
-    cpu().adamw(h, {s}, scalar(inv), scalar(coef), scalar(1.0f));
+    cpu().adamw(h, {s}, OwnedStepScalars(inv, coef, 1.0f, lr_value, 1.0f).view());
     CHECK(p.to_vector() == p0);
     CHECK(m.to_vector() == m0);
     CHECK(v.to_vector() == v0);
     CHECK(w.to_vector() == std::vector<float>(3, 0.0f));
 
-    cpu().adamw(h, {s}, scalar(inv), scalar(coef), scalar(0.0f));
+    cpu().adamw(h, {s}, OwnedStepScalars(inv, coef, 0.0f, lr_value, 1.0f).view());
     std::vector<double> wp(3), wm(3), wv(3), mag(3);
     for (int i = 0; i < 3; ++i) {
       const double ge = static_cast<double>(gs[i]) * inv * coef;
-      const double b1 = h.beta1, b2 = h.beta2, lr = h.lr, eps = h.eps;
+      const double b1 = h.beta1, b2 = h.beta2, lr = lr_value, eps = h.eps;
       wm[i] = b1 * m0[i] + (1 - b1) * ge;
       wv[i] = b2 * v0[i] + (1 - b2) * ge * ge;
-      const double upd = (wm[i] / h.bias_correction1) / (std::sqrt(wv[i] / h.bias_correction2) + eps);
+      const double upd = (wm[i] / bc1) / (std::sqrt(wv[i] / bc2) + eps);
       wp[i] = p0[i] * (1 - lr * wd) - lr * upd;
       mag[i] = std::fabs(p0[i]) + lr * std::fabs(upd);
     }
@@ -620,10 +629,10 @@ TEST_CASE("sgd: the single-element formula with and without momentum", "[kernels
   const Tensor g = Tensor::from_vector({4.0f, -8.0f}, Shape{2});
   Tensor w = Tensor::zeros(Shape{2}, DType::F16);
   SgdSlot s{&p, &buf, &g, &w, wd};
-  cpu().sgd(lr, mu, {s}, scalar(inv), scalar(coef), scalar(1.0f));  // found_inf: no-op
+  cpu().sgd(mu, {s}, OwnedStepScalars(inv, coef, 1.0f, lr, 0.0f).view());  // found_inf: no-op
   CHECK(p.to_vector() == std::vector<float>{1.0f, -2.0f});
   CHECK(buf.to_vector() == std::vector<float>{0.5f, 0.25f});
-  cpu().sgd(lr, mu, {s}, scalar(inv), scalar(coef), scalar(0.0f));
+  cpu().sgd(mu, {s}, OwnedStepScalars(inv, coef, 0.0f, lr, 0.0f).view());
   // g_eff = g * 0.375 + wd * p = (1.5 + 0.01, -3 - 0.02); buf = 0.9 buf + g_eff.
   const double b0 = 0.9 * 0.5 + 1.51, b1 = 0.9 * 0.25 - 3.02;
   check_close(buf.to_vector(), {b0, b1}, tolerance_for(DType::F32, DType::F32, 6));
@@ -637,8 +646,56 @@ TEST_CASE("sgd: the single-element formula with and without momentum", "[kernels
   Tensor q = Tensor::from_vector({1.0f}, Shape{1});
   const Tensor gq = Tensor::from_vector({2.0f}, Shape{1});
   SgdSlot plain{&q, nullptr, &gq, nullptr, 0.0f};
-  cpu().sgd(0.25f, 0.0f, {plain}, scalar(1.0f), scalar(1.0f), scalar(0.0f));
+  cpu().sgd(0.0f, {plain}, OwnedStepScalars(1.0f, 1.0f, 0.0f, 0.25f, 0.0f).view());
   CHECK(q.item() == 0.5f);
+}
+
+TEST_CASE("adamw: bias corrections from the device count, as 1 - beta^t in FP64", "[kernels][cpu][optim]") {
+  // Zero moments and a gradient of 1: m = (1 - b1), v = (1 - b2), so the step is
+  // lr * (m / bc1) / (sqrt(v / bc2) + eps) and reveals both corrections at t = applied + 1.
+  AdamWHyper h;
+  h.eps = 0.0f;
+  for (float applied : {0.0f, 1.0f, 9.0f, 999.0f, 100000.0f}) {
+    Tensor p = scalar(0.0f), m = scalar(0.0f), v = scalar(0.0f);
+    const Tensor g = scalar(1.0f);
+    cpu().adamw(h, {AdamWSlot{&p, &m, &v, &g, nullptr, 0.0f}}, OwnedStepScalars(1.0f, 1.0f, 0.0f, 1.0f, applied).view());
+    const double t = static_cast<double>(applied) + 1.0, b1 = h.beta1, b2 = h.beta2;  // the FP32 betas
+    const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
+    const double want = -((1.0 - b1) / bc1) / std::sqrt((1.0 - b2) / bc2);
+    check_close(p.to_vector(), {want}, tolerance_for(DType::F32, DType::F32, 12));
+  }
+}
+
+TEST_CASE("lookup and count_applied: the schedule's position on the device", "[kernels][cpu][optim]") {
+  const Tensor table = Tensor::from_vector({0.5f, 0.25f, 0.125f, 0.0625f}, Shape{4});
+  Tensor out = scalar(-1.0f);
+  const std::vector<std::pair<float, float>> cases{{0.0f, 0.5f}, {2.0f, 0.125f}, {3.0f, 0.0625f}, {4.0f, 0.0625f},
+                                                   {1e6f, 0.0625f}};
+  for (auto [index, want] : cases) {
+    cpu().lookup(table, scalar(index), out);
+    CHECK(out.item() == want);
+  }
+  CHECK_THROWS_AS(cpu().lookup(Tensor::empty(Shape{0}), scalar(0.0f), out), Error);
+  CHECK_THROWS_AS(cpu().lookup(table.to(DType::F16), scalar(0.0f), out), Error);
+
+  Tensor count = scalar(7.0f);
+  cpu().count_applied(count, scalar(0.0f));
+  CHECK(count.item() == 8.0f);
+  cpu().count_applied(count, scalar(1.0f));  // a skipped step does not count
+  cpu().count_applied(count, scalar(2.0f));  // (found_inf is a count of overflows: any nonzero)
+  CHECK(count.item() == 8.0f);
+}
+
+TEST_CASE("read_async: a snapshot of device scalars, ready at once on the CPU", "[kernels][cpu]") {
+  Tensor a = scalar(1.5f), b = scalar(-2.0f);
+  const uint64_t reads = blocking_host_reads();
+  std::unique_ptr<HostReadback> rb = cpu().read_async({&a, &b});
+  a.fill(9.0f);  // later work does not change what was sent
+  CHECK(rb->ready());
+  CHECK(rb->wait() == std::vector<float>{1.5f, -2.0f});
+  CHECK(blocking_host_reads() == reads);  // not a blocking read of a tensor
+  Tensor not_scalar = Tensor::zeros(Shape{2});
+  CHECK_THROWS_AS(cpu().read_async({&not_scalar}), Error);
 }
 
 TEST_CASE("scaler_update: growth, backoff, hysteresis, limits", "[kernels][cpu][amp]") {
