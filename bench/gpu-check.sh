@@ -70,6 +70,19 @@ timeout 90 python3 "$ROOT/bench/gpu/torch_amp_step.py" > "$OUT/torch_amp_step.js
   || { echo '{"error": "torch script failed"}' > "$OUT/torch_amp_step.json"; tail -5 "$OUT/torch_amp_step.err"; }
 cat "$OUT/torch_amp_step.json"
 
+stamp "belay train on cuda vs cpu (the README demo, fp16 with an inf at step 5; and a larger MLP)"
+BELAY_BIN="$(find "$BUILD" -maxdepth 2 -name belay -type f -perm -u+x | head -1)"
+if [ -x "$BELAY_BIN" ]; then
+  for dev in cpu cuda; do
+    timeout 60 "$BELAY_BIN" train --device $dev --dtype fp16 --steps 200 --inject-inf 5 --quiet \
+      --csv "$OUT/train-$dev.csv" > "$OUT/train-$dev.out" 2>&1; echo "train $dev rc=$?"
+  done
+  # Wall time of a larger run: the step is enqueued with no host wait, rows read one step late.
+  ( time timeout 90 "$BELAY_BIN" train --device cuda --model mlp --in 1024 --hidden 4096 --out 1024 --batch 512 \
+      --dtype bf16 --clip 1 --steps 300 --quiet --csv "$OUT/train-mlp-cuda.csv" ) > "$OUT/train-mlp-cuda.out" 2>&1
+  echo "mlp cuda rc=$?"; tail -4 "$OUT/train-mlp-cuda.out"
+fi
+
 stamp "summary"
 python3 - "$OUT" "$BUILD_RC" "$CTEST_RC" "$PASSED" <<'PY'
 import json, sys, os, re
@@ -95,6 +108,18 @@ if step.get("step_ms") and torch_step.get("step_ms"):
     summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)
 for g in bench.get("gemm") or []:
     if g.get("n") == 4096: summary[f"gemm_{g['dtype']}_4096_ratio"] = g.get("ratio")
+def rows(name):
+    try:
+        import csv
+        return list(csv.DictReader(open(os.path.join(out, name))))
+    except Exception:
+        return []
+cpu_rows, cuda_rows = rows("train-cpu.csv"), rows("train-cuda.csv")
+if cpu_rows and cuda_rows:
+    skips = lambda r: [x["step"] for x in r if x["skipped"] == "1"]
+    summary["train_demo"] = {"cpu_skips": skips(cpu_rows), "cuda_skips": skips(cuda_rows),
+                             "cpu_final_loss": cpu_rows[-1]["loss"], "cuda_final_loss": cuda_rows[-1]["loss"],
+                             "rows": [len(cpu_rows), len(cuda_rows)]}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(summary, indent=1))
 PY

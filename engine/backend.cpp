@@ -44,6 +44,8 @@ void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tenso
   if (logits.rank() != 2 || labels.numel() != logits.dim(0))
     throw Error("cross_entropy: expected logits [B, C] and labels [B], got " + logits.describe() + " and " +
                 labels.describe());
+  if (logits.dim(1) < 1 && logits.dim(0) > 0)
+    throw Error("cross_entropy: logits " + logits.describe() + " have no classes: no label can be valid");
   if (loss.numel() != 1 || loss.dtype() != DType::F32)
     throw Error("cross_entropy: expected an fp32 one-element loss, got " + loss.describe());
   check_dtype("cross_entropy", dlogits, DType::F32);

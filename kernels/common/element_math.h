@@ -46,8 +46,9 @@ BELAY_HD float adamw_bias_correction(float beta, float applied_steps) {
 // The index a step count selects in a table of n per-step values (the LR schedule): the
 // count itself, held at the last entry once the schedule has ended.
 BELAY_HD int64_t table_index(float count, int64_t n) {
-  const int64_t i = count > 0.0f ? static_cast<int64_t>(count) : 0;
-  return i < n - 1 ? i : n - 1;
+  if (!(count > 0.0f)) return 0;                              // also NaN
+  if (!(count < static_cast<float>(n - 1))) return n - 1;     // before converting: no overflow
+  return static_cast<int64_t>(count);
 }
 
 // One SGD element with momentum (PyTorch's form: buf = mu*buf + g; p -= lr*buf).

@@ -80,6 +80,12 @@ class CudaBackend final : public Backend {
     check_same_device("cast", src, dst);
     if (src.numel() != dst.numel()) throw Error("cast: element counts differ, " + src.describe() + " vs " + dst.describe());
     if (src.data() == dst.data() && src.dtype() == dst.dtype()) return;
+    if (src.dtype() == dst.dtype()) {
+      // A copy, bit for bit as the CPU's memmove (a round trip through FP32 would quiet
+      // signalling NaNs), and at copy speed.
+      BELAY_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, nullptr));
+      return;
+    }
     launch_cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), nullptr);
     after_launch();
   }
@@ -143,15 +149,19 @@ class CudaBackend final : public Backend {
   }
 
   void gemm(const GemmArgs& args) const override {
+    const auto [m, n, k] = check_gemm(args);  // first: it reports a missing operand
     check_cuda("gemm", *args.a);
-    const auto [m, n, k] = check_gemm(args);
     const Tensor& a = *args.a;
     const Tensor& b = *args.b;
     Tensor& c = *args.c;
+    // Row tiles run along gridDim.y (at most 65535): 128-row tiles for the tensor-core
+    // kernel, 64-row tiles for the FP32 one.
     constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-    if (m > kIntMax || n > kIntMax || k > kIntMax || (m + 127) / 128 > 65535)
+    const int64_t tile_m = a.dtype() == DType::F32 ? gemm::kF32Tile : gemm::kBM;
+    if (m > kIntMax || n > kIntMax || k > kIntMax || (m + tile_m - 1) / tile_m > 65535)
       throw Error("gemm: " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
-                  " is beyond the CUDA kernels' limits (M <= 8388480, every extent < 2^31); split the product");
+                  " is beyond the CUDA kernels' limits (M <= " + std::to_string(65535 * tile_m) +
+                  " for " + dtype_name(a.dtype()) + ", every extent < 2^31); split the product");
     GemmProblem p;
     p.a = a.data();
     p.b = b.data();
@@ -303,7 +313,12 @@ class CudaBackend final : public Backend {
       check_dtype("adamw m", *s.m, DType::F32);
       check_dtype("adamw v", *s.v, DType::F32);
       check_cuda("adamw", *s.master);
+      // Every operand on this GPU: a host pointer reaching the kernel would be an illegal
+      // address, which ends the CUDA context for good, instead of a clear error here.
       check_same_device("adamw", *s.master, *s.grad);
+      check_same_device("adamw", *s.master, *s.m);
+      check_same_device("adamw", *s.master, *s.v);
+      if (s.working) check_same_device("adamw working copy", *s.master, *s.working);
       check_same_shape("adamw", *s.master, *s.grad);
       check_same_shape("adamw", *s.master, *s.m);
       check_same_shape("adamw", *s.master, *s.v);
@@ -322,10 +337,18 @@ class CudaBackend final : public Backend {
     for (const SgdSlot& s : slots) {
       check_dtype("sgd master", *s.master, DType::F32);
       check_cuda("sgd", *s.master);
+      check_same_device("sgd", *s.master, *s.grad);
       check_same_shape("sgd", *s.master, *s.grad);
       const bool has_buf = s.momentum && s.momentum->defined();
-      if (has_buf) check_same_shape("sgd momentum", *s.master, *s.momentum);
-      if (s.working) check_same_shape("sgd working copy", *s.master, *s.working);
+      if (has_buf) {
+        check_same_device("sgd momentum", *s.master, *s.momentum);
+        check_same_shape("sgd momentum", *s.master, *s.momentum);
+        check_dtype("sgd momentum", *s.momentum, DType::F32);
+      }
+      if (s.working) {
+        check_same_device("sgd working copy", *s.master, *s.working);
+        check_same_shape("sgd working copy", *s.master, *s.working);
+      }
       refs.push_back({s.master->data_as<float>(), has_buf ? s.momentum->data_as<float>() : nullptr, nullptr,
                       s.grad->data(), s.working ? s.working->data() : nullptr, s.master->numel(), s.weight_decay,
                       s.grad->dtype(), s.working ? s.working->dtype() : DType::F32});

@@ -13,8 +13,9 @@
 // The epilogue adds the bias in FP32 (and C for beta == 1) and rounds once into C's dtype,
 // predicated on row < M and col < N.
 // Operands whose rows are not 16-byte aligned (a stored row length that is not a multiple
-// of 8) are first copied by the caller into a zero-padded buffer whose rows are
-// (launch_pad_rows below), so one kernel, always on the cp.async path, serves every shape.
+// of 8) are first copied by the caller into a zero-padded buffer whose rows are a multiple
+// of 8 elements (launch_pad_rows below), so one kernel, always on the cp.async path, serves
+// every shape.
 // Bytes: (M*K + K*N) * 2 * (re-reads: N/128 for A, M/128 for B, mostly from L2) + M*N*|C|;
 // flops: 2*M*N*K.
 #include <cstdint>

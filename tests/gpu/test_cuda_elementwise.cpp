@@ -44,6 +44,20 @@ TEST_CASE("cuda cast and fill give the CPU's bits", "[gpu][elementwise]") {
       }
 }
 
+TEST_CASE("cuda clone keeps every bit pattern, signalling NaNs included", "[gpu][elementwise]") {
+  BELAY_REQUIRE_GPU();
+  // A same-dtype cast is a copy (as the CPU's memmove), not a round trip through FP32.
+  for (DType d : {DType::F16, DType::BF16}) {
+    Tensor h = Tensor::empty(Shape{65536}, d, Device::cpu());
+    for (uint32_t i = 0; i < 65536; ++i) h.data_as<uint16_t>()[i] = static_cast<uint16_t>(i);
+    const Tensor back = h.to(Device::cuda()).clone().to(Device::cpu());
+    int differ = 0;
+    for (int i = 0; i < 65536; ++i) differ += back.data_as<uint16_t>()[i] != h.data_as<uint16_t>()[i];
+    INFO(name_of(d) << ": " << differ << " of 65536 patterns changed");
+    CHECK(differ == 0);
+  }
+}
+
 TEST_CASE("cuda binary, scale and broadcast_scalar match FP64 and the CPU's bits", "[gpu][elementwise]") {
   BELAY_REQUIRE_GPU();
   for (int64_t n : odd_sizes())

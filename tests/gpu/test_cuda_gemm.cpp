@@ -1,8 +1,8 @@
 // The CUDA GEMMs (tensor cores for FP16/BF16, SIMT for FP32) against an FP64 product of the
 // same rounded inputs, through the one tolerance helper: every trans_a / trans_b layout
-// (Y = X W^T, dX = dY W, dW = dY^T X and the fourth), odd shapes (edges and the
-// element-wise loader for leading dimensions that are not a multiple of 8), aligned shapes
-// (the cp.async path), the bias epilogue and beta = 1 accumulation into an FP32 C.
+// (Y = X W^T, dX = dY W, dW = dY^T X and the fourth), odd shapes (edges, and leading
+// dimensions that are not a multiple of 8, copied into a padded buffer first), aligned
+// shapes, the bias epilogue and beta = 1 accumulation into an FP32 C.
 #include <cmath>
 
 #include "tests/gpu/gpu_test_util.h"
@@ -16,7 +16,7 @@ struct Problem {
   int64_t m, n, k;
 };
 
-// Covers 1, 7, 129 and 1000 in every position, plus multiples of 8 (the vectorised path)
+// Covers 1, 7, 129 and 1000 in every position, plus multiples of 8 (no padding copy)
 // and a K that spans many k-tiles with a ragged last one.
 const Problem kProblems[] = {{1, 1, 1},      {7, 7, 7},       {129, 129, 129}, {1000, 129, 7},  {7, 1000, 129},
                              {129, 7, 1000}, {1, 1000, 1000}, {1000, 1, 129},  {128, 256, 64},  {256, 128, 1024},

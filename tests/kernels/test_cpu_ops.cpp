@@ -450,6 +450,10 @@ TEST_CASE("cross_entropy is stable for logits of 1e4", "[kernels][cpu]") {
     CHECK_THROWS_WITH(cpu().cross_entropy(logits, Tensor::from_vector({0, bad, 1}, Shape{3}), loss, grad),
                       Catch::Contains("not a class index"));
   }
+  // No classes at all: refused by the shared check (both backends), before any kernel.
+  Tensor none = Tensor::empty(Shape{3, 0}), none_grad = Tensor::empty(Shape{3, 0});
+  CHECK_THROWS_WITH(cpu().cross_entropy(none, Tensor::from_vector({0, 0, 0}, Shape{3}), loss, none_grad),
+                    Catch::Contains("no classes"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -670,7 +674,8 @@ TEST_CASE("lookup and count_applied: the schedule's position on the device", "[k
   const Tensor table = Tensor::from_vector({0.5f, 0.25f, 0.125f, 0.0625f}, Shape{4});
   Tensor out = scalar(-1.0f);
   const std::vector<std::pair<float, float>> cases{{0.0f, 0.5f}, {2.0f, 0.125f}, {3.0f, 0.0625f}, {4.0f, 0.0625f},
-                                                   {1e6f, 0.0625f}};
+                                                   {1e6f, 0.0625f}, {1e30f, 0.0625f}, {INFINITY, 0.0625f},
+                                                   {NAN, 0.5f},     {-3.0f, 0.5f}};
   for (auto [index, want] : cases) {
     cpu().lookup(table, scalar(index), out);
     CHECK(out.item() == want);
