@@ -52,4 +52,25 @@ void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tenso
   check_same_shape("cross_entropy", logits, dlogits);
 }
 
+void check_step_scalars(const char* op, const StepScalars& s, DeviceKind kind) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : {s.inv_scale, s.clip_coef, s.found_inf, s.lr, s.applied_steps}) {
+    if (!t) throw Error(std::string(op) + ": a step scalar is missing (inv_scale, clip_coef, found_inf, lr, applied_steps)");
+    check_f32_scalar(op, *t, kind);
+    if (first) check_same_device(op, *first, *t);
+    first = t;
+  }
+}
+
+void check_lookup(const Tensor& table, const Tensor& index, const Tensor& out, DeviceKind kind) {
+  check_device_kind("lookup", table, kind);
+  check_dtype("lookup table", table, DType::F32);
+  if (table.rank() != 1 || table.numel() < 1)
+    throw Error("lookup: the table must be a non-empty vector, got " + table.describe());
+  check_f32_scalar("lookup", index, kind);
+  check_f32_scalar("lookup", out, kind);
+  check_same_device("lookup", table, index);
+  check_same_device("lookup", table, out);
+}
+
 }  // namespace belay

@@ -96,6 +96,12 @@ class HostReadback {
   virtual const std::vector<float>& wait() = 0;  // blocks until they have; the values
 };
 
+// The operands of the step-scalar ops, checked for every backend (each a FP32 [1] tensor
+// on the backend's kind of device, and on one device): every StepScalars member present;
+// lookup's table a non-empty FP32 vector beside index and out.
+void check_step_scalars(const char* op, const StepScalars& s, DeviceKind kind);
+void check_lookup(const Tensor& table, const Tensor& index, const Tensor& out, DeviceKind kind);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -224,13 +224,6 @@ bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw
 void check_cpu(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CPU); }
 void check_scalar(const char* op, const Tensor& t) { check_f32_scalar(op, t, DeviceKind::CPU); }
 
-void check_step_scalars(const char* op, const StepScalars& s) {
-  for (const Tensor* t : {s.inv_scale, s.clip_coef, s.found_inf, s.lr, s.applied_steps}) {
-    if (!t) throw Error(std::string(op) + ": a step scalar is missing (inv_scale, clip_coef, found_inf, lr, applied_steps)");
-    check_scalar(op, *t);
-  }
-}
-
 class ReadyReadback final : public HostReadback {
  public:
   explicit ReadyReadback(std::vector<float> values) : values_(std::move(values)) {}
@@ -584,7 +577,7 @@ class CpuBackend final : public Backend {
   // One pass: reads grad, master, m, v; writes master, m, v and the working copy.
   // FP32 grads and an FP16/BF16 working copy: 30 bytes per element; ~15 flops, 1 sqrt, 3 div.
   void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& sc) const override {
-    check_step_scalars("adamw", sc);
+    check_step_scalars("adamw", sc, DeviceKind::CPU);
     if (scalar_value(*sc.found_inf) != 0.0f) return;  // a skipped step changes nothing
     const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
     const float applied = scalar_value(*sc.applied_steps);
@@ -619,7 +612,7 @@ class CpuBackend final : public Backend {
   }
 
   void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) const override {
-    check_step_scalars("sgd", sc);
+    check_step_scalars("sgd", sc, DeviceKind::CPU);
     if (scalar_value(*sc.found_inf) != 0.0f) return;
     const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
     const float lr = scalar_value(*sc.lr);
@@ -651,11 +644,7 @@ class CpuBackend final : public Backend {
   }
 
   void lookup(const Tensor& table, const Tensor& index, Tensor& out) const override {
-    check_cpu("lookup", table);
-    check_dtype("lookup table", table, DType::F32);
-    if (table.numel() < 1) throw Error("lookup: empty table " + table.describe());
-    check_scalar("lookup", index);
-    check_scalar("lookup", out);
+    check_lookup(table, index, out, DeviceKind::CPU);
     out.data_as<float>()[0] = table.data_as<const float>()[table_index(scalar_value(index), table.numel())];
   }
 

@@ -43,10 +43,7 @@ void after_launch() { BELAY_CUDA_CHECK(cudaGetLastError()); }  // launch errors 
 // Every step scalar an optimizer reads, present and an FP32 [1] on the GPU (the same
 // contract as the CPU backend: SGD is given applied_steps too, and ignores it).
 StepScalarPtrs step_scalar_ptrs(const char* op, const StepScalars& s) {
-  for (const Tensor* t : {s.inv_scale, s.clip_coef, s.found_inf, s.lr, s.applied_steps}) {
-    if (!t) throw Error(std::string(op) + ": a step scalar is missing (inv_scale, clip_coef, found_inf, lr, applied_steps)");
-    check_scalar(op, *t);
-  }
+  check_step_scalars(op, s, DeviceKind::CUDA);
   return {scalar_ptr(*s.inv_scale), scalar_ptr(*s.clip_coef), scalar_ptr(*s.found_inf), scalar_ptr(*s.lr),
           scalar_ptr(*s.applied_steps)};
 }
@@ -358,13 +355,7 @@ class CudaBackend final : public Backend {
   }
 
   void lookup(const Tensor& table, const Tensor& index, Tensor& out) const override {
-    check_cuda("lookup", table);
-    check_dtype("lookup table", table, DType::F32);
-    if (table.numel() < 1) throw Error("lookup: empty table " + table.describe());
-    check_scalar("lookup", index);
-    check_scalar("lookup", out);
-    check_same_device("lookup", table, index);
-    check_same_device("lookup", table, out);
+    check_lookup(table, index, out, DeviceKind::CUDA);
     launch_lookup(table.data_as<float>(), table.numel(), scalar_ptr(index), scalar_ptr(out));
     after_launch();
   }

@@ -65,6 +65,20 @@ struct Run {
   }
 };
 
+// A Linear(4 -> 2) trained in FP32 with `accum` micro-batches per step and a counting
+// communicator.
+struct AccumRun {
+  Rng rng{1};
+  Linear model{4, 2, rng};
+  AdamW opt{model.parameters()};
+  GradScaler scaler{Device::cpu(), GradScalerOptions{false}};
+  LocalCommunicator comm;
+  SafeStep step;
+  Tensor x = Tensor::full(Shape{2, 4}, 0.5f), y = Tensor::full(Shape{2, 2}, 1.0f);
+  explicit AccumRun(int accum)
+      : step(opt, scaler, LrSchedule::constant(1e-3f), SafeStepOptions{INFINITY, accum, true}, &comm) {}
+};
+
 }  // namespace
 
 TEST_CASE("fused and unfused paths give bitwise equal weights with FP32 gradient buffers", "[amp][fused]") {
@@ -210,26 +224,20 @@ TEST_CASE("a non-finite loss skips the step, decided on the device", "[amp][skip
 }
 
 TEST_CASE("one non-finite micro-batch loss skips the whole effective step", "[amp][skip][accum]") {
-  Rng rng(1);
-  Linear model(4, 2, rng);
-  AdamW opt(model.parameters());
-  GradScaler scaler(Device::cpu(), GradScalerOptions{false});
-  LocalCommunicator comm;
-  SafeStep step(opt, scaler, LrSchedule::constant(1e-3f), SafeStepOptions{INFINITY, 3, true}, &comm);
-  const Tensor x = Tensor::full(Shape{2, 4}, 0.5f), y = Tensor::full(Shape{2, 2}, 1.0f);
-  const std::vector<float> w0 = model.parameters()[0].master().to_vector();
+  AccumRun r(3);
+  const std::vector<float> w0 = r.model.parameters()[0].master().to_vector();
   int calls = 0;
-  const StepRow row = step.run([&](int k) {
+  const StepRow row = r.step.run([&](int k) {
     ++calls;
-    Var loss = mse_loss(model(Var(x)), y);
+    Var loss = mse_loss(r.model(Var(r.x)), r.y);
     return k == 1 ? scale(loss, NAN) : loss;
   });
   CHECK(calls == 3);                    // every micro-batch still runs ...
-  CHECK(comm.gradient_syncs() == 1);    // ... and the sync with it (ranks stay in step)
+  CHECK(r.comm.gradient_syncs() == 1);  // ... and the sync with it (ranks stay in step)
   CHECK(row.skip_reason == "nonfinite_loss");
   CHECK(std::isnan(row.loss));
-  CHECK(model.parameters()[0].master().to_vector() == w0);
-  CHECK(opt.step_count() == 0);
+  CHECK(r.model.parameters()[0].master().to_vector() == w0);
+  CHECK(r.opt.step_count() == 0);
 }
 
 TEST_CASE("a step reads nothing back on the host: every decision is a device scalar", "[amp][sync]") {
@@ -290,20 +298,14 @@ TEST_CASE("the loss is scaled for backward and the gradients unscaled before the
 }
 
 TEST_CASE("gradient accumulation: one sync and one step per effective batch", "[amp][accum]") {
-  Rng rng(1);
-  Linear model(4, 2, rng);
-  AdamW opt(model.parameters());
-  GradScaler scaler(Device::cpu(), GradScalerOptions{false});
-  LocalCommunicator comm;
-  SafeStep step(opt, scaler, LrSchedule::constant(1e-3f), SafeStepOptions{INFINITY, 4, true}, &comm);
-  const Tensor x = Tensor::full(Shape{2, 4}, 0.5f), y = Tensor::full(Shape{2, 2}, 1.0f);
+  AccumRun r(4);
   int calls = 0;
   for (int s = 0; s < 3; ++s)
-    step.run([&](int) {
+    r.step.run([&](int) {
       ++calls;
-      return mse_loss(model(Var(x)), y);
+      return mse_loss(r.model(Var(r.x)), r.y);
     });
   CHECK(calls == 12);
-  CHECK(comm.gradient_syncs() == 3);
-  CHECK(opt.step_count() == 3);
+  CHECK(r.comm.gradient_syncs() == 3);
+  CHECK(r.opt.step_count() == 3);
 }

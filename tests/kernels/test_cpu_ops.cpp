@@ -681,6 +681,7 @@ TEST_CASE("lookup and count_applied: the schedule's position on the device", "[k
     CHECK(out.item() == want);
   }
   CHECK_THROWS_AS(cpu().lookup(Tensor::empty(Shape{0}), scalar(0.0f), out), Error);
+  CHECK_THROWS_AS(cpu().lookup(Tensor::zeros(Shape{2, 2}), scalar(0.0f), out), Error);  // a vector only
   CHECK_THROWS_AS(cpu().lookup(table.to(DType::F16), scalar(0.0f), out), Error);
 
   Tensor count = scalar(7.0f);
