@@ -1,7 +1,9 @@
 // The index math of the tensor-core GEMM, kept apart from the kernel so that a plain C++
 // compiler can check it without a GPU (tests/kernels/test_cuda_index_math.cpp): tile sizes,
-// the shared-memory swizzle, which address each lane gives ldmatrix, which element of an
-// mma.sync m16n8k16 fragment each (lane, register) holds, and how tiles cover odd shapes.
+// the shared-memory swizzle, which chunk each thread copies, which address each lane gives
+// ldmatrix, which element of an mma.sync m16n8k16 fragment each (lane, register) holds, and
+// how tiles cover odd shapes. The kernel calls these very functions, and
+// tests/kernels/test_cuda_gemm_emulation.cpp runs a whole block through them on the CPU.
 // No CUDA header is included here: BELAY_HD comes from engine/half_bits.h.
 #pragma once
 #include <cstdint>
@@ -78,6 +80,30 @@ BELAY_HD constexpr ChunkPos load_chunk(int thread, int pass, int chunks) {
   return {id / chunks, id % chunks};
 }
 
+// What a thread copies on pass `pass` when it loads an operand tile: stored rows
+// [row0, row0 + rows) and chunks from column col0, where (row, column) is (mn, k) for a
+// K-major operand and (k, mn) otherwise. `dst` is the element offset in the stage, `src`
+// the element offset in the operand (rows of `ld` elements, ld % 8 == 0); a chunk outside
+// the operand (inside == false) is zero-filled instead. Since ld % 8 == 0, a chunk that
+// starts inside a row ends inside it or in its zero padding: copied or zeroed whole.
+struct ChunkCopy {
+  int dst;
+  int64_t src;
+  bool inside;
+};
+BELAY_HD constexpr ChunkCopy tile_chunk_copy(bool k_major, int thread, int pass, int64_t ld, int mn_total,
+                                             int k_total, int mn0, int k0) {
+  const TileShape s = operand_tile(k_major);
+  const int rows_total = k_major ? mn_total : k_total;
+  const int cols_total = k_major ? k_total : mn_total;
+  const int row0 = k_major ? mn0 : k0;
+  const int col0 = k_major ? k0 : mn0;
+  const ChunkPos p = load_chunk(thread, pass, s.chunks);
+  const int grow = row0 + p.row, gcol = col0 + p.chunk * kChunkElems;
+  const bool inside = grow < rows_total && gcol < cols_total;
+  return {tile_offset(p.row, p.chunk, s.chunks), inside ? static_cast<int64_t>(grow) * ld + gcol : 0, inside};
+}
+
 // ---- 16-byte bank groups -------------------------------------------------------------
 // Shared memory has 32 banks of 4 bytes; a 16-byte access touches 4 consecutive banks, so
 // 8 accesses of 16 bytes are conflict-free exactly when their (byte offset / 16) % 8 differ.
@@ -103,6 +129,30 @@ BELAY_HD constexpr LdsmSource ldsm_b_kmajor(int lane) { return {lane % 8 + 8 * (
 // B, N-major (stored [k][n]), with .trans: matrices (k0-7,n0-7) (k8-15,n0-7) (k0-7,n8-15)
 // (k8-15,n8-15).
 BELAY_HD constexpr LdsmSource ldsm_b_nmajor(int lane) { return {lane % 8 + 8 * ((lane / 8) % 2), lane / 16}; }
+
+// The stage offset (elements) a lane gives ldmatrix.x4 for A's m16 tile `mi` of the warp
+// whose rows start at wm, at k offset kk within the k-tile: K-major without .trans, M-major
+// with it (the four matrices then are a0..a3).
+BELAY_HD constexpr int a_ldsm_offset(bool k_major, int lane, int wm, int mi, int kk) {
+  const int chunks = operand_tile(k_major).chunks;
+  if (k_major) {
+    const LdsmSource src = ldsm_a_kmajor(lane);
+    return tile_offset(wm + mi * kMmaM + src.row, kk / kChunkElems + src.chunk, chunks);
+  }
+  const LdsmSource src = ldsm_a_mmajor(lane);
+  return tile_offset(kk + src.row, (wm + mi * kMmaM) / kChunkElems + src.chunk, chunks);
+}
+// The same for B's pair of n8 tiles `pair` (columns wn + 16 pair ...): registers 0, 1 of the
+// result are b0, b1 of tile 2 pair, registers 2, 3 those of tile 2 pair + 1.
+BELAY_HD constexpr int b_ldsm_offset(bool k_major, int lane, int wn, int pair, int kk) {
+  const int chunks = operand_tile(k_major).chunks;
+  if (k_major) {
+    const LdsmSource src = ldsm_b_kmajor(lane);
+    return tile_offset(wn + pair * 16 + src.row, kk / kChunkElems + src.chunk, chunks);
+  }
+  const LdsmSource src = ldsm_b_nmajor(lane);
+  return tile_offset(kk + src.row, (wn + pair * 16) / kChunkElems + src.chunk, chunks);
+}
 
 // What ldmatrix hands a lane: half `h` (0 or 1) of its register from an 8x8 matrix is the
 // element at (row, col) of that matrix as stored; .trans swaps the roles.

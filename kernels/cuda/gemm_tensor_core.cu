@@ -86,25 +86,16 @@ struct TcParams {
 };
 
 // Copies one operand tile (A or B, k-tile kt) into a stage. kKMajor: stored [mn][k], else
-// [k][mn]; mn0 is the tile's first row of op(A) (or column of op(B)).
+// [k][mn]; mn0 is the tile's first row of op(A) (or column of op(B)). Which chunk each
+// thread copies, and from where, is tile_chunk_copy (gemm_layout.h).
 template <bool kKMajor>
 __device__ __forceinline__ void load_tile(uint16_t* stage, const uint16_t* g, int64_t ld, int mn_total, int k_total,
                                           int mn0, int k0) {
-  constexpr TileShape s = operand_tile(kKMajor);
-  const int rows_total = kKMajor ? mn_total : k_total;
-  const int cols_total = kKMajor ? k_total : mn_total;
-  const int row0 = kKMajor ? mn0 : k0;
-  const int col0 = kKMajor ? k0 : mn0;
 #pragma unroll
   for (int pass = 0; pass < kLoadPasses; ++pass) {
-    const ChunkPos p = load_chunk(threadIdx.x, pass, s.chunks);
-    const int grow = row0 + p.row, gcol = col0 + p.chunk * kChunkElems;
-    uint16_t* dst = stage + tile_offset(p.row, p.chunk, s.chunks);
-    // ld % 8 == 0: a chunk that starts inside a row ends inside it, or in the row's zero
-    // padding (launch_pad_rows), so the whole chunk is copied or the whole chunk is zeroed.
-    const bool inside = grow < rows_total && gcol < cols_total;
-    const uint16_t* src = inside ? g + grow * ld + gcol : g;  // a valid address even when unused
-    cp_async_16(smem_addr(dst), src, inside ? 16 : 0);
+    const ChunkCopy c = tile_chunk_copy(kKMajor, threadIdx.x, pass, ld, mn_total, k_total, mn0, k0);
+    // Outside the operand: 0 source bytes zero-fill the chunk (the address stays valid).
+    cp_async_16(smem_addr(stage + c.dst), g + c.src, c.inside ? 16 : 0);
   }
 }
 
@@ -125,7 +116,6 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(const TcParams p) {
   const int bm = blockIdx.y, bn = blockIdx.x;
   const int m0 = bm * kBM, n0 = bn * kBN;
   const int k_tiles = static_cast<int>(ceil_div(p.k, kBK));
-  constexpr TileShape sa = operand_tile(kAKMajor), sb = operand_tile(kBKMajor);
 
   auto stage_a = [&](int s) { return smem + s * kStageElems; };
   auto stage_b = [&](int s) { return smem + s * kStageElems + kTileElems; };
@@ -167,30 +157,12 @@ __global__ void __launch_bounds__(kThreads) gemm_tc_kernel(const TcParams p) {
       uint32_t af[kWarpTilesM][4];
       uint32_t bf[kWarpTilesN][2];
 #pragma unroll
-      for (int mi = 0; mi < kWarpTilesM; ++mi) {
-        if constexpr (kAKMajor) {
-          const LdsmSource src = ldsm_a_kmajor(lane);
-          ldmatrix_x4<false>(af[mi], smem_addr(a_s + tile_offset(wm + mi * kMmaM + src.row,
-                                                                  kk / kChunkElems + src.chunk, sa.chunks)));
-        } else {
-          const LdsmSource src = ldsm_a_mmajor(lane);
-          ldmatrix_x4<true>(af[mi], smem_addr(a_s + tile_offset(kk + src.row,
-                                                                 (wm + mi * kMmaM) / kChunkElems + src.chunk,
-                                                                 sa.chunks)));
-        }
-      }
+      for (int mi = 0; mi < kWarpTilesM; ++mi)
+        ldmatrix_x4<!kAKMajor>(af[mi], smem_addr(a_s + a_ldsm_offset(kAKMajor, lane, wm, mi, kk)));
 #pragma unroll
       for (int pair = 0; pair < kWarpTilesN / 2; ++pair) {
         uint32_t r[4];
-        if constexpr (kBKMajor) {
-          const LdsmSource src = ldsm_b_kmajor(lane);
-          ldmatrix_x4<false>(r, smem_addr(b_s + tile_offset(wn + pair * 16 + src.row, kk / kChunkElems + src.chunk,
-                                                             sb.chunks)));
-        } else {
-          const LdsmSource src = ldsm_b_nmajor(lane);
-          ldmatrix_x4<true>(r, smem_addr(b_s + tile_offset(kk + src.row, (wn + pair * 16) / kChunkElems + src.chunk,
-                                                            sb.chunks)));
-        }
+        ldmatrix_x4<!kBKMajor>(r, smem_addr(b_s + b_ldsm_offset(kBKMajor, lane, wn, pair, kk)));
         bf[2 * pair][0] = r[0];
         bf[2 * pair][1] = r[1];
         bf[2 * pair + 1][0] = r[2];

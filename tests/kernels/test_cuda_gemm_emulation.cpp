@@ -1,0 +1,196 @@
+// The tensor-core GEMM without a GPU: one block of gemm_tc_kernel run on the CPU through the
+// very index functions the kernel calls (gemm_layout.h: which chunk each thread copies and
+// from where, the swizzled stage offsets, the address each lane gives ldmatrix, where each
+// accumulator lands in C), with ldmatrix and mma.sync.m16n8k16 emulated here from the PTX
+// ISA's fragment tables. Every layout (trans_a x trans_b) and odd shapes (edges, K not a
+// multiple of 8, so rows padded as launch_pad_rows pads them) must give the exact product of
+// small integers; a stage element read before it was written would show as NaN, a chunk
+// copied from past the operand fails a check.
+//
+// What this does not cover: the cp.async pipeline's waits and barriers (the k-tiles run one
+// after another here), the PTX strings themselves, and the epilogue's dtype conversions.
+// Those only a GPU can check (tests/gpu/test_cuda_gemm.cpp).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/half_bits.h"
+#include "kernels/cuda/gemm_layout.h"
+
+using namespace belay;
+using namespace belay::gemm;
+
+namespace {
+
+// A stored operand: `rows` rows of `ld` FP16 values (ld = padded_ld(cols), zero padded).
+struct Stored {
+  int64_t rows = 0, cols = 0, ld = 0;
+  std::vector<uint16_t> bits;
+  float at(int64_t r, int64_t c) const { return f16_bits_to_f32(bits[static_cast<size_t>(r * ld + c)]); }
+};
+
+Stored make_operand(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_int_distribution<int> value(-3, 3);
+  Stored s{rows, cols, padded_ld(cols), {}};
+  s.bits.assign(static_cast<size_t>(rows * s.ld), f32_to_f16_bits(0.0f));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) s.bits[static_cast<size_t>(r * s.ld + c)] = f32_to_f16_bits(float(value(rng)));
+  return s;
+}
+
+constexpr uint16_t kUnwritten = 0x7e00;  // an FP16 NaN: a stage element no copy wrote
+
+// load_tile: every thread, every pass, one 16-byte chunk copied or zero-filled.
+void load_tile(bool k_major, const Stored& g, int mn_total, int k_total, int mn0, int k0, uint16_t* stage) {
+  std::vector<int> writes(kTileElems, 0);
+  int bad_chunks = 0;
+  for (int thread = 0; thread < kThreads; ++thread)
+    for (int pass = 0; pass < kLoadPasses; ++pass) {
+      const ChunkCopy c = tile_chunk_copy(k_major, thread, pass, g.ld, mn_total, k_total, mn0, k0);
+      const bool dst_ok = c.dst >= 0 && c.dst + kChunkElems <= kTileElems;
+      // Never a byte from before or past the operand.
+      const bool src_ok = !c.inside || (c.src >= 0 && c.src + kChunkElems <= static_cast<int64_t>(g.bits.size()));
+      if (!dst_ok || !src_ok) {
+        ++bad_chunks;
+        continue;
+      }
+      for (int e = 0; e < kChunkElems; ++e) {
+        stage[c.dst + e] = c.inside ? g.bits[static_cast<size_t>(c.src + e)] : f32_to_f16_bits(0.0f);
+        ++writes[c.dst + e];
+      }
+    }
+  REQUIRE(bad_chunks == 0);
+  REQUIRE(std::count(writes.begin(), writes.end(), 1) == kTileElems);  // the tile is covered exactly once
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8j..8j+7 give the addresses of
+// rows 0..7 of matrix j; register j of lane l holds, in halves h = 0, 1, element
+// (l / 4, 2 (l % 4) + h) of matrix j, or with .trans element (2 (l % 4) + h, l / 4).
+void ldmatrix_x4(const uint16_t* stage, const int (&addr)[32], bool trans, float (&out)[32][4][2]) {
+  for (int l = 0; l < 32; ++l)
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const int row = trans ? 2 * (l % 4) + h : l / 4;
+        const int col = trans ? l / 4 : 2 * (l % 4) + h;
+        out[l][j][h] = f16_bits_to_f32(stage[addr[8 * j + row] + col]);
+      }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32: with g = lane / 4 and t = lane % 4,
+// A reg r half h is A[g + 8 (r % 2)][2t + h + 8 (r / 2)], B reg r half h is B[2t + h + 8r][g],
+// C/D reg r is C[g + 8 (r / 2)][2t + r % 2].
+void mma_16816(float (&d)[32][4], const float (&a)[32][4][2], const float (&b)[32][2][2]) {
+  float am[16][16], bm[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int r = 0; r < 4; ++r)
+      for (int h = 0; h < 2; ++h) am[g + 8 * (r % 2)][2 * t + h + 8 * (r / 2)] = a[l][r][h];
+    for (int r = 0; r < 2; ++r)
+      for (int h = 0; h < 2; ++h) bm[2 * t + h + 8 * r][g] = b[l][r][h];
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int r = 0; r < 4; ++r) {
+      float s = 0.0f;
+      for (int k = 0; k < 16; ++k) s += am[g + 8 * (r / 2)][k] * bm[k][2 * t + r % 2];
+      d[l][r] += s;
+    }
+  }
+}
+
+// C (M x N, row-major) as the kernel computes it, block by block; `writes` counts the
+// epilogue's stores per element.
+void emulate_gemm(bool trans_a, bool trans_b, int m, int n, int k, const Stored& a, const Stored& b,
+                  std::vector<float>& c, std::vector<int>& writes) {
+  const bool a_kmajor = !trans_a, b_kmajor = trans_b;  // as launch_gemm_tensor_core decides
+  std::vector<uint16_t> stage(kStageElems);
+  uint16_t* a_s = stage.data();
+  uint16_t* b_s = stage.data() + kTileElems;
+  static float acc[kWarps][kWarpTilesM][kWarpTilesN][32][4];
+  static float af[kWarpTilesM][32][4][2], bf[kWarpTilesN][32][2][2], r4[32][4][2];
+  for (int bm = 0; bm < ceil_div(m, kBM); ++bm)
+    for (int bn = 0; bn < ceil_div(n, kBN); ++bn) {
+      for (auto& w : acc)
+        for (auto& x : w)
+          for (auto& y : x)
+            for (auto& z : y)
+              for (float& v : z) v = 0.0f;
+      for (int kt = 0; kt < ceil_div(k, kBK); ++kt) {
+        std::fill(stage.begin(), stage.end(), kUnwritten);
+        load_tile(a_kmajor, a, m, k, bm * kBM, kt * kBK, a_s);
+        load_tile(b_kmajor, b, n, k, bn * kBN, kt * kBK, b_s);
+        for (int warp = 0; warp < kWarps; ++warp) {
+          const int wm = (warp / kWarpsN) * kWarpM, wn = (warp % kWarpsN) * kWarpN;
+          for (int kk = 0; kk < kBK; kk += kMmaK) {
+            int addr[32];
+            for (int mi = 0; mi < kWarpTilesM; ++mi) {
+              for (int lane = 0; lane < 32; ++lane) addr[lane] = a_ldsm_offset(a_kmajor, lane, wm, mi, kk);
+              ldmatrix_x4(a_s, addr, !a_kmajor, af[mi]);
+            }
+            for (int pair = 0; pair < kWarpTilesN / 2; ++pair) {
+              for (int lane = 0; lane < 32; ++lane) addr[lane] = b_ldsm_offset(b_kmajor, lane, wn, pair, kk);
+              ldmatrix_x4(b_s, addr, !b_kmajor, r4);
+              for (int l = 0; l < 32; ++l)
+                for (int h = 0; h < 2; ++h) {  // registers 0, 1 -> tile 2 pair; 2, 3 -> tile 2 pair + 1
+                  bf[2 * pair][l][0][h] = r4[l][0][h];
+                  bf[2 * pair][l][1][h] = r4[l][1][h];
+                  bf[2 * pair + 1][l][0][h] = r4[l][2][h];
+                  bf[2 * pair + 1][l][1][h] = r4[l][3][h];
+                }
+            }
+            for (int mi = 0; mi < kWarpTilesM; ++mi)
+              for (int ni = 0; ni < kWarpTilesN; ++ni) mma_16816(acc[warp][mi][ni], af[mi], bf[ni]);
+          }
+        }
+      }
+      for (int warp = 0; warp < kWarps; ++warp)
+        for (int mi = 0; mi < kWarpTilesM; ++mi)
+          for (int ni = 0; ni < kWarpTilesN; ++ni)
+            for (int lane = 0; lane < 32; ++lane)
+              for (int r = 0; r < 4; ++r) {
+                const Coord64 e = c_element(bm, bn, warp, mi, ni, lane, r);
+                if (e.row < m && e.col < n) {
+                  c[static_cast<size_t>(e.row * n + e.col)] = acc[warp][mi][ni][lane][r];
+                  ++writes[static_cast<size_t>(e.row * n + e.col)];
+                }
+              }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core GEMM emulated on the CPU: every layout and odd shape gives the exact product",
+          "[kernels][cuda-index]") {
+  struct Problem {
+    int m, n, k;
+  };
+  const Problem problems[] = {{1, 1, 1},    {7, 7, 7},     {129, 129, 129}, {1000, 129, 7},
+                              {7, 1000, 129}, {129, 7, 300}, {136, 72, 200},  {130, 260, 65}};
+  std::mt19937 rng(5);
+  for (const Problem& p : problems)
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true}) {
+        CAPTURE(p.m, p.n, p.k, trans_a, trans_b);
+        // Stored as the operands of C = op(A) op(B): A is [M, K] or, transposed, [K, M].
+        const Stored a = trans_a ? make_operand(p.k, p.m, rng) : make_operand(p.m, p.k, rng);
+        const Stored b = trans_b ? make_operand(p.n, p.k, rng) : make_operand(p.k, p.n, rng);
+        std::vector<float> c(static_cast<size_t>(p.m) * p.n, NAN);
+        std::vector<int> writes(c.size(), 0);
+        emulate_gemm(trans_a, trans_b, p.m, p.n, p.k, a, b, c, writes);
+        int wrong = 0, not_once = 0;
+        for (int i = 0; i < p.m; ++i)
+          for (int j = 0; j < p.n; ++j) {
+            float want = 0.0f;  // small integers: every sum is exact in FP32
+            for (int q = 0; q < p.k; ++q)
+              want += (trans_a ? a.at(q, i) : a.at(i, q)) * (trans_b ? b.at(j, q) : b.at(q, j));
+            wrong += c[static_cast<size_t>(i) * p.n + j] != want;  // NaN counts as wrong
+            not_once += writes[static_cast<size_t>(i) * p.n + j] != 1;
+          }
+        CHECK(wrong == 0);
+        CHECK(not_once == 0);
+      }
+}
