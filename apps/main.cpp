@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
   train->add_option("--resume", tc.resume, "continue from this checkpoint, up to --steps in all");
   train->add_option("--stop-at", tc.stop_at, "stop after this many steps of the run (checkpointing), to resume later");
   train->add_flag("--show-steps", tc.show_steps, "print every step: STEP or SKIP, reason, norms, scale");
+  train->add_flag("--sync-each-step", tc.sync_each_step,
+                  "wait for each step's log row before the next step (default: read one step late)");
   train->add_flag("--quiet", tc.quiet, "print nothing but errors");
   train->add_option("--scenario", scenario, "broken-batch: how one bad batch freezes unclipped Adam");
 

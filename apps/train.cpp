@@ -280,7 +280,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
       Var pred = (*model)(Var(x));
       return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
     }));
-    drain(1);
+    drain(c.sync_each_step ? 0 : 1);
     // The period of the loop: in steady state, one step of the device's work.
     result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
     if (!c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0) {

@@ -50,6 +50,9 @@ struct TrainConfig {
   int64_t stop_at = -1;                  // stop (checkpointing) once this many steps are done; < 0: never
   SkipMonitorOptions skip;
   bool show_steps = false;  // print every row, labelled STEP or SKIP
+  // Wait for each step's row before the next step (as a loop that reads found_inf on the
+  // host does), instead of reading it one step late: to measure what that costs on a GPU.
+  bool sync_each_step = false;
   bool quiet = false;
   bool handle_signals = false;  // the CLI: SIGINT/SIGTERM finish the step, checkpoint, exit 130/143
 

@@ -80,9 +80,14 @@ if [ -x "$BELAY_BIN" ]; then
   # A larger run, timed by belay itself ("done: N steps ... in S s"): a 68M-parameter MLP
   # whose data is small (in 64, out 8: the synthetic batches are made on the host, and must
   # not be what is timed). Steps are enqueued with no host wait, rows read one step late.
-  timeout 120 "$BELAY_BIN" train --device cuda --model mlp --in 64 --hidden 8192 --layers 3 --out 8 --batch 512 \
-    --dtype bf16 --clip 1 --steps 200 --csv "$OUT/train-mlp-cuda.csv" > "$OUT/train-mlp-cuda.out" 2>&1
-  echo "mlp cuda rc=$?"; tail -2 "$OUT/train-mlp-cuda.out"
+  # The same run again waiting for each step's row (as a loop reading found_inf on the host
+  # would): the ratio of the two is what the asynchronous step saves.
+  for mode in async sync; do
+    extra=""; [ $mode = sync ] && extra="--sync-each-step"
+    timeout 120 "$BELAY_BIN" train --device cuda --model mlp --in 64 --hidden 8192 --layers 3 --out 8 --batch 512 \
+      --dtype bf16 --clip 1 --steps 200 $extra --csv "$OUT/train-mlp-cuda-$mode.csv" > "$OUT/train-mlp-cuda-$mode.out" 2>&1
+    echo "mlp cuda $mode rc=$?"; tail -1 "$OUT/train-mlp-cuda-$mode.out"
+  done
 fi
 
 stamp "summary"
@@ -122,17 +127,21 @@ if cpu_rows and cuda_rows:
     summary["train_demo"] = {"cpu_skips": skips(cpu_rows), "cuda_skips": skips(cuda_rows),
                              "cpu_final_loss": cpu_rows[-1]["loss"], "cuda_final_loss": cuda_rows[-1]["loss"],
                              "rows": [len(cpu_rows), len(cuda_rows)]}
-try:
-    text = open(os.path.join(out, "train-mlp-cuda.out")).read()
-    params = int(re.search(r"mlp (\d+) parameters", text).group(1))
-    m = re.search(r"done: (\d+) steps .*? in ([0-9.e+-]+) s", text)
-    steps, secs = int(m.group(1)), float(m.group(2))
-    # fwd + bwd of the linear layers: 6 flops per parameter per sample.
-    summary["train_mlp_cuda"] = {"params": params, "steps": steps, "seconds": secs,
-                                 "steps_per_sec": round(steps / secs, 2),
-                                 "tflops": round(6.0 * params * 512 * steps / secs / 1e12, 2)}
-except Exception as e:
-    summary["train_mlp_cuda"] = {"error": str(e)}
+for mode in ("async", "sync"):
+    try:
+        text = open(os.path.join(out, f"train-mlp-cuda-{mode}.out")).read()
+        params = int(re.search(r"mlp (\d+) parameters", text).group(1))
+        m = re.search(r"done: (\d+) steps .*? in ([0-9.e+-]+) s", text)
+        steps, secs = int(m.group(1)), float(m.group(2))
+        # fwd + bwd of the linear layers: 6 flops per parameter per sample.
+        summary[f"train_mlp_cuda_{mode}"] = {"params": params, "steps": steps, "seconds": secs,
+                                             "steps_per_sec": round(steps / secs, 2),
+                                             "tflops": round(6.0 * params * 512 * steps / secs / 1e12, 2)}
+    except Exception as e:
+        summary[f"train_mlp_cuda_{mode}"] = {"error": str(e)}
+a, b = summary.get("train_mlp_cuda_async", {}), summary.get("train_mlp_cuda_sync", {})
+if a.get("seconds") and b.get("seconds"):
+    summary["sync_each_step_over_async_time"] = round(b["seconds"] / a["seconds"], 3)
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(summary, indent=1))
 PY

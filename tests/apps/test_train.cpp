@@ -120,6 +120,25 @@ TEST_CASE("a run repeats bit for bit", "[apps][train]") {
   }
 }
 
+TEST_CASE("rows read one step late or after each step: the same run, the same stop", "[apps][train]") {
+  // fp16 with planted infs: skips, scale back-offs, and a skip-rate stop (the verdict comes
+  // from a row, so when the rows are read decides when the run stops).
+  TrainConfig c = quiet_config(40, DType::F16);
+  c.inject_inf = {3, 10, 11, 12, 13, 14, 15};
+  c.skip.max_rate = 0.2;
+  c.skip.window = 10;
+  c.skip.patience = 2;
+  TrainConfig sync = c;
+  sync.sync_each_step = true;
+  const TrainResult lagged = train(c), waited = train(sync);
+  CHECK(waited.exit_code == 1);
+  CHECK(lagged.exit_code == 1);
+  // The lagged loop has enqueued one more step when the verdict arrives.
+  REQUIRE(lagged.rows.size() == waited.rows.size() + 1);
+  for (size_t i = 0; i < waited.rows.size(); ++i)
+    CHECK(format_step_row(lagged.rows[i]) == format_step_row(waited.rows[i]));
+}
+
 TEST_CASE("the broken-batch scenario shows unclipped Adam frozen", "[apps][scenario]") {
   std::ostringstream out;
   REQUIRE(run_broken_batch(out) == 0);
