@@ -84,7 +84,7 @@ if [ -x "$BELAY_BIN" ]; then
   # would): the ratio of the two is what the asynchronous step saves.
   for mode in async sync; do
     extra=""; [ $mode = sync ] && extra="--sync-each-step"
-    timeout 120 "$BELAY_BIN" train --device cuda --model mlp --in 64 --hidden 8192 --layers 3 --out 8 --batch 512 \
+    timeout 60 "$BELAY_BIN" train --device cuda --model mlp --in 64 --hidden 8192 --layers 3 --out 8 --batch 512 \
       --dtype bf16 --clip 1 --steps 200 $extra --csv "$OUT/train-mlp-cuda-$mode.csv" > "$OUT/train-mlp-cuda-$mode.out" 2>&1
     echo "mlp cuda $mode rc=$?"; tail -1 "$OUT/train-mlp-cuda-$mode.out"
   done
