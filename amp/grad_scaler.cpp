@@ -100,13 +100,6 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm) {
   return r;
 }
 
-void GradScaler::record_overflow(Optimizer& opt) {
-  PerOptimizer& p = per(opt, "record_overflow");
-  if (p.stage == Stage::Stepped) throw Error("GradScaler: record_overflow() after step()");
-  p.found_inf = Tensor::scalar(1.0f, DType::F32, device_);
-  p.stage = Stage::Stepped;
-}
-
 void GradScaler::step(Optimizer& opt) {
   PerOptimizer& p = per(opt, "step");
   switch (p.stage) {

@@ -65,8 +65,6 @@ class GradScaler {
   // Fused path: one read of every gradient; found_inf, the norm of the unscaled gradients
   // and the clip coefficient; the gradients are not written.
   GuardResult guard(Optimizer& opt, float max_norm);
-  // Records a step that is skipped before backward (non-finite loss) as an overflow.
-  void record_overflow(Optimizer& opt);
   // Applies the optimizer step unless found_inf; needs unscale_ or guard first.
   void step(Optimizer& opt);
   // Every step, skipped or not: back off on overflow, grow after growth_interval clean steps.
