@@ -22,6 +22,10 @@ int cuda_device_count() {
 
 void require_device(Device device) {
   if (device.is_cpu()) return;
+  // One GPU for now: the CUDA backend runs on the current device (0). Refused rather than
+  // silently run on cuda:0.
+  if (device.index > 0)
+    throw UsageError("--device " + device.str() + ": only cuda:0 is supported so far (one GPU per process)");
   if (!cuda_compiled())
     throw UsageError("--device " + device.str() + ": this belay was built without CUDA (nvcc was not found at configure time)");
   const int n = cuda_device_count();

@@ -35,6 +35,7 @@ expect_error "unknown dtype" 2 train --dtype fp8
 expect_error "unknown model" 2 train --model transformer
 expect_error "unknown device" 2 train --device tpu
 expect_error "cuda without a GPU or CUDA build" 2 train --device cuda --steps 1
+expect_error "a second GPU (one GPU per process so far)" 2 train --device cuda:1 --steps 1
 expect_error "unknown optimizer" 2 train --optimizer lion
 expect_error "unknown schedule" 2 train --schedule step
 expect_error "bad spike" 2 train --spike 12
