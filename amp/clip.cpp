@@ -7,26 +7,40 @@
 
 namespace belay {
 
-ClipResult clip_grad_norm(const std::vector<Tensor*>& grads, float max_norm, bool error_if_nonfinite) {
+namespace {
+
+void check_max_norm(float max_norm) {
   if (std::isnan(max_norm) || max_norm <= 0.0f) throw Error("clip_grad_norm: max_norm must be > 0 (inf only measures)");
-  if (grads.empty()) return {0.0f, 0.0f};
+}
+
+// The global norm of the gradients and the clip coefficient, as device scalars.
+DeviceClip measure(const std::vector<Tensor*>& grads, float max_norm) {
   const Device device = grads[0]->device();
   const Backend& be = backend_for(device);
   std::vector<const Tensor*> read(grads.begin(), grads.end());
-  Tensor one = Tensor::scalar(1.0f, DType::F32, device);
-  Tensor found = Tensor::empty(Shape{1}, DType::F32, device), sumsq = Tensor::empty(Shape{1}, DType::F32, device);
-  Tensor norm = Tensor::empty(Shape{1}, DType::F32, device), coef = Tensor::empty(Shape{1}, DType::F32, device);
-  be.guard(read, one, found, sumsq);
-  be.clip_coefficient(sumsq, max_norm, norm, coef);
-  const float pre = norm.item();
+  Tensor one = Tensor::empty(Shape{1}, DType::F32, device), found = Tensor::empty(Shape{1}, DType::F32, device);
+  one.fill(1.0f);
+  DeviceClip r{Tensor::empty(Shape{1}, DType::F32, device), Tensor::empty(Shape{1}, DType::F32, device)};
+  be.guard(read, one, found, r.norm);
+  be.clip_coefficient(r.norm, max_norm, r.clip_coef);
+  return r;
+}
+
+}  // namespace
+
+ClipResult clip_grad_norm(const std::vector<Tensor*>& grads, float max_norm, bool error_if_nonfinite) {
+  check_max_norm(max_norm);
+  if (grads.empty()) return {0.0f, 0.0f};
+  const DeviceClip m = measure(grads, max_norm);
+  const float pre = m.norm.item();
   if (!std::isfinite(pre)) {
     if (error_if_nonfinite)
       throw Error("clip_grad_norm: the total norm of the gradients is non-finite (" + std::to_string(pre) +
                   "); set error_if_nonfinite=false to skip this check");
     return {pre, pre};
   }
-  const float c = coef.item();
-  if (c < 1.0f) be.scale_inplace(grads, coef);
+  const float c = m.clip_coef.item();
+  if (c < 1.0f) backend_for(grads[0]->device()).scale_inplace(grads, m.clip_coef);
   return {pre, pre * c};
 }
 
@@ -35,18 +49,10 @@ ClipResult clip_grad_norm(Optimizer& opt, float max_norm, bool error_if_nonfinit
 }
 
 DeviceClip clip_grad_norm_on_device(const std::vector<Tensor*>& grads, float max_norm) {
-  if (std::isnan(max_norm) || max_norm <= 0.0f) throw Error("clip_grad_norm: max_norm must be > 0 (inf only measures)");
+  check_max_norm(max_norm);
   if (grads.empty()) throw Error("clip_grad_norm_on_device: no gradients");
-  const Device device = grads[0]->device();
-  const Backend& be = backend_for(device);
-  std::vector<const Tensor*> read(grads.begin(), grads.end());
-  Tensor one = Tensor::empty(Shape{1}, DType::F32, device), found = Tensor::empty(Shape{1}, DType::F32, device);
-  Tensor sumsq = Tensor::empty(Shape{1}, DType::F32, device);
-  one.fill(1.0f);
-  DeviceClip r{Tensor::empty(Shape{1}, DType::F32, device), Tensor::empty(Shape{1}, DType::F32, device)};
-  be.guard(read, one, found, sumsq);
-  be.clip_coefficient(sumsq, max_norm, r.norm, r.clip_coef);
-  if (!std::isinf(max_norm)) be.scale_inplace(grads, r.clip_coef);
+  DeviceClip r = measure(grads, max_norm);
+  if (!std::isinf(max_norm)) backend_for(grads[0]->device()).scale_inplace(grads, r.clip_coef);
   return r;
 }
 

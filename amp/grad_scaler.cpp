@@ -54,9 +54,9 @@ void GradScaler::check_loss(Optimizer& opt, const Tensor& loss) {
     throw Error("GradScaler::check_loss: need a one-element loss on " + device_.str() + ", got " + loss.describe());
   if (!p.nonfinite_loss.defined()) p.nonfinite_loss = zero_scalar();
   // The guard kernel on the one element: found = 1 when it is inf or NaN.
-  Tensor found = Tensor::empty(Shape{1}, DType::F32, device_), sumsq = Tensor::empty(Shape{1}, DType::F32, device_);
+  Tensor found = Tensor::empty(Shape{1}, DType::F32, device_), norm = Tensor::empty(Shape{1}, DType::F32, device_);
   const Backend& be = backend_for(device_);
-  be.guard({&loss}, one_, found, sumsq);
+  be.guard({&loss}, one_, found, norm);
   be.binary(BinaryOp::Add, p.nonfinite_loss, found, p.nonfinite_loss);
 }
 
@@ -89,10 +89,9 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm) {
   r.found_inf = Tensor::empty(Shape{1}, DType::F32, device_);
   r.norm = Tensor::empty(Shape{1}, DType::F32, device_);
   r.clip_coef = Tensor::empty(Shape{1}, DType::F32, device_);
-  Tensor sumsq = Tensor::empty(Shape{1}, DType::F32, device_);
   const Backend& be = backend_for(device_);
-  be.guard(opt.grads(), inv_scale(), r.found_inf, sumsq);
-  be.clip_coefficient(sumsq, max_norm, r.norm, r.clip_coef);
+  be.guard(opt.grads(), inv_scale(), r.found_inf, r.norm);
+  be.clip_coefficient(r.norm, max_norm, r.clip_coef);
   if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, r.found_inf, p.nonfinite_loss, r.found_inf);
   p.found_inf = r.found_inf;
   p.clip_coef = r.clip_coef;

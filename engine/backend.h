@@ -140,11 +140,13 @@ class Backend {
   virtual void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits_unit) const = 0;
 
   // AMP: the fused guard. One read of every gradient; nothing written to them.
-  // found_inf[0] = 1 if any element is inf or NaN, else 0; sumsq[0] = sum (g * inv_scale[0])^2.
+  // found_inf[0] = 1 if any element is inf or NaN, else 0; norm[0] = sqrt(sum (g * inv_scale[0])^2),
+  // the sum kept in FP64 and rounded to FP32 once, after the square root: a finite gradient
+  // has a finite norm up to FP32's max (an FP32 sum of squares would overflow from 1.8e19).
   virtual void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-                     Tensor& sumsq) const = 0;
-  // norm = sqrt(sumsq); clip_coef = min(1, max_norm / (norm + 1e-6)).
-  virtual void clip_coefficient(const Tensor& sumsq, float max_norm, Tensor& norm, Tensor& clip_coef) const = 0;
+                     Tensor& norm) const = 0;
+  // clip_coef = min(1, max_norm / (norm + 1e-6)).
+  virtual void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const = 0;
   // The unfused path, in PyTorch's order: g *= inv_scale in place (found_inf set if any is
   // non-finite), later g *= clip_coef in place.
   virtual void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const = 0;

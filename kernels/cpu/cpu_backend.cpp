@@ -489,10 +489,10 @@ class CpuBackend final : public Backend {
 
   // Reads every gradient once (4 or 2 bytes per element), writes nothing; 3 flops per element.
   void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-             Tensor& sumsq) const override {
+             Tensor& norm) const override {
     check_scalar("guard", inv_scale);
     check_scalar("guard", found_inf);
-    check_scalar("guard", sumsq);
+    check_scalar("guard", norm);
     const float inv = scalar_value(inv_scale);
     double total = 0.0;
     bool nonfinite = false;
@@ -513,14 +513,13 @@ class CpuBackend final : public Backend {
       total += s;
     }
     found_inf.data_as<float>()[0] = nonfinite ? 1.0f : 0.0f;
-    sumsq.data_as<float>()[0] = static_cast<float>(total);
+    norm.data_as<float>()[0] = static_cast<float>(std::sqrt(total));  // one rounding, after the root
   }
 
-  void clip_coefficient(const Tensor& sumsq, float max_norm, Tensor& norm, Tensor& clip_coef) const override {
-    check_scalar("clip_coefficient", sumsq);
-    const float n = std::sqrt(scalar_value(sumsq));
-    norm.data_as<float>()[0] = n;
-    clip_coef.data_as<float>()[0] = clip_coefficient_of(n, max_norm);
+  void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
+    check_scalar("clip_coefficient", norm);
+    check_scalar("clip_coefficient", clip_coef);
+    clip_coef.data_as<float>()[0] = clip_coefficient_of(scalar_value(norm), max_norm);
   }
 
   // Reads and writes every gradient once.

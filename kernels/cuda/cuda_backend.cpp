@@ -250,10 +250,10 @@ class CudaBackend final : public Backend {
   }
 
   void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-             Tensor& sumsq) const override {
+             Tensor& norm) const override {
     check_scalar("guard", inv_scale);
     check_scalar("guard", found_inf);
-    check_scalar("guard", sumsq);
+    check_scalar("guard", norm);
     std::vector<GradRef> refs;
     refs.reserve(grads.size());
     for (const Tensor* g : grads) {
@@ -261,16 +261,15 @@ class CudaBackend final : public Backend {
       refs.push_back({const_cast<void*>(g->data()), g->dtype(), g->numel()});  // read only
     }
     Tensor partials = scratch_doubles(guard_partials(refs), inv_scale.device());
-    launch_guard(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(sumsq),
+    launch_guard(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(norm),
                  static_cast<double*>(partials.data()));
     after_launch();
   }
 
-  void clip_coefficient(const Tensor& sumsq, float max_norm, Tensor& norm, Tensor& clip_coef) const override {
-    check_scalar("clip_coefficient", sumsq);
+  void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
     check_scalar("clip_coefficient", norm);
     check_scalar("clip_coefficient", clip_coef);
-    launch_clip_coefficient(scalar_ptr(sumsq), max_norm, scalar_ptr(norm), scalar_ptr(clip_coef));
+    launch_clip_coefficient(scalar_ptr(norm), max_norm, scalar_ptr(clip_coef));
     after_launch();
   }
 

@@ -54,9 +54,9 @@ struct GradRef {
   int64_t n;
 };
 int64_t guard_partials(const std::vector<GradRef>& grads);  // double partials launch_guard needs
-void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* sumsq,
+void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* norm,
                   double* partials);
-void launch_clip_coefficient(const float* sumsq, float max_norm, float* norm, float* clip_coef);
+void launch_clip_coefficient(const float* norm, float max_norm, float* clip_coef);
 void launch_unscale(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf);
 
 // ---- optimizer_kernels.cu

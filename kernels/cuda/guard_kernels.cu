@@ -5,7 +5,8 @@
 //    element makes its square, hence the sum, non-finite: found_inf is read off the total,
 //    so no flag needs atomics either. Nothing is written to the gradients.
 //    Bytes: sum of numel * dtype_size read + 8 per 16384 elements; flops: 3 per element.
-//  clip_coefficient: one thread, norm = sqrt(sumsq), coef = min(1, max / (norm + 1e-6)).
+//    The norm is the square root of the FP64 total, rounded to FP32 once.
+//  clip_coefficient: one thread, coef = min(1, max / (norm + 1e-6)).
 //  unscale: g *= inv_scale in place (the unfused path); reads and writes each gradient once.
 //    A thread that sees a non-finite product stores 1 into found_inf (zeroed first): every
 //    writer writes the same value, so the race is benign and the result deterministic.
@@ -63,21 +64,20 @@ __global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_con
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-__global__ void guard_finish_kernel(const double* partials, int64_t count, float* found_inf, float* sumsq) {
+__global__ void guard_finish_kernel(const double* partials, int64_t count, float* found_inf, float* norm) {
   __shared__ double scratch[kBlock];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   const double total = block_sum(acc, scratch);
   if (threadIdx.x == 0) {
     found_inf[0] = isfinite(total) ? 0.0f : 1.0f;
-    sumsq[0] = static_cast<float>(total);
+    // The FP64 root, rounded once (IEEE sqrt, no fast math: the CPU's std::sqrt bit for bit).
+    norm[0] = static_cast<float>(sqrt(total));
   }
 }
 
-__global__ void clip_coefficient_kernel(const float* sumsq, float max_norm, float* norm, float* clip_coef) {
-  const float n = sqrtf(*sumsq);  // IEEE sqrt (no fast math): the CPU's std::sqrt bit for bit
-  *norm = n;
-  *clip_coef = clip_coefficient_of(n, max_norm);
+__global__ void clip_coefficient_kernel(const float* norm, float max_norm, float* clip_coef) {
+  *clip_coef = clip_coefficient_of(*norm, max_norm);
 }
 
 __global__ void __launch_bounds__(kBlock) unscale_kernel(const __grid_constant__ GuardBatch batch,
@@ -119,7 +119,7 @@ int64_t guard_partials(const std::vector<GradRef>& grads) {
   return blocks > 0 ? blocks : 1;
 }
 
-void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* sumsq,
+void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* norm,
                   double* partials) {
   // Each batch writes its own slice of `partials`, so the final sum sees every block of
   // every batch in one fixed order.
@@ -128,11 +128,11 @@ void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, flo
     guard_partials_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, inv_scale, partials + offset);
     offset += blocks;
   });
-  guard_finish_kernel<<<1, kBlock>>>(partials, offset, found_inf, sumsq);  // offset 0: sum 0, finite
+  guard_finish_kernel<<<1, kBlock>>>(partials, offset, found_inf, norm);  // offset 0: sum 0, finite
 }
 
-void launch_clip_coefficient(const float* sumsq, float max_norm, float* norm, float* clip_coef) {
-  clip_coefficient_kernel<<<1, 1>>>(sumsq, max_norm, norm, clip_coef);
+void launch_clip_coefficient(const float* norm, float max_norm, float* clip_coef) {
+  clip_coefficient_kernel<<<1, 1>>>(norm, max_norm, clip_coef);
 }
 
 void launch_unscale(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf) {
