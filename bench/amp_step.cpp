@@ -11,7 +11,7 @@
 //
 // Check: a sample of elements is replayed on the host with the element math of
 // kernels/common (the same formula, scalar) for every repetition the benchmark ran, and
-// must match bit for bit; the guard's sum of squares must match an FP64 sum.
+// must match bit for bit; the guard's norm must match the root of an FP64 sum.
 #include <cmath>
 #include <cstring>
 #include <vector>

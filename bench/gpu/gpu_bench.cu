@@ -7,7 +7,7 @@
 //          product, bound (2 u_in + K u32 + u_out) * sum |a b| (tests/tolerance.h's formula).
 //   step:  the fused guard + clip coefficient + AdamW + scaler update on a model-sized set of
 //          FP32 gradients with FP16 working copies, against the device-to-device copy
-//          bandwidth (cudaMemcpy of a 2 GiB buffer). Check: the guard's sum of squares
+//          bandwidth (cudaMemcpy of a 2 GiB buffer). Check: the guard's norm
 //          against an FP64 sum over a sample tensor, found_inf == 0, masters moved.
 //   sync:  what lets a step run without a host wait: lookup + count_applied (GPU time, one
 //          thread each, so the cost is the launch), read_async and a 1 MiB upload (host time
