@@ -29,7 +29,7 @@ void Optimizer::set_schedule(const LrSchedule& schedule) {
   // the cosine's end, after which lr_at is the floor for good (held by the lookup's clamp).
   const int64_t n = schedule.kind == LrSchedule::Kind::Constant
                         ? 1
-                        : std::max(schedule.total_steps, schedule.warmup_steps) + 1;
+                        : std::max({schedule.total_steps, schedule.warmup_steps, int64_t{0}}) + 1;
   if (n > kMaxCount)
     throw UsageError("LR schedule spans " + std::to_string(n) + " steps; at most 2^24 (16777216) are supported");
   std::vector<float> table(static_cast<size_t>(n));
