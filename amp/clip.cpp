@@ -18,8 +18,8 @@ DeviceClip measure(const std::vector<Tensor*>& grads, float max_norm) {
   const Device device = grads[0]->device();
   const Backend& be = backend_for(device);
   std::vector<const Tensor*> read(grads.begin(), grads.end());
-  Tensor one = Tensor::empty(Shape{1}, DType::F32, device), found = Tensor::empty(Shape{1}, DType::F32, device);
-  one.fill(1.0f);
+  const Tensor one = Tensor::full(Shape{1}, 1.0f, DType::F32, device);  // filled by a kernel: no upload
+  Tensor found = Tensor::empty(Shape{1}, DType::F32, device);
   DeviceClip r{Tensor::empty(Shape{1}, DType::F32, device), Tensor::empty(Shape{1}, DType::F32, device)};
   be.guard(read, one, found, r.norm);
   be.clip_coefficient(r.norm, max_norm, r.clip_coef);

@@ -40,19 +40,13 @@ Tensor GradScaler::inv_scale() const {
   return inv;
 }
 
-Tensor GradScaler::zero_scalar() const {
-  Tensor t = Tensor::empty(Shape{1}, DType::F32, device_);
-  t.fill(0.0f);
-  return t;
-}
-
 void GradScaler::check_loss(Optimizer& opt, const Tensor& loss) {
   PerOptimizer& p = per(opt, "check_loss");
   if (p.stage != Stage::Ready)
     throw Error("GradScaler: check_loss() after the finite check; call it for every micro-batch before guard()/unscale_()");
   if (loss.numel() != 1 || loss.device() != device_)
     throw Error("GradScaler::check_loss: need a one-element loss on " + device_.str() + ", got " + loss.describe());
-  if (!p.nonfinite_loss.defined()) p.nonfinite_loss = zero_scalar();
+  if (!p.nonfinite_loss.defined()) p.nonfinite_loss = Tensor::zeros(Shape{1}, DType::F32, device_);
   // The guard kernel on the one element: found = 1 when it is inf or NaN.
   Tensor found = Tensor::empty(Shape{1}, DType::F32, device_), norm = Tensor::empty(Shape{1}, DType::F32, device_);
   const Backend& be = backend_for(device_);
@@ -72,7 +66,7 @@ void GradScaler::unscale_(Optimizer& opt) {
   if (p.stage == Stage::Unscaled || p.stage == Stage::Checked)
     throw Error("GradScaler: unscale_() has already been called on this optimizer since the last update()");
   if (p.stage == Stage::Stepped) throw Error("GradScaler: unscale_() is being called after step()");
-  p.found_inf = zero_scalar();
+  p.found_inf = Tensor::zeros(Shape{1}, DType::F32, device_);
   const Backend& be = backend_for(device_);
   be.unscale_inplace(opt.mutable_grads(), inv_scale(), p.found_inf);
   if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, p.found_inf, p.nonfinite_loss, p.found_inf);
@@ -118,7 +112,7 @@ void GradScaler::step(Optimizer& opt) {
 
 void GradScaler::update() {
   if (per_optimizer_.empty()) throw Error("GradScaler: update() with no optimizer checked since the last update()");
-  Tensor found = zero_scalar();
+  Tensor found = Tensor::zeros(Shape{1}, DType::F32, device_);
   const Backend& be = backend_for(device_);
   for (auto& [opt, p] : per_optimizer_) {
     if (p.stage != Stage::Stepped)
@@ -147,7 +141,7 @@ const Tensor& GradScaler::found_inf_tensor(const Optimizer& opt) { return per(op
 
 const Tensor& GradScaler::nonfinite_loss_tensor(const Optimizer& opt) {
   PerOptimizer& p = per(opt, "nonfinite_loss_tensor");
-  if (!p.nonfinite_loss.defined()) p.nonfinite_loss = zero_scalar();
+  if (!p.nonfinite_loss.defined()) p.nonfinite_loss = Tensor::zeros(Shape{1}, DType::F32, device_);
   return p.nonfinite_loss;
 }
 

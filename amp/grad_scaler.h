@@ -89,7 +89,6 @@ class GradScaler {
     Tensor clip_coef;       // fused path
   };
   PerOptimizer& per(const Optimizer& opt, const char* call);
-  Tensor zero_scalar() const;  // filled by a kernel: no upload from the host
   Tensor inv_scale() const;
 
   Device device_;

@@ -48,8 +48,7 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   // (a non-finite one marks the step as an overflow) and averaged there for the log.
   // d(objective)/d(loss) = scale / accum_steps, from the scale in device memory.
   const float per_micro_batch = 1.0f / static_cast<float>(options_.accum_steps);
-  Tensor loss_mean = Tensor::empty(Shape{1}, DType::F32, device);
-  loss_mean.fill(0.0f);
+  Tensor loss_mean = Tensor::zeros(Shape{1}, DType::F32, device);
   for (int k = 0; k < options_.accum_steps; ++k) {
     Var loss = loss_fn(k);
     scaler_.check_loss(opt_, loss.value());
