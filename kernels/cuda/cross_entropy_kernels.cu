@@ -46,13 +46,6 @@ __global__ void cross_entropy_rows_kernel(const void* logits, DType dl, const vo
   }
 }
 
-__global__ void sum_row_losses_kernel(const double* row_loss, int64_t rows, double inv_rows, float* loss) {
-  __shared__ double scratch[kBlock];
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) acc += row_loss[i];
-  const double total = block_sum(acc, scratch);
-  if (threadIdx.x == 0) loss[0] = static_cast<float>(total * inv_rows);
-}
 
 }  // namespace
 
@@ -62,7 +55,7 @@ void launch_cross_entropy(const void* logits, DType dl, const void* labels, DTyp
   if (rows > 0 && classes > 0)
     cross_entropy_rows_kernel<<<static_cast<unsigned>(rows), kBlock>>>(logits, dl, labels, dlab, classes, inv_rows,
                                                                        row_loss, dlogits);
-  sum_row_losses_kernel<<<1, kBlock>>>(row_loss, classes > 0 ? rows : 0, inv_rows, loss);
+  launch_finish_sum(row_loss, classes > 0 ? rows : 0, inv_rows, loss);  // the mean, in row order
 }
 
 }  // namespace belay

@@ -35,6 +35,8 @@ void launch_scale_by_scalar(void* x, DType dx, const float* factor, int64_t n); 
 int reduce_partials(int64_t n);
 void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, float* out, bool accumulate);
 void launch_sum(const void* x, DType dx, int64_t n, double* partials, float* out);
+// One block: out[0] = (float)(sum of partials[0..count) in a fixed order * post_scale).
+void launch_finish_sum(const double* partials, int64_t count, double post_scale, float* out);
 void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt, int64_t n, double* partials,
                         float* out);
 void launch_mse_backward(const void* pred, DType dp, const void* target, DType dt, const float* g, void* dpred,

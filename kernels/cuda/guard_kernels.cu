@@ -33,10 +33,7 @@ using GuardBatch = cuda::MultiTensorBatch<GradRef>;
 __global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_constant__ GuardBatch batch,
                                                                 const float* inv_scale, double* partials) {
   __shared__ double scratch[kBlock];
-  const int t = cuda::find_tensor(batch, blockIdx.x);
-  const GradRef g = batch.refs[t];
-  const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
-  const int64_t end = start + kChunk < g.n ? start + kChunk : g.n;
+  const auto [g, start, end] = cuda::block_chunk(batch, blockIdx.x);
   const float inv = *inv_scale;
 
   double acc = 0.0;
@@ -82,10 +79,7 @@ __global__ void clip_coefficient_kernel(const float* norm, float max_norm, float
 
 __global__ void __launch_bounds__(kBlock) unscale_kernel(const __grid_constant__ GuardBatch batch,
                                                          const float* inv_scale, float* found_inf) {
-  const int t = cuda::find_tensor(batch, blockIdx.x);
-  const GradRef g = batch.refs[t];
-  const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
-  const int64_t end = start + kChunk < g.n ? start + kChunk : g.n;
+  const auto [g, start, end] = cuda::block_chunk(batch, blockIdx.x);
   const float inv = *inv_scale;
   bool nonfinite = false;
   int64_t tail = start;

@@ -18,11 +18,20 @@ struct MultiTensorBatch {
   int count;
 };
 
+// What block `block` of a batch works on: its tensor and the element range [start, end) of
+// its chunk (the last chunk of a tensor may be short).
 template <class Ref>
-__device__ __forceinline__ int find_tensor(const MultiTensorBatch<Ref>& batch, int64_t block) {
+struct BlockChunk {
+  Ref ref;
+  int64_t start, end;
+};
+template <class Ref>
+__device__ __forceinline__ BlockChunk<Ref> block_chunk(const MultiTensorBatch<Ref>& batch, int64_t block) {
   int t = 0;
   while (t + 1 < batch.count && block >= batch.block_start[t + 1]) ++t;
-  return t;
+  const Ref& r = batch.refs[t];
+  const int64_t start = (block - batch.block_start[t]) * kChunk;
+  return {r, start, start + kChunk < r.n ? start + kChunk : r.n};
 }
 
 // Splits refs (each with a field n) into batches; calls launch(batch, total_blocks) for each.

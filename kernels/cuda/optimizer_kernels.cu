@@ -49,10 +49,7 @@ __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ O
   __syncthreads();
   const float bc1 = bias_correction[0], bc2 = bias_correction[1];
   const float inv = *sc.inv_scale, coef = *sc.clip_coef, lr = *sc.lr;
-  const int t = cuda::find_tensor(batch, blockIdx.x);
-  const OptimRef s = batch.refs[t];
-  const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
-  const int64_t end = start + kChunk < s.n ? start + kChunk : s.n;
+  const auto [s, start, end] = cuda::block_chunk(batch, blockIdx.x);
 
   int64_t tail = start;
   if (all_aligned(s)) {
@@ -89,10 +86,7 @@ __global__ void __launch_bounds__(kBlock) sgd_kernel(const __grid_constant__ Opt
                                                      StepScalarPtrs sc) {
   if (*sc.found_inf != 0.0f) return;
   const float inv = *sc.inv_scale, coef = *sc.clip_coef, lr = *sc.lr;
-  const int t = cuda::find_tensor(batch, blockIdx.x);
-  const OptimRef s = batch.refs[t];
-  const int64_t start = (blockIdx.x - batch.block_start[t]) * kChunk;
-  const int64_t end = start + kChunk < s.n ? start + kChunk : s.n;
+  const auto [s, start, end] = cuda::block_chunk(batch, blockIdx.x);
   const bool has_momentum = s.m != nullptr;
   for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
     float p = s.master[i];

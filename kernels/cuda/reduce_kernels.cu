@@ -40,10 +40,10 @@ __global__ void partial_sums_kernel(const void* x, DType dx, const void* y, DTyp
 }
 
 // One block: out[0] = (float)(sum of partials * post_scale).
-__global__ void finish_sum_kernel(const double* partials, int count, double post_scale, float* out) {
+__global__ void finish_sum_kernel(const double* partials, int64_t count, double post_scale, float* out) {
   __shared__ double scratch[kBlock];
   double acc = 0.0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   const double total = block_sum(acc, scratch);
   if (threadIdx.x == 0) out[0] = static_cast<float>(total * post_scale);
 }
@@ -84,10 +84,14 @@ int reduce_partials(int64_t n) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxPartials ? kMaxPartials : blocks));
 }
 
+void launch_finish_sum(const double* partials, int64_t count, double post_scale, float* out) {
+  finish_sum_kernel<<<1, kBlock>>>(partials, count, post_scale, out);
+}
+
 void launch_sum(const void* x, DType dx, int64_t n, double* partials, float* out) {
   const int blocks = reduce_partials(n);
   partial_sums_kernel<ReduceKind::Sum><<<blocks, kBlock>>>(x, dx, nullptr, dx, n, partials);
-  finish_sum_kernel<<<1, kBlock>>>(partials, blocks, 1.0, out);
+  launch_finish_sum(partials, blocks, 1.0, out);
 }
 
 void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt, int64_t n, double* partials,
@@ -96,7 +100,7 @@ void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt
   partial_sums_kernel<ReduceKind::SquaredDiff><<<blocks, kBlock>>>(pred, dp, target, dt, n, partials);
   // The CPU divides the double sum by n: multiplying by 1/n in double differs from that by
   // at most one double rounding, far below the FP32 result's own rounding.
-  finish_sum_kernel<<<1, kBlock>>>(partials, blocks, n > 0 ? 1.0 / static_cast<double>(n) : NAN, out);
+  launch_finish_sum(partials, blocks, n > 0 ? 1.0 / static_cast<double>(n) : NAN, out);
 }
 
 void launch_mse_backward(const void* pred, DType dp, const void* target, DType dt, const float* g, void* dpred,
