@@ -84,7 +84,8 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm) {
   r.norm = Tensor::empty(Shape{1}, DType::F32, device_);
   r.clip_coef = Tensor::empty(Shape{1}, DType::F32, device_);
   const Backend& be = backend_for(device_);
-  be.guard(opt.grads(), inv_scale(), r.found_inf, r.norm);
+  p.inv_scale = inv_scale();
+  be.guard(opt.grads(), p.inv_scale, r.found_inf, r.norm);
   be.clip_coefficient(r.norm, max_norm, r.clip_coef);
   if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, r.found_inf, p.nonfinite_loss, r.found_inf);
   p.found_inf = r.found_inf;
@@ -104,7 +105,7 @@ void GradScaler::step(Optimizer& opt) {
       opt.step(one_, one_, p.found_inf);
       break;
     case Stage::Checked:  // fused: unscale and clip on the fly inside the optimizer pass
-      opt.step(inv_scale(), p.clip_coef, p.found_inf);
+      opt.step(p.inv_scale, p.clip_coef, p.found_inf);
       break;
   }
   p.stage = Stage::Stepped;

@@ -87,6 +87,7 @@ class GradScaler {
     Tensor found_inf;
     Tensor nonfinite_loss;  // count of non-finite micro-batch losses, folded into found_inf
     Tensor clip_coef;       // fused path
+    Tensor inv_scale;       // fused path: the guard's 1/scale, which the optimizer pass reuses
   };
   PerOptimizer& per(const Optimizer& opt, const char* call);
   Tensor inv_scale() const;
