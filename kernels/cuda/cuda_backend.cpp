@@ -203,7 +203,10 @@ class CudaBackend final : public Backend {
     check_dtype("sum_rows", out, DType::F32);
     if (x.rank() != 2 || out.numel() != x.dim(1))
       throw Error("sum_rows: expected x [M, N] and out [N], got " + x.describe() + " and " + out.describe());
-    launch_sum_rows(x.data(), x.dtype(), x.dim(0), x.dim(1), out.data_as<float>(), accumulate);
+    const int64_t splits = sum_rows_splits(x.dim(0), x.dim(1));
+    Tensor partials = scratch_doubles(splits > 1 ? splits * x.dim(1) : 0, x.device());
+    launch_sum_rows(x.data(), x.dtype(), x.dim(0), x.dim(1), static_cast<double*>(partials.data()),
+                    out.data_as<float>(), accumulate);
     after_launch();
   }
 

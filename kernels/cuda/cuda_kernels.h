@@ -33,7 +33,11 @@ void launch_scale_by_scalar(void* x, DType dx, const float* factor, int64_t n); 
 // ---- reduce_kernels.cu
 // How many double partials launch_sum / launch_mse need as scratch.
 int reduce_partials(int64_t n);
-void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, float* out, bool accumulate);
+// sum_rows splits the rows into this many ranges (1: no split, no scratch); the scratch
+// launch_sum_rows needs is splits * cols doubles when splits > 1.
+int64_t sum_rows_splits(int64_t rows, int64_t cols);
+void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, double* partials, float* out,
+                     bool accumulate);
 void launch_sum(const void* x, DType dx, int64_t n, double* partials, float* out);
 // One block: out[0] = (float)(sum of partials[0..count) in a fixed order * post_scale).
 void launch_finish_sum(const double* partials, int64_t count, double post_scale, float* out);

@@ -3,7 +3,8 @@
 // in a fixed tree, and one final block sums the per-block partials in index order. No
 // atomics, so a run repeats bit for bit; the grid depends only on n.
 // sum / mse forward: read n * dtype_size bytes (mse: both inputs), 1-3 flops per element.
-// sum_rows: reads rows * cols elements, writes cols floats.
+// sum_rows: reads rows * cols elements, writes cols floats (and splits * cols doubles of
+// partials when the rows are split).
 #include <cmath>
 #include <cstdint>
 
@@ -49,23 +50,47 @@ __global__ void finish_sum_kernel(const double* partials, int64_t count, double 
 }
 
 // 32 columns per block, 8 row groups: a warp reads 32 consecutive columns of one row
-// (coalesced); group g sums rows g, g+8, ... in order, then thread g = 0 adds the 8 groups
-// in order. Why not one thread per column: a bias gradient has few columns and many rows.
+// (coalesced); group g sums rows g, g+8, ... of the block's row range in order, then thread
+// g = 0 adds the 8 groups in order. A bias gradient has few columns and many rows, so the
+// rows are also split into `splits` ranges (blockIdx.y) when the columns alone give too few
+// blocks: each range then writes a double partial per column, and sum_rows_finish_kernel
+// adds a column's partials in range order. The split depends only on the shape
+// (sum_rows_splits), so a run repeats bit for bit on any GPU.
 constexpr int kColsPerBlock = 32;
 constexpr int kRowGroups = kBlock / kColsPerBlock;
+constexpr int64_t kRowsPerSplitMin = 1024;  // fewer rows than this per block: not worth a split
+constexpr int64_t kSumRowsTargetBlocks = 512;  // enough blocks to fill an H100's 132 SMs a few times
 
-__global__ void sum_rows_kernel(const void* x, DType dx, int64_t rows, int64_t cols, float* out, bool accumulate) {
+// partials == nullptr: write (or add to) out directly; else partials[blockIdx.y * cols + col].
+__global__ void sum_rows_kernel(const void* x, DType dx, int64_t rows, int64_t cols, int64_t rows_per_split,
+                                double* partials, float* out, bool accumulate) {
   __shared__ double scratch[kRowGroups][kColsPerBlock];
   const int cx = threadIdx.x % kColsPerBlock, g = threadIdx.x / kColsPerBlock;
   const int64_t col = blockIdx.x * (int64_t)kColsPerBlock + cx;
+  const int64_t r0 = blockIdx.y * rows_per_split;
+  const int64_t r1 = r0 + rows_per_split < rows ? r0 + rows_per_split : rows;
   double acc = 0.0;
   if (col < cols)
-    for (int64_t r = g; r < rows; r += kRowGroups) acc += (double)load_f32(x, dx, r * cols + col);
+    for (int64_t r = r0 + g; r < r1; r += kRowGroups) acc += (double)load_f32(x, dx, r * cols + col);
   scratch[g][cx] = acc;
   __syncthreads();
   if (g == 0 && col < cols) {
     double s = 0.0;
     for (int k = 0; k < kRowGroups; ++k) s += scratch[k][cx];
+    if (partials)
+      partials[blockIdx.y * cols + col] = s;
+    else
+      out[col] = accumulate ? out[col] + static_cast<float>(s) : static_cast<float>(s);
+  }
+}
+
+// One thread per column: the splits' partials in order, one rounding to FP32.
+__global__ void sum_rows_finish_kernel(const double* partials, int64_t splits, int64_t cols, float* out,
+                                       bool accumulate) {
+  for (int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; col < cols;
+       col += (int64_t)gridDim.x * blockDim.x) {
+    double s = 0.0;
+    for (int64_t k = 0; k < splits; ++k) s += partials[k * cols + col];
     out[col] = accumulate ? out[col] + static_cast<float>(s) : static_cast<float>(s);
   }
 }
@@ -108,10 +133,25 @@ void launch_mse_backward(const void* pred, DType dp, const void* target, DType d
   if (n > 0) mse_backward_kernel<<<cuda::grid_for(n), kBlock>>>(pred, dp, target, dt, g, dpred, dd, n);
 }
 
-void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, float* out, bool accumulate) {
+int64_t sum_rows_splits(int64_t rows, int64_t cols) {
+  const int64_t col_blocks = (cols + kColsPerBlock - 1) / kColsPerBlock;
+  if (col_blocks == 0 || col_blocks >= kSumRowsTargetBlocks) return 1;
+  const int64_t by_rows = rows / kRowsPerSplitMin;  // each split keeps at least kRowsPerSplitMin rows
+  const int64_t by_blocks = (kSumRowsTargetBlocks + col_blocks - 1) / col_blocks;
+  const int64_t splits = by_rows < by_blocks ? by_rows : by_blocks;
+  return splits < 1 ? 1 : splits;  // at most 512: gridDim.y allows 65535
+}
+
+void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, double* partials, float* out,
+                     bool accumulate) {
   if (cols == 0) return;
-  const int64_t blocks = (cols + kColsPerBlock - 1) / kColsPerBlock;
-  sum_rows_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(x, dx, rows, cols, out, accumulate);
+  const int64_t col_blocks = (cols + kColsPerBlock - 1) / kColsPerBlock;
+  const int64_t splits = sum_rows_splits(rows, cols);
+  const int64_t rows_per_split = (rows + splits - 1) / splits;
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
+  sum_rows_kernel<<<grid, kBlock>>>(x, dx, rows, cols, rows_per_split < 1 ? 1 : rows_per_split,
+                                    splits > 1 ? partials : nullptr, out, accumulate);
+  if (splits > 1) sum_rows_finish_kernel<<<cuda::grid_for(cols), kBlock>>>(partials, splits, cols, out, accumulate);
 }
 
 }  // namespace belay
