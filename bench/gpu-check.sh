@@ -3,7 +3,8 @@
 #   1. configure for sm_90 only into build-gpu-check/, build what the checks need
 #      (the ptxas register/spill report of every kernel is kept: $OUT/ptxas.txt)
 #   2. ctest -L gpu (every CUDA op against the CPU, the guard's inf/NaN hunt, 200-step runs)
-#   3. bench/gpu/gpu_bench.cu: GEMM vs cuBLAS at 1024..8192 fp16/bf16, guard + AdamW vs the
+#   3. bench/gpu/gpu_bench.cu: GEMM vs cuBLAS at 1024..8192 fp16/bf16 (and the two backward
+#      layouts at 4096), guard + AdamW vs the
 #      device copy bandwidth
 #   4. bench/gpu/torch_amp_step.py: PyTorch GradScaler + clip_grad_norm_ + AdamW(fused=True)
 #      on the same tensors
@@ -114,7 +115,9 @@ step = bench.get("step") or {}
 if step.get("step_ms") and torch_step.get("step_ms"):
     summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)
 for g in bench.get("gemm") or []:
-    if g.get("n") == 4096: summary[f"gemm_{g['dtype']}_4096_ratio"] = g.get("ratio")
+    if g.get("n") == 4096:
+        key = "" if g.get("layout") == "Y=XW^T" else "_" + {"dX=dYW": "dX", "dW=dY^TX": "dW"}.get(g.get("layout"), "?")
+        summary[f"gemm_{g['dtype']}_4096{key}_ratio"] = g.get("ratio")
 def rows(name):
     try:
         import csv

@@ -1,10 +1,12 @@
 // GPU benchmarks of belay's CUDA backend, for bench/gpu-check.sh on a lent GPU. Prints one
 // JSON object on stdout (progress on stderr). Every timed result is checked cheaply, so a
 // fast wrong kernel cannot look good:
-//   gemm:  belay's tensor-core GEMM (Y = X W^T, the forward layout, through the backend's
-//          op table) against cuBLAS (cublasGemmEx, FP32 compute) at n^3 for n in 1024..8192,
-//          FP16 and BF16. Check: 1024 sampled elements of both results against an FP64 dot
-//          product, bound (2 u_in + K u32 + u_out) * sum |a b| (tests/tolerance.h's formula).
+//   gemm:  belay's tensor-core GEMM (through the backend's op table) against cuBLAS
+//          (cublasGemmEx, FP32 compute): the forward layout Y = X W^T at n^3 for n in
+//          1024..8192, FP16 and BF16; at 4096 also the two backward layouts, dX = dY W and
+//          dW = dY^T X (the latter into an FP32 C, as the weight gradient is kept). Check:
+//          1024 sampled elements of both results against an FP64 dot product, bound
+//          (2 u_in + K u32 + u_out) * sum |a b| (tests/tolerance.h's formula).
 //   step:  the fused guard + clip coefficient + AdamW + scaler update on a model-sized set of
 //          FP32 gradients with FP16 working copies, against the device-to-device copy
 //          bandwidth (cudaMemcpy of a 2 GiB buffer). Check: the guard's norm
@@ -81,24 +83,38 @@ double time_ms(F&& f, int iters) {
 
 float to_f32(uint16_t h, bool bf16) { return bf16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); }
 
-std::string gemm_bench(int64_t n, DType dtype, cublasHandle_t handle) {
+// One product of a linear layer, all operands n x n: C = op(A) op(B).
+struct GemmLayout {
+  const char* name;
+  bool trans_a, trans_b;
+  bool c_f32;  // C in FP32 (the weight gradient), else in the inputs' dtype
+};
+const GemmLayout kForward{"Y=XW^T", false, true, false};
+const GemmLayout kBackwardData{"dX=dYW", false, false, false};
+const GemmLayout kBackwardWeight{"dW=dY^TX", true, false, true};
+
+std::string gemm_bench(int64_t n, DType dtype, const GemmLayout& layout, cublasHandle_t handle) {
   const bool bf16 = dtype == DType::BF16;
   const Device dev = Device::cuda();
-  Tensor x = Tensor::empty(Shape{n, n}, dtype, dev), w = Tensor::empty(Shape{n, n}, dtype, dev);
-  Tensor y = Tensor::empty(Shape{n, n}, dtype, dev), yref = Tensor::empty(Shape{n, n}, dtype, dev);
-  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(x.data()), n * n, 17u, bf16);
-  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(w.data()), n * n, 91u, bf16);
+  const DType c_dtype = layout.c_f32 ? DType::F32 : dtype;
+  Tensor a = Tensor::empty(Shape{n, n}, dtype, dev), b = Tensor::empty(Shape{n, n}, dtype, dev);
+  Tensor c = Tensor::empty(Shape{n, n}, c_dtype, dev), cref = Tensor::empty(Shape{n, n}, c_dtype, dev);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(a.data()), n * n, 17u, bf16);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(b.data()), n * n, 91u, bf16);
   const Backend& be = backend_for(dev);
-  GemmArgs args{&x, false, &w, true, &y, 0.0f, nullptr};
+  GemmArgs args{&a, layout.trans_a, &b, layout.trans_b, &c, 0.0f, nullptr};
   auto ours = [&] { be.gemm(args); };
-  // Row-major Y = X W^T is column-major Y^T = W X^T: op(A) = W^T^T (CUBLAS_OP_T on W's
-  // column-major [K, N] view), op(B) = X^T (CUBLAS_OP_N on X's [K, M] view).
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and cuBLAS sees each
+  // row-major operand as its transpose: an operand that is not transposed here is passed
+  // as CUBLAS_OP_N, a transposed one as CUBLAS_OP_T (all leading dimensions n).
   const float one = 1.0f, zero = 0.0f;
   const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType tc = layout.c_f32 ? CUDA_R_32F : t;
+  const cublasOperation_t op_b = layout.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = layout.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   auto theirs = [&] {
-    CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n, (int)n, &one, w.data(), t, (int)n,
-                              x.data(), t, (int)n, &zero, yref.data(), t, (int)n, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    CHECK_CUBLAS(cublasGemmEx(handle, op_b, op_a, (int)n, (int)n, (int)n, &one, b.data(), t, (int)n, a.data(), t,
+                              (int)n, &zero, cref.data(), tc, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   };
   ours();
   theirs();
@@ -107,38 +123,40 @@ std::string gemm_bench(int64_t n, DType dtype, cublasHandle_t handle) {
   const double ms_ours = time_ms(ours, iters), ms_theirs = time_ms(theirs, iters);
 
   // The check: sampled elements against FP64.
-  std::vector<uint16_t> xh(n * n), wh(n * n), yh(n * n), rh(n * n);
-  CHECK_CUDA(cudaMemcpy(xh.data(), x.data(), n * n * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(wh.data(), w.data(), n * n * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(yh.data(), y.data(), n * n * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(rh.data(), yref.data(), n * n * 2, cudaMemcpyDeviceToHost));
+  std::vector<uint16_t> ah(n * n), bh(n * n);
+  CHECK_CUDA(cudaMemcpy(ah.data(), a.data(), n * n * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(bh.data(), b.data(), n * n * 2, cudaMemcpyDeviceToHost));
+  const std::vector<float> ch = c.to_vector(), rh = cref.to_vector();
+  auto op_a_at = [&](int64_t i, int64_t k) { return to_f32(layout.trans_a ? ah[k * n + i] : ah[i * n + k], bf16); };
+  auto op_b_at = [&](int64_t k, int64_t j) { return to_f32(layout.trans_b ? bh[j * n + k] : bh[k * n + j], bf16); };
   const double u_in = bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11), u32 = std::ldexp(1.0, -24);
+  const double u_out = layout.c_f32 ? u32 : u_in;
   std::mt19937_64 rng(5);
   double worst_ours = 0, worst_theirs = 0;
   for (int s = 0; s < 1024; ++s) {
     const int64_t i = rng() % n, j = rng() % n;
     double exact = 0, mag = 0;
     for (int64_t k = 0; k < n; ++k) {
-      const double p = (double)to_f32(xh[i * n + k], bf16) * to_f32(wh[j * n + k], bf16);
+      const double p = (double)op_a_at(i, k) * op_b_at(k, j);
       exact += p;
       mag += std::fabs(p);
     }
-    const double bound = (2 * u_in + n * u32 + u_in) * mag + 1e-30;
-    worst_ours = std::fmax(worst_ours, std::fabs(to_f32(yh[i * n + j], bf16) - exact) / bound);
-    worst_theirs = std::fmax(worst_theirs, std::fabs(to_f32(rh[i * n + j], bf16) - exact) / bound);
+    const double bound = (2 * u_in + n * u32 + u_out) * mag + 1e-30;
+    worst_ours = std::fmax(worst_ours, std::fabs(ch[i * n + j] - exact) / bound);
+    worst_theirs = std::fmax(worst_theirs, std::fabs(rh[i * n + j] - exact) / bound);
   }
   const double flops = 2.0 * n * n * n;
   const double tf_ours = flops / (ms_ours * 1e-3) / 1e12, tf_theirs = flops / (ms_theirs * 1e-3) / 1e12;
-  std::fprintf(stderr, "gemm %s %lld: belay %.3f ms (%.1f TFLOP/s), cuBLAS %.3f ms (%.1f TFLOP/s), ratio %.3f, "
-               "error/bound belay %.3f cuBLAS %.3f\n", dtype_name(dtype), (long long)n, ms_ours, tf_ours, ms_theirs,
-               tf_theirs, tf_ours / tf_theirs, worst_ours, worst_theirs);
-  char buf[512];
+  std::fprintf(stderr, "gemm %s %s %lld: belay %.3f ms (%.1f TFLOP/s), cuBLAS %.3f ms (%.1f TFLOP/s), ratio %.3f, "
+               "error/bound belay %.3f cuBLAS %.3f\n", layout.name, dtype_name(dtype), (long long)n, ms_ours, tf_ours,
+               ms_theirs, tf_theirs, tf_ours / tf_theirs, worst_ours, worst_theirs);
+  char buf[600];
   std::snprintf(buf, sizeof buf,
-                "{\"dtype\": \"%s\", \"n\": %lld, \"belay_ms\": %.4f, \"belay_tflops\": %.2f, \"cublas_ms\": %.4f, "
-                "\"cublas_tflops\": %.2f, \"ratio\": %.4f, \"error_over_bound_belay\": %.4f, "
+                "{\"layout\": \"%s\", \"dtype\": \"%s\", \"n\": %lld, \"belay_ms\": %.4f, \"belay_tflops\": %.2f, "
+                "\"cublas_ms\": %.4f, \"cublas_tflops\": %.2f, \"ratio\": %.4f, \"error_over_bound_belay\": %.4f, "
                 "\"error_over_bound_cublas\": %.4f, \"correct\": %s}",
-                dtype_name(dtype), (long long)n, ms_ours, tf_ours, ms_theirs, tf_theirs, tf_ours / tf_theirs,
-                worst_ours, worst_theirs, worst_ours <= 1.0 ? "true" : "false");
+                layout.name, dtype_name(dtype), (long long)n, ms_ours, tf_ours, ms_theirs, tf_theirs,
+                tf_ours / tf_theirs, worst_ours, worst_theirs, worst_ours <= 1.0 ? "true" : "false");
   return buf;
 }
 
@@ -334,12 +352,16 @@ int main(int argc, char** argv) {
   CHECK_CUBLAS(cublasCreate(&handle));
   std::string out = std::string("{\"device\": \"") + prop.name + "\", \"gemm\": [";
   bool first = true;
-  for (DType d : {DType::F16, DType::BF16})
+  for (DType d : {DType::F16, DType::BF16}) {
     for (int64_t n : {1024, 2048, 4096, 8192}) {
       if (quick && n > 2048) continue;
-      out += (first ? "" : ", ") + gemm_bench(n, d, handle);
+      out += (first ? "" : ", ") + gemm_bench(n, d, kForward, handle);
       first = false;
     }
+    const int64_t n_backward = quick ? 1024 : 4096;
+    for (const GemmLayout* layout : {&kBackwardData, &kBackwardWeight})
+      out += ", " + gemm_bench(n_backward, d, *layout, handle);
+  }
   out += "], \"step\": " + step_bench() + ", \"sync\": " + sync_bench() + "}";
   std::puts(out.c_str());
   cublasDestroy(handle);
