@@ -4,7 +4,8 @@
 #      (the ptxas register/spill report of every kernel is kept: $OUT/ptxas.txt)
 #   2. ctest -L gpu (every CUDA op against the CPU, the guard's inf/NaN hunt, 200-step runs)
 #   3. bench/gpu/gpu_bench.cu: GEMM vs cuBLAS at 1024..8192 fp16/bf16 (and the two backward
-#      layouts at 4096), guard + AdamW vs the
+#      layouts at 4096; again for the other warp grid, BELAY_GEMM_WARPS_N=4, built in
+#      build-gpu-check-warps4/ while the tests run), guard + AdamW vs the
 #      device copy bandwidth
 #   4. bench/gpu/torch_amp_step.py: PyTorch GradScaler + clip_grad_norm_ + AdamW(fused=True)
 #      on the same tensors
@@ -51,6 +52,15 @@ timeout 120 "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -arch=sm_90 --expt-relaxed-cons
   -o "$BENCH_BIN" >> "$OUT/bench-build.log" 2>&1 || { stamp "bench build FAILED"; tail -20 "$OUT/bench-build.log"; }
 fi
 
+# The other warp grid of the tensor-core GEMM (BELAY_GEMM_WARPS_N=4: 8 warps of 64 x 32
+# instead of 4 of 64 x 64, gemm_layout.h), built while the tests run; only its GEMM
+# section is run, to see which grid is faster on this GPU.
+BUILD_W4="$ROOT/build-gpu-check-warps4"
+( timeout 300 cmake -S "$ROOT" -B "$BUILD_W4" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DBELAY_GEMM_WARPS_N=4 -DBUILD_TESTING=OFF > "$OUT/build-warps4.log" 2>&1 &&
+  timeout 300 cmake --build "$BUILD_W4" -j "$JOBS" --target belay_gpu_bench >> "$OUT/build-warps4.log" 2>&1 ) &
+W4_PID=$!
+
 stamp "ctest -L gpu"
 ( cd "$BUILD" && timeout 200 ctest -L gpu --output-on-failure --timeout 120 -j 4 ) > "$OUT/ctest-gpu.log" 2>&1
 CTEST_RC=$?
@@ -64,6 +74,17 @@ if [ -x "$BENCH_BIN" ]; then
   cat "$OUT/gpu_bench.err"
 else
   echo '{"error": "bench binary not built"}' > "$OUT/gpu_bench.json"
+fi
+
+stamp "gpu_bench --gemm-only, GEMM with BELAY_GEMM_WARPS_N=4"
+wait $W4_PID; echo "warps4 build rc=$?"
+W4_BIN="$(find "$BUILD_W4" -name belay_gpu_bench -type f -perm -u+x 2>/dev/null | head -1)"
+if [ -x "$W4_BIN" ]; then
+  timeout 90 "$W4_BIN" --gemm-only > "$OUT/gpu_bench_warps4.json" 2> "$OUT/gpu_bench_warps4.err"; echo "rc=$?"
+  cat "$OUT/gpu_bench_warps4.err"
+else
+  tail -20 "$OUT/build-warps4.log"
+  echo '{"error": "warps4 bench binary not built"}' > "$OUT/gpu_bench_warps4.json"
 fi
 
 stamp "PyTorch reference step"
@@ -102,6 +123,7 @@ def load(name):
     except Exception as e:
         return {"error": f"{name}: {e}"}
 bench, torch_step = load("gpu_bench.json"), load("torch_amp_step.json")
+bench_w4 = load("gpu_bench_warps4.json")
 spills = []
 cur = None
 for line in open(os.path.join(out, "ptxas.txt")):
@@ -110,14 +132,17 @@ for line in open(os.path.join(out, "ptxas.txt")):
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
     if m and cur and (int(m.group(1)) or int(m.group(2))): spills.append(cur)
 summary = {"build_rc": build_rc, "ctest_rc": ctest_rc, "ctest": passed, "kernels_with_spills": spills,
-           "gemm": bench.get("gemm"), "step": bench.get("step"), "sync": bench.get("sync"), "torch_step": torch_step}
+           "gemm_warps": bench.get("gemm_warps"), "gemm": bench.get("gemm"),
+           "gemm_warps4": bench_w4.get("gemm", bench_w4), "step": bench.get("step"), "sync": bench.get("sync"),
+           "torch_step": torch_step}
 step = bench.get("step") or {}
 if step.get("step_ms") and torch_step.get("step_ms"):
     summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)
-for g in bench.get("gemm") or []:
-    if g.get("n") == 4096:
-        key = "" if g.get("layout") == "Y=XW^T" else "_" + {"dX=dYW": "dX", "dW=dY^TX": "dW"}.get(g.get("layout"), "?")
-        summary[f"gemm_{g['dtype']}_4096{key}_ratio"] = g.get("ratio")
+for prefix, results in (("gemm", bench.get("gemm")), ("gemm_warps4", bench_w4.get("gemm"))):
+    for g in results or []:
+        if g.get("n") == 4096:
+            key = "" if g.get("layout") == "Y=XW^T" else "_" + {"dX=dYW": "dX", "dW=dY^TX": "dW"}.get(g.get("layout"), "?")
+            summary[f"{prefix}_{g['dtype']}_4096{key}_ratio"] = g.get("ratio")
 def rows(name):
     try:
         import csv

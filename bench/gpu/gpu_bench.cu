@@ -31,6 +31,7 @@
 
 #include "engine/backend.h"
 #include "engine/tensor.h"
+#include "kernels/cuda/gemm_layout.h"
 
 using namespace belay;
 
@@ -345,12 +346,24 @@ int main(int argc, char** argv) {
     std::puts("{\"error\": \"no CUDA device\"}");
     return 77;
   }
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  // --quick: small sizes only; --gemm-only: the GEMM section alone (gpu-check.sh runs it for
+  // the other warp grid, a second build with BELAY_GEMM_WARPS_N=4).
+  bool quick = false, gemm_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a == "--gemm-only") gemm_only = true;
+    else {
+      std::fprintf(stderr, "gpu_bench: unknown option '%s' (use --quick, --gemm-only)\n", argv[i]);
+      return 2;
+    }
+  }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   cublasHandle_t handle;
   CHECK_CUBLAS(cublasCreate(&handle));
-  std::string out = std::string("{\"device\": \"") + prop.name + "\", \"gemm\": [";
+  std::string out = std::string("{\"device\": \"") + prop.name + "\", \"gemm_warps\": \"" +
+                    std::to_string(gemm::kWarpsM) + "x" + std::to_string(gemm::kWarpsN) + "\", \"gemm\": [";
   bool first = true;
   for (DType d : {DType::F16, DType::BF16}) {
     for (int64_t n : {1024, 2048, 4096, 8192}) {
@@ -362,7 +375,9 @@ int main(int argc, char** argv) {
     for (const GemmLayout* layout : {&kBackwardData, &kBackwardWeight})
       out += ", " + gemm_bench(n_backward, d, *layout, handle);
   }
-  out += "], \"step\": " + step_bench() + ", \"sync\": " + sync_bench() + "}";
+  out += "]";
+  if (!gemm_only) out += ", \"step\": " + step_bench() + ", \"sync\": " + sync_bench();
+  out += "}";
   std::puts(out.c_str());
   cublasDestroy(handle);
   return 0;

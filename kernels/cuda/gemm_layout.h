@@ -13,22 +13,34 @@
 namespace belay::gemm {
 
 // ---- Tile shape -----------------------------------------------------------------------
-// A block computes a 128 x 128 tile of C with 8 warps in a 2 (M) x 4 (N) grid, so a warp
-// owns 64 x 32: 4 m16 tiles times 4 n8 tiles = 16 mma per k16 step, 64 FP32 accumulators
-// per thread. BK = 64 halves makes a K-major smem row exactly 128 bytes (8 chunks of 16 B),
-// the width over which the XOR swizzle below spreads 8 rows across all 32 banks.
+// A block computes a 128 x 128 tile of C with 4 warps in a 2 (M) x 2 (N) grid, so a warp
+// owns 64 x 64: 4 m16 tiles times 8 n8 tiles = 32 mma per k16 step, 128 FP32 accumulators
+// per thread (226-252 registers, no spill). Why 64 x 64 and not 64 x 32 with 8 warps: per
+// mma a warp then reads 128 bytes of shared memory through ldmatrix instead of 192, and
+// shared memory's 128 bytes per clock per SM is what bounds mma.sync on Hopper; two such
+// blocks fit an SM (registers: 2 x 128 x 256; shared memory: 2 x 96 KiB, on sm_90), so
+// one block's barrier does not idle the tensor cores.
+// BELAY_GEMM_WARPS_N=4 at compile time gives the 2 x 4 grid of 64 x 32 warp tiles (one
+// 256-thread block per SM) instead: bench/gpu-check.sh measures both; the CPU tests run
+// the index math of both (tests/CMakeLists.txt).
+// BK = 64 halves makes a K-major smem row exactly 128 bytes (8 chunks of 16 B), the width
+// over which the XOR swizzle below spreads 8 rows across all 32 banks.
+#ifndef BELAY_GEMM_WARPS_N
+#define BELAY_GEMM_WARPS_N 2
+#endif
 constexpr int kBM = 128;
 constexpr int kBN = 128;
 constexpr int kBK = 64;
 constexpr int kWarpsM = 2;
-constexpr int kWarpsN = 4;
+constexpr int kWarpsN = BELAY_GEMM_WARPS_N;
+static_assert(kWarpsN == 2 || kWarpsN == 4, "BELAY_GEMM_WARPS_N: 2 (64 x 64 warp tiles) or 4 (64 x 32)");
 constexpr int kWarps = kWarpsM * kWarpsN;
 constexpr int kThreads = kWarps * 32;
 constexpr int kWarpM = kBM / kWarpsM;  // 64
-constexpr int kWarpN = kBN / kWarpsN;  // 32
+constexpr int kWarpN = kBN / kWarpsN;  // 64 (32 with 8 warps)
 constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 constexpr int kWarpTilesM = kWarpM / kMmaM;  // 4
-constexpr int kWarpTilesN = kWarpN / kMmaN;  // 4
+constexpr int kWarpTilesN = kWarpN / kMmaN;  // 8 (4 with 8 warps)
 constexpr int kStages = 3;                   // cp.async pipeline depth
 constexpr int kChunkElems = 8;               // 16 bytes of FP16/BF16
 constexpr int kTileElems = kBM * kBK;        // elements of one operand tile (A or B), either layout
@@ -69,7 +81,7 @@ BELAY_HD constexpr TileShape operand_tile(bool k_major) {
 
 // Which 16-byte chunk of the tile a thread copies on pass `pass`: consecutive threads take
 // consecutive chunks of one row, so a warp reads 512 contiguous bytes of global memory.
-constexpr int kLoadPasses = kTileElems / kChunkElems / kThreads;  // 4
+constexpr int kLoadPasses = kTileElems / kChunkElems / kThreads;  // 8 (4 with 8 warps)
 static_assert(kTileElems / kChunkElems % kThreads == 0, "every thread copies the same number of chunks");
 struct ChunkPos {
   int row;

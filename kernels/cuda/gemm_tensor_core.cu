@@ -1,7 +1,7 @@
 // The tensor-core GEMM for FP16 and BF16 inputs, FP32 accumulation (mma.sync m16n8k16).
 // C[M,N] = op(A)[M,K] op(B)[K,N] (+ bias[N]) (+ C if beta == 1), one 128 x 128 tile of C
-// per block of 8 warps, each warp 64 x 32 (gemm_layout.h holds every index formula, tested
-// on the CPU). Per k-tile of 64:
+// per block of 4 warps, each warp 64 x 64, two blocks per SM on sm_90 (gemm_layout.h holds
+// the tile shape, why, and every index formula, tested on the CPU). Per k-tile of 64:
 //   1. cp.async copies the A and B tiles, 16 bytes a thread at a time, into a swizzled
 //      shared-memory stage, kStages - 1 tiles ahead of the math (a 3-stage pipeline), so
 //      global latency hides behind the tensor cores. Out-of-range chunks are zero-filled
@@ -9,7 +9,7 @@
 //   2. ldmatrix(.trans) turns the stage into mma fragments: .trans when the operand is
 //      stored with M (or N) contiguous, so all four layouts of a linear layer
 //      (Y = X W^T, dX = dY W, dW = dY^T X) run without a transpose pass.
-//   3. 16 mma.sync per k16 step per warp.
+//   3. 32 mma.sync per k16 step per warp (16 with BELAY_GEMM_WARPS_N=4).
 // The epilogue adds the bias in FP32 (and C for beta == 1) and rounds once into C's dtype,
 // predicated on row < M and col < N.
 // Operands whose rows are not 16-byte aligned (a stored row length that is not a multiple
@@ -110,7 +110,8 @@ __device__ __noinline__ void store_c(void* c, DType c_dtype, const void* bias, D
 }
 
 template <bool kAKMajor, bool kBKMajor, bool kBf16>
-__global__ void __launch_bounds__(kThreads) gemm_tc_kernel(const TcParams p) {
+// Two blocks per SM: with 128 threads a block may use up to 255 registers and two still fit.
+__global__ void __launch_bounds__(kThreads, kThreads == 128 ? 2 : 1) gemm_tc_kernel(const TcParams p) {
   extern __shared__ __align__(128) uint16_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bm = blockIdx.y, bn = blockIdx.x;
