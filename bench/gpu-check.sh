@@ -132,7 +132,8 @@ for line in open(os.path.join(out, "ptxas.txt")):
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
     if m and cur and (int(m.group(1)) or int(m.group(2))): spills.append(cur)
 summary = {"build_rc": build_rc, "ctest_rc": ctest_rc, "ctest": passed, "kernels_with_spills": spills,
-           "gemm_warps": bench.get("gemm_warps"), "gemm": bench.get("gemm"),
+           "gemm_warps": bench.get("gemm_warps"), "gemm_blocks_per_sm": bench.get("gemm_blocks_per_sm"),
+           "gemm_warps4_blocks_per_sm": bench_w4.get("gemm_blocks_per_sm"), "gemm": bench.get("gemm"),
            "gemm_warps4": bench_w4.get("gemm", bench_w4), "step": bench.get("step"), "sync": bench.get("sync"),
            "torch_step": torch_step}
 step = bench.get("step") or {}

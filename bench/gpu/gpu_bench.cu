@@ -31,7 +31,7 @@
 
 #include "engine/backend.h"
 #include "engine/tensor.h"
-#include "kernels/cuda/gemm_layout.h"
+#include "kernels/cuda/gemm_kernels.h"
 
 using namespace belay;
 
@@ -363,7 +363,8 @@ int main(int argc, char** argv) {
   cublasHandle_t handle;
   CHECK_CUBLAS(cublasCreate(&handle));
   std::string out = std::string("{\"device\": \"") + prop.name + "\", \"gemm_warps\": \"" +
-                    std::to_string(gemm::kWarpsM) + "x" + std::to_string(gemm::kWarpsN) + "\", \"gemm\": [";
+                    std::to_string(gemm::kWarpsM) + "x" + std::to_string(gemm::kWarpsN) +
+                    "\", \"gemm_blocks_per_sm\": " + std::to_string(gemm_tensor_core_blocks_per_sm()) + ", \"gemm\": [";
   bool first = true;
   for (DType d : {DType::F16, DType::BF16}) {
     for (int64_t n : {1024, 2048, 4096, 8192}) {

@@ -11,5 +11,8 @@ void launch_gemm_tensor_core(const GemmProblem& p);
 bool rows_aligned(const void* base, int64_t ld);
 void launch_pad_rows(const void* src, int64_t rows, int64_t cols, void* dst);  // 16-bit elements
 void launch_gemm_simt_f32(const GemmProblem& p);     // FP32 A and B, CUDA cores
+// How many blocks of the tensor-core GEMM (forward layout, FP16) this GPU runs at once per
+// SM, as the occupancy calculator says (for the benchmark's report).
+int gemm_tensor_core_blocks_per_sm();
 
 }  // namespace belay

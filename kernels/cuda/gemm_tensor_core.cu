@@ -193,16 +193,24 @@ __global__ void __launch_bounds__(kThreads, kThreads == 128 ? 2 : 1) gemm_tc_ker
       }
 }
 
-template <bool kAKMajor, bool kBKMajor, bool kBf16>
-void launch_variant(const TcParams& p) {
-  auto kernel = gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>;
-  // 96 KiB of dynamic shared memory needs the opt-in (the default ceiling is 48 KiB); set
-  // once per variant (a host-side attribute, no device synchronisation).
+// 96 KiB of dynamic shared memory needs the opt-in (the default ceiling is 48 KiB), and two
+// blocks per SM want the largest shared-memory carveout (the kernel's copies bypass L1
+// anyway); set once per variant (host-side attributes, no device synchronisation).
+template <class Kernel>
+void configure_variant(Kernel kernel) {
   static const bool configured = [&] {
     BELAY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    BELAY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          cudaSharedmemCarveoutMaxShared));
     return true;
   }();
   (void)configured;
+}
+
+template <bool kAKMajor, bool kBKMajor, bool kBf16>
+void launch_variant(const TcParams& p) {
+  auto kernel = gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>;
+  configure_variant(kernel);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kBN)), static_cast<unsigned>(ceil_div(p.m, kBM)));
   kernel<<<grid, kThreads, kSmemBytes>>>(p);
 }
@@ -235,6 +243,14 @@ void launch_pad_rows(const void* src, int64_t rows, int64_t cols, void* dst) {
   if (n > 0)
     pad_rows_kernel<<<cuda::grid_for(n), cuda::kBlock>>>(static_cast<const uint16_t*>(src), rows, cols,
                                                          static_cast<uint16_t*>(dst), padded_ld(cols));
+}
+
+int gemm_tensor_core_blocks_per_sm() {
+  auto kernel = gemm_tc_kernel<true, true, false>;
+  configure_variant(kernel);
+  int blocks = 0;
+  BELAY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes));
+  return blocks;
 }
 
 void launch_gemm_tensor_core(const GemmProblem& g) {
