@@ -19,7 +19,15 @@ void* CachingAllocator::allocate(size_t bytes) {
     stats_.bytes_cached -= bytes;
   } else {
     ptr = raw_.alloc(bytes);
-    if (!ptr) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    if (!ptr && stats_.bytes_cached > 0) {
+      // Blocks of other sizes sit in the cache: give them back and try once more (what
+      // PyTorch's allocator does before it reports an out-of-memory).
+      release_cached_locked();
+      ptr = raw_.alloc(bytes);
+    }
+    if (!ptr)
+      throw Error("out of memory allocating " + std::to_string(bytes) + " bytes (" +
+                  std::to_string(stats_.bytes_in_use) + " bytes in use, nothing cached)");
     ++stats_.system_allocs;
   }
   stats_.bytes_in_use += bytes;
@@ -38,6 +46,10 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
 
 void CachingAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_locked();
+}
+
+void CachingAllocator::release_cached_locked() {
   for (auto& [bytes, blocks] : free_blocks_)
     for (void* p : blocks) raw_.free(p);
   free_blocks_.clear();

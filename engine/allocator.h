@@ -1,7 +1,9 @@
 // Buffer reuse: a caching allocator per device. A freed block goes back to a free list
 // keyed by its exact size, so a steady-state training step (same shapes every step)
 // takes every buffer from the cache and asks the system for nothing. The counters are
-// what benchmarks and tests read to prove that.
+// what benchmarks and tests read to prove that. When the system refuses a block while
+// others are cached, the cache is emptied and the request tried once more before it is
+// reported as out of memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +25,7 @@ struct AllocatorStats {
 
 // How a device gets and returns raw memory; the backend provides one per device.
 struct RawMemory {
-  void* (*alloc)(size_t bytes) = nullptr;
+  void* (*alloc)(size_t bytes) = nullptr;  // nullptr when the system has no memory left
   void (*free)(void* ptr) = nullptr;
 };
 
@@ -41,6 +43,8 @@ class CachingAllocator {
   void reset_peak();
 
  private:
+  void release_cached_locked();  // release_cached with mutex_ held
+
   RawMemory raw_;
   mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_blocks_;

@@ -22,7 +22,12 @@ namespace {
 
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    // Out of memory is not sticky, but it stays the "last error": clear it, or the next
+    // after_launch() would report it as a failed kernel launch.
+    (void)cudaGetLastError();
+    return nullptr;
+  }
   return p;
 }
 void device_free(void* p) { cudaFree(p); }

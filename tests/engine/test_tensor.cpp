@@ -2,6 +2,9 @@
 // belay::Error (bad arguments as UsageError) with a message naming the problem.
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <string>
+
 #include "autograd/ops.h"
 #include "engine/allocator.h"
 #include "engine/backend.h"
@@ -226,4 +229,54 @@ TEST_CASE("a CachingAllocator counts requests, misses, bytes in use and the peak
   a.release_cached();
   CHECK(frees == 2);
   CHECK(a.stats().bytes_cached == 0);
+}
+
+TEST_CASE("a CachingAllocator that the system refuses empties its cache and tries once more", "[engine][allocator]") {
+  // A system with room for `capacity` bytes that knows the size of each block it gave.
+  static std::map<void*, size_t> live;
+  static size_t capacity = 0, used = 0;
+  static int frees = 0;
+  live.clear();
+  capacity = 300;
+  used = 0;
+  frees = 0;
+  RawMemory raw{[](size_t n) -> void* {
+                  if (used + n > capacity) return nullptr;
+                  void* p = ::operator new(n);
+                  live[p] = n;
+                  used += n;
+                  return p;
+                },
+                [](void* p) {
+                  used -= live.at(p);
+                  live.erase(p);
+                  ++frees;
+                  ::operator delete(p);
+                }};
+  CachingAllocator a(raw);
+  void* p = a.allocate(100);
+  void* q = a.allocate(150);
+  a.deallocate(p, 100);
+  a.deallocate(q, 150);
+  CHECK(a.stats().bytes_cached == 250);
+  // 200 bytes: the system has 50 left while 250 sit in the cache, so the cache is given back
+  // and the request tried again.
+  void* r = a.allocate(200);
+  CHECK(r != nullptr);
+  CHECK(frees == 2);
+  CHECK(a.stats().bytes_cached == 0);
+  CHECK(a.stats().bytes_in_use == 200);
+  CHECK(a.stats().system_allocs == 3);
+  // Nothing cached and no room: a clear error, and the books unchanged.
+  try {
+    a.allocate(101);
+    FAIL("expected an out-of-memory error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == "out of memory allocating 101 bytes (200 bytes in use, nothing cached)");
+  }
+  CHECK(a.stats().bytes_in_use == 200);
+  CHECK(a.stats().system_allocs == 3);
+  a.deallocate(r, 200);
+  a.release_cached();
+  CHECK(used == 0);
 }
