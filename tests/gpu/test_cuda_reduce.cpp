@@ -11,7 +11,31 @@ using namespace belay::test;
 
 namespace {
 const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+
+// sum_rows of x [rows, cols] against FP64 column sums, then accumulated onto its own result
+// (twice the sums). Returns the first result, for the repeatability checks.
+std::vector<float> check_sum_rows(const Pair& x, DType d) {
+  const int64_t rows = x.host.dim(0), cols = x.host.dim(1);
+  const std::vector<float> xv = x.host.to_vector();
+  std::vector<double> col_sum(static_cast<size_t>(cols), 0.0), col_mag(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      col_sum[c] += xv[r * cols + c];
+      col_mag[c] += std::fabs(xv[r * cols + c]);
+    }
+  Tensor out = Tensor::full(Shape{cols}, 1.0f, DType::F32, Device::cuda());
+  gpu().sum_rows(x.device, out, false);
+  const std::vector<float> first = out.to_vector();
+  check_close(first, col_sum, tolerance_for(d, DType::F32, rows), col_mag);
+  gpu().sum_rows(x.device, out, true);  // accumulate: twice the sum
+  for (size_t c = 0; c < col_sum.size(); ++c) {
+    col_sum[c] *= 2.0;
+    col_mag[c] *= 2.0;
+  }
+  check_close(out.to_vector(), col_sum, tolerance_for(d, DType::F32, rows + 1), col_mag);
+  return first;
 }
+}  // namespace
 
 TEST_CASE("cuda sum and sum_rows match FP64 and repeat bit for bit", "[gpu][reduce]") {
   BELAY_REQUIRE_GPU();
@@ -34,55 +58,23 @@ TEST_CASE("cuda sum and sum_rows match FP64 and repeat bit for bit", "[gpu][redu
         gpu().sum(x.device, s2);
         CHECK(f32_bits(s.item()) == f32_bits(s2.item()));
 
-        std::vector<double> col_sum(static_cast<size_t>(cols), 0.0), col_mag(static_cast<size_t>(cols), 0.0);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c) {
-            col_sum[c] += xv[r * cols + c];
-            col_mag[c] += std::fabs(xv[r * cols + c]);
-          }
-        Tensor out = Tensor::full(Shape{cols}, 1.0f, DType::F32, Device::cuda());
-        gpu().sum_rows(x.device, out, false);
-        check_close(out.to_vector(), col_sum, tolerance_for(d, DType::F32, rows), col_mag);
-        gpu().sum_rows(x.device, out, true);  // accumulate: twice the sum
-        std::vector<double> twice(col_sum), twice_mag(col_mag);
-        for (size_t c = 0; c < twice.size(); ++c) {
-          twice[c] *= 2.0;
-          twice_mag[c] *= 2.0;
-        }
-        check_close(out.to_vector(), twice, tolerance_for(d, DType::F32, rows + 1), twice_mag);
+        check_sum_rows(x, d);
       }
 }
 
 TEST_CASE("cuda sum_rows over many rows (split into row ranges) matches FP64 and repeats bit for bit",
           "[gpu][reduce]") {
   BELAY_REQUIRE_GPU();
-  // Tall and narrow, as a bias gradient over a large batch is: these shapes split the rows
-  // into 97, 4 and 2 ranges whose partials are added in a second kernel.
+  // Tall and narrow, as a bias gradient over a large batch is: the first three shapes split
+  // the rows into 97, 4 and 2 ranges whose partials a second kernel adds; the last is just
+  // over the threshold and stays one range.
   const std::pair<int64_t, int64_t> shapes[] = {{100000, 7}, {5000, 1000}, {3000, 129}, {1025, 1}};
   for (auto [rows, cols] : shapes)
     for (DType d : kDtypes) {
       Pair x = make_pair(Shape{rows, cols}, d, 31 + rows + cols);
-      const std::vector<float> xv = x.host.to_vector();
       INFO(name_of(d) << " [" << rows << ", " << cols << "]");
-      std::vector<double> col_sum(static_cast<size_t>(cols), 0.0), col_mag(static_cast<size_t>(cols), 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) {
-          col_sum[c] += xv[r * cols + c];
-          col_mag[c] += std::fabs(xv[r * cols + c]);
-        }
-      Tensor out = Tensor::full(Shape{cols}, 3.0f, DType::F32, Device::cuda());
-      gpu().sum_rows(x.device, out, false);
-      const std::vector<float> first = out.to_vector();
-      check_close(first, col_sum, tolerance_for(d, DType::F32, rows), col_mag);
-      gpu().sum_rows(x.device, out, false);
-      const std::vector<float> again = out.to_vector();
+      const std::vector<float> first = check_sum_rows(x, d), again = check_sum_rows(x, d);
       for (size_t c = 0; c < first.size(); ++c) CHECK(f32_bits(first[c]) == f32_bits(again[c]));
-      gpu().sum_rows(x.device, out, true);  // accumulate: twice the sum
-      for (size_t c = 0; c < col_sum.size(); ++c) {
-        col_sum[c] *= 2.0;
-        col_mag[c] *= 2.0;
-      }
-      check_close(out.to_vector(), col_sum, tolerance_for(d, DType::F32, rows + 1), col_mag);
     }
 }
 
