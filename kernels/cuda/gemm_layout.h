@@ -16,10 +16,11 @@ namespace belay::gemm {
 // A block computes a 128 x 128 tile of C with 4 warps in a 2 (M) x 2 (N) grid, so a warp
 // owns 64 x 64: 4 m16 tiles times 8 n8 tiles = 32 mma per k16 step, 128 FP32 accumulators
 // per thread (226-252 registers, no spill). Why 64 x 64 and not 64 x 32 with 8 warps: per
-// mma a warp then reads 128 bytes of shared memory through ldmatrix instead of 192, and
-// shared memory's 128 bytes per clock per SM is what bounds mma.sync on Hopper; two such
-// blocks fit an SM (registers: 2 x 128 x 256; shared memory: 2 x 96 KiB, on sm_90), so
-// one block's barrier does not idle the tensor cores.
+// mma a warp then reads 128 bytes of shared memory through ldmatrix instead of 192, and at
+// 128 bytes per clock per SM, 192 would let shared memory, not the tensor cores, set the
+// pace of mma.sync on Hopper (our arithmetic, not yet measured); two such blocks fit an SM
+// (registers: 2 x 128 x 256; shared memory: 2 x 96 KiB, on sm_90), so one block's barrier
+// does not idle the tensor cores.
 // BELAY_GEMM_WARPS_N=4 at compile time gives the 2 x 4 grid of 64 x 32 warp tiles (one
 // 256-thread block per SM) instead: bench/gpu-check.sh measures both; the CPU tests run
 // the index math of both (tests/CMakeLists.txt).
