@@ -10,7 +10,7 @@ sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DBELAY_ENABLE_CUDA=OFF -DBELAY_BUILD_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link $sanitizers" -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" >/dev/null
-cmake --build "$build" -j"$(nproc)" --target belay belay_tests write_sample_safetensors
+cmake --build "$build" -j"$(nproc)" --target belay belay_tests belay_gemm_warps4_tests write_sample_safetensors
 cd "$build"
 # detect_leaks: a leak is a bug too (the allocator singletons are leaked on purpose but stay
 # reachable, so LeakSanitizer does not report them).
