@@ -58,7 +58,8 @@ fi
 BUILD_W4="$ROOT/build-gpu-check-warps4"
 ( timeout 300 cmake -S "$ROOT" -B "$BUILD_W4" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DBELAY_GEMM_WARPS_N=4 -DBUILD_TESTING=OFF > "$OUT/build-warps4.log" 2>&1 &&
-  timeout 300 cmake --build "$BUILD_W4" -j "$JOBS" --target belay_gpu_bench >> "$OUT/build-warps4.log" 2>&1 ) &
+  timeout 300 cmake --build "$BUILD_W4" -j "$(( JOBS > 3 ? JOBS - 4 : 1 ))" --target belay_gpu_bench \
+    >> "$OUT/build-warps4.log" 2>&1 ) &  # leaves 4 cores to the tests (ctest -j 4)
 W4_PID=$!
 
 stamp "ctest -L gpu"
