@@ -69,19 +69,23 @@ tail -40 "$OUT/ctest-gpu.log"
 PASSED=$(grep -oE "[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$OUT/ctest-gpu.log" | tail -1)
 stamp "ctest rc=$CTEST_RC: $PASSED"
 
-stamp "gpu_bench"
-if [ -x "$BENCH_BIN" ]; then
-  timeout 150 "$BENCH_BIN" > "$OUT/gpu_bench.json" 2> "$OUT/gpu_bench.err"; echo "rc=$?"
-  cat "$OUT/gpu_bench.err"
-else
-  echo '{"error": "bench binary not built"}' > "$OUT/gpu_bench.json"
-fi
+# One process per section: a kernel that takes the CUDA context down costs only its own.
+for section in gemm step sync; do
+  stamp "gpu_bench --section $section"
+  if [ -x "$BENCH_BIN" ]; then
+    timeout 120 "$BENCH_BIN" --section $section > "$OUT/gpu_bench_$section.json" 2> "$OUT/gpu_bench_$section.err"
+    echo "rc=$?"
+    cat "$OUT/gpu_bench_$section.err"
+  else
+    echo '{"error": "bench binary not built"}' > "$OUT/gpu_bench_$section.json"
+  fi
+done
 
-stamp "gpu_bench --gemm-only, GEMM with BELAY_GEMM_WARPS_N=4"
+stamp "gpu_bench --section gemm, with BELAY_GEMM_WARPS_N=4"
 wait $W4_PID; echo "warps4 build rc=$?"
 W4_BIN="$(find "$BUILD_W4" -name belay_gpu_bench -type f -perm -u+x 2>/dev/null | head -1)"
 if [ -x "$W4_BIN" ]; then
-  timeout 90 "$W4_BIN" --gemm-only > "$OUT/gpu_bench_warps4.json" 2> "$OUT/gpu_bench_warps4.err"; echo "rc=$?"
+  timeout 90 "$W4_BIN" --section gemm > "$OUT/gpu_bench_warps4.json" 2> "$OUT/gpu_bench_warps4.err"; echo "rc=$?"
   cat "$OUT/gpu_bench_warps4.err"
 else
   tail -20 "$OUT/build-warps4.log"
@@ -123,8 +127,12 @@ def load(name):
             return json.load(f)
     except Exception as e:
         return {"error": f"{name}: {e}"}
-bench, torch_step = load("gpu_bench.json"), load("torch_amp_step.json")
-bench_w4 = load("gpu_bench_warps4.json")
+bench = {}
+for section in ("gemm", "step", "sync"):
+    part = load(f"gpu_bench_{section}.json")
+    if "error" in part: part = {section: part}
+    bench.update(part)
+torch_step, bench_w4 = load("torch_amp_step.json"), load("gpu_bench_warps4.json")
 spills = []
 cur = None
 for line in open(os.path.join(out, "ptxas.txt")):
@@ -141,7 +149,7 @@ step = bench.get("step") or {}
 if step.get("step_ms") and torch_step.get("step_ms"):
     summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)
 for prefix, results in (("gemm", bench.get("gemm")), ("gemm_warps4", bench_w4.get("gemm"))):
-    for g in results or []:
+    for g in results if isinstance(results, list) else []:
         if g.get("n") == 4096:
             key = "" if g.get("layout") == "Y=XW^T" else "_" + {"dX=dYW": "dX", "dW=dY^TX": "dW"}.get(g.get("layout"), "?")
             summary[f"{prefix}_{g['dtype']}_4096{key}_ratio"] = g.get("ratio")

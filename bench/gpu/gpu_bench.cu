@@ -346,40 +346,48 @@ int main(int argc, char** argv) {
     std::puts("{\"error\": \"no CUDA device\"}");
     return 77;
   }
-  // --quick: small sizes only; --gemm-only: the GEMM section alone (gpu-check.sh runs it for
-  // the other warp grid, a second build with BELAY_GEMM_WARPS_N=4).
-  bool quick = false, gemm_only = false;
+  // --quick: small sizes only. --section gemm|step|sync (repeatable; default: all three):
+  // gpu-check.sh runs each section in its own process, so a kernel that takes the CUDA
+  // context down costs its own section only.
+  bool quick = false, gemm = false, step = false, sync = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    const std::string section = a == "--section" && i + 1 < argc ? argv[++i] : "";
     if (a == "--quick") quick = true;
-    else if (a == "--gemm-only") gemm_only = true;
+    else if (section == "gemm") gemm = true;
+    else if (section == "step") step = true;
+    else if (section == "sync") sync = true;
     else {
-      std::fprintf(stderr, "gpu_bench: unknown option '%s' (use --quick, --gemm-only)\n", argv[i]);
+      std::fprintf(stderr, "gpu_bench: unknown option '%s' (use --quick, --section gemm|step|sync)\n", argv[i]);
       return 2;
     }
   }
+  if (!gemm && !step && !sync) gemm = step = sync = true;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  cublasHandle_t handle;
-  CHECK_CUBLAS(cublasCreate(&handle));
-  std::string out = std::string("{\"device\": \"") + prop.name + "\", \"gemm_warps\": \"" +
-                    std::to_string(gemm::kWarpsM) + "x" + std::to_string(gemm::kWarpsN) +
-                    "\", \"gemm_blocks_per_sm\": " + std::to_string(gemm_tensor_core_blocks_per_sm()) + ", \"gemm\": [";
-  bool first = true;
-  for (DType d : {DType::F16, DType::BF16}) {
-    for (int64_t n : {1024, 2048, 4096, 8192}) {
-      if (quick && n > 2048) continue;
-      out += (first ? "" : ", ") + gemm_bench(n, d, kForward, handle);
-      first = false;
+  std::string out = std::string("{\"device\": \"") + prop.name + "\"";
+  if (gemm) {
+    cublasHandle_t handle;
+    CHECK_CUBLAS(cublasCreate(&handle));
+    out += ", \"gemm_warps\": \"" + std::to_string(gemm::kWarpsM) + "x" + std::to_string(gemm::kWarpsN) +
+           "\", \"gemm_blocks_per_sm\": " + std::to_string(gemm_tensor_core_blocks_per_sm()) + ", \"gemm\": [";
+    bool first = true;
+    for (DType d : {DType::F16, DType::BF16}) {
+      for (int64_t n : {1024, 2048, 4096, 8192}) {
+        if (quick && n > 2048) continue;
+        out += (first ? "" : ", ") + gemm_bench(n, d, kForward, handle);
+        first = false;
+      }
+      const int64_t n_backward = quick ? 1024 : 4096;
+      for (const GemmLayout* layout : {&kBackwardData, &kBackwardWeight})
+        out += ", " + gemm_bench(n_backward, d, *layout, handle);
     }
-    const int64_t n_backward = quick ? 1024 : 4096;
-    for (const GemmLayout* layout : {&kBackwardData, &kBackwardWeight})
-      out += ", " + gemm_bench(n_backward, d, *layout, handle);
+    out += "]";
+    cublasDestroy(handle);
   }
-  out += "]";
-  if (!gemm_only) out += ", \"step\": " + step_bench() + ", \"sync\": " + sync_bench();
+  if (step) out += ", \"step\": " + step_bench();
+  if (sync) out += ", \"sync\": " + sync_bench();
   out += "}";
   std::puts(out.c_str());
-  cublasDestroy(handle);
   return 0;
 }
