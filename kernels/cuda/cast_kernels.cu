@@ -5,6 +5,7 @@
 
 #include "engine/dtype.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 
 namespace belay {
@@ -28,12 +29,12 @@ __global__ void fill_kernel(void* dst, DType dtype, int64_t n, float value) {
 
 void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  cast_kernel<<<grid_for(n, 256), 256, 0, stream>>>(src, src_dtype, dst, dst_dtype, n);
+  cuda::launch<cast_kernel>(grid_for(n, 256), 256, 0, stream, src, src_dtype, dst, dst_dtype, n);
 }
 
 void launch_fill(void* dst, DType dtype, int64_t n, float value, cudaStream_t stream) {
   if (n == 0) return;
-  fill_kernel<<<grid_for(n, 256), 256, 0, stream>>>(dst, dtype, n, value);
+  cuda::launch<fill_kernel>(grid_for(n, 256), 256, 0, stream, dst, dtype, n, value);
 }
 
 }  // namespace belay

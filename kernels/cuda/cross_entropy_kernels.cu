@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 
 namespace belay {
@@ -20,8 +21,8 @@ using cuda::load_f32;
 
 __global__ void cross_entropy_rows_kernel(const void* logits, DType dl, const void* labels, DType dlab,
                                           int64_t classes, double inv_rows, double* row_loss, float* dlogits) {
-  __shared__ double dscratch[kBlock];
-  __shared__ float fscratch[kBlock];
+  BELAY_SHARED(double, dscratch, [kBlock]);
+  BELAY_SHARED(float, fscratch, [kBlock]);
   const int64_t r = blockIdx.x;
   const int64_t base = r * classes;
 
@@ -53,7 +54,7 @@ void launch_cross_entropy(const void* logits, DType dl, const void* labels, DTyp
                           int64_t classes, double* row_loss, float* loss, float* dlogits) {
   const double inv_rows = rows > 0 ? 1.0 / static_cast<double>(rows) : NAN;
   if (rows > 0 && classes > 0)
-    cross_entropy_rows_kernel<<<static_cast<unsigned>(rows), kBlock>>>(logits, dl, labels, dlab, classes, inv_rows,
+    cuda::launch<cross_entropy_rows_kernel>(static_cast<unsigned>(rows), kBlock, 0, nullptr, logits, dl, labels, dlab, classes, inv_rows,
                                                                        row_loss, dlogits);
   launch_finish_sum(row_loss, classes > 0 ? rows : 0, inv_rows, loss);  // the mean, in row order
 }

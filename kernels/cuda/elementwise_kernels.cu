@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 
 namespace belay {
@@ -76,29 +77,29 @@ __global__ void scale_by_scalar_kernel(void* x, DType dx, const float* factor, i
 }  // namespace
 
 void launch_binary(BinaryOp op, const void* a, DType da, const void* b, DType db, void* out, DType dout, int64_t n) {
-  if (n > 0) binary_kernel<<<grid_for(n), kBlock>>>(op, a, da, b, db, out, dout, n);
+  if (n > 0) cuda::launch<binary_kernel>(grid_for(n), kBlock, 0, nullptr, op, a, da, b, db, out, dout, n);
 }
 void launch_scale(const void* x, DType dx, float s, void* out, DType dout, int64_t n) {
-  if (n > 0) scale_kernel<<<grid_for(n), kBlock>>>(x, dx, s, out, dout, n);
+  if (n > 0) cuda::launch<scale_kernel>(grid_for(n), kBlock, 0, nullptr, x, dx, s, out, dout, n);
 }
 void launch_accumulate(void* dst, DType ddst, const void* src, DType dsrc, float alpha, const float* s, int64_t n) {
-  if (n > 0) accumulate_kernel<<<grid_for(n), kBlock>>>(dst, ddst, src, dsrc, alpha, s, n);
+  if (n > 0) cuda::launch<accumulate_kernel>(grid_for(n), kBlock, 0, nullptr, dst, ddst, src, dsrc, alpha, s, n);
 }
 void launch_broadcast_scalar(const float* s, float alpha, void* out, DType dout, int64_t n) {
-  if (n > 0) broadcast_scalar_kernel<<<grid_for(n), kBlock>>>(s, alpha, out, dout, n);
+  if (n > 0) cuda::launch<broadcast_scalar_kernel>(grid_for(n), kBlock, 0, nullptr, s, alpha, out, dout, n);
 }
 void launch_activation(Activation act, const void* x, DType dx, void* y, DType dy, int64_t n) {
-  if (n > 0) activation_kernel<<<grid_for(n), kBlock>>>(act, x, dx, y, dy, n);
+  if (n > 0) cuda::launch<activation_kernel>(grid_for(n), kBlock, 0, nullptr, act, x, dx, y, dy, n);
 }
 void launch_activation_backward(Activation act, const void* x, DType dx, const void* dy, DType ddy, void* dxo,
                                 DType ddxo, int64_t n) {
-  if (n > 0) activation_backward_kernel<<<grid_for(n), kBlock>>>(act, x, dx, dy, ddy, dxo, ddxo, n);
+  if (n > 0) cuda::launch<activation_backward_kernel>(grid_for(n), kBlock, 0, nullptr, act, x, dx, dy, ddy, dxo, ddxo, n);
 }
 void launch_clamp(void* x, DType dx, float lo, float hi, int64_t n) {
-  if (n > 0) clamp_kernel<<<grid_for(n), kBlock>>>(x, dx, lo, hi, n);
+  if (n > 0) cuda::launch<clamp_kernel>(grid_for(n), kBlock, 0, nullptr, x, dx, lo, hi, n);
 }
 void launch_scale_by_scalar(void* x, DType dx, const float* factor, int64_t n) {
-  if (n > 0) scale_by_scalar_kernel<<<grid_for(n), kBlock>>>(x, dx, factor, n);
+  if (n > 0) cuda::launch<scale_by_scalar_kernel>(grid_for(n), kBlock, 0, nullptr, x, dx, factor, n);
 }
 
 }  // namespace belay

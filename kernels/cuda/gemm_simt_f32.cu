@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/gemm_kernels.h"
 #include "kernels/cuda/gemm_layout.h"
@@ -29,8 +30,8 @@ struct F32Params {
 };
 
 __global__ void __launch_bounds__(kF32Threads) gemm_f32_kernel(const F32Params p) {
-  __shared__ float as[kF32BK][kF32Tile + 1];  // +1: the [m][k]-order stores do not collide
-  __shared__ float bs[kF32BK][kF32Tile + 1];
+  BELAY_SHARED(float, as, [kF32BK][kF32Tile + 1]);  // +1: the [m][k]-order stores do not collide
+  BELAY_SHARED(float, bs, [kF32BK][kF32Tile + 1]);
   const int t = threadIdx.x;
   const int64_t bm = blockIdx.y, bn = blockIdx.x;
   const int64_t m0 = bm * kF32Tile, n0 = bn * kF32Tile;
@@ -92,7 +93,7 @@ void launch_gemm_simt_f32(const GemmProblem& g) {
   F32Params p{static_cast<const float*>(g.a), static_cast<const float*>(g.b), g.c, g.bias, g.lda, g.ldb, g.m, g.n,
               g.k, g.trans_a, g.trans_b, g.beta == 1.0f, g.c_dtype, g.bias_dtype};
   const dim3 grid(static_cast<unsigned>(ceil_div(g.n, kF32Tile)), static_cast<unsigned>(ceil_div(g.m, kF32Tile)));
-  gemm_f32_kernel<<<grid, kF32Threads>>>(p);
+  cuda::launch<gemm_f32_kernel>(grid, kF32Threads, 0, nullptr, p);
 }
 
 }  // namespace belay

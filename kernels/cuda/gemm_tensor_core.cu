@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/gemm_kernels.h"
 #include "kernels/cuda/gemm_layout.h"
@@ -32,10 +33,31 @@ namespace {
 using namespace gemm;
 
 // ---- PTX wrappers (PTX ISA: cp.async, ldmatrix, mma) -------------------------------------
+// The emulated build (kernels/cuda/emulation/) runs host twins of the same instructions
+// instead: cp.async held back until its wait_group, ldmatrix and mma.sync as warp
+// collectives computed from the PTX ISA's fragment tables.
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+#if BELAY_CUDA_EMULATION
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  emu::cp_async_16(dst, src, src_bytes);
+}
+__device__ __forceinline__ void cp_async_commit() { emu::cp_async_commit(); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  emu::cp_async_wait(kPending);
+}
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  emu::ldmatrix_x4(r, addr, kTrans);
+}
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  emu::mma_m16n8k16(d, a, b, kBf16);
+}
+#else
 // 16 bytes global -> shared, bypassing L1 (.cg); src_bytes < 16 zero-fills the rest.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
@@ -73,6 +95,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#endif
 
 struct TcParams {
   const uint16_t* a;
@@ -112,7 +135,7 @@ __device__ __noinline__ void store_c(void* c, DType c_dtype, const void* bias, D
 template <bool kAKMajor, bool kBKMajor, bool kBf16>
 // Two blocks per SM: with 128 threads a block may use up to 255 registers and two still fit.
 __global__ void __launch_bounds__(kThreads, kThreads == 128 ? 2 : 1) gemm_tc_kernel(const TcParams p) {
-  extern __shared__ __align__(128) uint16_t smem[];
+  BELAY_SHARED_DYNAMIC(uint16_t, smem, 128);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bm = blockIdx.y, bn = blockIdx.x;
   const int m0 = bm * kBM, n0 = bn * kBN;
@@ -195,10 +218,13 @@ __global__ void __launch_bounds__(kThreads, kThreads == 128 ? 2 : 1) gemm_tc_ker
 
 // 96 KiB of dynamic shared memory needs the opt-in (the default ceiling is 48 KiB), and two
 // blocks per SM want the largest shared-memory carveout (the kernel's copies bypass L1
-// anyway); set once per variant (host-side attributes, no device synchronisation).
-template <class Kernel>
-void configure_variant(Kernel kernel) {
-  static const bool configured = [&] {
+// anyway); set once per variant (host-side attributes, no device synchronisation). The
+// kernel is a template argument so that each variant has its own `configured` flag: with
+// the kernel's type as the parameter, all eight variants (one type) shared one flag and
+// only the first launched was ever configured.
+template <auto kernel>
+void configure_variant() {
+  static const bool configured = [] {
     BELAY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     BELAY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                           cudaSharedmemCarveoutMaxShared));
@@ -209,10 +235,9 @@ void configure_variant(Kernel kernel) {
 
 template <bool kAKMajor, bool kBKMajor, bool kBf16>
 void launch_variant(const TcParams& p) {
-  auto kernel = gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>;
-  configure_variant(kernel);
+  configure_variant<gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>>();
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kBN)), static_cast<unsigned>(ceil_div(p.m, kBM)));
-  kernel<<<grid, kThreads, kSmemBytes>>>(p);
+  cuda::launch<gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>>(grid, kThreads, kSmemBytes, nullptr, p);
 }
 
 template <bool kBf16>
@@ -241,13 +266,13 @@ bool rows_aligned(const void* base, int64_t ld) {
 void launch_pad_rows(const void* src, int64_t rows, int64_t cols, void* dst) {
   const int64_t n = rows * padded_ld(cols);
   if (n > 0)
-    pad_rows_kernel<<<cuda::grid_for(n), cuda::kBlock>>>(static_cast<const uint16_t*>(src), rows, cols,
+    cuda::launch<pad_rows_kernel>(cuda::grid_for(n), cuda::kBlock, 0, nullptr, static_cast<const uint16_t*>(src), rows, cols,
                                                          static_cast<uint16_t*>(dst), padded_ld(cols));
 }
 
 int gemm_tensor_core_blocks_per_sm() {
-  auto kernel = gemm_tc_kernel<true, true, false>;
-  configure_variant(kernel);
+  constexpr auto kernel = gemm_tc_kernel<true, true, false>;
+  configure_variant<kernel>();
   int blocks = 0;
   BELAY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kSmemBytes));
   return blocks;

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/multi_tensor.cuh"
 
@@ -32,7 +33,7 @@ using GuardBatch = cuda::MultiTensorBatch<GradRef>;
 
 __global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_constant__ GuardBatch batch,
                                                                 const float* inv_scale, double* partials) {
-  __shared__ double scratch[kBlock];
+  BELAY_SHARED(double, scratch, [kBlock]);
   const auto [g, start, end] = cuda::block_chunk(batch, blockIdx.x);
   const float inv = *inv_scale;
 
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_con
 }
 
 __global__ void guard_finish_kernel(const double* partials, int64_t count, float* found_inf, float* norm) {
-  __shared__ double scratch[kBlock];
+  BELAY_SHARED(double, scratch, [kBlock]);
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   const double total = block_sum(acc, scratch);
@@ -119,20 +120,20 @@ void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, flo
   // every batch in one fixed order.
   int64_t offset = 0;
   cuda::for_each_batch(grads, [&](const GuardBatch& batch, int64_t blocks) {
-    guard_partials_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, inv_scale, partials + offset);
+    cuda::launch<guard_partials_kernel>(static_cast<unsigned>(blocks), kBlock, 0, nullptr, batch, inv_scale, partials + offset);
     offset += blocks;
   });
-  guard_finish_kernel<<<1, kBlock>>>(partials, offset, found_inf, norm);  // offset 0: sum 0, finite
+  cuda::launch<guard_finish_kernel>(1, kBlock, 0, nullptr, partials, offset, found_inf, norm);  // offset 0: sum 0, finite
 }
 
 void launch_clip_coefficient(const float* norm, float max_norm, float* clip_coef) {
-  clip_coefficient_kernel<<<1, 1>>>(norm, max_norm, clip_coef);
+  cuda::launch<clip_coefficient_kernel>(1, 1, 0, nullptr, norm, max_norm, clip_coef);
 }
 
 void launch_unscale(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf) {
   launch_fill(found_inf, DType::F32, 1, 0.0f, nullptr);
   cuda::for_each_batch(grads, [&](const GuardBatch& batch, int64_t blocks) {
-    unscale_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, inv_scale, found_inf);
+    cuda::launch<unscale_kernel>(static_cast<unsigned>(blocks), kBlock, 0, nullptr, batch, inv_scale, found_inf);
   });
 }
 

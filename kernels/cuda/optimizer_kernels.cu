@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/multi_tensor.cuh"
 
@@ -40,7 +41,7 @@ __device__ __forceinline__ void store8(float* p, int64_t i, const float in[8]) {
 __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ OptimBatch batch, AdamWHyper h,
                                                        StepScalarPtrs sc) {
   if (*sc.found_inf != 0.0f) return;  // a skipped step changes nothing (uniform: the whole grid returns)
-  __shared__ float bias_correction[2];
+  BELAY_SHARED(float, bias_correction, [2]);
   if (threadIdx.x == 0) {
     const float applied = *sc.applied_steps;
     bias_correction[0] = adamw_bias_correction(h.beta1, applied);
@@ -110,19 +111,19 @@ __global__ void scaler_update_kernel(ScalerConfig c, float* scale, float* growth
 
 void launch_adamw(const AdamWHyper& h, const std::vector<OptimRef>& slots, const StepScalarPtrs& s) {
   cuda::for_each_batch(slots, [&](const OptimBatch& batch, int64_t blocks) {
-    adamw_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, h, s);
+    cuda::launch<adamw_kernel>(static_cast<unsigned>(blocks), kBlock, 0, nullptr, batch, h, s);
   });
 }
 
 void launch_sgd(float momentum, const std::vector<OptimRef>& slots, const StepScalarPtrs& s) {
   cuda::for_each_batch(slots, [&](const OptimBatch& batch, int64_t blocks) {
-    sgd_kernel<<<static_cast<unsigned>(blocks), kBlock>>>(batch, momentum, s);
+    cuda::launch<sgd_kernel>(static_cast<unsigned>(blocks), kBlock, 0, nullptr, batch, momentum, s);
   });
 }
 
 void launch_scaler_update(const ScalerConfig& c, float* scale, float* growth_tracker, float* hysteresis_left,
                           const float* found_inf) {
-  scaler_update_kernel<<<1, 1>>>(c, scale, growth_tracker, hysteresis_left, found_inf);
+  cuda::launch<scaler_update_kernel>(1, 1, 0, nullptr, c, scale, growth_tracker, hysteresis_left, found_inf);
 }
 
 }  // namespace belay

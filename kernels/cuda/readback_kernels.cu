@@ -5,6 +5,7 @@
 // stream order, the values are a snapshot as of the read_async call: kernels enqueued later
 // that change the scalars run after it. Bytes: 4 read and 4 written per scalar; no flops.
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 
 namespace belay {
 namespace {
@@ -27,7 +28,7 @@ void launch_readback_gather(const float* const* src, int count, float* dst) {
   ReadbackSources s{};
   for (int i = 0; i < count; ++i) s.src[i] = src[i];
   s.count = count;
-  readback_gather_kernel<<<1, 32>>>(s, dst);
+  cuda::launch<readback_gather_kernel>(1, 32, 0, nullptr, s, dst);
 }
 
 }  // namespace belay

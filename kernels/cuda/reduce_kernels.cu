@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
 
 namespace belay {
@@ -26,7 +27,7 @@ enum class ReduceKind { Sum, SquaredDiff };
 
 template <ReduceKind kKind>
 __global__ void partial_sums_kernel(const void* x, DType dx, const void* y, DType dy, int64_t n, double* partials) {
-  __shared__ double scratch[kBlock];
+  BELAY_SHARED(double, scratch, [kBlock]);
   double acc = 0.0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     if constexpr (kKind == ReduceKind::Sum) {
@@ -42,7 +43,7 @@ __global__ void partial_sums_kernel(const void* x, DType dx, const void* y, DTyp
 
 // One block: out[0] = (float)(sum of partials * post_scale).
 __global__ void finish_sum_kernel(const double* partials, int64_t count, double post_scale, float* out) {
-  __shared__ double scratch[kBlock];
+  BELAY_SHARED(double, scratch, [kBlock]);
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   const double total = block_sum(acc, scratch);
@@ -64,7 +65,7 @@ constexpr int64_t kSumRowsTargetBlocks = 512;  // enough blocks to fill an H100'
 // partials == nullptr: write (or add to) out directly; else partials[blockIdx.y * cols + col].
 __global__ void sum_rows_kernel(const void* x, DType dx, int64_t rows, int64_t cols, int64_t rows_per_split,
                                 double* partials, float* out, bool accumulate) {
-  __shared__ double scratch[kRowGroups][kColsPerBlock];
+  BELAY_SHARED(double, scratch, [kRowGroups][kColsPerBlock]);
   const int cx = threadIdx.x % kColsPerBlock, g = threadIdx.x / kColsPerBlock;
   const int64_t col = blockIdx.x * (int64_t)kColsPerBlock + cx;
   const int64_t r0 = blockIdx.y * rows_per_split;
@@ -110,19 +111,19 @@ int reduce_partials(int64_t n) {
 }
 
 void launch_finish_sum(const double* partials, int64_t count, double post_scale, float* out) {
-  finish_sum_kernel<<<1, kBlock>>>(partials, count, post_scale, out);
+  cuda::launch<finish_sum_kernel>(1, kBlock, 0, nullptr, partials, count, post_scale, out);
 }
 
 void launch_sum(const void* x, DType dx, int64_t n, double* partials, float* out) {
   const int blocks = reduce_partials(n);
-  partial_sums_kernel<ReduceKind::Sum><<<blocks, kBlock>>>(x, dx, nullptr, dx, n, partials);
+  cuda::launch<partial_sums_kernel<ReduceKind::Sum>>(blocks, kBlock, 0, nullptr, x, dx, nullptr, dx, n, partials);
   launch_finish_sum(partials, blocks, 1.0, out);
 }
 
 void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt, int64_t n, double* partials,
                         float* out) {
   const int blocks = reduce_partials(n);
-  partial_sums_kernel<ReduceKind::SquaredDiff><<<blocks, kBlock>>>(pred, dp, target, dt, n, partials);
+  cuda::launch<partial_sums_kernel<ReduceKind::SquaredDiff>>(blocks, kBlock, 0, nullptr, pred, dp, target, dt, n, partials);
   // The CPU divides the double sum by n: multiplying by 1/n in double differs from that by
   // at most one double rounding, far below the FP32 result's own rounding.
   launch_finish_sum(partials, blocks, n > 0 ? 1.0 / static_cast<double>(n) : NAN, out);
@@ -130,7 +131,7 @@ void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt
 
 void launch_mse_backward(const void* pred, DType dp, const void* target, DType dt, const float* g, void* dpred,
                          DType dd, int64_t n) {
-  if (n > 0) mse_backward_kernel<<<cuda::grid_for(n), kBlock>>>(pred, dp, target, dt, g, dpred, dd, n);
+  if (n > 0) cuda::launch<mse_backward_kernel>(cuda::grid_for(n), kBlock, 0, nullptr, pred, dp, target, dt, g, dpred, dd, n);
 }
 
 int64_t sum_rows_splits(int64_t rows, int64_t cols) {
@@ -149,9 +150,9 @@ void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, double
   const int64_t splits = sum_rows_splits(rows, cols);
   const int64_t rows_per_split = (rows + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
-  sum_rows_kernel<<<grid, kBlock>>>(x, dx, rows, cols, rows_per_split < 1 ? 1 : rows_per_split,
+  cuda::launch<sum_rows_kernel>(grid, kBlock, 0, nullptr, x, dx, rows, cols, rows_per_split < 1 ? 1 : rows_per_split,
                                     splits > 1 ? partials : nullptr, out, accumulate);
-  if (splits > 1) sum_rows_finish_kernel<<<cuda::grid_for(cols), kBlock>>>(partials, splits, cols, out, accumulate);
+  if (splits > 1) cuda::launch<sum_rows_finish_kernel>(cuda::grid_for(cols), kBlock, 0, nullptr, partials, splits, cols, out, accumulate);
 }
 
 }  // namespace belay

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/simt_seam.cuh"
 #include "kernels/common/element_math.h"
 
 namespace belay {
@@ -21,9 +22,9 @@ __global__ void count_applied_kernel(float* count, const float* found_inf) {
 }  // namespace
 
 void launch_lookup(const float* table, int64_t n, const float* index, float* out) {
-  lookup_kernel<<<1, 1>>>(table, n, index, out);
+  cuda::launch<lookup_kernel>(1, 1, 0, nullptr, table, n, index, out);
 }
 
-void launch_count_applied(float* count, const float* found_inf) { count_applied_kernel<<<1, 1>>>(count, found_inf); }
+void launch_count_applied(float* count, const float* found_inf) { cuda::launch<count_applied_kernel>(1, 1, 0, nullptr, count, found_inf); }
 
 }  // namespace belay

@@ -14,7 +14,7 @@ seconds=${2:-60}
 sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DBELAY_ENABLE_CUDA=OFF -DBELAY_BUILD_BENCH=OFF \
+  -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link $sanitizers" -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" >/dev/null
 cmake --build "$build" -j"${BELAY_FUZZ_JOBS:-$(nproc)}" --target fuzz_safetensors write_sample_safetensors
 

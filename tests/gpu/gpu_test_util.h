@@ -23,6 +23,13 @@
 
 namespace belay::test {
 
+// Under the SIMT emulator (a BELAY_CUDA_EMULATION build) every CUDA thread runs as a fiber on
+// the CPU, thousands of times slower than a GPU: a size that only keeps the GPU busy, or
+// sweeps far past every edge the kernels have, is cut there (gpu_or_emulated). Each cut says
+// why where it is made.
+constexpr bool kEmulated = BELAY_CUDA_EMULATION != 0;
+inline int64_t gpu_or_emulated(int64_t on_gpu, int64_t emulated) { return kEmulated ? emulated : on_gpu; }
+
 inline const Backend& cpu() { return backend_for(Device::cpu()); }
 inline const Backend& gpu() { return backend_for(Device::cuda()); }
 
@@ -61,5 +68,24 @@ inline const std::vector<int64_t>& odd_sizes() {
 }
 
 inline const char* name_of(DType d) { return dtype_name(d); }
+
+// Work that keeps the GPU busy for a few milliseconds (an FP32 SIMT product of 2048^3, ~17
+// GFLOP), so what is enqueued after it is still waiting when the host goes on. The operands
+// are made first: allocation is not what is under test. Under the emulator the product is
+// 64^3: there the stream queue itself holds work back at moments drawn from the seed
+// (kernels/cuda/emulation/runtime.cpp), and 2048^3 would take minutes.
+struct BusyWork {
+  int64_t n = gpu_or_emulated(2048, 64);
+  Tensor a = Tensor::full(Shape{n, n}, 0.5f, DType::F32, Device::cuda());
+  Tensor b = Tensor::full(Shape{n, n}, 0.25f, DType::F32, Device::cuda());
+  Tensor c = Tensor::empty(Shape{n, n}, DType::F32, Device::cuda());
+  void enqueue(int times = 1) {
+    GemmArgs g;
+    g.a = &a;
+    g.b = &b;
+    g.c = &c;
+    for (int i = 0; i < times; ++i) gpu().gemm(g);
+  }
+};
 
 }  // namespace belay::test

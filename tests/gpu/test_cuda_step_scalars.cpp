@@ -17,21 +17,6 @@ namespace {
 
 Tensor dev_scalar(float v) { return Tensor::scalar(v, DType::F32, Device::cuda()); }
 
-// Work that keeps the GPU busy for a few milliseconds, so what is enqueued after it is still
-// waiting when the host goes on (an FP32 SIMT product of 2048^3: ~17 GFLOP). The operands
-// are made first: allocation is not what is under test.
-struct BusyWork {
-  Tensor a = Tensor::full(Shape{2048, 2048}, 0.5f, DType::F32, Device::cuda());
-  Tensor b = Tensor::full(Shape{2048, 2048}, 0.25f, DType::F32, Device::cuda());
-  Tensor c = Tensor::empty(Shape{2048, 2048}, DType::F32, Device::cuda());
-  void enqueue(int times = 2) {
-    GemmArgs g;
-    g.a = &a;
-    g.b = &b;
-    g.c = &c;
-    for (int i = 0; i < times; ++i) gpu().gemm(g);
-  }
-};
 
 }  // namespace
 
@@ -184,7 +169,7 @@ TEST_CASE("cuda read_async returns the scalars in order, computed by the work en
   Tensor ones = Tensor::full(Shape{int64_t{1} << 24}, 1.0f, DType::F32, Device::cuda());
   Tensor total = dev_scalar(-1.0f), a = dev_scalar(1.5f), b = dev_scalar(-INFINITY), c = dev_scalar(NAN);
   BusyWork busy;
-  busy.enqueue();
+  busy.enqueue(2);
   gpu().sum(ones, total);
   const uint64_t reads_before = blocking_host_reads();
   std::unique_ptr<HostReadback> r = gpu().read_async({&a, &total, &b, &c, &a});
@@ -221,7 +206,7 @@ TEST_CASE("cuda read_async is a snapshot: later kernels do not change what it re
   BELAY_REQUIRE_GPU();
   BusyWork busy;
   Tensor s = dev_scalar(3.0f);
-  busy.enqueue();  // the gather and the fill below are both still queued when wait() is called
+  busy.enqueue(2);  // the gather and the fill below are both still queued when wait() is called
   std::unique_ptr<HostReadback> r = gpu().read_async({&s});
   gpu().fill(s, 7.0f);
   std::unique_ptr<HostReadback> r2 = gpu().read_async({&s});

@@ -13,20 +13,6 @@ using namespace belay::test;
 
 namespace {
 
-// Keeps the GPU busy for a few milliseconds (an FP32 product of 2048^3), so an upload
-// enqueued after it is still waiting when the host overwrites its source.
-struct BusyWork {
-  Tensor a = Tensor::full(Shape{2048, 2048}, 0.5f, DType::F32, Device::cuda());
-  Tensor b = Tensor::full(Shape{2048, 2048}, 0.25f, DType::F32, Device::cuda());
-  Tensor c = Tensor::empty(Shape{2048, 2048}, DType::F32, Device::cuda());
-  void enqueue() {
-    GemmArgs g;
-    g.a = &a;
-    g.b = &b;
-    g.c = &c;
-    gpu().gemm(g);
-  }
-};
 
 std::vector<uint8_t> pattern(size_t bytes, uint32_t seed) {
   std::vector<uint8_t> v(bytes);

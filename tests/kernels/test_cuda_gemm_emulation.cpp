@@ -9,7 +9,8 @@
 //
 // What this does not cover: the cp.async pipeline's waits and barriers (the k-tiles run one
 // after another here), the PTX strings themselves, and the epilogue's dtype conversions.
-// Those only a GPU can check (tests/gpu/test_cuda_gemm.cpp).
+// The SIMT emulator runs the kernel itself, pipeline and epilogue included
+// (tests/gpu/test_cuda_gemm.cpp in the emulated build); the PTX strings only a GPU checks.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "engine/half_bits.h"
+#include "kernels/cuda/emulation/warp_matrix.h"
 #include "kernels/cuda/gemm_layout.h"
 
 using namespace belay;
@@ -67,39 +69,31 @@ void load_tile(bool k_major, const Stored& g, int mn_total, int k_total, int mn0
   REQUIRE(std::count(writes.begin(), writes.end(), 1) == kTileElems);  // the tile is covered exactly once
 }
 
-// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8j..8j+7 give the addresses of
-// rows 0..7 of matrix j; register j of lane l holds, in halves h = 0, 1, element
-// (l / 4, 2 (l % 4) + h) of matrix j, or with .trans element (2 (l % 4) + h, l / 4).
+// ldmatrix.x4 and mma.sync.m16n8k16 through the emulator's own fragment code
+// (kernels/cuda/emulation/warp_matrix.h, from gemm_layout.h's PTX tables): the one
+// implementation the SIMT emulator runs the real kernel with too. Values travel as floats
+// here and as packed FP16 register halves there (exact for FP16 inputs).
 void ldmatrix_x4(const uint16_t* stage, const int (&addr)[32], bool trans, float (&out)[32][4][2]) {
+  const uint16_t* rows[32];
+  for (int l = 0; l < 32; ++l) rows[l] = stage + addr[l];
+  uint32_t regs[32][4];
+  emu::ldmatrix_x4_fragments(rows, trans, regs);
   for (int l = 0; l < 32; ++l)
     for (int j = 0; j < 4; ++j)
-      for (int h = 0; h < 2; ++h) {
-        const int row = trans ? 2 * (l % 4) + h : l / 4;
-        const int col = trans ? l / 4 : 2 * (l % 4) + h;
-        out[l][j][h] = f16_bits_to_f32(stage[addr[8 * j + row] + col]);
-      }
+      for (int h = 0; h < 2; ++h) out[l][j][h] = emu::fragment_half(regs[l][j], h, false);
 }
 
-// mma.sync.aligned.m16n8k16.row.col.f32: with g = lane / 4 and t = lane % 4,
-// A reg r half h is A[g + 8 (r % 2)][2t + h + 8 (r / 2)], B reg r half h is B[2t + h + 8r][g],
-// C/D reg r is C[g + 8 (r / 2)][2t + r % 2].
+uint32_t pack_f16(float lo, float hi) {
+  return static_cast<uint32_t>(f32_to_f16_bits(lo)) | (static_cast<uint32_t>(f32_to_f16_bits(hi)) << 16);
+}
+
 void mma_16816(float (&d)[32][4], const float (&a)[32][4][2], const float (&b)[32][2][2]) {
-  float am[16][16], bm[16][8];
+  uint32_t ar[32][4], br[32][2];
   for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, t = l % 4;
-    for (int r = 0; r < 4; ++r)
-      for (int h = 0; h < 2; ++h) am[g + 8 * (r % 2)][2 * t + h + 8 * (r / 2)] = a[l][r][h];
-    for (int r = 0; r < 2; ++r)
-      for (int h = 0; h < 2; ++h) bm[2 * t + h + 8 * r][g] = b[l][r][h];
+    for (int r = 0; r < 4; ++r) ar[l][r] = pack_f16(a[l][r][0], a[l][r][1]);
+    for (int r = 0; r < 2; ++r) br[l][r] = pack_f16(b[l][r][0], b[l][r][1]);
   }
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, t = l % 4;
-    for (int r = 0; r < 4; ++r) {
-      float s = 0.0f;
-      for (int k = 0; k < 16; ++k) s += am[g + 8 * (r / 2)][k] * bm[k][2 * t + r % 2];
-      d[l][r] += s;
-    }
-  }
+  emu::mma_m16n8k16_fragments(ar, br, false, d);
 }
 
 // C (M x N, row-major) as the kernel computes it, block by block; `writes` counts the

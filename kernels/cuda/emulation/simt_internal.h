@@ -1,0 +1,30 @@
+// Between the emulator's two halves: runtime.cpp (the CUDA runtime calls, the stream queue)
+// hands a validated launch to simt.cpp (the scheduler), which runs its grid.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/emulation/simt.h"
+
+namespace belay::emu {
+
+struct GridLaunch {
+  const void* kernel = nullptr;
+  std::string name;
+  dim3 grid, block;
+  size_t smem = 0;
+  std::unique_ptr<LaunchBody> body;
+};
+
+// Runs every block of the grid, in an order drawn from the seed. Returns "" or, for a fault
+// (a race, a divergent barrier, a deadlock, an out-of-bounds shared access), its report.
+std::string run_grid(GridLaunch& launch);
+
+// BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queue.
+uint64_t emulator_seed();
+
+// The kernel's name as the coverage report prints it: "gemm_tc_kernel<true, true, false>".
+std::string short_kernel_name(const char* pretty_function);
+
+}  // namespace belay::emu

@@ -1,0 +1,85 @@
+# The GPU suite (tests/gpu/) on the emulated device (BELAY_CUDA_EMULATION), included by
+# tests/CMakeLists.txt:
+#  - every test case once per scheduler seed (BELAY_EMU_SEED): the threads of a block and
+#    the blocks of a grid run in an order drawn from it, and so do the stream's drains;
+#  - each run appends how often every kernel ran to emulated-kernels.log, which
+#    tests/emulation/kernel_coverage.sh turns into "emulated kernels: N of M ran";
+#  - planted_bugs: the suite rebuilt with one known bug planted at a time in a copy of the
+#    kernels (tests/emulation/plant.py), each of which must be caught.
+file(GLOB BELAY_GPU_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_*.cpp)
+add_library(belay_gpu_test_objects OBJECT ${BELAY_GPU_TEST_SOURCES})
+target_include_directories(belay_gpu_test_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(belay_gpu_test_objects PRIVATE belay_apps Catch2::Catch2)
+
+add_executable(belay_gpu_tests $<TARGET_OBJECTS:belay_gpu_test_objects>)
+target_link_libraries(belay_gpu_tests PRIVATE belay_apps Catch2::Catch2WithMain)
+
+set(BELAY_EMU_COVERAGE_LOG ${CMAKE_BINARY_DIR}/emulated-kernels.log)
+set(BELAY_EMU_SEEDS 1 2 3 CACHE STRING "scheduler seeds the emulated GPU suite runs under")
+foreach(seed ${BELAY_EMU_SEEDS})
+  catch_discover_tests(belay_gpu_tests TEST_PREFIX "emu.seed${seed}." PROPERTIES
+    LABELS "gpu;emulated" SKIP_REGULAR_EXPRESSION "CTEST_SKIP:"
+    ENVIRONMENT "BELAY_EMU_SEED=${seed};BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
+endforeach()
+
+# belay train --device cuda, end to end on the emulated device: the CLI's own run, its CSV,
+# and the same run on the CPU to compare with.
+add_test(NAME emu.train_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/train_cli.sh $<TARGET_FILE:belay>)
+set_tests_properties(emu.train_cli PROPERTIES LABELS "gpu;emulated"
+  ENVIRONMENT "BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
+
+# ---- planted bugs -----------------------------------------------------------------------
+# belay_planted_bug(NAME FILE <planted file> RECOMPILE <files> FILTER <Catch test spec>):
+# the planted file (and the other files that include it) compiled again against the mutant,
+# linked before belay_core so that their definitions replace the library's.
+find_program(BELAY_PYTHON3_FOR_PLANT python3 REQUIRED)
+set(BELAY_PLANTED_BUGS "")
+function(belay_planted_bug name)
+  cmake_parse_arguments(P "" "FILE;FILTER" "RECOMPILE" ${ARGN})
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/planted/${name})
+  add_custom_command(OUTPUT ${dir}/${P_FILE}
+    COMMAND ${BELAY_PYTHON3_FOR_PLANT} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py ${name} ${PROJECT_SOURCE_DIR}
+            ${dir}/${P_FILE}
+    DEPENDS ${PROJECT_SOURCE_DIR}/${P_FILE} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py
+    COMMENT "planting ${name} in ${P_FILE}")
+  set(sources ${dir}/${P_FILE})
+  foreach(f ${P_RECOMPILE})
+    if(NOT f STREQUAL P_FILE)
+      configure_file(${PROJECT_SOURCE_DIR}/${f} ${dir}/${f} COPYONLY)
+      list(APPEND sources ${dir}/${f})
+    endif()
+  endforeach()
+  foreach(f ${sources})
+    if(f MATCHES "\\.cu$")
+      set_source_files_properties(${f} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "${BELAY_EMU_KERNEL_FLAGS}"
+                                  OBJECT_DEPENDS ${dir}/${P_FILE})
+    elseif(f MATCHES "\\.cpp$")
+      set_source_files_properties(${f} PROPERTIES OBJECT_DEPENDS ${dir}/${P_FILE})
+    endif()
+  endforeach()
+  add_executable(planted_${name} ${sources} $<TARGET_OBJECTS:belay_gpu_test_objects>)
+  # The mutant's directory first: `#include "kernels/cuda/x.h"` finds the planted copy.
+  target_include_directories(planted_${name} BEFORE PRIVATE ${dir})
+  target_link_libraries(planted_${name} PRIVATE belay_apps Catch2::Catch2WithMain)
+  set(BELAY_PLANTED_BUGS ${BELAY_PLANTED_BUGS} "${name}|$<TARGET_FILE:planted_${name}>|${P_FILTER}" PARENT_SCOPE)
+endfunction()
+
+belay_planted_bug(block_sum_barrier FILE kernels/cuda/device_access.cuh
+  RECOMPILE kernels/cuda/reduce_kernels.cu kernels/cuda/guard_kernels.cu kernels/cuda/cross_entropy_kernels.cu
+  FILTER "cuda sum and sum_rows match FP64 and repeat bit for bit")
+belay_planted_bug(gemm_wait_group FILE kernels/cuda/gemm_tensor_core.cu
+  RECOMPILE kernels/cuda/gemm_tensor_core.cu
+  FILTER "cuda gemm fp16 and bf16 (tensor cores) match FP64 in every layout and odd shape")
+belay_planted_bug(edge_predicate_k FILE kernels/cuda/gemm_simt_f32.cu
+  RECOMPILE kernels/cuda/gemm_simt_f32.cu
+  FILTER "cuda gemm fp32 (SIMT) matches FP64 in every layout and odd shape")
+belay_planted_bug(swizzle_collision FILE kernels/cuda/gemm_layout.h
+  RECOMPILE kernels/cuda/gemm_tensor_core.cu kernels/cuda/gemm_simt_f32.cu kernels/cuda/gemm_dispatch.cu
+            kernels/cuda/cuda_backend.cpp
+  FILTER "cuda gemm fp16 and bf16 (tensor cores) match FP64 in every layout and odd shape")
+belay_planted_bug(chunk_boundary FILE kernels/cuda/multi_tensor.cuh
+  RECOMPILE kernels/cuda/guard_kernels.cu kernels/cuda/optimizer_kernels.cu
+  FILTER "cuda adamw follows the CPU step by step and is a no-op under found_inf")
+
+add_test(NAME planted_bugs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/planted_bugs.sh ${BELAY_PLANTED_BUGS})
+set_tests_properties(planted_bugs PROPERTIES LABELS "emulated")

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Plants one known bug in a copy of a kernel file, for the planted_bugs test.
+
+    plant.py BUG SOURCE_ROOT OUT_FILE
+
+Each bug is one exact text replacement in one file of kernels/cuda/. The text must occur
+exactly once: if the kernels change so that it no longer does, this fails loudly instead of
+planting nothing (a planted-bug test that plants no bug would pass for the wrong reason).
+"""
+import pathlib
+import sys
+
+BUGS = {
+    # The block reduction's barrier after each tree step: thread i then reads
+    # scratch[i + stride] while thread i + stride may still be writing it.
+    "block_sum_barrier": (
+        "kernels/cuda/device_access.cuh",
+        "    if (threadIdx.x < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];\n"
+        "    __syncthreads();\n",
+        "    if (threadIdx.x < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];\n",
+    ),
+    # The GEMM pipeline's wait for tile kt: the mma reads a stage whose copies have not landed.
+    "gemm_wait_group": (
+        "kernels/cuda/gemm_tensor_core.cu",
+        "    cp_async_wait<kStages - 2>();\n    __syncthreads();\n",
+        "    __syncthreads();\n",
+    ),
+    # The FP32 GEMM's K-edge predicate off by one: with K = 129 it reads element 129 of a row.
+    "edge_predicate_k": (
+        "kernels/cuda/gemm_simt_f32.cu",
+        "if (gm < p.m && gk < p.k) va =",
+        "if (gm < p.m && gk <= p.k) va =",
+    ),
+    # A swizzle that maps two chunks of a row to one 16-byte slot: two threads' cp.async
+    # write the same shared-memory words.
+    "swizzle_collision": (
+        "kernels/cuda/gemm_layout.h",
+        "BELAY_HD constexpr int swizzle_chunk(int row, int chunk) { return chunk ^ (row & 7); }",
+        "BELAY_HD constexpr int swizzle_chunk(int row, int chunk) { return (chunk ^ (row & 7)) & 6; }",
+    ),
+    # Each block's chunk one element longer: the last element of a chunk is also the first of
+    # the next block's, updated twice.
+    "chunk_boundary": (
+        "kernels/cuda/multi_tensor.cuh",
+        "return {r, start, start + kChunk < r.n ? start + kChunk : r.n};",
+        "return {r, start, start + kChunk + 1 < r.n ? start + kChunk + 1 : r.n};",
+    ),
+}
+
+
+def main() -> int:
+    if len(sys.argv) != 4 or sys.argv[1] not in BUGS:
+        print(f"usage: plant.py {{{'|'.join(BUGS)}}} SOURCE_ROOT OUT_FILE", file=sys.stderr)
+        return 2
+    rel, find, replace = BUGS[sys.argv[1]]
+    text = (pathlib.Path(sys.argv[2]) / rel).read_text()
+    count = text.count(find)
+    if count != 1:
+        print(f"plant.py: {sys.argv[1]}: the text to replace occurs {count} times in {rel}, not once", file=sys.stderr)
+        return 1
+    out = pathlib.Path(sys.argv[3])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text.replace(find, replace))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Proof that the emulated GPU suite can fail: each argument names a planted bug, the GPU test
+# binary built with it (tests/emulation/emulated_gpu_tests.cmake) and the test case that must
+# catch it. Every bug must make that test fail: a wrong result, the shared-memory race check,
+# a kernel fault the emulator reports, or AddressSanitizer.
+#   usage: planted_bugs.sh "NAME|BINARY|TEST CASE" ...
+set -u
+total=0
+caught=0
+for spec in "$@"; do
+  IFS='|' read -r name binary test_case <<<"$spec"
+  total=$((total + 1))
+  # -a: stop at the first failed assertion; one seed is enough for a bug planted on purpose.
+  out=$(BELAY_EMU_SEED=1 "$binary" -a "$test_case" 2>&1)
+  rc=$?
+  if grep -q "No test cases matched" <<<"$out"; then
+    echo "planted bug $name: the test case '$test_case' does not exist"
+    continue
+  fi
+  if [ $rc -eq 0 ]; then
+    echo "planted bug $name: NOT caught, '$test_case' passed"
+    continue
+  fi
+  if grep -q "belay-emu: .*shared-memory race" <<<"$out"; then
+    how="the shared-memory race check: $(grep -m1 -o 'belay-emu: .*race.*' <<<"$out" | cut -c1-220)"
+  elif grep -q "ERROR: AddressSanitizer" <<<"$out"; then
+    how="AddressSanitizer: $(grep -m1 -o 'ERROR: AddressSanitizer: [a-z-]*' <<<"$out")"
+  elif grep -q "belay-emu:" <<<"$out"; then
+    how="an emulator fault: $(grep -m1 -o 'belay-emu: .*' <<<"$out" | cut -c1-220)"
+  else
+    how="a failed check: $(grep -m1 -E -A3 'FAILED' <<<"$out" | tr '\n' ' ' | tr -s ' ' | cut -c1-220)"
+  fi
+  echo "planted bug $name: caught by $how"
+  caught=$((caught + 1))
+done
+echo "planted bugs: $caught of $total caught"
+[ "$total" -gt 0 ] && [ "$caught" -eq "$total" ]
