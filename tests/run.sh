@@ -4,7 +4,9 @@
 #   1. configures and builds everything (CUDA kernels too when nvcc is found; the ptxas
 #      register/spill report lands in build/build.log) and runs every test (GPU tests are
 #      skipped cleanly where there is no GPU);
-#   2. the CPU suite again under ASan + UBSan (clang), tests/sanitize.sh;
+#   2. everything again under ASan + UBSan (clang) with the CUDA kernels run on the CPU by
+#      the SIMT emulator: the GPU suite under three scheduler seeds, train --device cuda,
+#      the planted bugs and "emulated kernels: N of M ran" (tests/sanitize.sh);
 #   3. the safetensors reader under libFuzzer for a bounded run, tests/fuzz/run_fuzz.sh.
 #   usage: tests/run.sh [--quick]     (--quick: step 1 only)
 set -euo pipefail
@@ -37,7 +39,7 @@ fi
 [ $quick -eq 1 ] && exit 0
 
 echo "tests done at ${SECONDS} s"
-echo "== the CPU suite under ASan + UBSan"
+echo "== ASan + UBSan, the CUDA kernels on the emulated device"
 bash "$root/tests/sanitize.sh"
 
 echo "== fuzzing the safetensors reader"

@@ -1,7 +1,7 @@
 // Device-side helpers shared by the CUDA kernels: loads and stores of any belay dtype
 // through FP32 (the same bit-exact conversions as the CPU, engine/half_bits.h), 8-wide
-// vector loads for the bandwidth-bound passes, and a fixed-order block reduction in
-// double (no atomics: the same inputs give the same bits on every run).
+// vector loads for the bandwidth-bound passes, and fixed-order block reductions (no
+// atomics: the same inputs give the same bits on every run).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +9,10 @@
 
 #include "engine/dtype.h"
 #include "kernels/common/element_math.h"
+
+#if !BELAY_CUDA_EMULATION
+#include <cub/block/block_reduce.cuh>
+#endif
 
 namespace belay::cuda {
 
@@ -68,8 +72,15 @@ __device__ __forceinline__ void store8_f32(void* base, DType dtype, int64_t i, c
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Sum of one double per thread over the block, in a fixed tree order; the result is valid
-// in thread 0. `scratch` holds blockDim.x doubles; blockDim.x is a power of two.
+// Block reductions: one value per thread, the result given to every thread. On the GPU they
+// are CUB's BlockReduce with the raking algorithm at the fixed block size kBlock: a fixed
+// reduction tree, so the same inputs give the same bits on every run and every GPU. In the
+// emulated build (BELAY_CUDA_EMULATION) they are the portable shared-memory tree below,
+// whose barriers the emulator's race check watches; the two trees add in different orders,
+// so the emulated bits are not the GPU's (tests compare through the tolerance helper, and
+// the repeatability tests hold on each). `scratch` holds blockDim.x values (the portable
+// tree's); every launch of a kernel that reduces uses blockDim.x == kBlock.
+#if BELAY_CUDA_EMULATION
 __device__ __forceinline__ double block_sum(double v, double* scratch) {
   scratch[threadIdx.x] = v;
   __syncthreads();
@@ -82,7 +93,7 @@ __device__ __forceinline__ double block_sum(double v, double* scratch) {
   return total;
 }
 
-// Same for a maximum of floats (NaN propagates: the loss must see it).
+// The maximum of floats; a NaN anywhere propagates (the loss must see it).
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   scratch[threadIdx.x] = v;
   __syncthreads();
@@ -97,6 +108,34 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   __syncthreads();
   return total;
 }
+#else
+struct Plus {
+  __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
+};
+struct NanPropagatingMax {
+  __device__ __forceinline__ float operator()(float s, float o) const { return (o > s || o != o) ? o : s; }
+};
+
+template <class T, class Op>
+__device__ __forceinline__ T cub_block_reduce(T v, Op op) {
+  using Reduce = cub::BlockReduce<T, kBlock, cub::BLOCK_REDUCE_RAKING>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ T result;
+  const T total = Reduce(temp).Reduce(v, op);  // valid in thread 0
+  if (threadIdx.x == 0) result = total;
+  __syncthreads();
+  const T all = result;
+  __syncthreads();  // temp and result may be reused right after
+  return all;
+}
+
+__device__ __forceinline__ double block_sum(double v, double* /*scratch*/) {
+  return cub_block_reduce(v, Plus{});
+}
+__device__ __forceinline__ float block_max(float v, float* /*scratch*/) {
+  return cub_block_reduce(v, NanPropagatingMax{});
+}
+#endif
 
 inline int grid_for(int64_t n, int block = kBlock, int cap = 8192) {
   const int64_t blocks = (n + block - 1) / block;

@@ -17,10 +17,22 @@ target_link_libraries(belay_gpu_tests PRIVATE belay_apps Catch2::Catch2WithMain)
 set(BELAY_EMU_COVERAGE_LOG ${CMAKE_BINARY_DIR}/emulated-kernels.log)
 set(BELAY_EMU_SEEDS 1 2 3 CACHE STRING "scheduler seeds the emulated GPU suite runs under")
 foreach(seed ${BELAY_EMU_SEEDS})
-  catch_discover_tests(belay_gpu_tests TEST_PREFIX "emu.seed${seed}." PROPERTIES
+  # EXTRA_ARGS differ per seed so that each discovery writes files of its own (Catch2 v2
+  # names them by a hash of its arguments).
+  catch_discover_tests(belay_gpu_tests TEST_PREFIX "emu.seed${seed}." EXTRA_ARGS --rng-seed ${seed} PROPERTIES
     LABELS "gpu;emulated" SKIP_REGULAR_EXPRESSION "CTEST_SKIP:"
     ENVIRONMENT "BELAY_EMU_SEED=${seed};BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
 endforeach()
+
+# The emulator's own tests (tests/emulation/test_simt.cu): small kernels of their own,
+# compiled as the kernel files are. A kernel fault is sticky for the process, so each fault
+# case is a test case of its own, and CTest runs every case in a process of its own.
+set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/emulation/test_simt.cu PROPERTIES
+  LANGUAGE CXX COMPILE_OPTIONS "${BELAY_EMU_KERNEL_FLAGS}")
+add_executable(belay_emulator_tests ${CMAKE_CURRENT_SOURCE_DIR}/emulation/test_simt.cu)
+target_include_directories(belay_emulator_tests PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(belay_emulator_tests PRIVATE belay_core Catch2::Catch2WithMain)
+catch_discover_tests(belay_emulator_tests TEST_PREFIX "emu.simt." PROPERTIES LABELS "emulated")
 
 # belay train --device cuda, end to end on the emulated device: the CLI's own run, its CSV,
 # and the same run on the CPU to compare with.

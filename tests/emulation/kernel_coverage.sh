@@ -10,14 +10,13 @@ kernels=$(grep -ho '__global__ void \(__launch_bounds__([^)]*) \)\?[A-Za-z_0-9]*
           sed -E 's/.* ([A-Za-z_0-9]+)$/\1/' | sort -u)
 total=0 ran=0
 {
-  printf '%-32s %12s  %s\n' kernel launches instances
+  printf '%-32s %12s\n' kernel launches
   for k in $kernels; do
     total=$((total + 1))
-    # Launches of every instance of the kernel (templates: one line per argument list).
+    # Launches of every instance of the kernel (gcc names template instances apart, clang not).
     count=$(awk -F'\t' -v k="$k" '{ n = $1; sub(/<.*/, "", n); if (n == k) s += $2 } END { print s + 0 }' "$log")
-    instances=$(awk -F'\t' -v k="$k" '{ n = $1; sub(/<.*/, "", n); if (n == k) print $1 }' "$log" | sort -u | wc -l)
     [ "$count" -gt 0 ] && ran=$((ran + 1))
-    printf '%-32s %12s  %s\n' "$k" "$count" "$instances"
+    printf '%-32s %12s\n' "$k" "$count"
   done
 } >"$report"
 cat "$report"

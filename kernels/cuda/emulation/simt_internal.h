@@ -24,7 +24,9 @@ std::string run_grid(GridLaunch& launch);
 // BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queue.
 uint64_t emulator_seed();
 
-// The kernel's name as the coverage report prints it: "gemm_tc_kernel<true, true, false>".
+// The kernel's name as the coverage report and fault reports print it, from the compiler's
+// __PRETTY_FUNCTION__: gcc spells a template kernel with its arguments
+// ("gemm_tc_kernel<true, true, false>"), clang (the CI build) with its name alone.
 std::string short_kernel_name(const char* pretty_function);
 
 }  // namespace belay::emu
