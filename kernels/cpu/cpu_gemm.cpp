@@ -10,6 +10,19 @@ namespace {
 // from the caching allocator (reused step after step, so nothing is allocated in steady state).
 Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
 
+void run_f32(CpuIsa isa, const GemmF32Args& g) {
+  switch (isa) {
+    case CpuIsa::Baseline: isa_baseline::gemm_f32(g); break;
+    case CpuIsa::Avx2: isa_avx2::gemm_f32(g); break;
+    case CpuIsa::Avx512: isa_avx512::gemm_f32(g); break;
+  }
+}
+
+void require_path(CpuIsa isa) {
+  if (!cpu_isa_available(isa))
+    throw Error(std::string("gemm: the ") + cpu_isa_name(isa) + " path cannot run on this CPU");
+}
+
 void run_gemm(CpuIsa isa, const GemmArgs& args) {
   check_gemm(args);
   if (!args.a->device().is_cpu()) throw Error("gemm: CPU backend given " + args.a->describe());
@@ -36,11 +49,7 @@ void run_gemm(CpuIsa isa, const GemmArgs& args) {
   g.c = scratch.data_as<float>();
   g.accumulate = args.beta == 1.0f;
   g.bias = args.bias ? bias32.data_as<float>() : nullptr;
-  switch (isa) {
-    case CpuIsa::Baseline: isa_baseline::gemm_f32(g); break;
-    case CpuIsa::Avx2: isa_avx2::gemm_f32(g); break;
-    case CpuIsa::Avx512: isa_avx512::gemm_f32(g); break;
-  }
+  run_f32(isa, g);
   if (!direct) c.copy_from(scratch);
 }
 
@@ -49,9 +58,13 @@ void run_gemm(CpuIsa isa, const GemmArgs& args) {
 void cpu_gemm(const GemmArgs& args) { run_gemm(active_cpu_isa(), args); }
 
 void cpu_gemm_on(CpuIsa isa, const GemmArgs& args) {
-  if (!cpu_isa_available(isa))
-    throw Error(std::string("gemm: the ") + cpu_isa_name(isa) + " path cannot run on this CPU");
+  require_path(isa);
   run_gemm(isa, args);
+}
+
+void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args) {
+  require_path(isa);
+  run_f32(isa, args);
 }
 
 }  // namespace belay
