@@ -46,6 +46,13 @@ int main(int argc, char** argv) {
   CLI::App app{"belay: mixed-precision training with its safety belts (FP32 masters, FP16/BF16 compute)"};
   app.set_version_flag("--version", version_string());
   app.require_subcommand(1);
+  // A global option, accepted after the subcommand too (fallthrough is inherited by the
+  // subcommands added below).
+  std::string cpu_isa;
+  app.add_option("--cpu-isa", cpu_isa,
+                 "vector ISA of the CPU kernels: baseline | avx2 | avx512 (default: the widest this CPU has, "
+                 "or BELAY_CPU_ISA); one the CPU lacks is an error");
+  app.fallthrough();
 
   belay::TrainConfig tc;
   std::string dtype = "fp32", scenario, grad_dtype = "fp32";
@@ -146,9 +153,14 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // Decided here, before any work: an unknown or unavailable path (option or
+    // BELAY_CPU_ISA) is a usage error whatever the command.
+    if (!cpu_isa.empty()) belay::select_cpu_isa(cpu_isa);
+    const std::string isa_line = belay::cpu_isa_line();
     if (*finfo) return belay::run_finfo(finfo_values, std::cout);
     if (app.got_subcommand("info")) {
       std::cout << version_string() << "\n";
+      std::cout << "cpu isa: " << isa_line << "\n";
       return 0;
     }
     if (*accum) return belay::run_accum_check(ac, std::cout);

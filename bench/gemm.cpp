@@ -1,24 +1,22 @@
 // GEMM: the three products of a linear layer Y = X W^T + b at batch B = 256 and width n
 // (in = out = n): forward Y = X W^T (+ b), dX = dY W, dW = dY^T X. belay's CPU matmul (the
 // backend's gemm, fp32 and bf16/fp16 with FP32 accumulation) against Eigen called directly
-// on FP32 matrices with the same expression, compiled with the same flags: the ratio is
+// on FP32 matrices with the same expression, compiled with the same flags (the active ISA
+// path's Eigen product, kernels/cpu/isa/, called without belay's wrapper): the ratio is
 // what belay's wrapper costs (dtype widening, scratch, rounding). 2*B*n*n flops each.
 //
 // Check: 16 sampled outputs of every product against an FP64 dot product of the operands
 // as stored, within 2k*2^-24*sum|a*b| plus the output rounding.
-#include <Eigen/Core>
 #include <cmath>
 
 #include "bench/sections.h"
 #include "engine/backend.h"
 #include "engine/random.h"
+#include "kernels/cpu/cpu_gemm.h"
+#include "kernels/cpu/isa/gemm_f32.h"
 
 namespace belay::bench {
 namespace {
-
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Map = Eigen::Map<RowMat>;
-using CMap = Eigen::Map<const RowMat>;
 
 Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng) {
   Tensor t = Tensor::empty(Shape{r, c});
@@ -26,6 +24,8 @@ Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng) {
   for (int64_t i = 0; i < r * c; ++i) p[i] = rng.uniform(-bound, bound);
   return t;
 }
+
+}  // namespace
 
 // C = op(A) op(B); checks 16 sampled entries against FP64.
 void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const std::string& what) {
@@ -49,6 +49,8 @@ void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Ten
   }
 }
 
+namespace {
+
 constexpr const char* kProducts[3] = {"forward", "dX", "dW"};
 
 }  // namespace
@@ -69,15 +71,25 @@ Json bench_gemm(const Options& o) {
 
     // Eigen direct and belay, both FP32, timed alternately product by product (the ratio is
     // the target); then belay in bf16 and fp16.
-    RowMat ey(batch, n), edx(batch, n), edw(n, n);
-    const CMap xm(x.data_as<float>(), batch, n), wm(w.data_as<float>(), n, n), dym(dy.data_as<float>(), batch, n);
-    const Eigen::Map<const Eigen::RowVectorXf> bm(bias.data_as<float>(), n);
-    const std::function<void()> eigen_ops[3] = {[&] {
-                                                  ey.noalias() = xm * wm.transpose();
-                                                  ey.rowwise() += bm;
-                                                },
-                                                [&] { edx.noalias() = dym * wm; },
-                                                [&] { edw.noalias() = dym.transpose() * xm; }};
+    const CpuIsa isa = active_cpu_isa();
+    Tensor ey = Tensor::empty(Shape{batch, n}), edx = Tensor::empty(Shape{batch, n}), edw = Tensor::empty(Shape{n, n});
+    auto direct = [&](const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, const Tensor* bias_t) {
+      GemmF32Args g;
+      g.a = a.data_as<float>();
+      g.a_rows = a.dim(0);
+      g.a_cols = a.dim(1);
+      g.trans_a = ta;
+      g.b = b.data_as<float>();
+      g.b_rows = b.dim(0);
+      g.b_cols = b.dim(1);
+      g.trans_b = tb;
+      g.c = c.data_as<float>();
+      g.bias = bias_t ? bias_t->data_as<float>() : nullptr;
+      cpu_gemm_f32_direct(isa, g);
+    };
+    const std::function<void()> eigen_ops[3] = {[&] { direct(x, false, w, true, ey, &bias); },
+                                                [&] { direct(dy, false, w, false, edx, nullptr); },
+                                                [&] { direct(dy, true, x, false, edw, nullptr); }};
     Json eigen_json, belay32_json;
     for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
       const Tensor xd = x.to(dt), wd = w.to(dt), dyd = dy.to(dt), bd = bias.to(dt);
@@ -98,13 +110,14 @@ Json bench_gemm(const Options& o) {
         }
       }
       if (dt == DType::F32) {
-        Tensor yt = Tensor::empty(Shape{batch, n}), dxt = Tensor::empty(Shape{batch, n}), dwt = Tensor::empty(Shape{n, n});
-        Map(yt.data_as<float>(), batch, n) = ey.rowwise() - bm;  // check the product part
-        Map(dxt.data_as<float>(), batch, n) = edx;
-        Map(dwt.data_as<float>(), n, n) = edw;
+        Tensor yt = Tensor::empty(Shape{batch, n});  // check the product part
+        const float *yp = ey.data_as<float>(), *bp = bias.data_as<float>();
+        for (int64_t i = 0; i < batch; ++i)
+          for (int64_t j = 0; j < n; ++j) yt.data_as<float>()[i * n + j] = yp[i * n + j] - bp[j];
         check_product(x, false, w, true, yt, "eigen forward");
-        check_product(dy, false, w, false, dxt, "eigen dX");
-        check_product(dy, true, x, false, dwt, "eigen dW");
+        check_product(dy, false, w, false, edx, "eigen dX");
+        check_product(dy, true, x, false, edw, "eigen dW");
+        eigen_json["isa"] = cpu_isa_name(isa);
         entry["eigen_fp32"] = eigen_json;
       }
       GemmArgs nobias = fwd;

@@ -1,5 +1,5 @@
 // belay_bench: the CPU benchmark sections in one process, one JSON document out.
-//   belay_bench [--quick] [--only stream,amp,gemm,train,threads] --json FILE
+//   belay_bench [--quick] [--only stream,amp,gemm,isa,train,threads] --json FILE
 // A failed result check prints the reason and exits 1: no number is written for it.
 #include <omp.h>
 
@@ -10,6 +10,7 @@
 
 #include "bench/sections.h"
 #include "engine/error.h"
+#include "kernels/cpu/cpu_isa.h"
 
 using namespace belay::bench;
 
@@ -27,20 +28,26 @@ std::set<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   Options o;
   std::string json_path;
-  std::set<std::string> only{"stream", "amp", "gemm", "train", "threads"};
+  std::set<std::string> only{"stream", "amp", "gemm", "isa", "train", "threads"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") o.quick = true;
     else if (a == "--only" && i + 1 < argc) only = split(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else {
-      std::cerr << "usage: belay_bench [--quick] [--only stream,amp,gemm,train,threads] --json FILE\n";
+      std::cerr << "usage: belay_bench [--quick] [--only stream,amp,gemm,isa,train,threads] --json FILE\n";
       return 2;
     }
   }
-  Json doc{{"quick", o.quick}, {"omp_max_threads", omp_get_max_threads()}};
+  Json doc;
+  try {  // the CPU kernels' path: BELAY_CPU_ISA or the widest this CPU has
+    doc = Json{{"quick", o.quick}, {"omp_max_threads", omp_get_max_threads()}, {"cpu_isa", belay::cpu_isa_report()}};
+  } catch (const std::exception& e) {
+    std::cerr << "belay_bench: error: " << e.what() << "\n";
+    return 2;
+  }
   const std::pair<const char*, Json (*)(const Options&)> sections[] = {
-      {"stream", bench_stream}, {"amp", bench_amp}, {"gemm", bench_gemm}, {"train", bench_train}, {"threads", bench_threads}};
+      {"stream", bench_stream}, {"amp", bench_amp}, {"gemm", bench_gemm}, {"isa", bench_isa}, {"train", bench_train}, {"threads", bench_threads}};
   try {
     for (auto [name, fn] : sections) {
       if (!only.count(name)) continue;

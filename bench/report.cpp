@@ -128,6 +128,36 @@ int main(int argc, char** argv) {
     target("belay fp32 matmul / Eigen direct (worst product and size)", worst, ">=", 0.9);
     std::printf("\n");
   }
+  if (doc.contains("isa")) {
+    const Json& is = doc["isa"];
+    std::printf("### CPU ISA paths: FMA peak and fp32 GEMM, Linear(%lld) products at batch %lld, %d threads "
+                "(in use: %s)\n\n",
+                static_cast<long long>(is["n"].get<int64_t>()), static_cast<long long>(is["batch"].get<int64_t>()),
+                is["threads"].get<int>(), is["cpu_isa"].get<std::string>().c_str());
+    print_header({"path", "FMA peak GFLOP/s", "product", "GEMM GFLOP/s", "of its peak", "of the widest peak"});
+    double widest_worst = NAN;
+    std::string widest;
+    for (const Json& p : is["paths"]) {
+      if (!p["available"].get<bool>()) {
+        std::string m;
+        for (const Json& f : p["missing"]) m += (m.empty() ? "" : ", ") + f.get<std::string>();
+        print_row({p["isa"], "not on this CPU (lacks " + m + ")", "", "", "", ""});
+        continue;
+      }
+      widest = p["isa"];
+      widest_worst = INFINITY;
+      for (const char* op : {"forward", "dX", "dW"}) {
+        const Json& g = p["gemm_fp32"][op];
+        widest_worst = std::fmin(widest_worst, num(g["fraction_of_peak"]));
+        print_row({p["isa"], fmt(num(p["peak"]["gflops"])), op, fmt(num(g["gflops"])), fmt(num(g["fraction_of_peak"]), 2),
+                   fmt(num(g["fraction_of_widest_peak"]), 2)});
+      }
+    }
+    target("fp32 GEMM, Linear(" + std::to_string(is["n"].get<int64_t>()) + ") products on the widest path (" + widest +
+               "), fraction of the in-run FMA peak (worst product)",
+           widest_worst, ">=", 0.8);
+    std::printf("\n");
+  }
   if (doc.contains("train")) {
     std::printf("### Training step, batch 256 (AdamW; belts = fused guard + clip 1.0 + loss scaling for fp16)\n\n");
     print_header({"model", "dtype", "samples/s, plain", "samples/s, belts", "belts overhead", "step ms, belts",

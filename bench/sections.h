@@ -7,6 +7,7 @@
 
 #include "bench/harness.h"
 #include "engine/dtype.h"
+#include "engine/tensor.h"
 
 namespace belay::bench {
 
@@ -15,6 +16,7 @@ Json bench_amp(const Options& o);      // fused vs unfused AMP step vs AdamW alo
 Json bench_gemm(const Options& o);     // belay's matmul vs Eigen direct, linear layer products
 Json bench_train(const Options& o);    // whole training steps: samples/s, belts on/off, allocations
 Json bench_threads(const Options& o);  // 1 thread vs 2 threads on the kernels above
+Json bench_isa(const Options& o);      // per CPU ISA path: FMA peak, fp32 GEMM and its fraction of the peak
 
 // Training configurations, timed (bench_train runs the grid; bench_threads reuses it).
 struct TrainModel {
@@ -28,5 +30,7 @@ std::pair<Json, Json> train_pair(const TrainModel& spec, DType dtype, int warmup
 // Helpers shared by the sections.
 double stream_copy_gbs(size_t bytes_per_array, int reps);  // one copy measurement, GB/s (median)
 int max_threads();
+// C = op(A) op(B): 16 sampled entries against an FP64 dot product (CheckFailure if off).
+void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const std::string& what);
 
 }  // namespace belay::bench

@@ -181,5 +181,10 @@ const Backend& backend_for(Device device);
 int cuda_device_count();       // 0 when built without CUDA or no GPU/driver
 bool cuda_compiled();          // whether this build has the CUDA backend
 void require_device(Device device);  // throws UsageError with a clear reason if unusable
+// The CPU kernels' vector ISA (kernels/cpu/cpu_isa.h): force a path by name ("baseline",
+// "avx2", "avx512"; UsageError if unknown or the CPU lacks it), and the `cpu isa:` line:
+// the path in use and what the CPU has.
+void select_cpu_isa(const std::string& name);
+std::string cpu_isa_line();
 
 }  // namespace belay

@@ -1,53 +1,70 @@
 #include "kernels/cpu/cpu_gemm.h"
 
-#include <Eigen/Core>
-
 #include "engine/error.h"
+#include "kernels/cpu/isa/gemm_f32.h"
 
 namespace belay {
 namespace {
-
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMap = Eigen::Map<const RowMat>;
-using MutMap = Eigen::Map<RowMat>;
 
 // An FP32 view of a matrix: the tensor itself when it is FP32, else a widened copy taken
 // from the caching allocator (reused step after step, so nothing is allocated in steady state).
 Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
 
-}  // namespace
+void run_f32(CpuIsa isa, const GemmF32Args& g) {
+  switch (isa) {
+    case CpuIsa::Baseline: isa_baseline::gemm_f32(g); break;
+    case CpuIsa::Avx2: isa_avx2::gemm_f32(g); break;
+    case CpuIsa::Avx512: isa_avx512::gemm_f32(g); break;
+  }
+}
 
-void cpu_gemm(const GemmArgs& args) {
-  const auto [m, n, k] = check_gemm(args);
+void require_path(CpuIsa isa) {
+  if (!cpu_isa_available(isa))
+    throw Error(std::string("gemm: the ") + cpu_isa_name(isa) + " path cannot run on this CPU");
+}
+
+void run_gemm(CpuIsa isa, const GemmArgs& args) {
+  check_gemm(args);
   if (!args.a->device().is_cpu()) throw Error("gemm: CPU backend given " + args.a->describe());
   const Tensor& a = *args.a;
   const Tensor& b = *args.b;
   Tensor& c = *args.c;
 
   const Tensor a32 = as_f32(a), b32 = as_f32(b);
-  const ConstMap am(a32.data_as<float>(), a.dim(0), a.dim(1));
-  const ConstMap bm(b32.data_as<float>(), b.dim(0), b.dim(1));
   // FP32 result: written in place; otherwise into a scratch rounded once at the end.
   const bool direct = c.dtype() == DType::F32;
   Tensor scratch = direct ? c : Tensor::empty(c.shape(), DType::F32, c.device());
-  MutMap cm(scratch.data_as<float>(), m, n);
+  Tensor bias32;
+  if (args.bias) bias32 = as_f32(*args.bias);
 
-  auto product = [&](auto&& lhs, auto&& rhs) {
-    if (args.beta == 1.0f)
-      cm.noalias() += lhs * rhs;
-    else
-      cm.noalias() = lhs * rhs;
-  };
-  if (!args.trans_a && !args.trans_b) product(am, bm);
-  else if (!args.trans_a && args.trans_b) product(am, bm.transpose());
-  else if (args.trans_a && !args.trans_b) product(am.transpose(), bm);
-  else product(am.transpose(), bm.transpose());
-
-  if (args.bias) {
-    const Tensor bias32 = as_f32(*args.bias);
-    cm.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias32.data_as<float>(), n);
-  }
+  GemmF32Args g;
+  g.a = a32.data_as<float>();
+  g.a_rows = a.dim(0);
+  g.a_cols = a.dim(1);
+  g.trans_a = args.trans_a;
+  g.b = b32.data_as<float>();
+  g.b_rows = b.dim(0);
+  g.b_cols = b.dim(1);
+  g.trans_b = args.trans_b;
+  g.c = scratch.data_as<float>();
+  g.accumulate = args.beta == 1.0f;
+  g.bias = args.bias ? bias32.data_as<float>() : nullptr;
+  run_f32(isa, g);
   if (!direct) c.copy_from(scratch);
+}
+
+}  // namespace
+
+void cpu_gemm(const GemmArgs& args) { run_gemm(active_cpu_isa(), args); }
+
+void cpu_gemm_on(CpuIsa isa, const GemmArgs& args) {
+  require_path(isa);
+  run_gemm(isa, args);
+}
+
+void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args) {
+  require_path(isa);
+  run_f32(isa, args);
 }
 
 }  // namespace belay

@@ -1,11 +1,18 @@
-// Matrix products on the CPU through Eigen. Low-precision inputs are widened to FP32
+// Matrix products on the CPU through Eigen, built once per vector ISA (kernels/cpu/isa/)
+// and chosen at run time (kernels/cpu/cpu_isa.h). Low-precision inputs are widened to FP32
 // exactly, multiplied and summed in FP32 and rounded once on output: the numerics of a
 // tensor core. Moves (M*K + K*N + M*N) elements, does 2*M*N*K flops.
 #pragma once
 #include "engine/backend.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace belay {
 
-void cpu_gemm(const GemmArgs& args);
+void cpu_gemm(const GemmArgs& args);                // on the active path
+void cpu_gemm_on(CpuIsa isa, const GemmArgs& args); // on the given path (tests, bench); Error if unavailable
+struct GemmF32Args;
+// The path's FP32 Eigen product on raw pointers, no checks or widening: what belay's wrapper
+// adds is measured against it (bench/gemm.cpp). Error if the path cannot run here.
+void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args);
 
 }  // namespace belay

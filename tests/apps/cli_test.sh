@@ -47,6 +47,20 @@ expect_error "bad finfo value" 2 finfo abc
 expect_error "unknown scenario" 2 train --scenario nope
 expect_error "bad grad dtype" 2 train --grad-dtype fp64
 expect_error "bad growth factor" 2 train --dtype fp16 --growth-factor 0.5
+expect_error "unknown cpu isa" 2 --cpu-isa sse9 info
+expect_error "unknown cpu isa after the subcommand" 2 train --steps 1 --cpu-isa avx3
+BELAY_CPU_ISA=sse9 expect_error "unknown BELAY_CPU_ISA" 2 train --steps 1
+# The CPU ISA paths: the line `belay info` prints, forcing baseline, and a path the CPU lacks.
+isa_line=$("$belay" info | grep '^cpu isa: ')
+[ -n "$isa_line" ] && pass "info prints '$isa_line'" || fail "info has no 'cpu isa:' line"
+"$belay" --cpu-isa baseline info | grep -q '^cpu isa: baseline (cpu has: ' && pass "--cpu-isa baseline" ||
+  fail "--cpu-isa baseline"
+BELAY_CPU_ISA=baseline "$belay" info | grep -q '^cpu isa: baseline ' && pass "BELAY_CPU_ISA=baseline" ||
+  fail "BELAY_CPU_ISA=baseline"
+if ! grep -q 'avx512f' <<<"$isa_line"; then
+  expect_error "avx512 on a CPU without it" 2 --cpu-isa avx512 info
+  BELAY_CPU_ISA=avx512 expect_error "BELAY_CPU_ISA=avx512 on a CPU without it" 2 train --steps 1
+fi
 
 # An unwritable CSV path: exit 2 before any work, and no file (not even a partial one) left.
 expect_error "unwritable csv" 2 train --steps 5 --csv "$tmp/no/such/dir/run.csv"

@@ -15,10 +15,12 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tests/kernels/gemm_case.h"
 #include "tests/tolerance.h"
 
 using namespace belay;
 using belay::test::check_close;
+using belay::test::GemmCase;
 using belay::test::Tolerance;
 using belay::test::tolerance_for;
 
@@ -55,56 +57,9 @@ const char* name(DType d) { return dtype_name(d); }
 
 namespace {
 
-struct GemmCase {
-  int64_t m, n, k;
-};
-
 void run_gemm_case(const GemmCase& gc, bool ta, bool tb, DType in, DType out, bool with_bias, bool beta1,
                    uint64_t seed) {
-  INFO("gemm M=" << gc.m << " N=" << gc.n << " K=" << gc.k << " trans_a=" << ta << " trans_b=" << tb << " in="
-                 << name(in) << " out=" << name(out) << " bias=" << with_bias << " beta=" << beta1);
-  const Tensor a = random_tensor(ta ? Shape{gc.k, gc.m} : Shape{gc.m, gc.k}, in, seed);
-  const Tensor b = random_tensor(tb ? Shape{gc.n, gc.k} : Shape{gc.k, gc.n}, in, seed + 1);
-  const Tensor bias = random_tensor(Shape{gc.n}, DType::F32, seed + 2);
-  Tensor c = beta1 ? random_tensor(Shape{gc.m, gc.n}, out, seed + 3) : Tensor::full(Shape{gc.m, gc.n}, NAN, out);
-  const std::vector<double> av = as_double(a), bv = as_double(b), biasv = as_double(bias), c0 = as_double(c);
-
-  std::vector<double> expected(static_cast<size_t>(gc.m * gc.n)), magnitude(expected.size());
-  for (int64_t i = 0; i < gc.m; ++i)
-    for (int64_t j = 0; j < gc.n; ++j) {
-      double s = 0.0, mag = 0.0;
-      for (int64_t p = 0; p < gc.k; ++p) {
-        const double x = ta ? av[p * gc.m + i] : av[i * gc.k + p];
-        const double y = tb ? bv[j * gc.k + p] : bv[p * gc.n + j];
-        s += x * y;
-        mag += std::fabs(x * y);
-      }
-      if (with_bias) {
-        s += biasv[j];
-        mag += std::fabs(biasv[j]);
-      }
-      if (beta1) {
-        s += c0[i * gc.n + j];
-        mag += std::fabs(c0[i * gc.n + j]);
-      }
-      expected[i * gc.n + j] = s;
-      magnitude[i * gc.n + j] = mag;
-    }
-
-  GemmArgs args;
-  args.a = &a;
-  args.trans_a = ta;
-  args.b = &b;
-  args.trans_b = tb;
-  args.c = &c;
-  args.beta = beta1 ? 1.0f : 0.0f;
-  args.bias = with_bias ? &bias : nullptr;
-  cpu().gemm(args);
-  REQUIRE(c.dtype() == out);
-  // K products (exact in FP32 for 16-bit inputs, one rounding each for FP32 inputs: covered by
-  // the classic gamma_K bound), plus one addition each for the bias and the old C.
-  const int64_t len = gc.k + (with_bias ? 1 : 0) + (beta1 ? 1 : 0);
-  check_close(c.to_vector(), expected, tolerance_for(DType::F32, out, len), magnitude);
+  belay::test::run_gemm_case(gc, ta, tb, in, out, with_bias, beta1, seed, [](const GemmArgs& a) { cpu().gemm(a); });
 }
 
 }  // namespace

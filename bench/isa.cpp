@@ -1,0 +1,92 @@
+// Per CPU ISA path (kernels/cpu/cpu_isa.h), in one run: the FMA peak of the machine on all
+// threads (bench/fma_peak.cpp, a copy per path) and the fp32 GEMM of the three Linear(4096)
+// products at batch 256 through that path (belay's gemm forced onto it), as GFLOP/s and as a
+// fraction of the same path's peak and of the widest path's peak (the machine's limit).
+// 4096 also under --quick: it is the target shape, and a few seconds per path.
+//
+// Checks: every lane of the peak loop ends at exactly 1 (x = 0.75 x + 0.25 from 1), so a
+// loop the compiler removed or cut short cannot report; the GEMMs as in bench/gemm.cpp.
+#include <cmath>
+
+#include "bench/fma_peak.h"
+#include "bench/sections.h"
+#include "engine/backend.h"
+#include "engine/random.h"
+#include "kernels/cpu/cpu_gemm.h"
+#include "kernels/cpu/cpu_isa.h"
+
+namespace belay::bench {
+namespace {
+
+PeakRun run_peak(CpuIsa isa, int64_t iters) {
+  switch (isa) {
+    case CpuIsa::Baseline: return isa_baseline::fma_peak(iters, 0.75f, 0.25f, 1.0f);
+    case CpuIsa::Avx2: return isa_avx2::fma_peak(iters, 0.75f, 0.25f, 1.0f);
+    case CpuIsa::Avx512: return isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f);
+  }
+  return {};
+}
+
+Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng) {
+  Tensor t = Tensor::empty(Shape{r, c});
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < r * c; ++i) p[i] = rng.uniform(-bound, bound);
+  return t;
+}
+
+}  // namespace
+
+Json bench_isa(const Options& o) {
+  const int64_t batch = 256, n = 4096;
+  const int reps = o.quick ? 3 : 5;
+  const int64_t iters = 50'000'000;
+  const double flops = 2.0 * static_cast<double>(batch) * n * n;
+  Rng rng(4096);
+  const Tensor x = random_matrix(batch, n, 1.0f, rng), w = random_matrix(n, n, 1.0f / std::sqrt((float)n), rng);
+  const Tensor dy = random_matrix(batch, n, 1e-2f, rng), bias = random_matrix(1, n, 0.1f, rng).reshape(Shape{n});
+  Tensor y = Tensor::empty(Shape{batch, n}), dx = Tensor::empty(Shape{batch, n}), dw = Tensor::empty(Shape{n, n});
+  const GemmArgs ops[3] = {{&x, false, &w, true, &y, 0.0f, &bias},
+                           {&dy, false, &w, false, &dx, 0.0f, nullptr},
+                           {&dy, true, &x, false, &dw, 0.0f, nullptr}};
+  const char* names[3] = {"forward", "dX", "dW"};
+
+  Json paths = Json::array();
+  double widest_peak = NAN;
+  for (const CpuIsa isa : kAllCpuIsas) {
+    Json p{{"isa", cpu_isa_name(isa)}, {"available", cpu_isa_available(isa)}};
+    if (!cpu_isa_available(isa)) {
+      p["missing"] = cpu_isa_missing(isa);
+      paths.push_back(p);
+      continue;
+    }
+    PeakRun run;
+    const Timing tp = time_it(1, reps, [&] { run = run_peak(isa, iters); });
+    require(run.sum == static_cast<double>(run.lanes_total),
+            std::string("fma peak ") + cpu_isa_name(isa) + ": lanes sum to " + std::to_string(run.sum) + ", expected " +
+                std::to_string(run.lanes_total));
+    const double peak = run.flops / (tp.median_ms * 1e6);
+    p["peak"] = Json{{"time", to_json(tp)}, {"gflops", peak}, {"flops", run.flops}};
+    widest_peak = peak;  // paths are in increasing width; the last available is the widest
+    for (int i = 0; i < 3; ++i) {
+      const Timing t = time_it(1, reps, [&] { cpu_gemm_on(isa, ops[i]); });
+      const double g = flops / (t.median_ms * 1e6);
+      p["gemm_fp32"][names[i]] = Json{{"time", to_json(t)}, {"gflops", g}, {"fraction_of_peak", g / peak}};
+    }
+    GemmArgs nobias = ops[0];
+    nobias.bias = nullptr;
+    cpu_gemm_on(isa, nobias);
+    const std::string tag = std::string(" (") + cpu_isa_name(isa) + ")";
+    check_product(x, false, w, true, y, "isa forward" + tag);
+    check_product(dy, false, w, false, dx, "isa dX" + tag);
+    check_product(dy, true, x, false, dw, "isa dW" + tag);
+    paths.push_back(p);
+  }
+  for (Json& p : paths)
+    if (p["available"].get<bool>())
+      for (const char* op : names)
+        p["gemm_fp32"][op]["fraction_of_widest_peak"] = p["gemm_fp32"][op]["gflops"].get<double>() / widest_peak;
+  return Json{{"threads", max_threads()}, {"batch", batch}, {"n", n}, {"cpu_isa", cpu_isa_report()},
+              {"paths", paths}};
+}
+
+}  // namespace belay::bench

@@ -1,0 +1,28 @@
+// The FP32 product C (+)= op(A) op(B) (+ bias), once per vector ISA. gemm_f32.cpp is
+// compiled once per path with exactly that path's flags (kernels/cpu/isa/isa.cmake), with
+// Eigen's namespace renamed and its own code in a namespace per path, so no template or
+// inline function is shared between the copies (the linker would keep one copy for all:
+// shared/TOOLCHAIN.md). This header holds only plain types and declarations.
+// Moves (M*K + K*N + M*N) floats (+ M*N more read when accumulating), does 2*M*N*K flops.
+#pragma once
+#include <cstdint>
+
+namespace belay {
+
+struct GemmF32Args {
+  const float* a = nullptr;  // row-major, a_rows x a_cols as stored (before op)
+  int64_t a_rows = 0, a_cols = 0;
+  bool trans_a = false;
+  const float* b = nullptr;  // row-major, b_rows x b_cols as stored
+  int64_t b_rows = 0, b_cols = 0;
+  bool trans_b = false;
+  float* c = nullptr;        // row-major M x N
+  bool accumulate = false;   // C += product; else C = product
+  const float* bias = nullptr;  // [N] added to every row, or null
+};
+
+namespace isa_baseline { void gemm_f32(const GemmF32Args& args); }
+namespace isa_avx2 { void gemm_f32(const GemmF32Args& args); }
+namespace isa_avx512 { void gemm_f32(const GemmF32Args& args); }
+
+}  // namespace belay

@@ -1,0 +1,32 @@
+# The CPU kernels per vector ISA: each source listed here is compiled once per path, with
+# exactly that path's flags (never -march=native: one binary runs on every x86-64 CPU and
+# kernels/cpu/cpu_isa.cpp picks the path at run time). Each copy gets BELAY_ISA_NS
+# (isa_<path>) for its own code and BELAY_EIGEN_NS (Eigen_<path>) to rename Eigen, so no
+# template is shared between copies (shared/TOOLCHAIN.md: the linker keeps one copy of a
+# weak symbol, which would run AVX-512 code on an AVX2 CPU, or baseline code everywhere).
+set(BELAY_CPU_ISAS baseline avx2 avx512)
+set(BELAY_ISA_FLAGS_baseline "")
+set(BELAY_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
+set(BELAY_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c)
+# g++ 12 warns "may be used uninitialized" inside its own avx512fintrin.h (the _mm512_undefined
+# idiom, inlined into Eigen's packet code): noise from the system headers, not our code.
+set(BELAY_ISA_WARN_avx512 $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
+
+# belay_add_isa_objects(<prefix> <source>...): OBJECT libraries <prefix>_<isa>; their
+# objects are listed in <prefix>_OBJECTS (a generator expression) in the caller's scope.
+function(belay_add_isa_objects prefix)
+  set(objects "")
+  foreach(isa IN LISTS BELAY_CPU_ISAS)
+    add_library(${prefix}_${isa} OBJECT ${ARGN})
+    target_include_directories(${prefix}_${isa} PRIVATE ${PROJECT_SOURCE_DIR})
+    target_link_libraries(${prefix}_${isa} PRIVATE Eigen3::Eigen OpenMP::OpenMP_CXX)
+    target_compile_definitions(${prefix}_${isa} PRIVATE BELAY_ISA_NS=isa_${isa} BELAY_EIGEN_NS=Eigen_${isa}
+                                                        BELAY_ISA_${isa}=1)
+    target_compile_options(${prefix}_${isa} PRIVATE ${BELAY_ISA_FLAGS_${isa}} -Wall -Wextra ${BELAY_ISA_WARN_${isa}})
+    list(APPEND objects $<TARGET_OBJECTS:${prefix}_${isa}>)
+  endforeach()
+  set(${prefix}_OBJECTS ${objects} PARENT_SCOPE)
+endfunction()
+
+belay_add_isa_objects(belay_cpu_isa ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp)
+target_sources(belay_core PRIVATE ${belay_cpu_isa_OBJECTS})

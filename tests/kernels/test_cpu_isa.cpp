@@ -1,0 +1,168 @@
+// The per-ISA copies of the CPU kernels (kernels/cpu/isa/): each path this CPU can run is
+// checked against the FP64 reference of tests/kernels/gemm_case.h on odd shapes, in all
+// four layouts, with bias and beta = 1; a path the CPU lacks is skipped with the features
+// it misses (CTEST_SKIP, tests/CMakeLists.txt). Then the dispatch itself: forcing a path
+// changes the code that runs, and a bad name or an unavailable path is a UsageError.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_gemm.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "tests/kernels/gemm_case.h"
+#include "tests/tolerance.h"
+
+using namespace belay;
+using belay::test::GemmCase;
+
+namespace {
+
+std::string missing_list(CpuIsa isa) {
+  std::string s;
+  for (const std::string& m : cpu_isa_missing(isa)) s += (s.empty() ? "" : ", ") + m;
+  return s;
+}
+
+// Restores the active path when a test that forces one ends.
+struct IsaRestore {
+  CpuIsa saved = active_cpu_isa();
+  ~IsaRestore() { force_cpu_isa(saved); }
+};
+
+void gemm_suite(CpuIsa isa) {
+  if (!cpu_isa_available(isa)) {
+    WARN("CTEST_SKIP: the " << cpu_isa_name(isa) << " path needs " << missing_list(isa)
+                            << ", which this CPU lacks (it has: " << cpu_features_string() << ")");
+    return;
+  }
+  INFO("path " << cpu_isa_name(isa));
+  auto gemm = [isa](const GemmArgs& a) { cpu_gemm_on(isa, a); };
+  // 1, 7, 129, 1000 in every role; K never a multiple of 32.
+  const GemmCase shapes[] = {{1, 1, 1},    {7, 129, 1},     {129, 7, 13},   {1, 129, 7},
+                             {7, 7, 1000}, {33, 1, 1023},   {1000, 7, 129}, {129, 1000, 33}};
+  uint64_t seed = 700;
+  for (DType in : {DType::F32, DType::F16, DType::BF16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const GemmCase& gc : shapes) test::run_gemm_case(gc, ta, tb, in, in, false, false, seed += 10, gemm);
+  for (DType in : {DType::F32, DType::F16, DType::BF16}) {
+    for (DType out : {DType::F32, DType::F16, DType::BF16}) {
+      test::run_gemm_case({7, 129, 1000}, false, true, in, out, true, false, seed += 10, gemm);  // forward + bias
+      test::run_gemm_case({129, 7, 13}, true, false, in, out, true, false, seed += 10, gemm);
+    }
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        test::run_gemm_case({129, 1000, 7}, ta, tb, in, DType::F32, false, true, seed += 10, gemm);  // C += A B
+        test::run_gemm_case({7, 129, 1000}, ta, tb, in, DType::F32, true, true, seed += 10, gemm);
+        test::run_gemm_case({1, 1, 1}, ta, tb, in, DType::F32, true, true, seed += 10, gemm);
+      }
+  }
+}
+
+std::vector<uint32_t> bits(const Tensor& t) {
+  const std::vector<float> v = t.to_vector();
+  std::vector<uint32_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * 4);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cpu isa baseline: gemm against the FP64 reference, odd shapes, all layouts", "[kernels][cpu][isa]") {
+  gemm_suite(CpuIsa::Baseline);
+}
+TEST_CASE("cpu isa avx2: gemm against the FP64 reference, odd shapes, all layouts", "[kernels][cpu][isa]") {
+  gemm_suite(CpuIsa::Avx2);
+}
+TEST_CASE("cpu isa avx512: gemm against the FP64 reference, odd shapes, all layouts", "[kernels][cpu][isa]") {
+  gemm_suite(CpuIsa::Avx512);
+}
+
+TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernels][cpu][isa]") {
+  const CpuIsa best = best_cpu_isa();
+  if (best == CpuIsa::Baseline) {
+    WARN("CTEST_SKIP: only the baseline path runs here (cpu has: " << cpu_features_string() << ")");
+    return;
+  }
+  IsaRestore restore;
+  const Tensor a = test::gemm_random_tensor(Shape{129, 1000}, DType::F32, 11);
+  const Tensor b = test::gemm_random_tensor(Shape{1000, 67}, DType::F32, 12);
+  auto through_backend = [&](CpuIsa isa) {
+    force_cpu_isa(isa);
+    REQUIRE(active_cpu_isa() == isa);
+    Tensor c = Tensor::empty(Shape{129, 67});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &b;
+    args.c = &c;
+    cpu_backend().gemm(args);
+    return c;
+  };
+  auto direct = [&](CpuIsa isa) {
+    Tensor c = Tensor::empty(Shape{129, 67});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &b;
+    args.c = &c;
+    cpu_gemm_on(isa, args);
+    return c;
+  };
+  const Tensor c_base = through_backend(CpuIsa::Baseline), c_best = through_backend(best);
+  // The backend runs the forced path: bit for bit what that path gives called directly.
+  CHECK(bits(c_base) == bits(direct(CpuIsa::Baseline)));
+  CHECK(bits(c_best) == bits(direct(best)));
+  // The paths are different code (FMA vs separate multiply and add, other blockings), so
+  // over K = 1000 some bits differ; equal bits everywhere would mean the linker merged the
+  // copies into one (the failure shared/TOOLCHAIN.md describes).
+  const std::vector<uint32_t> p = bits(c_base), q = bits(c_best);
+  size_t differing = 0;
+  for (size_t i = 0; i < p.size(); ++i) differing += p[i] != q[i];
+  INFO("baseline vs " << cpu_isa_name(best) << ": " << differing << " of " << p.size() << " elements differ in bits");
+  CHECK(differing > 0);
+  // ... and both are within the tolerance of each other: each is within gamma_K (+ one
+  // rounding) of the exact product, so their distance is within twice that, which is the
+  // helper's bound for a reduction of length 2K + 1 (rel = (2K + 2) u32).
+  std::vector<double> magnitude(p.size()), best_values(p.size());
+  const std::vector<float> av = a.to_vector(), bv = b.to_vector(), bestv = c_best.to_vector();
+  for (int64_t i = 0; i < 129; ++i)
+    for (int64_t j = 0; j < 67; ++j) {
+      double mag = 0.0;
+      for (int64_t k = 0; k < 1000; ++k) mag += std::fabs(static_cast<double>(av[i * 1000 + k]) * bv[k * 67 + j]);
+      magnitude[i * 67 + j] = mag;
+      best_values[i * 67 + j] = bestv[i * 67 + j];
+    }
+  test::check_close(c_base.to_vector(), best_values, test::tolerance_for(DType::F32, DType::F32, 2 * 1000 + 1),
+                    magnitude);
+}
+
+TEST_CASE("cpu isa: unknown names and paths the CPU lacks are UsageErrors", "[kernels][cpu][isa]") {
+  CHECK_THROWS_AS(parse_cpu_isa("sse9"), UsageError);
+  CHECK_THROWS_WITH(parse_cpu_isa("AVX2"), Catch::Contains("baseline, avx2 or avx512"));
+  CHECK_THROWS_AS(select_cpu_isa("avx1024"), UsageError);
+  for (CpuIsa isa : kAllCpuIsas) CHECK(parse_cpu_isa(cpu_isa_name(isa)) == isa);
+  CHECK(cpu_isa_available(CpuIsa::Baseline));
+  CHECK(cpu_isa_available(best_cpu_isa()));
+  // The report names the path in use and what the CPU has.
+  CHECK_THAT(cpu_isa_report(), Catch::StartsWith(cpu_isa_name(active_cpu_isa())));
+  CHECK_THAT(cpu_isa_line(), Catch::Contains("cpu has: "));
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (cpu_isa_available(isa)) continue;
+    IsaRestore restore;
+    INFO("path " << cpu_isa_name(isa));
+    CHECK_THROWS_AS(force_cpu_isa(isa), UsageError);
+    CHECK_THROWS_WITH(force_cpu_isa(isa), Catch::Contains(cpu_isa_missing(isa).front()));
+    CHECK(active_cpu_isa() == restore.saved);  // a refused request changes nothing
+    Tensor a = Tensor::empty(Shape{2, 2}), c = Tensor::empty(Shape{2, 2});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &a;
+    args.c = &c;
+    CHECK_THROWS_AS(cpu_gemm_on(isa, args), Error);
+  }
+}
