@@ -19,7 +19,10 @@ namespace {
 
 std::string version_string() {
   std::string v = std::string("belay ") + BELAY_VERSION + " (cpu";
-  if (belay::cuda_compiled()) v += ", cuda built: " + std::to_string(belay::cuda_device_count()) + " device(s) visible";
+  if (BELAY_CUDA_EMULATION)
+    v += ", cuda emulated on the CPU (SIMT emulator): " + std::to_string(belay::cuda_device_count()) + " device(s)";
+  else if (belay::cuda_compiled())
+    v += ", cuda built: " + std::to_string(belay::cuda_device_count()) + " device(s) visible";
   else v += ", built without cuda";
   return v + "; " + std::to_string(omp_get_max_threads()) + " OpenMP threads)";
 }

@@ -20,7 +20,7 @@ foreach(seed ${BELAY_EMU_SEEDS})
   # EXTRA_ARGS differ per seed so that each discovery writes files of its own (Catch2 v2
   # names them by a hash of its arguments).
   catch_discover_tests(belay_gpu_tests TEST_PREFIX "emu.seed${seed}." EXTRA_ARGS --rng-seed ${seed} PROPERTIES
-    LABELS "gpu;emulated" SKIP_REGULAR_EXPRESSION "CTEST_SKIP:"
+    LABELS emulated SKIP_REGULAR_EXPRESSION "CTEST_SKIP:"
     ENVIRONMENT "BELAY_EMU_SEED=${seed};BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
 endforeach()
 
@@ -37,7 +37,7 @@ catch_discover_tests(belay_emulator_tests TEST_PREFIX "emu.simt." PROPERTIES LAB
 # belay train --device cuda, end to end on the emulated device: the CLI's own run, its CSV,
 # and the same run on the CPU to compare with.
 add_test(NAME emu.train_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/train_cli.sh $<TARGET_FILE:belay>)
-set_tests_properties(emu.train_cli PROPERTIES LABELS "gpu;emulated"
+set_tests_properties(emu.train_cli PROPERTIES LABELS emulated
   ENVIRONMENT "BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
 
 # ---- planted bugs -----------------------------------------------------------------------

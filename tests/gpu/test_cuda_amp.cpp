@@ -155,7 +155,9 @@ TEST_CASE("cuda clip_coefficient, unscale_inplace and scale_inplace give the CPU
 namespace {
 
 // Parameters for an optimizer test: masters, moments, grads and working copies on both
-// devices, 40 slots of odd sizes (two launches on the GPU).
+// devices, 40 slots of odd sizes and one of three 16384-element chunks and a ragged fourth
+// (multi_tensor.cuh: the blocks sharing a tensor must meet exactly at chunk boundaries);
+// two launches on the GPU.
 struct OptimState {
   std::vector<Tensor> master[2], m[2], v[2], grad[2], working[2];
   std::vector<DType> working_dtype;
@@ -165,24 +167,27 @@ OptimState make_optim_state(uint64_t seed) {
   OptimState st;
   const DType grad_dtypes[] = {DType::F32, DType::F16, DType::BF16};
   const DType working_dtypes[] = {DType::F16, DType::BF16, DType::F32};  // F32: no working copy
-  int i = 0;
+  std::vector<int64_t> sizes;
   for (int rep = 0; rep < 10; ++rep)
-    for (int64_t n : odd_sizes()) {
-      const Shape shape{n};
-      const std::vector<float> p = random_values(n, seed + 4 * i, -1.0f, 1.0f);
-      const std::vector<float> g = random_values(n, seed + 4 * i + 1, -4096.0f, 4096.0f, grad_dtypes[i % 3]);
-      const DType wd = working_dtypes[(i / 3) % 3];
-      st.working_dtype.push_back(wd);
-      for (int dev = 0; dev < 2; ++dev) {
-        const Device device = dev ? Device::cuda() : Device::cpu();
-        st.master[dev].push_back(Tensor::from_vector(p, shape, DType::F32, device));
-        st.m[dev].push_back(Tensor::zeros(shape, DType::F32, device));
-        st.v[dev].push_back(Tensor::zeros(shape, DType::F32, device));
-        st.grad[dev].push_back(Tensor::from_vector(g, shape, grad_dtypes[i % 3], device));
-        st.working[dev].push_back(Tensor::from_vector(p, shape, wd, device));
-      }
-      ++i;
+    for (int64_t n : odd_sizes()) sizes.push_back(n);
+  sizes.push_back(3 * 16384 + 1001);
+  int i = 0;
+  for (int64_t n : sizes) {
+    const Shape shape{n};
+    const std::vector<float> p = random_values(n, seed + 4 * i, -1.0f, 1.0f);
+    const std::vector<float> g = random_values(n, seed + 4 * i + 1, -4096.0f, 4096.0f, grad_dtypes[i % 3]);
+    const DType wd = working_dtypes[(i / 3) % 3];
+    st.working_dtype.push_back(wd);
+    for (int dev = 0; dev < 2; ++dev) {
+      const Device device = dev ? Device::cuda() : Device::cpu();
+      st.master[dev].push_back(Tensor::from_vector(p, shape, DType::F32, device));
+      st.m[dev].push_back(Tensor::zeros(shape, DType::F32, device));
+      st.v[dev].push_back(Tensor::zeros(shape, DType::F32, device));
+      st.grad[dev].push_back(Tensor::from_vector(g, shape, grad_dtypes[i % 3], device));
+      st.working[dev].push_back(Tensor::from_vector(p, shape, wd, device));
     }
+    ++i;
+  }
   return st;
 }
 

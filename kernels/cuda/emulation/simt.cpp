@@ -135,16 +135,24 @@ struct SharedRegion {
   size_t bytes = 0;
   uint32_t window = 0;  // its shared-window address
   int index = 0;        // declaration order, for reports
+  Shadow* writes = nullptr;  // bytes entries each, from the shadow pool
+  Shadow* reads = nullptr;
+};
+
+// Shadows are kept per declaration (and size) from block to block and launch to launch:
+// barrier intervals are numbered across all of them, so an entry left by an earlier block
+// is simply from another interval and needs no clearing.
+struct ShadowPair {
   std::vector<Shadow> writes, reads;
 };
 
 struct Block {
   GridLaunch* launch = nullptr;
   uint3 idx{};
-  std::vector<Thread> threads;
+  std::vector<Thread> threads;  // reused from block to block: resized, each thread reset
   std::vector<SharedRegion> regions;
   uint32_t next_window = 0;
-  uint32_t interval = 1;
+  uint32_t interval = 0;
   std::vector<uint16_t> warp_epoch;
   std::string fault;  // the first fault, "" if none
   int faults = 0;
@@ -156,6 +164,8 @@ Block* g_block = nullptr;
 // The span of the running block's shared allocations: most accesses the hooks see are to
 // registers spilled on the fiber's stack or to global memory, and leave at this test.
 uintptr_t g_shared_lo = 0, g_shared_hi = 0;
+uint32_t g_intervals = 0;  // barrier intervals numbered across every block and launch
+std::map<std::pair<const void*, size_t>, ShadowPair> g_shadows;
 void* g_sched_sp = nullptr;
 std::vector<char*> g_stacks;  // reused from block to block
 std::mt19937_64 g_rng;
@@ -287,8 +297,13 @@ SharedRegion& add_region(const void* site, size_t bytes, size_t align) {
   b.next_window = static_cast<uint32_t>((b.next_window + align - 1) / align * align);
   r.window = b.next_window;
   b.next_window += static_cast<uint32_t>(bytes);
-  r.writes.assign(bytes, Shadow{});
-  r.reads.assign(bytes, Shadow{});
+  ShadowPair& shadow = g_shadows[{site, bytes}];
+  if (shadow.writes.size() != bytes) {
+    shadow.writes.assign(bytes, Shadow{});
+    shadow.reads.assign(bytes, Shadow{});
+  }
+  r.writes = shadow.writes.data();
+  r.reads = shadow.reads.data();
   const uintptr_t lo = reinterpret_cast<uintptr_t>(r.host), hi = lo + bytes;
   if (b.regions.empty() || lo < g_shared_lo) g_shared_lo = lo;
   if (b.regions.empty() || hi > g_shared_hi) g_shared_hi = hi;
@@ -551,10 +566,16 @@ void wait_warp(Thread& t) {
 void run_block(Block& b) {
   const dim3 bd = b.launch->block;
   const int n = static_cast<int>(bd.x * bd.y * bd.z);
-  b.threads.assign(static_cast<size_t>(n), Thread{});
+  b.threads.resize(static_cast<size_t>(n));
   b.warp_epoch.assign(static_cast<size_t>((n + kWarpSize - 1) / kWarpSize), 0);
+  b.interval = ++g_intervals;
   for (int i = 0; i < n; ++i) {
     Thread& t = b.threads[static_cast<size_t>(i)];
+    t.wait = Wait::Runnable;
+    t.req = WarpRequest{};
+    t.uncommitted.clear();
+    t.groups.clear();
+    t.fake_stack = nullptr;
     t.linear = i;
     t.warp = i / kWarpSize;
     t.lane = i % kWarpSize;
@@ -591,7 +612,7 @@ void run_block(Block& b) {
     }
     if (exited == n) return;
     if (at_barrier > 0 && at_warp == 0 && exited == 0) {
-      ++b.interval;  // a new barrier interval: earlier accesses are ordered before later ones
+      b.interval = ++g_intervals;  // a new barrier interval: earlier accesses are ordered before later ones
       for (Thread& t : b.threads) t.wait = Wait::Runnable;
       continue;
     }
@@ -771,9 +792,13 @@ std::string run_grid(GridLaunch& launch) {
   for (uint64_t i = 0; i < blocks; ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), g_rng);
   std::string fault_text;
+  static Block b;  // its thread states are reused from block to block
   for (uint64_t id : order) {
-    Block b;
     b.launch = &launch;
+    b.regions.clear();
+    b.next_window = 0;
+    b.fault.clear();
+    b.faults = 0;
     b.idx = uint3{static_cast<unsigned>(id % g.x), static_cast<unsigned>((id / g.x) % g.y),
                   static_cast<unsigned>(id / (static_cast<uint64_t>(g.x) * g.y))};
     g_block = &b;

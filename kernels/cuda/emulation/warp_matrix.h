@@ -11,10 +11,14 @@
 
 namespace belay::emu {
 
+// Run for every ldmatrix and mma of an emulated GEMM: kept out of the sanitizers' reach
+// (their operands are local arrays; the shared-memory reads are checked before the call).
+#define BELAY_EMU_UNCHECKED __attribute__((no_sanitize("address", "undefined")))
+
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: rows[8 j + r] points at the 8 16-bit
 // values of row r of matrix j (the address lane 8 j + r gave); out[lane][j] receives the
 // two halves of matrix j that the lane holds.
-inline void ldmatrix_x4_fragments(const uint16_t* const (&rows)[32], bool trans, uint32_t (&out)[32][4]) {
+BELAY_EMU_UNCHECKED inline void ldmatrix_x4_fragments(const uint16_t* const (&rows)[32], bool trans, uint32_t (&out)[32][4]) {
   for (int lane = 0; lane < 32; ++lane)
     for (int j = 0; j < 4; ++j) {
       uint32_t reg = 0;
@@ -26,7 +30,7 @@ inline void ldmatrix_x4_fragments(const uint16_t* const (&rows)[32], bool trans,
     }
 }
 
-inline float fragment_half(uint32_t reg, int h, bool bf16) {
+BELAY_EMU_UNCHECKED inline float fragment_half(uint32_t reg, int h, bool bf16) {
   const uint16_t bits = static_cast<uint16_t>(reg >> (16 * h));
   return bf16 ? bf16_bits_to_f32(bits) : f16_bits_to_f32(bits);
 }
@@ -36,7 +40,7 @@ inline float fragment_half(uint32_t reg, int h, bool bf16) {
 // sixteen of them for the operands a test uses; the result is rounded to FP32 once. (The
 // hardware's internal accumulation order and precision are not specified by the PTX ISA:
 // tests compare through the tolerance helper, or with small integers, exact either way.)
-inline void mma_m16n8k16_fragments(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], bool bf16,
+BELAY_EMU_UNCHECKED inline void mma_m16n8k16_fragments(const uint32_t (&a)[32][4], const uint32_t (&b)[32][2], bool bf16,
                                    float (&d)[32][4]) {
   float am[16][16], bm[16][8];
   for (int lane = 0; lane < 32; ++lane) {
