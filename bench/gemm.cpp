@@ -16,7 +16,6 @@
 #include "kernels/cpu/isa/gemm_f32.h"
 
 namespace belay::bench {
-namespace {
 
 Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng) {
   Tensor t = Tensor::empty(Shape{r, c});
@@ -24,8 +23,6 @@ Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng) {
   for (int64_t i = 0; i < r * c; ++i) p[i] = rng.uniform(-bound, bound);
   return t;
 }
-
-}  // namespace
 
 // C = op(A) op(B); checks 16 sampled entries against FP64.
 void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const std::string& what) {

@@ -27,13 +27,6 @@ PeakRun run_peak(CpuIsa isa, int64_t iters) {
   return {};
 }
 
-Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng) {
-  Tensor t = Tensor::empty(Shape{r, c});
-  float* p = t.data_as<float>();
-  for (int64_t i = 0; i < r * c; ++i) p[i] = rng.uniform(-bound, bound);
-  return t;
-}
-
 }  // namespace
 
 Json bench_isa(const Options& o) {

@@ -7,6 +7,7 @@
 
 #include "bench/harness.h"
 #include "engine/dtype.h"
+#include "engine/random.h"
 #include "engine/tensor.h"
 
 namespace belay::bench {
@@ -30,6 +31,8 @@ std::pair<Json, Json> train_pair(const TrainModel& spec, DType dtype, int warmup
 // Helpers shared by the sections.
 double stream_copy_gbs(size_t bytes_per_array, int reps);  // one copy measurement, GB/s (median)
 int max_threads();
+// An FP32 [r, c] matrix of values uniform in [-bound, bound).
+Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng);
 // C = op(A) op(B): 16 sampled entries against an FP64 dot product (CheckFailure if off).
 void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const std::string& what);
 

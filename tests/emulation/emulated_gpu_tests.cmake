@@ -2,8 +2,9 @@
 # tests/CMakeLists.txt:
 #  - every test case once per scheduler seed (BELAY_EMU_SEED): the threads of a block and
 #    the blocks of a grid run in an order drawn from it, and so do the stream's drains;
-#  - each run appends how often every kernel ran to emulated-kernels.log, which
-#    tests/emulation/kernel_coverage.sh turns into "emulated kernels: N of M ran";
+#  - each run appends how often every kernel ran to emulated-kernels.log
+#    (emulation/coverage_log.cpp), which tests/emulation/kernel_coverage.sh turns into
+#    "emulated kernels: N of M ran";
 #  - planted_bugs: the suite rebuilt with one known bug planted at a time in a copy of the
 #    kernels (tests/emulation/plant.py), each of which must be caught.
 file(GLOB BELAY_GPU_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_*.cpp)
@@ -11,25 +12,27 @@ add_library(belay_gpu_test_objects OBJECT ${BELAY_GPU_TEST_SOURCES})
 target_include_directories(belay_gpu_test_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(belay_gpu_test_objects PRIVATE belay_apps Catch2::Catch2)
 
-add_executable(belay_gpu_tests $<TARGET_OBJECTS:belay_gpu_test_objects>)
-target_link_libraries(belay_gpu_tests PRIVATE belay_apps Catch2::Catch2WithMain)
-
 set(BELAY_EMU_COVERAGE_LOG ${CMAKE_BINARY_DIR}/emulated-kernels.log)
+add_executable(belay_gpu_tests $<TARGET_OBJECTS:belay_gpu_test_objects> emulation/coverage_log.cpp)
+target_link_libraries(belay_gpu_tests PRIVATE belay_apps Catch2::Catch2WithMain)
+target_compile_definitions(belay_gpu_tests PRIVATE BELAY_EMU_COVERAGE_LOG="${BELAY_EMU_COVERAGE_LOG}")
+
 set(BELAY_EMU_SEEDS 1 2 3 CACHE STRING "scheduler seeds the emulated GPU suite runs under")
 foreach(seed ${BELAY_EMU_SEEDS})
   # EXTRA_ARGS differ per seed so that each discovery writes files of its own (Catch2 v2
   # names them by a hash of its arguments).
   catch_discover_tests(belay_gpu_tests TEST_PREFIX "emu.seed${seed}." EXTRA_ARGS --rng-seed ${seed} PROPERTIES
     LABELS emulated SKIP_REGULAR_EXPRESSION "CTEST_SKIP:"
-    ENVIRONMENT "BELAY_EMU_SEED=${seed};BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
+    ENVIRONMENT "BELAY_EMU_SEED=${seed}")
 endforeach()
 
 # The emulator's own tests (tests/emulation/test_simt.cu): small kernels of their own,
 # compiled as the kernel files are. A kernel fault is sticky for the process, so each fault
 # case is a test case of its own, and CTest runs every case in a process of its own.
-set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/emulation/test_simt.cu PROPERTIES
-  LANGUAGE CXX COMPILE_OPTIONS "${BELAY_EMU_KERNEL_FLAGS}")
-add_executable(belay_emulator_tests ${CMAKE_CURRENT_SOURCE_DIR}/emulation/test_simt.cu)
+# Like every kernel file, through a generated unit that registers its __launch_bounds__.
+belay_emulated_unit(${CMAKE_CURRENT_SOURCE_DIR}/emulation/test_simt.cu belay_test_simt_unit)
+set_source_files_properties(${belay_test_simt_unit} PROPERTIES COMPILE_OPTIONS "${BELAY_EMU_KERNEL_FLAGS}")
+add_executable(belay_emulator_tests ${belay_test_simt_unit})
 target_include_directories(belay_emulator_tests PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(belay_emulator_tests PRIVATE belay_core Catch2::Catch2WithMain)
 catch_discover_tests(belay_emulator_tests TEST_PREFIX "emu.simt." PROPERTIES LABELS "emulated")

@@ -145,6 +145,13 @@ __global__ void dynamic_smem_kernel(float* out, int floats_per_thread) {
 
 __global__ void fill_kernel(int* out, int value) { out[threadIdx.x] = value; }
 
+// Case 6 too: a kernel with a bound of 64 threads (registered with the emulator through the
+// generated unit this file is compiled through, as every kernel file is).
+constexpr int kBoundedThreads = 64;
+__global__ void __launch_bounds__(kBoundedThreads) bounded_fill_kernel(int* out, int value) {
+  out[threadIdx.x] = value;
+}
+
 // Case 8. Reads shared memory before anything wrote it, then scribbles over it so that a
 // block reusing the memory would see the scribble.
 constexpr int kUninitThreads = 64;
@@ -342,6 +349,17 @@ TEST_CASE("launch configuration errors are reported and not sticky", "[emu]") {
     CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
     launch<fill_kernel>(dim3(1, 65536), dim3(32), 0, nullptr, out, 7);
     CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  }
+
+  SECTION("more threads than the kernel's __launch_bounds__") {
+    launch<bounded_fill_kernel>(dim3(1), dim3(kBoundedThreads + 1), 0, nullptr, out, 5);
+    CHECK(cudaGetLastError() == cudaErrorLaunchOutOfResources);
+    CHECK(cudaGetLastError() == cudaSuccess);  // reported once, not sticky
+    launch<bounded_fill_kernel>(dim3(1), dim3(kBoundedThreads), 0, nullptr, out, 5);
+    REQUIRE_CUDA(cudaGetLastError());
+    REQUIRE_CUDA(cudaDeviceSynchronize());
+    const auto h = host_copy(out, 256);
+    for (int t = 0; t < 256; ++t) CHECK(h[t] == (t < kBoundedThreads ? 5 : 0));
   }
 
   SECTION("dynamic shared memory above 48 KiB needs cudaFuncSetAttribute, up to 227 KiB") {

@@ -152,7 +152,21 @@ const char* error_string(cudaError_t e) {
   }
 }
 
+// The registered __launch_bounds__, by kernel name (no template arguments).
+std::map<std::string, int>& launch_bounds() {
+  static auto* bounds = new std::map<std::string, int>;  // filled during static initialisation
+  return *bounds;
+}
+
+std::string base_name(const std::string& name) { return name.substr(0, name.find('<')); }
+
 }  // namespace
+
+bool register_launch_bounds(const char* kernel, int max_threads) {
+  auto [it, fresh] = launch_bounds().emplace(kernel, max_threads);
+  if (!fresh && max_threads < it->second) it->second = max_threads;  // two kernels of one name: the stricter
+  return true;
+}
 
 void launch(const void* kernel, const char* name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             LaunchBody* body) {
@@ -170,6 +184,13 @@ void launch(const void* kernel, const char* name, dim3 grid, dim3 block, size_t 
     fail(cudaErrorInvalidConfiguration);
     return;
   }
+  // More threads than the kernel's __launch_bounds__: the driver refuses the launch.
+  const std::string name_of_kernel = short_kernel_name(name);
+  auto bound = launch_bounds().find(base_name(name_of_kernel));
+  if (bound != launch_bounds().end() && threads > static_cast<uint64_t>(bound->second)) {
+    fail(cudaErrorLaunchOutOfResources);
+    return;
+  }
   auto it = r.max_dynamic_smem.find(kernel);
   const size_t allowed = it == r.max_dynamic_smem.end() ? kSharedPerBlockDefault : it->second;
   if (smem > allowed) {
@@ -178,7 +199,7 @@ void launch(const void* kernel, const char* name, dim3 grid, dim3 block, size_t 
   }
   auto g = std::make_shared<GridLaunch>();
   g->kernel = kernel;
-  g->name = short_kernel_name(name);
+  g->name = name_of_kernel;
   g->grid = grid;
   g->block = block;
   g->smem = smem;

@@ -93,6 +93,12 @@ void launch_kernel(void (*)(Params...), dim3 grid, dim3 block, size_t smem, cuda
   launch(reinterpret_cast<const void*>(K), kernel_name<K>(), grid, block, smem, stream, body);
 }
 
+// A kernel's __launch_bounds__ (its maximum threads per block), which a host compiler drops:
+// the emulated build's generated translation units register it (launch_bounds.py), and a
+// launch of more threads fails as on a GPU. Keyed by the kernel's name without template
+// arguments; returns true so that a namespace-scope constant can make the call.
+bool register_launch_bounds(const char* kernel, int max_threads);
+
 // ---- For tests of the emulator itself -------------------------------------------------------
 struct RaceReport {
   std::string text;
