@@ -47,13 +47,12 @@ set_tests_properties(emu.train_cli PROPERTIES LABELS emulated
 # belay_planted_bug(NAME FILE <planted file> RECOMPILE <files> FILTER <Catch test spec>):
 # the planted file (and the other files that include it) compiled again against the mutant,
 # linked before belay_core so that their definitions replace the library's.
-find_program(BELAY_PYTHON3_FOR_PLANT python3 REQUIRED)
 set(BELAY_PLANTED_BUGS "")
 function(belay_planted_bug name)
   cmake_parse_arguments(P "" "FILE;FILTER" "RECOMPILE" ${ARGN})
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/planted/${name})
   add_custom_command(OUTPUT ${dir}/${P_FILE}
-    COMMAND ${BELAY_PYTHON3_FOR_PLANT} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py ${name} ${PROJECT_SOURCE_DIR}
+    COMMAND ${BELAY_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py ${name} ${PROJECT_SOURCE_DIR}
             ${dir}/${P_FILE}
     DEPENDS ${PROJECT_SOURCE_DIR}/${P_FILE} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py
     COMMENT "planting ${name} in ${P_FILE}")

@@ -100,9 +100,6 @@ void launch_kernel(void (*)(Params...), dim3 grid, dim3 block, size_t smem, cuda
 bool register_launch_bounds(const char* kernel, int max_threads);
 
 // ---- For tests of the emulator itself -------------------------------------------------------
-struct RaceReport {
-  std::string text;
-};
 // How many races (and other kernel faults) the emulator has reported in this process.
 int faults_reported();
 
