@@ -28,5 +28,6 @@ function(belay_add_isa_objects prefix)
   set(${prefix}_OBJECTS ${objects} PARENT_SCOPE)
 endfunction()
 
-belay_add_isa_objects(belay_cpu_isa ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp)
+belay_add_isa_objects(belay_cpu_isa ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp
+                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_OBJECTS})
