@@ -4,6 +4,7 @@
 // it misses (CTEST_SKIP, tests/CMakeLists.txt). Then the dispatch itself: forcing a path
 // changes the code that runs, and a bad name or an unavailable path is a UsageError.
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -268,4 +269,27 @@ TEST_CASE("cpu isa avx2: element kernels bit for bit the baseline's", "[kernels]
 }
 TEST_CASE("cpu isa avx512: element kernels bit for bit the baseline's", "[kernels][cpu][isa]") {
   element_suite(CpuIsa::Avx512);
+}
+
+TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count", "[kernels][cpu][isa]") {
+  // Each output's K products are summed in the same order whichever thread computes it
+  // (threads take whole slices of C), so a resume with another OMP_NUM_THREADS repeats.
+  const Tensor a = test::gemm_random_tensor(Shape{300, 700}, DType::F32, 21);
+  const Tensor b = test::gemm_random_tensor(Shape{500, 700}, DType::F32, 22);
+  const int saved = omp_get_max_threads();
+  auto product = [&](int threads) {
+    omp_set_num_threads(threads);
+    Tensor c = Tensor::empty(Shape{300, 500});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &b;
+    args.trans_b = true;
+    args.c = &c;
+    cpu_gemm_on(active_cpu_isa(), args);
+    return bits(c);
+  };
+  const std::vector<uint32_t> one = product(1), two = product(2), three = product(3);
+  omp_set_num_threads(saved);
+  CHECK(one == two);
+  CHECK(one == three);
 }
