@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
 
@@ -42,6 +44,9 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   meta["scaler.growth_tracker"] = exact_float(st.scaler.growth_tracker);
   meta["scaler.hysteresis_left"] = exact_float(st.scaler.hysteresis_left);
   meta["data_position"] = st.data_position;
+  // The CPU kernels' path that wrote it: each path repeats its own bits exactly, but two
+  // paths may differ in the last bits (FMA or not in the products), so a resume says so.
+  meta["cpu_isa"] = active_cpu_isa_name();
   write_safetensors(path, tensors, meta);
 }
 
@@ -62,6 +67,11 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
       throw UsageError("checkpoint '" + path + "' was written with " + key + "=" + have + ", this run has " + key +
                        "=" + want + ": resume with the same settings");
   }
+  if (auto it = f.metadata().find("cpu_isa"); it != f.metadata().end() && it->second != active_cpu_isa_name())
+    std::cerr << "belay: warning: checkpoint '" << path << "' was written by the " << it->second
+              << " CPU path, this run uses " << active_cpu_isa_name()
+              << ": the run continues, but not bit for bit as it would have on " << it->second
+              << " (--cpu-isa chooses the path)\n";
   // Check every tensor before touching anything.
   std::vector<std::pair<const SafetensorsEntry*, Tensor*>> plan;
   auto expect = [&](const std::string& name, Tensor& dst) {

@@ -136,6 +136,18 @@ expect_error "resume from a truncated file" 2 train --steps 30 --resume "$tmp/tr
 expect_error "resume from a missing file" 2 train --steps 30 --resume "$tmp/none.safetensors"
 "$belay" train --steps 30 --resume "$tmp/c.safetensors" --csv "$tmp/c.csv" --quiet
 [ "$(($(wc -l <"$tmp/c.csv") - 1))" -eq 30 ] && pass "resumed csv has 30 rows" || fail "resumed csv rows"
+# The checkpoint records the CPU path that wrote it; a resume on another path says so (the
+# bits may differ in the last place), on the same path it does not.
+"$belay" --cpu-isa baseline train --steps 4 --stop-at 2 --checkpoint "$tmp/isa.safetensors" --quiet
+grep -aq '"cpu_isa":"baseline"' "$tmp/isa.safetensors" && pass "checkpoint records cpu_isa" || fail "no cpu_isa in the checkpoint"
+"$belay" --cpu-isa baseline train --steps 4 --resume "$tmp/isa.safetensors" --quiet 2>"$tmp/err" &&
+  ! grep -q "CPU path" "$tmp/err" && pass "same-path resume: no warning" || fail "same-path resume: $(cat "$tmp/err")"
+best_isa=$("$belay" info | sed -n 's/^cpu isa: \([a-z0-9]*\) .*/\1/p')
+if [ "$best_isa" != baseline ]; then
+  "$belay" train --steps 4 --resume "$tmp/isa.safetensors" --quiet 2>"$tmp/err" &&
+    grep -q "written by the baseline CPU path, this run uses $best_isa" "$tmp/err" &&
+    pass "resume on $best_isa warns" || fail "resume on $best_isa: $(cat "$tmp/err")"
+fi
 "$belay" export --checkpoint "$tmp/c.safetensors" --out "$tmp/w.safetensors" >/dev/null && pass "export" || fail "export"
 expect_error "export from a non-checkpoint" 2 export --checkpoint "$tmp/c.csv" --out "$tmp/w2.safetensors"
 
