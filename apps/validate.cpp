@@ -397,7 +397,7 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
   int64_t flips = 0, near_ties = 0, near_tie_flips = 0;
   Json changed = Json::array();
   std::ostringstream flips_text;
-  if (set.classification || k > 1) {
+  if (set.classification) {  // a regression's outputs are judged by their errors and extremes alone
     for (int64_t r = 0; r < n; ++r) {
       const int64_t dr = decide(&ref[r * k], k), da = decide(&amp[r * k], k);
       if (dr < 0) continue;  // the baseline's own failure, listed above

@@ -176,3 +176,22 @@ TEST_CASE("validate: bad usage is a clear UsageError", "[apps][validate]") {
   d.data = tmp("missing.safetensors");
   CHECK_THROWS_AS(validate_with(d), UsageError);
 }
+
+TEST_CASE("validate: a regression set is judged by its errors, extremes and R^2, with no decisions", "[apps][validate]") {
+  Rng rng(5);
+  std::vector<float> x(32 * 16), y(32 * 4);
+  for (float& v : x) v = rng.normal();
+  for (float& v : y) v = rng.normal();
+  const std::string path = tmp("regression.safetensors");
+  write_safetensors(path, {{"x", Tensor::from_vector(x, Shape{32, 16})}, {"y", Tensor::from_vector(y, Shape{32, 4})}});
+  ValidateConfig c;
+  c.data = path;
+  c.model = "linear";
+  const ValidateResult r = validate_with(c);
+  CHECK(r.report["set"]["task"] == "regression");
+  CHECK(r.report["comparison"]["quality"]["measure"] == "r2");
+  CHECK(r.report["comparison"]["decisions"]["changed_rows"].empty());
+  CHECK(r.report["comparison"]["outputs"].size() == 4);
+  CHECK(r.exit_code == 0);
+  std::remove(path.c_str());
+}
