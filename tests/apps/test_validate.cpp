@@ -195,3 +195,16 @@ TEST_CASE("validate: a regression set is judged by its errors, extremes and R^2,
   CHECK(r.exit_code == 0);
   std::remove(path.c_str());
 }
+
+TEST_CASE("validate: --min-quality holds both runs to it; the untrained reference misses 0.9", "[apps][validate]") {
+  ValidateConfig c;
+  c.min_quality = 0.9;  // an untrained 4-class model is near chance (0.25)
+  std::string text;
+  const ValidateResult r = validate_with(c, &text);
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(check_passed(r.report, "baseline: quality >= min-quality"));
+  CHECK_FALSE(check_passed(r.report, "amp: quality >= min-quality"));
+  CHECK(check_passed(r.report, "scores within tolerance"));
+  c.min_quality = 0.1;
+  CHECK(validate_with(c).exit_code == 0);
+}
