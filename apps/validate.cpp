@@ -27,11 +27,16 @@ using Json = nlohmann::json;
 enum RowKind : int64_t { kOrdinary = 0, kLarge = 1, kNearZero = 2, kNearTie = 3, kGiven = 4 };
 const char* kind_name(int64_t k) {
   switch (k) {
-    case kOrdinary: return "ordinary";
-    case kLarge: return "large";
-    case kNearZero: return "near_zero";
-    case kNearTie: return "near_tie";
-    default: return "row";
+    case kOrdinary:
+      return "ordinary";
+    case kLarge:
+      return "large";
+    case kNearZero:
+      return "near_zero";
+    case kNearTie:
+      return "near_tie";
+    default:
+      return "row";
   }
 }
 // Large rows: ordinary rows times 2^8, near-zero rows times 2^-16 (under FP16's smallest
@@ -40,10 +45,10 @@ constexpr float kLargeFactor = 0x1p8f;
 constexpr float kNearZeroFactor = 0x1p-16f;
 
 struct EvalSet {
-  Tensor x;                 // FP32 [N, in]
-  std::vector<float> y;     // labels (classification) or targets [N * out]
+  Tensor x;              // FP32 [N, in]
+  std::vector<float> y;  // labels (classification) or targets [N * out]
   bool classification = true;
-  int64_t outputs = 0;      // classes, or regression outputs
+  int64_t outputs = 0;  // classes, or regression outputs
   std::vector<int64_t> kind;
   std::string source;
   int64_t rows() const { return x.dim(0); }
@@ -97,8 +102,10 @@ std::unique_ptr<Module> build_model(const ValidateConfig& c, const TrainConfig& 
   Rng rng(m.seed);
   std::unique_ptr<Module> model = make_model(m, rng, Device::cpu());
   // A checkpoint holds the masters under the state-dict names, as an --init file does.
-  if (!c.checkpoint.empty()) load_initial_weights(c.checkpoint, *model);
-  else if (!c.init.empty()) load_initial_weights(c.init, *model);
+  if (!c.checkpoint.empty())
+    load_initial_weights(c.checkpoint, *model);
+  else if (!c.init.empty())
+    load_initial_weights(c.init, *model);
   return model;
 }
 
@@ -137,7 +144,8 @@ double margin_of(const float* s, int64_t n) {
 // reference decisions differ, bisection along the segment towards the point where the
 // reference decision changes, kept when the reference margin lands in [tie_margin/2, tie_margin).
 // `stream` picks other rows from the same teacher (the training set of --train).
-EvalSet generate_set(const ValidateConfig& c, const TrainConfig& m, Module& model, double tie_margin, uint64_t stream = 0) {
+EvalSet generate_set(const ValidateConfig& c, const TrainConfig& m, Module& model, double tie_margin,
+                     uint64_t stream = 0) {
   const int64_t in = m.in_features, classes = m.out_features;
   if (classes < 2) throw UsageError("a generated set needs at least 2 classes (--out), got " + std::to_string(classes));
   if (c.rows < 4) throw UsageError("--rows must be at least 4, got " + std::to_string(c.rows));
@@ -241,7 +249,8 @@ void save_set(const EvalSet& set, const std::string& path, double tie_margin) {
 EvalSet load_set(const std::string& path, int64_t model_in, int64_t model_out) {
   const SafetensorsFile f = read_safetensors(path);
   for (const char* name : {"x", "y"})
-    if (!f.contains(name)) throw UsageError("set '" + path + "' has no tensor '" + name + "' (it needs x [N, in] and y)");
+    if (!f.contains(name))
+      throw UsageError("set '" + path + "' has no tensor '" + name + "' (it needs x [N, in] and y)");
   const SafetensorsEntry& ex = f.entry("x");
   if (ex.shape.size() != 2 || ex.shape[0] < 1 || ex.shape[1] != model_in)
     throw UsageError("set '" + path + "': x must be [N, " + std::to_string(model_in) + "] for this model, got " +
@@ -254,7 +263,8 @@ EvalSet load_set(const std::string& path, int64_t model_in, int64_t model_out) {
   const int64_t n = ex.shape[0];
   const SafetensorsEntry& ey = f.entry("y");
   if (ey.dtype == "I64") {
-    if (ey.shape != std::vector<int64_t>{n}) throw UsageError("set '" + path + "': labels y must be [" + std::to_string(n) + "]");
+    if (ey.shape != std::vector<int64_t>{n})
+      throw UsageError("set '" + path + "': labels y must be [" + std::to_string(n) + "]");
     for (int64_t l : f.int64s("y")) {
       if (l < 0 || l >= model_out)
         throw UsageError("set '" + path + "': label " + std::to_string(l) + " is not a class of this model (0.." +
@@ -264,8 +274,8 @@ EvalSet load_set(const std::string& path, int64_t model_in, int64_t model_out) {
     set.classification = true;
   } else {
     if (ey.shape != std::vector<int64_t>{n, model_out})
-      throw UsageError("set '" + path + "': targets y must be [" + std::to_string(n) + ", " + std::to_string(model_out) +
-                       "] or I64 labels [" + std::to_string(n) + "]");
+      throw UsageError("set '" + path + "': targets y must be [" + std::to_string(n) + ", " +
+                       std::to_string(model_out) + "] or I64 labels [" + std::to_string(n) + "]");
     set.y = f.tensor("y").to_vector();
     set.classification = false;
   }
@@ -273,7 +283,8 @@ EvalSet load_set(const std::string& path, int64_t model_in, int64_t model_out) {
   set.kind.assign(static_cast<size_t>(n), kGiven);
   if (f.contains("kind")) {
     const std::vector<int64_t> k = f.int64s("kind");
-    if (static_cast<int64_t>(k.size()) != n) throw UsageError("set '" + path + "': kind must be [" + std::to_string(n) + "]");
+    if (static_cast<int64_t>(k.size()) != n)
+      throw UsageError("set '" + path + "': kind must be [" + std::to_string(n) + "]");
     set.kind = k;
   }
   return set;
@@ -289,8 +300,10 @@ std::string vec_str(const float* v, int64_t n) {
 Json vec_json(const float* v, int64_t n) {
   Json a = Json::array();
   for (int64_t j = 0; j < n; ++j) {
-    if (std::isfinite(v[j])) a.push_back(v[j]);
-    else a.push_back(std::isnan(v[j]) ? "nan" : (v[j] > 0 ? "inf" : "-inf"));
+    if (std::isfinite(v[j]))
+      a.push_back(v[j]);
+    else
+      a.push_back(std::isnan(v[j]) ? "nan" : (v[j] > 0 ? "inf" : "-inf"));
   }
   return a;
 }
@@ -357,25 +370,35 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
       if (scale > 0) max_rel[c] = std::max(max_rel[c], err / scale);
       if (!(err <= t.atol + t.rtol * scale)) in_tol = false;
     }
-    if (!ref_ok) baseline_rows.push_back(r);
-    else if (!amp_ok) nonfinite_rows.push_back(r);
-    else if (!in_tol) tol_rows.push_back(r);
+    if (!ref_ok)
+      baseline_rows.push_back(r);
+    else if (!amp_ok)
+      nonfinite_rows.push_back(r);
+    else if (!in_tol)
+      tol_rows.push_back(r);
   }
   out << "\nscores per output (" << amp_label << " vs " << ref_label << "; rel = |error| / max|ref| of the row):\n";
   out << "  output   max abs err   max rel err   non-finite ref/amp   max |ref|     max |amp|\n";
   Json outputs = Json::array();
   for (int64_t c = 0; c < k; ++c) {
-    out << "  " << std::left << std::setw(9) << c << std::setw(14) << std::setprecision(4) << max_abs[c] << std::setw(14)
-        << max_rel[c] << std::setw(21) << (std::to_string(ref_bad[c]) + " / " + std::to_string(amp_bad[c]))
-        << std::setw(14) << ref_ext[c] << amp_ext[c] << std::right << "\n";
-    outputs.push_back({{"output", c}, {"max_abs_error", max_abs[c]}, {"max_rel_error", max_rel[c]},
-                       {"nonfinite_ref", ref_bad[c]}, {"nonfinite_amp", amp_bad[c]}, {"max_abs_ref", ref_ext[c]},
+    out << "  " << std::left << std::setw(9) << c << std::setw(14) << std::setprecision(4) << max_abs[c]
+        << std::setw(14) << max_rel[c] << std::setw(21)
+        << (std::to_string(ref_bad[c]) + " / " + std::to_string(amp_bad[c])) << std::setw(14) << ref_ext[c]
+        << amp_ext[c] << std::right << "\n";
+    outputs.push_back({{"output", c},
+                       {"max_abs_error", max_abs[c]},
+                       {"max_rel_error", max_rel[c]},
+                       {"nonfinite_ref", ref_bad[c]},
+                       {"nonfinite_amp", amp_bad[c]},
+                       {"max_abs_ref", ref_ext[c]},
                        {"max_abs_amp", amp_ext[c]}});
   }
   j["outputs"] = outputs;
 
   auto row_json = [&](int64_t r) {
-    return Json{{"row", r}, {"kind", kind_name(set.kind[r])}, {"ref", vec_json(&ref[r * k], k)},
+    return Json{{"row", r},
+                {"kind", kind_name(set.kind[r])},
+                {"ref", vec_json(&ref[r * k], k)},
                 {"amp", vec_json(&amp[r * k], k)}};
   };
   auto list_rows = [&](const char* title, const std::vector<int64_t>& rows) {
@@ -384,12 +407,14 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
     out << "\n" << title << " (" << rows.size() << "):\n";
     for (int64_t r : rows) {
       out << "  row " << std::setw(4) << r << " " << std::left << std::setw(10) << kind_name(set.kind[r]) << std::right
-          << " ref " << vec_str(&ref[r * k], k) << "\n" << std::setw(22) << "amp " << vec_str(&amp[r * k], k) << "\n";
+          << " ref " << vec_str(&ref[r * k], k) << "\n"
+          << std::setw(22) << "amp " << vec_str(&amp[r * k], k) << "\n";
       a.push_back(row_json(r));
     }
     return a;
   };
-  j["baseline_nonfinite_rows"] = list_rows("rows where the FP32 REFERENCE is not finite (a baseline failure)", baseline_rows);
+  j["baseline_nonfinite_rows"] =
+      list_rows("rows where the FP32 REFERENCE is not finite (a baseline failure)", baseline_rows);
   j["nonfinite_rows"] = list_rows("rows where the AMP run is not finite", nonfinite_rows);
   j["out_of_tolerance_rows"] = list_rows("rows outside the score tolerance", tol_rows);
 
@@ -408,8 +433,9 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
       ++flips;
       near_tie_flips += near;
       flips_text << "  row " << std::setw(4) << r << " " << std::left << std::setw(10) << kind_name(set.kind[r])
-                 << std::right << " ref -> " << dr << ", amp -> " << (da < 0 ? std::string("none (non-finite)") : std::to_string(da))
-                 << ", ref margin " << std::setprecision(4) << mg << (near ? " (near-tie)" : "") << "\n"
+                 << std::right << " ref -> " << dr << ", amp -> "
+                 << (da < 0 ? std::string("none (non-finite)") : std::to_string(da)) << ", ref margin "
+                 << std::setprecision(4) << mg << (near ? " (near-tie)" : "") << "\n"
                  << "       ref " << vec_str(&ref[r * k], k) << "\n       amp " << vec_str(&amp[r * k], k) << "\n";
       Json row = row_json(r);
       row["ref_decision"] = dr;
@@ -422,8 +448,8 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
         << " near-ties (reference margin < " << t.tie_margin << "), " << near_tie_flips << " of them changed\n"
         << flips_text.str();
   }
-  j["decisions"] = {{"changed", flips}, {"near_ties", near_ties}, {"near_tie_changed", near_tie_flips},
-                    {"changed_rows", changed}};
+  j["decisions"] = {
+      {"changed", flips}, {"near_ties", near_ties}, {"near_tie_changed", near_tie_flips}, {"changed_rows", changed}};
 
   // Quality.
   const Quality qr = quality_of(set, ref), qa = quality_of(set, amp);
@@ -431,7 +457,7 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
   out << "\nquality: " << (set.classification ? "cross-entropy" : "mse") << " " << std::setprecision(6) << qr.loss
       << " (" << ref_label << ") vs " << qa.loss << " (" << amp_label << "); " << qname << " " << qr.value << " vs "
       << qa.value << "\n";
-  j["quality"] = {{"measure", qname},     {"loss", set.classification ? "cross_entropy" : "mse"},
+  j["quality"] = {{"measure", qname},         {"loss", set.classification ? "cross_entropy" : "mse"},
                   {"ref_loss", num(qr.loss)}, {"amp_loss", num(qa.loss)},
                   {"ref", num(qr.value)},     {"amp", num(qa.value)}};
 
@@ -452,8 +478,10 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
        std::to_string(flips) + " changed, at most " + std::to_string(t.max_flips) + " allowed"},
   };
   if (has_min) {
-    checks.push_back({"baseline: quality >= min-quality", qr.value >= t.min_quality, std::string(qname) + " " + std::to_string(qr.value)});
-    checks.push_back({"amp: quality >= min-quality", qa.value >= t.min_quality, std::string(qname) + " " + std::to_string(qa.value)});
+    checks.push_back({"baseline: quality >= min-quality", qr.value >= t.min_quality,
+                      std::string(qname) + " " + std::to_string(qr.value)});
+    checks.push_back({"amp: quality >= min-quality", qa.value >= t.min_quality,
+                      std::string(qname) + " " + std::to_string(qa.value)});
   }
   bool pass = true;
   Json cj = Json::array();
@@ -499,9 +527,12 @@ Json scale_stats(const TrainResult& r, float init_scale) {
 }  // namespace
 
 ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
-  if (c.dtype == DType::F32) throw UsageError("validate compares fp16 or bf16 with the FP32 reference: give --dtype fp16|bf16");
-  if (!c.init.empty() && !c.checkpoint.empty()) throw UsageError("--init and --checkpoint both give the model: pick one");
-  if (!c.data.empty() && !c.save_set.empty()) throw UsageError("--save-set writes a generated set; with --data there is none");
+  if (c.dtype == DType::F32)
+    throw UsageError("validate compares fp16 or bf16 with the FP32 reference: give --dtype fp16|bf16");
+  if (!c.init.empty() && !c.checkpoint.empty())
+    throw UsageError("--init and --checkpoint both give the model: pick one");
+  if (!c.data.empty() && !c.save_set.empty())
+    throw UsageError("--save-set writes a generated set; with --data there is none");
   if (c.max_flips < 0) throw UsageError("--max-flips must be >= 0");
   if (c.train_steps < 0) throw UsageError("--train must be >= 0");
   if (c.rtol == 0 && c.atol == 0) throw UsageError("--rtol and --atol are both 0: no rounding would pass");
@@ -517,24 +548,34 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
   std::unique_ptr<Module> model = build_model(c, mc);
   const Thresholds t = resolve(c);
 
-  EvalSet set = c.data.empty() ? generate_set(c, mc, *model, t.tie_margin) : load_set(c.data, mc.in_features, mc.out_features);
+  EvalSet set =
+      c.data.empty() ? generate_set(c, mc, *model, t.tie_margin) : load_set(c.data, mc.in_features, mc.out_features);
   if (!c.save_set.empty()) save_set(set, c.save_set, t.tie_margin);
 
   Json report;
-  const std::string model_from =
-      !c.checkpoint.empty() ? "checkpoint '" + c.checkpoint + "'" : (!c.init.empty() ? "'" + c.init + "'" : "seed " + std::to_string(c.seed));
-  report["model"] = {{"kind", mc.model}, {"in", mc.in_features}, {"out", mc.out_features}, {"from", model_from},
+  const std::string model_from = !c.checkpoint.empty()
+                                     ? "checkpoint '" + c.checkpoint + "'"
+                                     : (!c.init.empty() ? "'" + c.init + "'" : "seed " + std::to_string(c.seed));
+  report["model"] = {{"kind", mc.model},
+                     {"in", mc.in_features},
+                     {"out", mc.out_features},
+                     {"from", model_from},
                      {"parameters", model->parameter_count()}};
   if (mc.model == "mlp") report["model"]["hidden"] = mc.hidden, report["model"]["layers"] = mc.layers;
   std::map<std::string, int64_t> kinds;
   for (int64_t k : set.kind) ++kinds[kind_name(k)];
-  report["set"] = {{"source", set.source}, {"rows", set.rows()}, {"kinds", kinds},
+  report["set"] = {{"source", set.source},
+                   {"rows", set.rows()},
+                   {"kinds", kinds},
                    {"task", set.classification ? "classification" : "regression"}};
   report["dtype"] = dtype_name(c.dtype);
   report["fp32_ops"] = c.fp32_ops ? fp32_ops_names(c.fp32_ops) : "none";
-  report["thresholds"] = {{"rtol", t.rtol}, {"atol", t.atol}, {"max_flips", t.max_flips},
+  report["thresholds"] = {{"rtol", t.rtol},
+                          {"atol", t.atol},
+                          {"max_flips", t.max_flips},
                           {"min_quality", std::isfinite(t.min_quality) ? Json(t.min_quality) : Json("none")},
-                          {"tie_margin", t.tie_margin}, {"nonfinite_allowed", 0}};
+                          {"tie_margin", t.tie_margin},
+                          {"nonfinite_allowed", 0}};
 
   // The thresholds, fixed and printed before either run.
   out << "belay validate: " << mc.model << " " << model->parameter_count() << " parameters (" << model_from << "), "
@@ -565,8 +606,10 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
     tc.batch = c.batch;
     tc.lr = c.lr;
     tc.quiet = true;
-    if (!c.checkpoint.empty()) tc.init = c.checkpoint;
-    else if (!c.init.empty()) tc.init = c.init;
+    if (!c.checkpoint.empty())
+      tc.init = c.checkpoint;
+    else if (!c.init.empty())
+      tc.init = c.init;
     // Generated: a training set of its own (ordinary rows from the same teacher); a given set
     // is trained on as it is.
     EvalSet train_set = set;
@@ -581,7 +624,8 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
     if (train_set.rows() < c.batch)
       throw UsageError("the training set has " + std::to_string(train_set.rows()) + " rows, fewer than --batch " +
                        std::to_string(c.batch));
-    const Shape yshape = train_set.classification ? Shape{train_set.rows()} : Shape{train_set.rows(), train_set.outputs};
+    const Shape yshape =
+        train_set.classification ? Shape{train_set.rows()} : Shape{train_set.rows(), train_set.outputs};
     const Tensor ty = Tensor::from_vector(train_set.y, yshape);
     tc.make_dataset = [&] {
       return make_tensor_dataset(train_set.x, ty, train_set.classification, train_set.outputs, "validate training set");
@@ -609,12 +653,18 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
     const double rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
     Json runs = Json::object();
     for (auto [name, r, so] : {std::tuple{"fp32", &r32, &t32}, std::tuple{dtype_name(c.dtype), &ramp, &tamp}}) {
-      runs[name] = {{"loss", curve(*r)}, {"steps", r->rows.size()}, {"skipped", r->skipped},
+      runs[name] = {{"loss", curve(*r)},
+                    {"steps", r->rows.size()},
+                    {"skipped", r->skipped},
                     {"applied", static_cast<int64_t>(r->rows.size()) - r->skipped},
                     {"scale", scale_stats(*r, default_scaler_enabled(so->dtype) ? so->scaler.init_scale : 1.0f)}};
     }
-    report["train"] = {{"steps", c.train_steps}, {"batch", c.batch}, {"lr", c.lr}, {"optimizer", "adamw"},
-                       {"runs", runs}, {"weight_divergence", {{"max_abs", max_diff}, {"rel_l2", rel_l2}}}};
+    report["train"] = {{"steps", c.train_steps},
+                       {"batch", c.batch},
+                       {"lr", c.lr},
+                       {"optimizer", "adamw"},
+                       {"runs", runs},
+                       {"weight_divergence", {{"max_abs", max_diff}, {"rel_l2", rel_l2}}}};
     out << "\ntraining " << c.train_steps << " steps from the same init and data (adamw lr " << c.lr << ", batch "
         << c.batch << "):\n  step   loss fp32     loss " << dtype_name(c.dtype) << "\n";
     const int64_t every = std::max<int64_t>(1, c.train_steps / 10);
@@ -635,12 +685,13 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
     const std::vector<float> ref = scores_of(*m32, set.x, DType::F32, 0);
     const std::vector<float> amp = scores_of(*mamp, set.x, c.dtype, c.fp32_ops);
     out << "\nthe final models on the set (the fp32-trained one in fp32 is the reference):";
-    report["comparison"] = compare(set, ref, amp, t, "fp32-trained", (std::string(dtype_name(c.dtype)) + "-trained").c_str(), out);
+    report["comparison"] =
+        compare(set, ref, amp, t, "fp32-trained", (std::string(dtype_name(c.dtype)) + "-trained").c_str(), out);
     pass = report["comparison"]["pass"];
   }
   report["pass"] = pass;
-  out << (pass ? "PASS" : "FAIL") << ": " << dtype_name(c.dtype) << (pass ? " holds every threshold" : " fails a threshold")
-      << " on this set\n";
+  out << (pass ? "PASS" : "FAIL") << ": " << dtype_name(c.dtype)
+      << (pass ? " holds every threshold" : " fails a threshold") << " on this set\n";
   if (!c.json.empty()) write_file_atomically(c.json, report.dump(2) + "\n");
   return {pass ? 0 : 1, report};
 }

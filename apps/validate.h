@@ -34,7 +34,7 @@ struct ValidateConfig {
   int64_t rows = 64;
   std::string save_set;  // write the generated set here (safetensors)
   // Thresholds; negative: the dtype's default (validate.cpp says how it is derived).
-  double rtol = -1.0;   // |amp - ref| <= atol + rtol * max|ref| of the row
+  double rtol = -1.0;  // |amp - ref| <= atol + rtol * max|ref| of the row
   double atol = -1.0;
   int64_t max_flips = 0;
   double min_quality = -std::numeric_limits<double>::infinity();  // accuracy (labels) or R^2

@@ -22,8 +22,10 @@ Scan scan(const Tensor& t) {
   const std::vector<float> v = t.to_vector();
   for (size_t i = 0; i < v.size(); ++i) {
     const float x = v[i];
-    if (std::isnan(x)) ++s.nans;
-    else if (std::isinf(x)) ++s.infs;
+    if (std::isnan(x))
+      ++s.nans;
+    else if (std::isinf(x))
+      ++s.infs;
     else {
       s.max_abs = std::max(s.max_abs, static_cast<double>(std::fabs(x)));
       continue;

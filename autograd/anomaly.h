@@ -32,8 +32,8 @@ struct AnomalyReport {
   std::string dtype;   // "fp16"
   int64_t infs = 0;
   int64_t nans = 0;
-  int64_t first_index = -1;  // flat index of the first non-finite element
-  int64_t first_row = -1;    // its row (dim 0) for a tensor of rank >= 1
+  int64_t first_index = -1;     // flat index of the first non-finite element
+  int64_t first_row = -1;       // its row (dim 0) for a tensor of rank >= 1
   double max_abs_input = -1.0;  // largest finite |value| among the op's inputs; < 0: none
   int64_t input_nonfinite = 0;  // non-finite values among the inputs (0 for a first anomaly)
   int64_t step = -1;

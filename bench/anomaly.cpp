@@ -6,12 +6,13 @@
 //
 // Check: anomaly mode only reads, so both setups (same seed, same data) give bit-identical
 // losses step for step, all finite.
+#include "autograd/anomaly.h"
+
 #include <cstring>
 #include <memory>
 
 #include "amp/autocast.h"
 #include "amp/safe_step.h"
-#include "autograd/anomaly.h"
 #include "autograd/modules.h"
 #include "bench/sections.h"
 #include "optim/adamw.h"
@@ -32,8 +33,10 @@ struct AnomalySetup {
   std::vector<float> losses;
 
   AnomalySetup(const TrainModel& m, DType dt, bool with_detect) : dtype(dt), detect(with_detect) {
-    if (m.layers == 1) model = std::make_unique<Linear>(m.in, m.out, rng);
-    else model = std::make_unique<Mlp>(m.in, m.hidden, m.out, rng, m.layers, Activation::Gelu);
+    if (m.layers == 1)
+      model = std::make_unique<Linear>(m.in, m.out, rng);
+    else
+      model = std::make_unique<Mlp>(m.in, m.hidden, m.out, rng, m.layers, Activation::Gelu);
     model->set_working_dtype(dtype);
     AdamWOptions ao;
     ao.lr = 1e-4f;
@@ -62,16 +65,16 @@ struct AnomalySetup {
 }  // namespace
 
 Json bench_anomaly(const Options& o) {
-  const std::vector<TrainModel> models = o.quick ? std::vector<TrainModel>{{"linear1024", 1024, 0, 1024, 1},
-                                                                          {"mlp256-512-512-256", 256, 512, 256, 3}}
-                                                 : std::vector<TrainModel>{{"linear4096", 4096, 0, 4096, 1},
-                                                                          {"mlp1024-2048-2048-1024", 1024, 2048, 1024, 3}};
+  const std::vector<TrainModel> models =
+      o.quick
+          ? std::vector<TrainModel>{{"linear1024", 1024, 0, 1024, 1}, {"mlp256-512-512-256", 256, 512, 256, 3}}
+          : std::vector<TrainModel>{{"linear4096", 4096, 0, 4096, 1}, {"mlp1024-2048-2048-1024", 1024, 2048, 1024, 3}};
   Json rows = Json::array();
   for (const TrainModel& m : models)
     for (const DType dt : {DType::BF16, DType::F16}) {
       AnomalySetup plain(m, dt, false), checked(m, dt, true);
-      const auto [t_plain, t_checked] =
-          time_pair(2, o.quick ? 7 : 11, [&] { plain.one_step(); }, [&] { checked.one_step(); });
+      const auto [t_plain, t_checked] = time_pair(
+          2, o.quick ? 7 : 11, [&] { plain.one_step(); }, [&] { checked.one_step(); });
       require(plain.losses.size() == checked.losses.size(), m.name + ": step counts differ");
       for (size_t i = 0; i < plain.losses.size(); ++i) {
         require(std::isfinite(plain.losses[i]), m.name + ": a non-finite loss");

@@ -2,9 +2,9 @@
 // run named by phase, op, module, step (and data row), scaler events that do not stop it, the
 // op policy recorded in checkpoints and a resume under another one refused unless it is
 // declared a new experiment.
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <sstream>
 
@@ -17,7 +17,9 @@
 using namespace belay;
 
 namespace {
-std::string tmp(const std::string& name) { return "/tmp/belay_anomaly_test_" + std::to_string(::getpid()) + "_" + name; }
+std::string tmp(const std::string& name) {
+  return "/tmp/belay_anomaly_test_" + std::to_string(::getpid()) + "_" + name;
+}
 
 TrainConfig config(int64_t steps, DType dtype) {
   TrainConfig c;
@@ -163,7 +165,8 @@ TEST_CASE("detect-anomaly: a fault planted in a gradient buffer, and an optimize
   }
 }
 
-TEST_CASE("fp32-ops: recorded in the checkpoint; resuming under another policy needs --new-experiment", "[apps][anomaly][checkpoint]") {
+TEST_CASE("fp32-ops: recorded in the checkpoint; resuming under another policy needs --new-experiment",
+          "[apps][anomaly][checkpoint]") {
   const std::string ckpt = tmp("policy.safetensors"), ckpt2 = tmp("policy2.safetensors");
   TrainConfig c = config(10, DType::F16);
   c.model = "mlp";
@@ -184,7 +187,8 @@ TEST_CASE("fp32-ops: recorded in the checkpoint; resuming under another policy n
   CHECK(res.rows.size() == 6);
   CHECK(checkpoint_setting(ckpt2, "fp32_ops") == "gelu");
   const SafetensorsFile f = read_safetensors(ckpt2);
-  CHECK_THAT(f.meta("experiment"), Catch::Contains("new experiment at step 4") && Catch::Contains("fp32_ops none -> gelu"));
+  CHECK_THAT(f.meta("experiment"),
+             Catch::Contains("new experiment at step 4") && Catch::Contains("fp32_ops none -> gelu"));
   // The new checkpoint resumes under its own policy without the flag.
   TrainConfig again = r;
   again.new_experiment = false;

@@ -1,9 +1,9 @@
 // `belay validate`: the default set passes in fp16 and bf16 with the thresholds printed
 // before the runs; it fails, showing the rows, on an FP16 overflow (an input of 1e5), on a
 // near-tie that flips, and on a non-finite FP32 reference (as a failure of the baseline).
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -17,7 +17,9 @@
 using namespace belay;
 
 namespace {
-std::string tmp(const std::string& name) { return "/tmp/belay_validate_test_" + std::to_string(::getpid()) + "_" + name; }
+std::string tmp(const std::string& name) {
+  return "/tmp/belay_validate_test_" + std::to_string(::getpid()) + "_" + name;
+}
 
 ValidateResult validate_with(const ValidateConfig& c, std::string* text = nullptr) {
   std::ostringstream out;
@@ -59,8 +61,9 @@ TEST_CASE("validate: the default set passes in fp16 and bf16, thresholds stated 
     CHECK(r.report["pass"] == true);
     // The thresholds come from the dtype's unit roundoff u: rtol 16u, atol u, tie margin 64u.
     const double u = 0.5 * static_cast<double>(finfo(dt).eps);
-    belay::test::check_close({r.report["thresholds"]["rtol"].get<float>(), r.report["thresholds"]["tie_margin"].get<float>()},
-                             {16 * u, 64 * u}, belay::test::tolerance_for(DType::F32, DType::F32));
+    belay::test::check_close(
+        {r.report["thresholds"]["rtol"].get<float>(), r.report["thresholds"]["tie_margin"].get<float>()},
+        {16 * u, 64 * u}, belay::test::tolerance_for(DType::F32, DType::F32));
     // Printed before any score.
     const size_t thresholds = text.find("thresholds (fixed before the runs)"), scores = text.find("scores per output");
     CHECK(thresholds != std::string::npos);
@@ -177,7 +180,8 @@ TEST_CASE("validate: bad usage is a clear UsageError", "[apps][validate]") {
   CHECK_THROWS_AS(validate_with(d), UsageError);
 }
 
-TEST_CASE("validate: a regression set is judged by its errors, extremes and R^2, with no decisions", "[apps][validate]") {
+TEST_CASE("validate: a regression set is judged by its errors, extremes and R^2, with no decisions",
+          "[apps][validate]") {
   Rng rng(5);
   std::vector<float> x(32 * 16), y(32 * 4);
   for (float& v : x) v = rng.normal();

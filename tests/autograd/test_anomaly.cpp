@@ -2,7 +2,6 @@
 // forward or backward, and is silent where every value is finite. With scaled gradients, an
 // overflow in backward is a scaler event instead. Off by default.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 #include <string>
@@ -132,7 +131,8 @@ TEST_CASE("anomaly: a gradient a scale op's backward overflows, at the top level
   }
 }
 
-TEST_CASE("anomaly: a NaN reaching an op is reported at the loss, and check_finite names the row", "[autograd][anomaly]") {
+TEST_CASE("anomaly: a NaN reaching an op is reported at the loss, and check_finite names the row",
+          "[autograd][anomaly]") {
   DetectAnomaly detect;
   std::vector<float> v(12, 0.5f);
   v[7] = NAN;  // row 2 of a [4, 3] tensor
