@@ -47,6 +47,7 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   // The CPU kernels' path that wrote it: each path repeats its own bits exactly, but two
   // paths may differ in the last bits (FMA or not in the products), so a resume says so.
   meta["cpu_isa"] = active_cpu_isa_name();
+  if (!st.experiment.empty()) meta["experiment"] = st.experiment;
   write_safetensors(path, tensors, meta);
 }
 
@@ -97,12 +98,22 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   st.scaler.growth_tracker = parse_exact_float(meta("scaler.growth_tracker"), "checkpoint '" + path + "' scaler");
   st.scaler.hysteresis_left = parse_exact_float(meta("scaler.hysteresis_left"), "checkpoint '" + path + "' scaler");
   st.data_position = meta("data_position");
+  if (auto it = f.metadata().find("experiment"); it != f.metadata().end()) st.experiment = it->second;
   st.settings = settings;
   // All checked: now copy.
   for (auto& [e, dst] : plan) dst->copy_from(f.tensor(e->name));
   for (Var& p : params) p.set_working_dtype(p.dtype());  // the working copy is the rounded master
   opt.set_step_count(st.optimizer_steps);
   return st;
+}
+
+std::string checkpoint_setting(const std::string& path, const std::string& key) {
+  const SafetensorsFile f = read_safetensors(path);
+  auto format = f.metadata().find("format");
+  if (format == f.metadata().end() || format->second != kCheckpointFormat)
+    throw UsageError("'" + path + "' is not a belay checkpoint");
+  auto it = f.metadata().find("setting." + key);
+  return it == f.metadata().end() ? "" : it->second;
 }
 
 void load_initial_weights(const std::string& path, Module& model) {

@@ -22,7 +22,14 @@ struct RunState {
   ScalerState scaler;
   std::string data_position;
   std::map<std::string, std::string> settings;  // must match when resuming
+  // Set when a run resumed under another precision policy (--new-experiment): what changed
+  // and from where. Not compared on resume; carried into every later checkpoint.
+  std::string experiment;
 };
+
+// The checkpoint's recorded setting `key` ("" when it has none, as in files written before
+// the setting existed). Throws UsageError for a file that is not a belay checkpoint.
+std::string checkpoint_setting(const std::string& path, const std::string& key);
 
 std::string exact_float(float x);                 // "%a"
 float parse_exact_float(const std::string& s, const std::string& what);  // throws UsageError

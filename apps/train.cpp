@@ -64,13 +64,13 @@ void validate(const TrainConfig& c) {
   require_device(device);
 }
 
-namespace {
-
 std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device) {
   if (c.model == "mlp")
     return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
   return std::make_unique<Linear>(c.in_features, c.out_features, rng, true, device);
 }
+
+namespace {
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const Module& model) {
   if (c.optimizer == "sgd") {
@@ -105,6 +105,7 @@ std::map<std::string, std::string> run_settings(const TrainConfig& c, const Data
       {"fused", c.fused ? "1" : "0"},
       {"scaler", scaler_on ? "1" : "0"},
       {"data", data.describe()},
+      {"fp32_ops", c.fp32_ops ? fp32_ops_names(c.fp32_ops) : "none"},
   };
   if (c.model == "mlp") {
     s["hidden"] = std::to_string(c.hidden);
@@ -152,8 +153,13 @@ class SignalScope {
 TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   TrainConfig c = config;
   std::unique_ptr<Dataset> data;
-  if (!c.data.empty()) {
-    data = load_dataset(c.data);
+  if (c.make_dataset) {
+    data = c.make_dataset();
+    c.in_features = data->in_features();
+    c.out_features = data->out_features();
+  } else if (!c.data.empty()) {
+    // Anomaly mode keeps non-finite rows, so that the run meets them and says where.
+    data = load_dataset(c.data, c.detect_anomaly);
     c.in_features = data->in_features();
     c.out_features = data->out_features();
     if (data->classification() && c.model != "mlp")
@@ -166,7 +172,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   Rng init_rng(c.seed);
   std::unique_ptr<Module> model = make_model(c, init_rng, device);
   if (!c.init.empty()) load_initial_weights(c.init, *model);
-  model->set_working_dtype(c.dtype);
+  // A linear kept in FP32 (--fp32-ops linear) reads the FP32 masters, not a rounded copy.
+  model->set_working_dtype((c.fp32_ops & static_cast<uint32_t>(OpClass::Linear)) ? DType::F32 : c.dtype);
   model->set_grad_dtype(c.low_precision_grads ? c.dtype : DType::F32);
   std::unique_ptr<Optimizer> opt = make_optimizer(c, *model);
   GradScalerOptions so = c.scaler;
@@ -179,13 +186,38 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   SafeStep step(*opt, scaler, parse_schedule(c.schedule, c.lr, c.warmup, c.steps), sso);
   step.after_backward = [&](int64_t s, Optimizer& o) {
     if (c.inject_inf.count(s) && !o.grads().empty()) o.mutable_grads()[0]->set_element(0, INFINITY);
+    // Anomaly mode: the gradient buffers as the guard will read them (a fault planted above
+    // is found here: the ops' own backward checks ran before it).
+    if (anomaly_mode_enabled())
+      for (const Var& p : o.params())
+        if (p.grad().defined()) check_gradient("gradient buffer", "", "gradient of " + p.name(), p.grad());
   };
   const auto settings = run_settings(c, *data, so.enabled);
 
-  // Resume: everything is validated before anything is written.
+  // Resume: everything is validated before anything is written. The op policy (fp32_ops) is
+  // compared here rather than with the other settings: resuming under another one is a new
+  // experiment, allowed only when asked for, and then recorded.
   int64_t first_step = 0;
+  std::string experiment;
   if (!c.resume.empty()) {
-    const RunState st = load_checkpoint(c.resume, *model, *opt, settings);
+    std::string had = checkpoint_setting(c.resume, "fp32_ops");
+    if (had.empty()) had = "none";  // written before the setting existed: no op was kept in FP32
+    auto resume_settings = settings;
+    resume_settings.erase("fp32_ops");
+    if (had != settings.at("fp32_ops")) {
+      if (!c.new_experiment)
+        throw UsageError("checkpoint '" + c.resume + "' was written with --fp32-ops " + had + ", this run has " +
+                         settings.at("fp32_ops") +
+                         ": another precision policy is a new experiment, not a continuation (add --new-experiment "
+                         "to start one from this checkpoint)");
+    }
+    const RunState st = load_checkpoint(c.resume, *model, *opt, resume_settings);
+    experiment = st.experiment;
+    if (had != settings.at("fp32_ops")) {
+      experiment += std::string(experiment.empty() ? "" : "; ") + "new experiment at step " +
+                    std::to_string(st.next_step) + " from '" + c.resume + "': fp32_ops " + had + " -> " +
+                    settings.at("fp32_ops");
+    }
     scaler.load_state(st.scaler);
     data->set_position(st.data_position);
     first_step = st.next_step;
@@ -206,6 +238,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     st.scaler = scaler.state();
     st.data_position = data->position();
     st.settings = settings;
+    st.experiment = experiment;
     save_checkpoint(c.checkpoint, *model, *opt, st);
   };
 
@@ -215,14 +248,28 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (c.accum_steps() > 1) out << " (" << c.accum_steps() << " x " << c.micro_batch_size() << ")";
     out << ", loss scaling " << (scaler.enabled() ? "on" : "off") << ", clip " << c.max_norm << ", data "
         << data->describe();
+    if (c.fp32_ops) out << ", fp32 ops " << fp32_ops_names(c.fp32_ops);
+    if (c.detect_anomaly) out << ", anomaly detection on";
     if (first_step > 0) out << ", resumed at step " << first_step;
     out << "\n";
+    if (!experiment.empty()) out << "experiment: " << experiment << "\n";
   }
   Progress progress(out, c.steps, !c.show_steps && !c.quiet && is_terminal(out));
   SignalScope signals(c.handle_signals);
   SkipMonitor monitor(c.skip);
 
   TrainResult result;
+  std::optional<DetectAnomaly> anomaly;
+  if (c.detect_anomaly) {
+    anomaly.emplace(scaler.enabled());  // with loss scaling, gradients are scaled
+    anomaly->on_scaler_event = [&](const AnomalyReport& r) {
+      result.scaler_events.push_back(r);
+      if (!c.quiet) {
+        progress.finish();
+        out << r.describe();
+      }
+    };
+  }
   const int64_t accum = c.accum_steps(), micro = c.micro_batch_size();
   const bool classify = data->classification();
 
@@ -268,36 +315,71 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t last = c.stop_at >= 0 ? std::min(c.steps, c.stop_at) : c.steps;
-  for (int64_t s = first_step; s < last; ++s) {
-    const auto ts = std::chrono::steady_clock::now();
-    Batch batch = data->next(c.batch, device);
-    if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
-      backend_for(device).scale(batch.y, it->second, batch.y);
-    in_flight.push_back(step.enqueue([&](int k) {
-      const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
-      const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);
-      Autocast autocast(c.dtype, c.dtype != DType::F32);
-      Var pred = (*model)(Var(x));
-      return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
-    }));
-    drain(c.sync_each_step ? 0 : 1);
-    // The period of the loop: in steady state, one step of the device's work.
-    result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
-    if (!c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0) {
-      drain(0);  // every row up to the checkpoint is in the CSV before the checkpoint exists
-      checkpoint_now(s + 1);
+  // Anomaly mode: the batch as the model will read it (with the data row of a file's row).
+  auto check_batch = [&](const Batch& batch) {
+    const int64_t first_row = data->last_batch_first_row();
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &batch.x}, {"y", &batch.y}}) {
+      try {
+        check_finite("input", "batch", "", name, *t);
+      } catch (const AnomalyError& e) {
+        AnomalyReport r = e.report();
+        if (first_row >= 0) r.tensor += " (data row " + std::to_string(first_row + r.first_row) + ")";
+        throw AnomalyError(r);
+      }
     }
-    if (skip_stop) break;
-    if (g_stop_signal != 0) {
-      drain(0);
-      progress.finish();
-      const int sig = g_stop_signal;
-      if (!c.quiet)
-        out << "stopping after step " << s << " on " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-            << (c.checkpoint.empty() ? "" : "; checkpoint " + c.checkpoint) << "\n";
-      result.exit_code = 128 + sig;
-      break;
+  };
+  // Anomaly mode: what the optimizer wrote, masters and the working copies the next forward reads.
+  auto check_optimizer = [&] {
+    for (const Var& p : model->parameters()) {
+      check_finite("optimizer", c.optimizer, "", "master " + p.name(), p.master());
+      if (p.value().dtype() != DType::F32) check_finite("optimizer", c.optimizer, "", "working copy " + p.name(), p.value());
     }
+  };
+  try {
+    for (int64_t s = first_step; s < last; ++s) {
+      const auto ts = std::chrono::steady_clock::now();
+      Batch batch = data->next(c.batch, device);
+      if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
+        backend_for(device).scale(batch.y, it->second, batch.y);
+      if (anomaly) {
+        anomaly->set_step(s);
+        check_batch(batch);
+      }
+      in_flight.push_back(step.enqueue([&](int k) {
+        const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
+        const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);
+        Autocast autocast(c.dtype, c.dtype != DType::F32, c.fp32_ops);
+        Var pred = (*model)(Var(x));
+        return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
+      }));
+      if (anomaly) check_optimizer();
+      drain(c.sync_each_step ? 0 : 1);
+      // The period of the loop: in steady state, one step of the device's work.
+      result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
+      if (!c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0) {
+        drain(0);  // every row up to the checkpoint is in the CSV before the checkpoint exists
+        checkpoint_now(s + 1);
+      }
+      if (skip_stop) break;
+      if (g_stop_signal != 0) {
+        drain(0);
+        progress.finish();
+        const int sig = g_stop_signal;
+        if (!c.quiet)
+          out << "stopping after step " << s << " on " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+              << (c.checkpoint.empty() ? "" : "; checkpoint " + c.checkpoint) << "\n";
+        result.exit_code = 128 + sig;
+        break;
+      }
+    }
+  } catch (const AnomalyError& e) {
+    // The first non-finite value: the rows before it go to the log, the report to the user,
+    // and no checkpoint is written (the state may hold the non-finite value).
+    drain(0);
+    progress.finish();
+    if (log) log->close();
+    if (!c.quiet) out << e.report().describe();
+    throw;
   }
   drain(0);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -313,6 +395,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     out << "done: " << result.rows.size() << " steps (" << result.rows.size() - result.skipped << " applied, "
         << result.skipped << " skipped) in " << result.seconds << " s; loss " << result.first_loss << " -> "
         << result.final_loss << "; final scale " << scaler.scale();
+    if (c.fp32_ops) out << "; fp32 ops " << fp32_ops_names(c.fp32_ops);
+    if (c.detect_anomaly) out << "; " << result.scaler_events.size() << " scaler event(s), no anomaly";
     if (!c.csv.empty()) out << "; log " << c.csv;
     if (!c.checkpoint.empty()) out << "; checkpoint " << c.checkpoint;
     out << "\n";

@@ -3,7 +3,9 @@
 // the user's file), the step log, checkpoints, and a progress display.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <memory>
 #include <limits>
 #include <map>
 #include <set>
@@ -12,9 +14,12 @@
 
 #include "amp/grad_scaler.h"
 #include "amp/step_log.h"
+#include "autograd/anomaly.h"
 #include "engine/dtype.h"
 
 namespace belay {
+
+class Dataset;
 
 struct TrainConfig {
   std::string model = "linear";  // linear | mlp
@@ -55,6 +60,14 @@ struct TrainConfig {
   bool sync_each_step = false;
   bool quiet = false;
   bool handle_signals = false;  // the CLI: SIGINT/SIGTERM finish the step, checkpoint, exit 130/143
+  // --detect-anomaly: stop at the first non-finite value (autograd/anomaly.h) with a report,
+  // thrown as AnomalyError; a scaled gradient's overflow is reported as a scaler event.
+  bool detect_anomaly = false;
+  uint32_t fp32_ops = 0;        // --fp32-ops: op classes autocast leaves in FP32 (amp/autocast.h)
+  bool new_experiment = false;  // --new-experiment: resume under another op policy, recorded
+  // A dataset supplied by the caller (belay validate --train), used instead of --data or
+  // the synthetic one; called once per run.
+  std::function<std::unique_ptr<Dataset>()> make_dataset;
 
   int64_t accum_steps() const { return micro_batch > 0 ? batch / micro_batch : 1; }
   int64_t micro_batch_size() const { return micro_batch > 0 ? micro_batch : batch; }
@@ -70,9 +83,14 @@ struct TrainResult {
   std::vector<double> step_ms;      // wall time of each step
   int64_t gradient_syncs = 0;
   std::vector<float> final_weights;  // every master, flattened, for tests
+  std::vector<AnomalyReport> scaler_events;  // --detect-anomaly with loss scaling
 };
 
 void validate(const TrainConfig& config);  // throws UsageError on anything out of range
+// The model a run starts from: c.model's shape, initialised from `rng` (seeded by c.seed).
+class Module;
+class Rng;
+std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device);
 TrainResult run_training(const TrainConfig& config, std::ostream& out);
 
 // `belay train --scenario broken-batch`: how one bad batch freezes Adam without clipping.

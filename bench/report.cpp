@@ -194,6 +194,13 @@ int main(int argc, char** argv) {
     target("system allocations per steady-state step (max over configurations)", max_allocs, "<=", 0.0);
     std::printf("\n");
   }
+  if (doc.contains("anomaly")) {
+    std::printf("### Anomaly mode (--detect-anomaly): a belted training step with and without it, batch 256\n\n");
+    print_header({"model", "dtype", "step ms, plain", "step ms, anomaly mode", "ratio"});
+    for (const Json& s : doc["anomaly"]["steps"])
+      print_row({s["model"], s["dtype"], pm(s["plain"]), pm(s["anomaly"]), fmt(num(s["ratio"]), 2) + "x"});
+    std::printf("\n");
+  }
   if (doc.contains("threads")) {
     std::printf("### 1 thread vs 2 threads\n\n");
     print_header({"measure", "1 thread", "2 threads", "speedup"});
