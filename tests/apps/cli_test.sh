@@ -136,6 +136,14 @@ expect_error "resume from a truncated file" 2 train --steps 30 --resume "$tmp/tr
 expect_error "resume from a missing file" 2 train --steps 30 --resume "$tmp/none.safetensors"
 "$belay" train --steps 30 --resume "$tmp/c.safetensors" --csv "$tmp/c.csv" --quiet
 [ "$(($(wc -l <"$tmp/c.csv") - 1))" -eq 30 ] && pass "resumed csv has 30 rows" || fail "resumed csv rows"
+# The same run on 1 and 3 threads: the same log and the same weights, bit for bit (every
+# reduction and product sums in an order that does not depend on the thread count).
+for t in 1 3; do
+  OMP_NUM_THREADS=$t "$belay" train --model mlp --in 256 --hidden 512 --steps 6 --dtype fp16 \
+    --csv "$tmp/thr$t.csv" --checkpoint "$tmp/thr$t.safetensors" --quiet
+done
+cmp -s "$tmp/thr1.csv" "$tmp/thr3.csv" && cmp -s "$tmp/thr1.safetensors" "$tmp/thr3.safetensors" &&
+  pass "1 and 3 threads: identical log and checkpoint" || fail "1 and 3 threads differ"
 # The checkpoint records the CPU path that wrote it; a resume on another path says so (the
 # bits may differ in the last place), on the same path it does not.
 "$belay" --cpu-isa baseline train --steps 4 --stop-at 2 --checkpoint "$tmp/isa.safetensors" --quiet
