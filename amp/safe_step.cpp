@@ -35,6 +35,9 @@ SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, Safe
   if (options_.accum_steps < 1) throw UsageError("accum_steps must be >= 1");
   if (std::isnan(options_.max_norm) || options_.max_norm <= 0.0f)
     throw UsageError("max_norm must be > 0 (inf: no clipping)");
+  // The unfused path clips in place before its norm could be agreed across ranks.
+  if (comm_->world_size() > 1 && !options_.fused)
+    throw UsageError("the unfused step (--unfused) is single-process only for now; drop it with --dist");
   opt_.set_schedule(schedule);
 }
 
@@ -56,11 +59,12 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
     loss.backward(scaler_.loss_seed_tensor(), per_micro_batch);
   }
   comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch
+  if (comm_->world_size() > 1) comm_->average_loss(loss_mean);  // the log's loss: the whole batch's
   if (after_backward) after_backward(step, opt_);
 
   Tensor norm, clip_coef;
   if (options_.fused) {
-    const GuardResult g = scaler_.guard(opt_, options_.max_norm);
+    const GuardResult g = scaler_.guard(opt_, options_.max_norm, comm_);
     norm = g.norm;
     clip_coef = g.clip_coef;
   } else {

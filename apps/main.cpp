@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/communicator.h"
 #include "apps/accum_check.h"
 #include "apps/checkpoint.h"
 #include "apps/finfo_cmd.h"
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> inject;
   std::vector<std::string> spikes;
   bool no_scaler = false, scaler_on = false, unfused = false;
+  std::string dist = "local";
   CLI::App* train = app.add_subcommand("train", "train a Linear model (or an MLP) on seeded synthetic data");
   train->add_option("--model", tc.model, "linear | mlp")->capture_default_str();
   train->add_option("--in", tc.in_features, "input features")->capture_default_str();
@@ -87,6 +89,8 @@ int main(int argc, char** argv) {
   train->add_option("--clip", tc.max_norm, "clip the global gradient L2 norm to this (default: measure only)");
   train->add_flag("--unfused", unfused, "PyTorch's order in separate passes (unscale_, clip_grad_norm_, step)");
   train->add_option("--inject-inf", inject, "plant an inf in a gradient at STEP (repeatable)");
+  train->add_option("--inject-rank", tc.inject_rank, "with --dist: plant --inject-inf on this rank only (default: every rank)");
+  train->add_option("--dist", dist, "local | mpi (one process per rank, started by mpirun -np N)")->capture_default_str();
   train->add_option("--spike", spikes, "STEP:FACTOR multiplies that batch's targets, e.g. 12:1e8 (repeatable)");
   train->add_option("--csv", tc.csv, "per-step log: step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale");
   train->add_flag("--scaler", scaler_on, "dynamic loss scaling on (default: on for fp16 only)");
@@ -190,6 +194,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Outlives the handlers below: an error on one rank of a distributed run must end them all.
+  std::unique_ptr<belay::Communicator> comm;
   try {
     // Decided here, before any work: an unknown or unavailable path (option or
     // BELAY_CPU_ISA) is a usage error whatever the command.
@@ -231,13 +237,22 @@ int main(int argc, char** argv) {
     tc.inject_inf.insert(inject.begin(), inject.end());
     for (const std::string& s : spikes) tc.spikes.insert(parse_spike(s));
     tc.handle_signals = true;
+    if (dist != "local") {
+      comm = belay::make_communicator(dist);
+      tc.comm = comm.get();
+    }
     return belay::run_training(tc, std::cout).exit_code;
   } catch (const belay::UsageError& e) {
+    // The same on every rank (all read the same options and files): rank 0 says it once.
     std::cout.flush();
-    std::cerr << "belay: error: " << e.what() << "\n";
+    if (!comm || comm->rank() == 0) std::cerr << "belay: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cout.flush();
+    if (comm && comm->world_size() > 1) {
+      std::cerr << "belay: error: rank " << comm->rank() << ": " << e.what() << "\n";
+      comm->abort(1);  // its peers may be waiting in a collective: end them all
+    }
     std::cerr << "belay: error: " << e.what() << "\n";
     return 1;
   }
