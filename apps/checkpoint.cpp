@@ -29,6 +29,34 @@ static int64_t parse_int(const std::string& s, const std::string& what) {
   return v;
 }
 
+bool is_policy_setting(const std::string& key) {
+  return key == "dtype" || key == "grad_dtype" || key == "scaler" || key.rfind("scaler.", 0) == 0;
+}
+
+std::vector<std::string> check_resume_settings(const std::string& path, const std::map<std::string, std::string>& saved,
+                                               const std::map<std::string, std::string>& run, bool new_experiment) {
+  std::vector<std::string> policy_changes;
+  std::vector<std::string> keys;
+  for (auto& [k, v] : saved) keys.push_back(k);
+  for (auto& [k, v] : run)
+    if (!saved.count(k)) keys.push_back(k);
+  for (const std::string& key : keys) {
+    auto a = saved.find(key), b = run.find(key);
+    const std::string have = a == saved.end() ? "(unset)" : a->second;
+    const std::string want = b == run.end() ? "(unset)" : b->second;
+    if (have == want) continue;
+    if (!is_policy_setting(key))
+      throw UsageError("checkpoint '" + path + "' was written with " + key + "=" + have + ", this run has " + key + "=" +
+                       want + ": resume with the same settings");
+    if (!new_experiment)
+      throw UsageError("checkpoint '" + path + "' was written with " + key + "=" + have + ", this run has " + key + "=" +
+                       want + ": another precision policy is a new experiment, not a continuation; add "
+                       "--new-experiment to start one from this checkpoint (it is recorded), or resume with the same settings");
+    policy_changes.push_back(key + ": " + have + " -> " + want);
+  }
+  return policy_changes;
+}
+
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& st) {
   NamedTensors tensors;
   for (auto& [name, p] : model.named_parameters()) tensors.push_back({name, p.master()});
@@ -42,11 +70,12 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   meta["scaler.growth_tracker"] = exact_float(st.scaler.growth_tracker);
   meta["scaler.hysteresis_left"] = exact_float(st.scaler.hysteresis_left);
   meta["data_position"] = st.data_position;
+  for (auto& [k, v] : st.records) meta["record." + k] = v;
   write_safetensors(path, tensors, meta);
 }
 
 RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                         const std::map<std::string, std::string>& settings) {
+                         const std::map<std::string, std::string>& settings, bool new_experiment) {
   const SafetensorsFile f = read_safetensors(path);
   auto meta = [&](const std::string& key) -> const std::string& {
     auto it = f.metadata().find(key);
@@ -56,12 +85,10 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   };
   if (meta("format") != kCheckpointFormat)
     throw UsageError("checkpoint '" + path + "' has format '" + meta("format") + "', expected " + kCheckpointFormat);
-  for (auto& [key, want] : settings) {
-    const std::string& have = meta("setting." + key);
-    if (have != want)
-      throw UsageError("checkpoint '" + path + "' was written with " + key + "=" + have + ", this run has " + key +
-                       "=" + want + ": resume with the same settings");
-  }
+  std::map<std::string, std::string> saved;
+  for (auto& [k, v] : f.metadata())
+    if (k.rfind("setting.", 0) == 0) saved[k.substr(8)] = v;
+  const std::vector<std::string> policy_changes = check_resume_settings(path, saved, settings, new_experiment);
   // Check every tensor before touching anything.
   std::vector<std::pair<const SafetensorsEntry*, Tensor*>> plan;
   auto expect = [&](const std::string& name, Tensor& dst) {
@@ -88,6 +115,12 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   st.scaler.hysteresis_left = parse_exact_float(meta("scaler.hysteresis_left"), "checkpoint '" + path + "' scaler");
   st.data_position = meta("data_position");
   st.settings = settings;
+  st.policy_changes = policy_changes;
+  for (auto& [k, v] : f.metadata())
+    if (k.rfind("record.", 0) == 0) st.records[k.substr(7)] = v;
+  // Loss scaling turned on or off: the saved scale belongs to the other policy.
+  auto scaler_on = [](const std::map<std::string, std::string>& m) { auto it = m.find("scaler"); return it != m.end() && it->second == "1"; };
+  st.scaler_state_loaded = scaler_on(saved) == scaler_on(settings);
   // All checked: now copy.
   for (auto& [e, dst] : plan) dst->copy_from(f.tensor(e->name));
   for (Var& p : params) p.set_working_dtype(p.dtype());  // the working copy is the rounded master
