@@ -356,8 +356,9 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
       }
       if (sv.hit_min && !c.quiet) {
         progress.finish();
-        out << "warning: the loss scale is at --min-scale " << so.min_scale << " and step " << row.step
-            << " still overflowed: scaling cannot cure this; look for the op that overflows (or try bf16)\n";
+        out << "warning: the loss scale reached --min-scale " << so.min_scale << " at step " << row.step
+            << " (an overflow): it can fall no further, so overflows from here on are not cured by scaling; look for "
+               "the op that overflows (or try bf16)\n";
       }
     }
     const SkipMonitor::Verdict v = monitor.observe(row.skipped);
