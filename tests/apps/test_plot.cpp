@@ -122,3 +122,47 @@ TEST_CASE("plot: rows a rollback abandoned are drawn faint and the policy change
   CHECK(count(svg, "policy: fp32@lr=0.01") == 1);
   CHECK(count(svg, "opacity=\"0.30\"") > 0);
 }
+
+TEST_CASE("plot: the README demo's picture shows the injected skip and the scale's backoff", "[apps][plot]") {
+  // The demo: bash apps/belay.sh train --dtype fp16 --steps 30 --inject-inf 5 (docs/demo-run.svg).
+  TrainConfig c;
+  c.dtype = DType::F16;
+  c.steps = 30;
+  c.inject_inf = {5};
+  c.quiet = true;
+  std::ostringstream out;
+  RunLog log;
+  log.name = "run.csv";
+  log.rows = run_training(c, out).rows;
+  const std::string svg = plot_svg({log});
+  // The skip: one red mark per panel, all at one x.
+  std::vector<std::string> mark_x;
+  for (size_t at = svg.find("<line x1=\""); at != std::string::npos; at = svg.find("<line x1=\"", at + 1)) {
+    const size_t end = svg.find("/>", at);
+    const std::string line = svg.substr(at, end - at);
+    if (line.find("stroke=\"#d62728\" stroke-width=\"1.50\"") == std::string::npos) continue;
+    mark_x.push_back(line.substr(10, line.find('"', 10) - 10));
+  }
+  REQUIRE(mark_x.size() == 4);
+  for (const std::string& x : mark_x) CHECK(x == mark_x[0]);
+  // The backoff: the only vertical drop of any line, at the skip's x, going down (a smaller scale).
+  int drops = 0;
+  for (size_t at = svg.find("points=\""); at != std::string::npos; at = svg.find("points=\"", at + 1)) {
+    std::istringstream pts(svg.substr(at + 8, svg.find('"', at + 8) - at - 8));
+    std::string prev, cur;
+    while (pts >> cur) {
+      if (!prev.empty()) {
+        const std::string px = prev.substr(0, prev.find(',')), cx = cur.substr(0, cur.find(','));
+        const double py = std::stod(prev.substr(prev.find(',') + 1)), cy = std::stod(cur.substr(cur.find(',') + 1));
+        if (px == cx && py != cy) {
+          ++drops;
+          CHECK(cx == mark_x[0]);
+          CHECK(cy > py);  // SVG's y grows downwards
+        }
+      }
+      prev = cur;
+    }
+  }
+  CHECK(drops == 1);
+  CHECK(svg.find(">inf</text>") != std::string::npos);
+}
