@@ -160,12 +160,11 @@ std::map<std::string, std::string> run_settings(const TrainConfig& c, const Data
   return s;
 }
 
-// Runs f with its allocations labelled `what`. The caching allocator reports a failure with
-// its exact size; a host container's std::bad_alloc (or length_error) carries none, so it
-// is reported with `bytes`, what this part needs by the config.
+// Runs f under an AllocationPurpose (made by the caller). The caching allocator reports a
+// failure with its exact size; a host container's std::bad_alloc (or length_error) carries
+// none, so it is reported with `bytes`, what this part needs by the config.
 template <class F>
-auto allocating(const std::string& what, double bytes, F&& f) -> decltype(f()) {
-  AllocationPurpose purpose(what);
+auto out_of_memory_as_error(double bytes, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::bad_alloc&) {
@@ -173,6 +172,12 @@ auto allocating(const std::string& what, double bytes, F&& f) -> decltype(f()) {
   } catch (const std::length_error&) {
     throw Error(out_of_memory_message(static_cast<size_t>(bytes)));
   }
+}
+
+template <class F>
+auto allocating(const std::string& what, double bytes, F&& f) -> decltype(f()) {
+  AllocationPurpose purpose(what);
+  return out_of_memory_as_error(bytes, f);
 }
 
 std::string short_float(float x) {
@@ -451,11 +456,11 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (!done) {
       const auto ts = std::chrono::steady_clock::now();
       const double batch_bytes = 4.0 * static_cast<double>(c.batch) * static_cast<double>(c.in_features + c.out_features);
-      Batch batch = allocating("the batch of step " + std::to_string(s) + " (" + std::to_string(c.batch) + " rows)",
-                               batch_bytes, [&] { return data->next(c.batch, device); });
+      std::optional<AllocationPurpose> purpose(std::in_place, "the batch of step", s);
+      Batch batch = out_of_memory_as_error(batch_bytes, [&] { return data->next(c.batch, device); });
       if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
         backend_for(device).scale(batch.y, it->second, batch.y);
-      AllocationPurpose purpose("the activations and gradients of step " + std::to_string(s));
+      purpose.emplace("the activations and gradients of step", s);
       in_flight.push_back(step.enqueue([&](int k) {
         const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
         const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);

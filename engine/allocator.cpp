@@ -9,9 +9,16 @@ namespace {
 thread_local const AllocationPurpose* g_purpose = nullptr;
 }  // namespace
 
-AllocationPurpose::AllocationPurpose(std::string what) : what_(std::move(what)), outer_(g_purpose) { g_purpose = this; }
+AllocationPurpose::AllocationPurpose(std::string what) : owned_(std::move(what)), outer_(g_purpose) { g_purpose = this; }
+AllocationPurpose::AllocationPurpose(const char* what, int64_t step) : what_(what), step_(step), outer_(g_purpose) {
+  g_purpose = this;
+}
 AllocationPurpose::~AllocationPurpose() { g_purpose = outer_; }
-std::string AllocationPurpose::current() { return g_purpose ? g_purpose->what_ : std::string(); }
+std::string AllocationPurpose::current() {
+  if (!g_purpose) return "";
+  if (!g_purpose->what_) return g_purpose->owned_;
+  return std::string(g_purpose->what_) + " " + std::to_string(g_purpose->step_);
+}
 
 std::string out_of_memory_message(size_t bytes) {
   const std::string what = AllocationPurpose::current();

@@ -60,13 +60,18 @@ CachingAllocator& allocator_for(Device device);
 class AllocationPurpose {
  public:
   explicit AllocationPurpose(std::string what);
+  // "<what> <step>", formatted only if an allocation fails: a training step opens one of
+  // these every step and must not allocate for it.
+  AllocationPurpose(const char* what, int64_t step);
   ~AllocationPurpose();
   AllocationPurpose(const AllocationPurpose&) = delete;
   AllocationPurpose& operator=(const AllocationPurpose&) = delete;
   static std::string current();  // "" outside every scope
 
  private:
-  std::string what_;
+  std::string owned_;
+  const char* what_ = nullptr;  // with step_, when not owned_
+  int64_t step_ = -1;
   const AllocationPurpose* outer_;
 };
 
