@@ -148,7 +148,8 @@ std::vector<std::vector<std::pair<double, double>>> segments(const Frame& f, con
   int64_t prev_step = std::numeric_limits<int64_t>::min();
   for (size_t i = 0; i < log.rows.size(); ++i) {
     const StepRow& r = log.rows[i];
-    const double v = gone[i] == abandoned ? value(r) : NAN;
+    if (gone[i] != abandoned) continue;  // the other set: the line runs on across it
+    const double v = value(r);
     if (r.step <= prev_step || !f.y.usable(v)) {
       if (!out.back().empty()) out.emplace_back();
     }
