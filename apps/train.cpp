@@ -477,6 +477,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     const bool snapshot_due = !done && snapshot && s + 1 - snapshot->next_step >= c.rollback.every;
     // Every row up to here is in the CSV (and judged) before a checkpoint or a snapshot is
     // taken, and before a rollback restores: the price is one wait for the device there.
+    // A snapshot stays due while the state is not healthy, so such a stretch waits each step.
     if (done || checkpoint_due || snapshot_due || rollback_reason) drain(0);
     if (rollback_reason) {
       if (!roll_back()) break;
