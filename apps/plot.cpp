@@ -41,9 +41,10 @@ std::vector<std::string> split(const std::string& line) {
   return out;
 }
 
-double parse_number(const std::string& s, const std::string& where) {
+// As the log wrote it: an FP32 value ("inf" and "nan" included; one past FP32's range reads as inf).
+float parse_number(const std::string& s, const std::string& where) {
   char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
+  const float v = std::strtof(s.c_str(), &end);
   if (s.empty() || *end != '\0') throw UsageError(where + ": '" + s + "' is not a number");
   return v;
 }
@@ -222,17 +223,20 @@ RunLog read_step_log(const std::string& path) {
     if (f.size() != columns)
       throw UsageError(where + ": " + std::to_string(f.size()) + " fields, expected " + std::to_string(columns));
     StepRow r;
-    const double step = parse_number(f[0], where);
-    if (step < 0 || step != std::floor(step)) throw UsageError(where + ": step '" + f[0] + "' is not a count");
-    r.step = static_cast<int64_t>(step);
-    r.lr = static_cast<float>(parse_number(f[1], where));
-    r.grad_l2_pre_clip = static_cast<float>(parse_number(f[2], where));
-    r.grad_l2_post_clip = static_cast<float>(parse_number(f[3], where));
-    r.loss = static_cast<float>(parse_number(f[4], where));
+    char* end = nullptr;
+    errno = 0;
+    const long long step = std::strtoll(f[0].c_str(), &end, 10);
+    if (f[0].empty() || *end != '\0' || step < 0 || errno == ERANGE)
+      throw UsageError(where + ": step '" + f[0] + "' is not a count");
+    r.step = step;
+    r.lr = parse_number(f[1], where);
+    r.grad_l2_pre_clip = parse_number(f[2], where);
+    r.grad_l2_post_clip = parse_number(f[3], where);
+    r.loss = parse_number(f[4], where);
     if (f[5] != "0" && f[5] != "1") throw UsageError(where + ": skipped must be 0 or 1, got '" + f[5] + "'");
     r.skipped = f[5] == "1";
     r.skip_reason = f[6];
-    r.scaler_scale = static_cast<float>(parse_number(f[7], where));
+    r.scaler_scale = parse_number(f[7], where);
     log.rows.push_back(r);
     if (policy) log.policy.push_back(f[8]);
   }
