@@ -23,23 +23,31 @@ struct RunState {
   ScalerState scaler;
   std::string data_position;
   std::map<std::string, std::string> settings;  // must match when resuming
-  // The run's history, kept across resumes: "record.<step>.<what>" in the metadata (a new
-  // experiment started from here, a rollback, a policy change). Keys without the prefix.
+  // Set when a run resumed under another precision policy (--new-experiment): what changed
+  // and from where. Not compared on resume; carried into every later checkpoint.
+  std::string experiment;
+  // The run's other history, kept across resumes: "record.<step>.<what>" in the metadata
+  // (a rollback and what followed it). Keys without the prefix.
   std::map<std::string, std::string> records;
   // Filled by load_checkpoint: the precision-policy settings a --new-experiment changed
-  // ("dtype: fp16 -> bf16"), empty for a plain continuation.
+  // ("dtype fp16 -> bf16"), empty for a plain continuation.
   std::vector<std::string> policy_changes;
   bool scaler_state_loaded = true;  // false when the new experiment turned the scaler on or off
 };
 
-// Settings that make a precision policy (dtype, gradient dtype, loss scaling and its
-// options; issue 14 part A adds the FP32 op list here). Resuming under another policy is a
-// new experiment, not a continuation.
+// The checkpoint's recorded setting `key` ("" when it has none, as in files written before
+// the setting existed). Throws UsageError for a file that is not a belay checkpoint.
+std::string checkpoint_setting(const std::string& path, const std::string& key);
+
+// Settings that make a precision policy: the dtype, the gradient dtype, loss scaling and
+// its options, the ops kept in FP32 (--fp32-ops). Resuming under another policy is a new
+// experiment, not a continuation.
 bool is_policy_setting(const std::string& key);
-// THE resume check: the checkpoint's settings against this run's, every key of either side.
-// A difference outside the policy settings is refused (UsageError); a policy difference is
-// refused unless new_experiment, and then returned as "key: old -> new" lines.
-std::vector<std::string> check_resume_settings(const std::string& path, const std::map<std::string, std::string>& saved,
+// THE resume check: the checkpoint's settings against this run's, every key of either side
+// (a key older checkpoints lack counts as its default: fp32_ops none). A difference outside
+// the policy settings is refused (UsageError); a policy difference is refused unless
+// new_experiment, and then returned as "key old -> new" lines.
+std::vector<std::string> check_resume_settings(const std::string& path, std::map<std::string, std::string> saved,
                                                const std::map<std::string, std::string>& run, bool new_experiment);
 
 std::string exact_float(float x);                 // "%a"

@@ -62,7 +62,14 @@ class SyntheticRegression final : public Dataset {
 
 class FileDataset final : public Dataset {
  public:
-  explicit FileDataset(const std::string& path) : path_(path) {
+  FileDataset(Tensor x, Tensor y, bool classification, int64_t classes, const std::string& name)
+      : path_(name), x_(std::move(x)), y_(std::move(y)), classification_(classification) {
+    rows_ = x_.dim(0);
+    in_ = x_.dim(1);
+    out_ = classification ? classes : y_.dim(1);
+  }
+
+  FileDataset(const std::string& path, bool allow_nonfinite) : path_(path) {
     const SafetensorsFile f = read_safetensors(path);
     for (const char* name : {"x", "y"})
       if (!f.contains(name))
@@ -77,7 +84,7 @@ class FileDataset final : public Dataset {
     rows_ = ex.shape[0];
     // The first non-finite value of x, with its row: training on it would only produce NaN.
     const std::vector<float> xv = x_.to_vector();
-    for (size_t i = 0; i < xv.size(); ++i)
+    for (size_t i = 0; i < xv.size() && !allow_nonfinite; ++i)
       if (!std::isfinite(xv[i]))
         throw UsageError("data file '" + path + "': x has a non-finite value (" + std::to_string(xv[i]) + ") at row " +
                          std::to_string(i / ex.shape[1]) + ", column " + std::to_string(i % ex.shape[1]));
@@ -105,7 +112,7 @@ class FileDataset final : public Dataset {
       y_ = f.tensor("y").to(DType::F32);
       out_ = ey.shape[1];
       const std::vector<float> yv = y_.to_vector();
-      for (size_t i = 0; i < yv.size(); ++i)
+      for (size_t i = 0; i < yv.size() && !allow_nonfinite; ++i)
         if (!std::isfinite(yv[i]))
           throw UsageError("data file '" + path + "': y has a non-finite value at row " + std::to_string(i / out_));
     }
@@ -118,6 +125,7 @@ class FileDataset final : public Dataset {
                        std::to_string(batch));
     if (pos_ + batch > rows_) pos_ = 0;  // wrap around: the tail shorter than a batch is dropped
     Batch b{x_.slice_rows(pos_, pos_ + batch), y_.slice_rows(pos_, pos_ + batch)};
+    last_first_row_ = pos_;
     pos_ += batch;
     if (!device.is_cpu()) b = {b.x.to(device), b.y.to(device)};
     return b;
@@ -126,6 +134,7 @@ class FileDataset final : public Dataset {
   int64_t out_features() const override { return out_; }
   bool classification() const override { return classification_; }
   std::string position() const override { return std::to_string(pos_); }
+  int64_t last_batch_first_row() const override { return last_first_row_; }
   void set_position(const std::string& p) override {
     if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos || p.size() > 18 ||
         std::stoll(p) > rows_)
@@ -140,7 +149,7 @@ class FileDataset final : public Dataset {
  private:
   std::string path_;
   Tensor x_, y_;
-  int64_t rows_ = 0, in_ = 0, out_ = 0, pos_ = 0;
+  int64_t rows_ = 0, in_ = 0, out_ = 0, pos_ = 0, last_first_row_ = -1;
   bool classification_ = false;
 };
 
@@ -150,6 +159,13 @@ std::unique_ptr<Dataset> make_synthetic_regression(int64_t in, int64_t out, uint
   return std::make_unique<SyntheticRegression>(in, out, seed);
 }
 
-std::unique_ptr<Dataset> load_dataset(const std::string& path) { return std::make_unique<FileDataset>(path); }
+std::unique_ptr<Dataset> load_dataset(const std::string& path, bool allow_nonfinite) {
+  return std::make_unique<FileDataset>(path, allow_nonfinite);
+}
+
+std::unique_ptr<Dataset> make_tensor_dataset(Tensor x, Tensor y, bool classification, int64_t classes,
+                                             const std::string& name) {
+  return std::make_unique<FileDataset>(std::move(x), std::move(y), classification, classes, name);
+}
 
 }  // namespace belay

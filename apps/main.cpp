@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "amp/autocast.h"
 #include "apps/accum_check.h"
 #include "apps/checkpoint.h"
 #include "apps/finfo_cmd.h"
 #include "apps/plot.h"
 #include "apps/train.h"
+#include "apps/validate.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -123,8 +125,6 @@ int main(int argc, char** argv) {
   train->add_option("--max-rollbacks", tc.rollback.max_rollbacks, "with fp32/lower-lr: stop after this many")->capture_default_str();
   train->add_option("--rollback-report", tc.rollback.report,
                     "the case file (JSON; default: the CSV's name with .rollback.json, or rollback.json)");
-  train->add_flag("--new-experiment", tc.new_experiment,
-                  "--resume under another dtype or loss-scaling policy: start a new experiment from the checkpoint (recorded)");
   train->add_option("--data", tc.data, "safetensors file with x [N, in] and y [N, out] (or I64 labels [N])");
   train->add_option("--init", tc.init, "safetensors file with initial weights (state-dict names)");
   train->add_option("--checkpoint", tc.checkpoint, "checkpoint file, written atomically at the end and on SIGINT/SIGTERM");
@@ -136,6 +136,40 @@ int main(int argc, char** argv) {
                   "wait for each step's log row before the next step (default: read one step late)");
   train->add_flag("--quiet", tc.quiet, "print nothing but errors");
   train->add_option("--scenario", scenario, "broken-batch: how one bad batch freezes unclipped Adam");
+  std::string fp32_ops;
+  train->add_flag("--detect-anomaly", tc.detect_anomaly,
+                  "stop at the first non-finite value (input, an op's output, the loss, a gradient, the optimizer's "
+                  "result) with a report; reads every tensor on the host (slow)");
+  train->add_option("--fp32-ops", fp32_ops, "op classes autocast leaves in FP32, e.g. linear,gelu");
+  train->add_flag("--new-experiment", tc.new_experiment,
+                  "allow --resume under another precision policy (--dtype, --grad-dtype, loss scaling, --fp32-ops): "
+                  "a new experiment from the checkpoint, recorded in it");
+
+  belay::ValidateConfig vc;
+  std::string validate_dtype = "fp16", validate_fp32_ops;
+  CLI::App* validate = app.add_subcommand("validate", "check fp16/bf16 autocast against the FP32 reference on a fixed set");
+  validate->add_option("--dtype", validate_dtype, "fp16 | bf16")->capture_default_str();
+  validate->add_option("--model", vc.model, "linear | mlp (ignored with --checkpoint)")->capture_default_str();
+  validate->add_option("--in", vc.in_features, "input features")->capture_default_str();
+  validate->add_option("--out", vc.out_features, "outputs (classes of the generated set)")->capture_default_str();
+  validate->add_option("--hidden", vc.hidden, "MLP hidden width")->capture_default_str();
+  validate->add_option("--layers", vc.layers, "MLP linear layers")->capture_default_str();
+  validate->add_option("--seed", vc.seed, "seed of the model and the generated set")->capture_default_str();
+  validate->add_option("--init", vc.init, "the model's weights (safetensors, state-dict names)");
+  validate->add_option("--checkpoint", vc.checkpoint, "the model from a belay checkpoint (its shape too)");
+  validate->add_option("--data", vc.data, "the set: x [N, in], y (I64 labels [N] or targets [N, out]), optional I64 kind [N]");
+  validate->add_option("--rows", vc.rows, "ordinary rows of the generated set (and rows/4 of each other kind)")->capture_default_str();
+  validate->add_option("--save-set", vc.save_set, "write the generated set here");
+  validate->add_option("--rtol", vc.rtol, "score tolerance relative to the row's max |ref| (default 16 u of the dtype)");
+  validate->add_option("--atol", vc.atol, "absolute score tolerance (default u of the dtype)");
+  validate->add_option("--max-flips", vc.max_flips, "changed decisions allowed")->capture_default_str();
+  validate->add_option("--min-quality", vc.min_quality, "minimum accuracy (labels) or R^2 (targets), for both runs");
+  validate->add_option("--tie-margin", vc.tie_margin, "reference top-2 margin under which a row is a near-tie (default 64 u)");
+  validate->add_option("--fp32-ops", validate_fp32_ops, "op classes autocast leaves in FP32, e.g. linear,gelu");
+  validate->add_option("--json", vc.json, "also write the report here (atomically)");
+  validate->add_option("--train", vc.train_steps, "first train N steps in fp32 and under AMP from the same init and data");
+  validate->add_option("--lr", vc.lr, "AdamW learning rate of --train")->capture_default_str();
+  validate->add_option("--batch", vc.batch, "batch of --train")->capture_default_str();
 
   std::vector<std::string> finfo_values;
   CLI::App* finfo = app.add_subcommand("finfo", "the fp32/fp16/bf16 table; with values, how each rounds");
@@ -198,6 +232,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*accum) return belay::run_accum_check(ac, std::cout);
+    if (*validate) {
+      vc.dtype = belay::parse_dtype(validate_dtype);
+      vc.fp32_ops = belay::parse_fp32_ops(validate_fp32_ops);
+      return belay::run_validate(vc, std::cout).exit_code;
+    }
     if (*sweep) {
       sc.base.dtype = belay::parse_dtype(sweep_dtype);
       return belay::run_sweep(sc, std::cout);
@@ -239,6 +278,7 @@ int main(int argc, char** argv) {
     }
     if (clip_mode == "value") tc.clip_mode = belay::ClipMode::Value;
     else if (clip_mode != "norm") throw belay::UsageError("unknown --clip-mode '" + clip_mode + "': use norm or value");
+    tc.fp32_ops = belay::parse_fp32_ops(fp32_ops);
     tc.inject_inf.insert(inject.begin(), inject.end());
     for (const std::string& s : spikes) tc.spikes.insert(parse_spike(s));
     tc.handle_signals = true;

@@ -97,13 +97,13 @@ void validate(const TrainConfig& c) {
   require_device(device);
 }
 
-namespace {
-
 std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device) {
   if (c.model == "mlp")
     return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
   return std::make_unique<Linear>(c.in_features, c.out_features, rng, true, device);
 }
+
+namespace {
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const Module& model) {
   if (c.optimizer == "sgd") {
@@ -138,6 +138,7 @@ std::map<std::string, std::string> run_settings(const TrainConfig& c, const Data
       {"fused", c.fused ? "1" : "0"},
       {"scaler", scaler_on ? "1" : "0"},
       {"data", data.describe()},
+      {"fp32_ops", c.fp32_ops ? fp32_ops_names(c.fp32_ops) : "none"},
   };
   if (c.clip_mode == ClipMode::Value) s["clip_mode"] = "value";  // absent: norm (older checkpoints)
   if (c.model == "mlp") {
@@ -212,8 +213,13 @@ class SignalScope {
 TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   TrainConfig c = config;
   std::unique_ptr<Dataset> data;
-  if (!c.data.empty()) {
-    data = load_dataset(c.data);
+  if (c.make_dataset) {
+    data = c.make_dataset();
+    c.in_features = data->in_features();
+    c.out_features = data->out_features();
+  } else if (!c.data.empty()) {
+    // Anomaly mode keeps non-finite rows, so that the run meets them and says where.
+    data = load_dataset(c.data, c.detect_anomaly);
     c.in_features = data->in_features();
     c.out_features = data->out_features();
     if (data->classification() && c.model != "mlp")
@@ -226,8 +232,10 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   std::unique_ptr<Module> model =
       allocating("the model's parameters (FP32 masters)", param_bytes, [&] { return make_model(c, init_rng, device); });
   if (!c.init.empty()) load_initial_weights(c.init, *model);
-  allocating("the model's " + std::string(dtype_name(c.dtype)) + " working copy", param_bytes / 2.0, [&] {
-    model->set_working_dtype(c.dtype);
+  // A linear kept in FP32 (--fp32-ops linear) reads the FP32 masters, not a rounded copy.
+  const DType working = (c.fp32_ops & static_cast<uint32_t>(OpClass::Linear)) ? DType::F32 : c.dtype;
+  allocating("the model's " + std::string(dtype_name(working)) + " working copy", param_bytes / 2.0, [&] {
+    model->set_working_dtype(working);
     model->set_grad_dtype(c.low_precision_grads ? c.dtype : DType::F32);
   });
   if (!data)
@@ -247,29 +255,37 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   SafeStep step(*opt, scaler, parse_schedule(c.schedule, c.lr, c.warmup, c.steps), sso);
   step.after_backward = [&](int64_t s, Optimizer& o) {
     if (c.inject_inf.count(s) && !o.grads().empty()) o.mutable_grads()[0]->set_element(0, INFINITY);
+    // Anomaly mode: the gradient buffers as the guard will read them (a fault planted above
+    // is found here: the ops' own backward checks ran before it).
+    if (anomaly_mode_enabled())
+      for (const Var& p : o.params())
+        if (p.grad().defined()) check_gradient("gradient buffer", "", "gradient of " + p.name(), p.grad());
   };
   auto settings = run_settings(c, *data, so.enabled);
 
-  // Resume: everything is validated before anything is written.
+  // Resume: everything is validated before anything is written. Another precision policy
+  // (dtype, gradient dtype, loss scaling, fp32_ops: is_policy_setting) is a new experiment,
+  // allowed only when asked for, and then recorded.
   int64_t first_step = 0;
-  std::map<std::string, std::string> records;  // the run's history, carried into every checkpoint
-  std::vector<std::string> policy_changes;
+  std::string experiment;  // what --new-experiment changed and where, carried into every checkpoint
+  std::map<std::string, std::string> records;  // the run's other history (rollbacks), carried too
   if (!c.resume.empty()) {
     const RunState st = load_checkpoint(c.resume, *model, *opt, settings, c.new_experiment);
     if (st.scaler_state_loaded) scaler.load_state(st.scaler);
+    experiment = st.experiment;
     data->set_position(st.data_position);
     records = st.records;
-    policy_changes = st.policy_changes;
+    const std::vector<std::string>& policy_changes = st.policy_changes;
     first_step = st.next_step;
     step.set_next_step(first_step);
     if (first_step > c.steps)
       throw UsageError("checkpoint '" + c.resume + "' is at step " + std::to_string(first_step) + ", past --steps " +
                        std::to_string(c.steps));
     if (!policy_changes.empty()) {
-      std::string what = "from '" + c.resume + "' at step " + std::to_string(first_step) + ":";
-      for (const std::string& change : policy_changes) what += " " + change + ";";
+      std::string what = "new experiment at step " + std::to_string(first_step) + " from '" + c.resume + "':";
+      for (const std::string& change : policy_changes) what += " " + change + ",";
       what.pop_back();
-      records[std::to_string(first_step) + ".new_experiment"] = what;
+      experiment += (experiment.empty() ? "" : "; ") + what;
     }
   }
   // The policy label of the CSV's `policy` column (there only when a rollback may change it).
@@ -294,6 +310,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     st.data_position = data->position();
     st.settings = settings;
     st.records = records;
+    st.experiment = experiment;
     save_checkpoint(c.checkpoint, *model, *opt, st);
   };
 
@@ -304,9 +321,11 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     out << ", loss scaling " << (scaler.enabled() ? "on" : "off") << ", clip "
         << (c.clip_mode == ClipMode::Value ? "value " : "") << c.max_norm << ", data "
         << data->describe();
+    if (c.fp32_ops) out << ", fp32 ops " << fp32_ops_names(c.fp32_ops);
+    if (c.detect_anomaly) out << ", anomaly detection on";
     if (first_step > 0) out << ", resumed at step " << first_step;
     out << "\n";
-    if (!policy_changes.empty()) out << "new experiment " << records[std::to_string(first_step) + ".new_experiment"] << "\n";
+    if (!experiment.empty()) out << "experiment: " << experiment << "\n";
   }
   Progress progress(out, c.steps, !c.show_steps && !c.quiet && is_terminal(out));
   SignalScope signals(c.handle_signals);
@@ -315,6 +334,17 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   double cosine_sum = 0.0;
 
   TrainResult result;
+  std::optional<DetectAnomaly> anomaly;
+  if (c.detect_anomaly) {
+    anomaly.emplace(scaler.enabled());  // with loss scaling, gradients are scaled
+    anomaly->on_scaler_event = [&](const AnomalyReport& r) {
+      result.scaler_events.push_back(r);
+      if (!c.quiet) {
+        progress.finish();
+        out << r.describe();
+      }
+    };
+  }
   const int64_t accum = c.accum_steps(), micro = c.micro_batch_size();
   const bool classify = data->classification();
 
@@ -450,57 +480,93 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t last = c.stop_at >= 0 ? std::min(c.steps, c.stop_at) : c.steps;
+  // Anomaly mode: the batch as the model will read it (with the data row of a file's row).
+  auto check_batch = [&](const Batch& batch) {
+    const int64_t first_row = data->last_batch_first_row();
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &batch.x}, {"y", &batch.y}}) {
+      try {
+        check_finite("input", "batch", "", name, *t);
+      } catch (const AnomalyError& e) {
+        AnomalyReport r = e.report();
+        if (first_row >= 0) r.tensor += " (data row " + std::to_string(first_row + r.first_row) + ")";
+        throw AnomalyError(r);
+      }
+    }
+  };
+  // Anomaly mode: what the optimizer wrote, masters and the working copies the next forward reads.
+  auto check_optimizer = [&] {
+    for (const Var& p : model->parameters()) {
+      check_finite("optimizer", c.optimizer, "", "master " + p.name(), p.master());
+      if (p.value().dtype() != DType::F32) check_finite("optimizer", c.optimizer, "", "working copy " + p.name(), p.value());
+    }
+  };
   if (c.rollback.enabled()) snapshot = take_snapshot(*model, *opt, scaler, *data, first_step);  // the start is good
-  for (int64_t s = first_step;; ++s) {
-    const bool done = s >= last;
-    if (!done) {
-      const auto ts = std::chrono::steady_clock::now();
-      const double batch_bytes = 4.0 * static_cast<double>(c.batch) * static_cast<double>(c.in_features + c.out_features);
-      std::optional<AllocationPurpose> purpose(std::in_place, "the batch of step", s);
-      Batch batch = out_of_memory_as_error(batch_bytes, [&] { return data->next(c.batch, device); });
-      if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
-        backend_for(device).scale(batch.y, it->second, batch.y);
-      purpose.emplace("the activations and gradients of step", s);
-      in_flight.push_back(step.enqueue([&](int k) {
-        const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
-        const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);
-        Autocast autocast(c.dtype, c.dtype != DType::F32);
-        Var pred = (*model)(Var(x));
-        return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
-      }));
-      drain(c.sync_each_step ? 0 : 1);
-      // The period of the loop: in steady state, one step of the device's work.
-      result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
+  try {
+    for (int64_t s = first_step;; ++s) {
+      const bool done = s >= last;
+      if (!done) {
+        const auto ts = std::chrono::steady_clock::now();
+        const double batch_bytes =
+            4.0 * static_cast<double>(c.batch) * static_cast<double>(c.in_features + c.out_features);
+        std::optional<AllocationPurpose> purpose(std::in_place, "the batch of step", s);
+        Batch batch = out_of_memory_as_error(batch_bytes, [&] { return data->next(c.batch, device); });
+        if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
+          backend_for(device).scale(batch.y, it->second, batch.y);
+        if (anomaly) {
+          anomaly->set_step(s);
+          check_batch(batch);
+        }
+        purpose.emplace("the activations and gradients of step", s);
+        in_flight.push_back(step.enqueue([&](int k) {
+          const Tensor x = accum == 1 ? batch.x : batch.x.slice_rows(k * micro, (k + 1) * micro);
+          const Tensor y = accum == 1 ? batch.y : batch.y.slice_rows(k * micro, (k + 1) * micro);
+          Autocast autocast(c.dtype, c.dtype != DType::F32, c.fp32_ops);
+          Var pred = (*model)(Var(x));
+          return classify ? cross_entropy(pred, y) : mse_loss(pred, y);
+        }));
+        if (anomaly) check_optimizer();
+        drain(c.sync_each_step ? 0 : 1);
+        // The period of the loop: in steady state, one step of the device's work.
+        result.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
+      }
+      const bool checkpoint_due =
+          !done && !c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0;
+      const bool snapshot_due = !done && snapshot && s + 1 - snapshot->next_step >= c.rollback.every;
+      // Every row up to here is in the CSV (and judged) before a checkpoint or a snapshot is
+      // taken, and before a rollback restores: the price is one wait for the device there.
+      // A snapshot stays due while the state is not healthy, so such a stretch waits each step.
+      if (done || checkpoint_due || snapshot_due || rollback_reason) drain(0);
+      if (rollback_reason) {
+        if (!roll_back()) break;
+        s = snapshot->next_step - 1;  // the loop's ++s runs the step after the snapshot next
+        continue;
+      }
+      if (done) break;
+      if (checkpoint_due) checkpoint_now(s + 1);
+      if (snapshot_due && trigger.healthy()) {
+        snapshot = take_snapshot(*model, *opt, scaler, *data, s + 1);
+        snapshot->row_index = result.rows.size();
+      }
+      if (skip_stop) break;
+      if (g_stop_signal != 0) {
+        drain(0);
+        progress.finish();
+        const int sig = g_stop_signal;
+        if (!c.quiet)
+          out << "stopping after step " << s << " on " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+              << (c.checkpoint.empty() ? "" : "; checkpoint " + c.checkpoint) << "\n";
+        result.exit_code = 128 + sig;
+        break;
+      }
     }
-    const bool checkpoint_due =
-        !done && !c.checkpoint.empty() && c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0;
-    const bool snapshot_due = !done && snapshot && s + 1 - snapshot->next_step >= c.rollback.every;
-    // Every row up to here is in the CSV (and judged) before a checkpoint or a snapshot is
-    // taken, and before a rollback restores: the price is one wait for the device there.
-    // A snapshot stays due while the state is not healthy, so such a stretch waits each step.
-    if (done || checkpoint_due || snapshot_due || rollback_reason) drain(0);
-    if (rollback_reason) {
-      if (!roll_back()) break;
-      s = snapshot->next_step - 1;  // the loop's ++s runs the step after the snapshot next
-      continue;
-    }
-    if (done) break;
-    if (checkpoint_due) checkpoint_now(s + 1);
-    if (snapshot_due && trigger.healthy()) {
-      snapshot = take_snapshot(*model, *opt, scaler, *data, s + 1);
-      snapshot->row_index = result.rows.size();
-    }
-    if (skip_stop) break;
-    if (g_stop_signal != 0) {
-      drain(0);
-      progress.finish();
-      const int sig = g_stop_signal;
-      if (!c.quiet)
-        out << "stopping after step " << s << " on " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-            << (c.checkpoint.empty() ? "" : "; checkpoint " + c.checkpoint) << "\n";
-      result.exit_code = 128 + sig;
-      break;
-    }
+  } catch (const AnomalyError& e) {
+    // The first non-finite value: the rows before it go to the log, the report to the user,
+    // and no checkpoint is written (the state may hold the non-finite value).
+    drain(0);
+    progress.finish();
+    if (log) log->close();
+    if (!c.quiet) out << e.report().describe();
+    throw;
   }
   drain(0);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -523,6 +589,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
         << result.skipped << " skipped) in " << result.seconds << " s; loss " << result.first_loss << " -> "
         << result.final_loss << "; final scale " << scaler.scale();
     if (result.rollbacks > 0) out << "; " << result.rollbacks << (result.rollbacks == 1 ? " rollback" : " rollbacks");
+    if (c.fp32_ops) out << "; fp32 ops " << fp32_ops_names(c.fp32_ops);
+    if (c.detect_anomaly) out << "; " << result.scaler_events.size() << " scaler event(s), no anomaly";
     if (!c.csv.empty()) out << "; log " << c.csv;
     if (!c.checkpoint.empty()) out << "; checkpoint " << c.checkpoint;
     out << "\n";

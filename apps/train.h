@@ -3,7 +3,9 @@
 // the user's file), the step log, checkpoints, and a progress display.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <memory>
 #include <limits>
 #include <map>
 #include <set>
@@ -15,9 +17,12 @@
 #include "amp/scale_monitor.h"
 #include "amp/step_log.h"
 #include "apps/rollback.h"
+#include "autograd/anomaly.h"
 #include "engine/dtype.h"
 
 namespace belay {
+
+class Dataset;
 
 struct TrainConfig {
   std::string model = "linear";  // linear | mlp
@@ -54,13 +59,20 @@ struct TrainConfig {
   int64_t stop_at = -1;                  // stop (checkpointing) once this many steps are done; < 0: never
   SkipMonitorOptions skip;
   RollbackOptions rollback;  // --rollback-on ...: keep the last good state, return to it
-  bool new_experiment = false;  // --resume under another precision policy: allowed, and recorded
   bool show_steps = false;  // print every row, labelled STEP or SKIP
   // Wait for each step's row before the next step (as a loop that reads found_inf on the
   // host does), instead of reading it one step late: to measure what that costs on a GPU.
   bool sync_each_step = false;
   bool quiet = false;
   bool handle_signals = false;  // the CLI: SIGINT/SIGTERM finish the step, checkpoint, exit 130/143
+  // --detect-anomaly: stop at the first non-finite value (autograd/anomaly.h) with a report,
+  // thrown as AnomalyError; a scaled gradient's overflow is reported as a scaler event.
+  bool detect_anomaly = false;
+  uint32_t fp32_ops = 0;        // --fp32-ops: op classes autocast leaves in FP32 (amp/autocast.h)
+  bool new_experiment = false;  // --new-experiment: resume under another precision policy (dtype, ops), recorded
+  // A dataset supplied by the caller (belay validate --train), used instead of --data or
+  // the synthetic one; called once per run.
+  std::function<std::unique_ptr<Dataset>()> make_dataset;
 
   int64_t accum_steps() const { return micro_batch > 0 ? batch / micro_batch : 1; }
   int64_t micro_batch_size() const { return micro_batch > 0 ? micro_batch : batch; }
@@ -85,9 +97,14 @@ struct TrainResult {
   int64_t clipped = 0;               // applied steps whose gradient the clip changed
   float min_clip_cosine = 1.0f;      // over those steps (1 under norm clipping)
   double mean_clip_cosine = 1.0;
+  std::vector<AnomalyReport> scaler_events;  // --detect-anomaly with loss scaling
 };
 
 void validate(const TrainConfig& config);  // throws UsageError on anything out of range
+// The model a run starts from: c.model's shape, initialised from `rng` (seeded by c.seed).
+class Module;
+class Rng;
+std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device);
 TrainResult run_training(const TrainConfig& config, std::ostream& out);
 
 // `belay train --scenario broken-batch`: how one bad batch freezes Adam without clipping.

@@ -136,6 +136,18 @@ expect_error "resume from a truncated file" 2 train --steps 30 --resume "$tmp/tr
 expect_error "resume from a missing file" 2 train --steps 30 --resume "$tmp/none.safetensors"
 "$belay" train --steps 30 --resume "$tmp/c.safetensors" --csv "$tmp/c.csv" --quiet
 [ "$(($(wc -l <"$tmp/c.csv") - 1))" -eq 30 ] && pass "resumed csv has 30 rows" || fail "resumed csv rows"
+# The checkpoint records the CPU path that wrote it; a resume on another path says so (the
+# bits may differ in the last place), on the same path it does not.
+"$belay" --cpu-isa baseline train --steps 4 --stop-at 2 --checkpoint "$tmp/isa.safetensors" --quiet
+grep -aq '"cpu_isa":"baseline"' "$tmp/isa.safetensors" && pass "checkpoint records cpu_isa" || fail "no cpu_isa in the checkpoint"
+"$belay" --cpu-isa baseline train --steps 4 --resume "$tmp/isa.safetensors" --quiet 2>"$tmp/err" &&
+  ! grep -q "CPU path" "$tmp/err" && pass "same-path resume: no warning" || fail "same-path resume: $(cat "$tmp/err")"
+best_isa=$("$belay" info | sed -n 's/^cpu isa: \([a-z0-9]*\) .*/\1/p')
+if [ "$best_isa" != baseline ]; then
+  "$belay" train --steps 4 --resume "$tmp/isa.safetensors" --quiet 2>"$tmp/err" &&
+    grep -q "written by the baseline CPU path, this run uses $best_isa" "$tmp/err" &&
+    pass "resume on $best_isa warns" || fail "resume on $best_isa: $(cat "$tmp/err")"
+fi
 "$belay" export --checkpoint "$tmp/c.safetensors" --out "$tmp/w.safetensors" >/dev/null && pass "export" || fail "export"
 expect_error "export from a non-checkpoint" 2 export --checkpoint "$tmp/c.csv" --out "$tmp/w2.safetensors"
 
@@ -264,7 +276,7 @@ expect_error "rollback: fp32 policy on an fp32 run" 2 train --rollback-on diverg
 "$belay" train --dtype fp16 --steps 10 --stop-at 5 --checkpoint "$tmp/ne.safetensors" --quiet
 expect_error "resume under another dtype" 2 train --dtype bf16 --steps 10 --resume "$tmp/ne.safetensors"
 if "$belay" train --dtype bf16 --steps 10 --resume "$tmp/ne.safetensors" --new-experiment \
-  --checkpoint "$tmp/ne2.safetensors" | grep -q "^new experiment from '.*ne.safetensors' at step 5: dtype: fp16 -> bf16"; then
+  --checkpoint "$tmp/ne2.safetensors" | grep -q "^experiment: new experiment at step 5 from '.*ne.safetensors': dtype fp16 -> bf16"; then
   pass "resume under another dtype with --new-experiment: allowed and said"
 else
   fail "--new-experiment"
@@ -278,6 +290,78 @@ echo partial >"$tmp/t.safetensors.tmp.$dead.0"
 "$belay" train --steps 4 --resume "$tmp/t.safetensors" --checkpoint "$tmp/t.safetensors" --quiet
 [ ! -e "$tmp/t.safetensors.tmp.$dead.0" ] && pass "a killed writer's temporary is removed at the next write" ||
   fail "stale checkpoint temporary left"
+# validate: the default set passes in fp16 and bf16, the thresholds printed before the scores.
+for dt in fp16 bf16; do
+  if "$belay" validate --dtype $dt --json "$tmp/v_$dt.json" >"$tmp/v.out" 2>&1 &&
+    awk '/thresholds \(fixed before the runs\)/ {t=NR} /scores per output/ {s=NR} END {exit !(t && s && t < s)}' "$tmp/v.out" &&
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["pass"] is True and d["comparison"]["decisions"]["changed"]==0' "$tmp/v_$dt.json"; then
+    pass "validate $dt passes its default set (thresholds first, JSON written)"
+  else
+    fail "validate $dt: $(cat "$tmp/v.out")"
+  fi
+done
+# A set with one input of 1e5 (row 5) and one with a NaN (row 9): safetensors by hand.
+write_set() {  # PATH ROW VALUE
+  python3 - "$@" <<'PY'
+import json, math, random, struct, sys
+path, row, value = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+random.seed(3)
+x = [random.gauss(0, 1) for _ in range(24 * 16)]
+x[row * 16 + 2] = value
+xb = struct.pack('<%df' % len(x), *x)
+yb = struct.pack('<24q', *[i % 4 for i in range(24)])
+h = json.dumps({"x": {"dtype": "F32", "shape": [24, 16], "data_offsets": [0, len(xb)]},
+                "y": {"dtype": "I64", "shape": [24], "data_offsets": [len(xb), len(xb) + len(yb)]}}).encode()
+h += b' ' * (-len(h) % 8)
+open(path, 'wb').write(struct.pack('<Q', len(h)) + h + xb + yb)
+PY
+}
+write_set "$tmp/big.safetensors" 5 1e5
+"$belay" validate --dtype fp16 --data "$tmp/big.safetensors" >"$tmp/v.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q '^  row    5 ' "$tmp/v.out" && grep -q 'FAIL  amp: no non-finite value' "$tmp/v.out" &&
+  pass "validate: an input of 1e5 fails fp16 (exit 1, row 5 shown)" || fail "validate 1e5: exit $rc, $(cat "$tmp/v.out")"
+"$belay" validate --dtype bf16 --data "$tmp/big.safetensors" | grep -q 'PASS  amp: no non-finite value' &&
+  pass "validate: bf16 holds the same input" || fail "validate bf16 on 1e5"
+"$belay" validate --dtype bf16 --tie-margin 0.002 >"$tmp/v.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q 'near_tie .*(near-tie)$' "$tmp/v.out" && pass "validate: a near-tie that flips fails (exit 1, row listed)" ||
+  fail "validate near-tie: exit $rc"
+write_set "$tmp/nan.safetensors" 9 nan
+"$belay" validate --data "$tmp/nan.safetensors" >"$tmp/v.out" 2>&1
+[ $? -eq 1 ] && grep -q 'FAIL  baseline: FP32 reference finite' "$tmp/v.out" && pass "validate: a NaN in the reference is a baseline failure" ||
+  fail "validate baseline NaN"
+"$belay" validate --train 10 --rtol 0.05 >"$tmp/v.out" 2>&1 && grep -q 'fp16: 10 applied' "$tmp/v.out" &&
+  pass "validate --train 10" || fail "validate --train: $(cat "$tmp/v.out")"
+expect_error "validate in fp32" 2 validate --dtype fp32
+expect_error "validate with an unknown fp32 op" 2 validate --fp32-ops conv
+expect_error "validate with --init and --checkpoint" 2 validate --init a --checkpoint b
+
+# train --detect-anomaly: a backward overflow stops the run (exit 1, one error line, the
+# report on stdout); with loss scaling it is a scaler event and the run goes on.
+"$belay" train --dtype fp16 --no-scaler --spike 3:1e8 --steps 8 --detect-anomaly >"$tmp/a.out" 2>"$tmp/a.err"
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <"$tmp/a.err")" -eq 1 ] && grep -q '^belay: error: anomaly at step 3: backward, mse_loss' "$tmp/a.err" &&
+  grep -q '^  phase       backward' "$tmp/a.out" && pass "detect-anomaly: backward overflow named (exit 1)" ||
+  fail "detect-anomaly backward: exit $rc, $(cat "$tmp/a.err")"
+"$belay" train --dtype fp16 --spike 3:1e8 --steps 8 --detect-anomaly >"$tmp/a.out" 2>&1 &&
+  grep -q '^scaler event' "$tmp/a.out" && grep -q '1 scaler event(s), no anomaly' "$tmp/a.out" &&
+  pass "detect-anomaly: a scaled gradient's overflow is a scaler event" || fail "detect-anomaly scaler event"
+write_set "$tmp/xnan.safetensors" 13 nan
+# (the set's I64 labels make it a classification file: an MLP)
+expect_error "a NaN in --data is refused at load" 2 train --model mlp --data "$tmp/xnan.safetensors" --batch 8 --steps 3
+"$belay" train --model mlp --data "$tmp/xnan.safetensors" --batch 8 --steps 3 --detect-anomaly >"$tmp/a.out" 2>"$tmp/a.err"
+[ $? -eq 1 ] && grep -q 'anomaly at step 1: input, batch, x (data row 13)' "$tmp/a.err" &&
+  pass "detect-anomaly: a NaN in the data, its step and row" || fail "detect-anomaly input: $(cat "$tmp/a.err")"
+
+# --fp32-ops: recorded in the checkpoint; another policy on resume needs --new-experiment.
+expect_error "unknown fp32 op" 2 train --fp32-ops conv
+"$belay" train --dtype fp16 --model mlp --steps 10 --stop-at 4 --checkpoint "$tmp/p.safetensors" --quiet
+expect_error "resume under another op policy" 2 train --dtype fp16 --model mlp --steps 10 --resume "$tmp/p.safetensors" --fp32-ops gelu
+"$belay" train --dtype fp16 --model mlp --steps 10 --resume "$tmp/p.safetensors" --fp32-ops gelu --new-experiment \
+  --checkpoint "$tmp/p2.safetensors" >"$tmp/p.out" 2>&1 && grep -q 'fp32 ops gelu' "$tmp/p.out" &&
+  grep -q '^experiment: new experiment at step 4' "$tmp/p.out" && pass "--new-experiment resumes under --fp32-ops gelu, recorded" ||
+  fail "--new-experiment: $(cat "$tmp/p.out")"
 
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

@@ -320,7 +320,7 @@ TEST_CASE("resuming under another dtype is refused unless it is a new experiment
   bf.resume = ckpt;
   bf.checkpoint = next;
   bf.stop_at = 12;
-  CHECK_THROWS_WITH(run(bf), Catch::Contains("dtype=fp16") && Catch::Contains("dtype=bf16") &&
+  CHECK_THROWS_WITH(run(bf), Catch::Contains("--dtype fp16") && Catch::Contains("--dtype bf16") &&
                                  Catch::Contains("--new-experiment"));
   CHECK(slurp(ckpt) == before);
   CHECK(access(next.c_str(), F_OK) != 0);
@@ -336,9 +336,9 @@ TEST_CASE("resuming under another dtype is refused unless it is a new experiment
   CHECK(r.exit_code == 0);
   CHECK(r.rows.front().step == 8);
   CHECK(r.rows.front().scaler_scale == 1.0f);  // bf16: no loss scaling, the fp16 scale is not carried over
-  CHECK_THAT(printed, Catch::Contains("new experiment from '" + ckpt + "' at step 8: dtype: fp16 -> bf16"));
+  CHECK_THAT(printed, Catch::Contains("experiment: new experiment at step 8 from '" + ckpt + "': dtype fp16 -> bf16"));
   const SafetensorsFile f = read_safetensors(next);
   CHECK(f.meta("setting.dtype") == "bf16");
-  CHECK_THAT(f.meta("record.8.new_experiment"), Catch::Contains("dtype: fp16 -> bf16") && Catch::Contains("scaler: 1 -> 0"));
+  CHECK_THAT(f.meta("experiment"), Catch::Contains("dtype fp16 -> bf16") && Catch::Contains("scaler 1 -> 0"));
   for (auto& p : {ckpt, next}) std::remove(p.c_str());
 }
