@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "amp/grad_scaler.h"
+#include "amp/safe_step.h"
+#include "amp/scale_monitor.h"
 #include "amp/step_log.h"
+#include "apps/rollback.h"
 #include "autograd/anomaly.h"
 #include "engine/dtype.h"
 
@@ -41,7 +44,8 @@ struct TrainConfig {
   DType dtype = DType::F32;
   std::string device = "cpu";
   bool low_precision_grads = false;  // weight gradients in the compute dtype
-  float max_norm = std::numeric_limits<float>::infinity();
+  float max_norm = std::numeric_limits<float>::infinity();  // --clip: the norm, or the value bound
+  ClipMode clip_mode = ClipMode::Norm;
   bool fused = true;
   GradScalerOptions scaler;
   bool scaler_explicit = false;  // --scaler/--no-scaler given; otherwise on for fp16 only
@@ -59,6 +63,7 @@ struct TrainConfig {
   std::string resume;                    // checkpoint to continue from
   int64_t stop_at = -1;                  // stop (checkpointing) once this many steps are done; < 0: never
   SkipMonitorOptions skip;
+  RollbackOptions rollback;  // --rollback-on ...: keep the last good state, return to it
   bool show_steps = false;  // print every row, labelled STEP or SKIP
   // Wait for each step's row before the next step (as a loop that reads found_inf on the
   // host does), instead of reading it one step late: to measure what that costs on a GPU.
@@ -69,7 +74,7 @@ struct TrainConfig {
   // thrown as AnomalyError; a scaled gradient's overflow is reported as a scaler event.
   bool detect_anomaly = false;
   uint32_t fp32_ops = 0;        // --fp32-ops: op classes autocast leaves in FP32 (amp/autocast.h)
-  bool new_experiment = false;  // --new-experiment: resume under another op policy, recorded
+  bool new_experiment = false;  // --new-experiment: resume under another precision policy (dtype, ops), recorded
   // A dataset supplied by the caller (belay validate --train), used instead of --data or
   // the synthetic one; called once per run.
   std::function<std::unique_ptr<Dataset>()> make_dataset;
@@ -81,7 +86,7 @@ struct TrainConfig {
 };
 
 struct TrainResult {
-  int exit_code = 0;  // 0; 1 when the skip-rate stop fired; 130/143 after SIGINT/SIGTERM
+  int exit_code = 0;  // 0; 1 when the skip-rate stop or a stopping rollback fired; 130/143 after SIGINT/SIGTERM
   std::vector<StepRow> rows;  // the rows this invocation ran
   float first_loss = 0.0f;
   float final_loss = 0.0f;  // last applied step's loss
@@ -91,6 +96,15 @@ struct TrainResult {
   int64_t gradient_syncs = 0;
   int64_t gradient_bytes = 0;  // sent into gradient all-reduces by this rank (0 in one process)
   std::vector<float> final_weights;  // every master, flattened, for tests
+  int64_t rollbacks = 0;             // conditions that fired (each restored the last good state)
+  ScalerState final_scaler;          // the state at the end (after a stopping rollback: the restored one)
+  int64_t final_optimizer_steps = 0;
+  int64_t final_next_step = 0;
+  std::string final_data_position;
+  ScaleSummary scale;                // the loss scale over this invocation's rows
+  int64_t clipped = 0;               // applied steps whose gradient the clip changed
+  float min_clip_cosine = 1.0f;      // over those steps (1 under norm clipping)
+  double mean_clip_cosine = 1.0;
   std::vector<AnomalyReport> scaler_events;  // --detect-anomaly with loss scaling
 };
 

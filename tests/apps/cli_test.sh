@@ -205,6 +205,99 @@ else
   fail "kill -9: resume from the last checkpoint"
 fi
 
+# Issue 14 part B. Clipping by value: the cosine in the summary.
+expect_error "clip by value without a bound" 2 train --clip-mode value --steps 1
+expect_error "unknown clip mode" 2 train --clip-mode angle --clip 1 --steps 1
+if "$belay" train --steps 5 --clip 0.01 --clip-mode value >"$tmp/cv.out" 2>&1 &&
+  grep -qE '^clipping \(value at 0.01\): 5 of 5 applied steps clipped; cosine\(raw, applied gradient\) min 0\.[0-9]+, mean 0\.[0-9]+' "$tmp/cv.out" &&
+  "$belay" train --steps 5 --clip 0.01 | grep -q '^clipping (norm at 0.01): 5 of 5 applied steps clipped; cosine(raw, applied gradient) 1 '; then
+  pass "clip modes: value turns the gradient (cosine < 1), norm keeps its direction"
+else
+  fail "clip modes: $(cat "$tmp/cv.out")"
+fi
+# Scale diagnostics: the summary line, the repeated-backoff warning and the min-scale warning.
+"$belay" train --dtype fp16 --steps 12 --inject-inf 3 --inject-inf 5 --min-scale 16384 --inject-inf 8 >"$tmp/sd.out" 2>&1
+if grep -q '^scale: min 16384, max 65536, 2 backoffs, 0 growths$' "$tmp/sd.out" &&
+  grep -q '^warning: the loss scale backed off 2 times within one growth interval (2000 steps, from step 3 to 5)' "$tmp/sd.out" &&
+  grep -q '^warning: the loss scale reached --min-scale 16384 at step 5' "$tmp/sd.out"; then
+  pass "scale diagnostics: min/max/backoffs/growths and both warnings"
+else
+  fail "scale diagnostics: $(cat "$tmp/sd.out")"
+fi
+# belay plot: SVG well formed (Python's XML parser), PNG through rsvg-convert, overlay, errors.
+"$belay" train --dtype fp16 --steps 30 --inject-inf 5 --csv "$tmp/amp.csv" --quiet
+"$belay" train --steps 30 --inject-inf 5 --csv "$tmp/fp32.csv" --quiet
+if "$belay" plot "$tmp/amp.csv" >/dev/null && [ -s "$tmp/amp.svg" ] &&
+  python3 -c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith("svg"), r.tag' "$tmp/amp.svg"; then
+  pass "plot: the default output is a well-formed SVG"
+else
+  fail "plot: SVG"
+fi
+if command -v rsvg-convert >/dev/null; then
+  if "$belay" plot "$tmp/fp32.csv" "$tmp/amp.csv" -o "$tmp/both.png" >/dev/null &&
+    [ "$(head -c 8 "$tmp/both.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
+    rsvg-convert -o "$tmp/check.png" "$tmp/amp.svg"; then
+    pass "plot: two logs overlaid as PNG; rsvg-convert renders the SVG"
+  else
+    fail "plot: PNG"
+  fi
+else
+  fail "plot: rsvg-convert missing (third_party/install_deps.sh installs librsvg2-bin)"
+fi
+expect_error "plot: not a step log" 2 plot "$tmp/cv.out" -o "$tmp/x.svg"
+expect_error "plot: unknown picture format" 2 plot "$tmp/amp.csv" -o "$tmp/x.gif"
+expect_error "plot: a missing log" 2 plot "$tmp/none.csv"
+[ ! -e "$tmp/x.svg" ] && [ ! -e "$tmp/x.gif" ] && pass "plot: nothing written on an error" || fail "plot: wrote on an error"
+PATH=/nonexistent "$belay" plot "$tmp/amp.csv" -o "$tmp/x.png" >/dev/null 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q '^belay: error: writing a PNG needs rsvg-convert' "$tmp/err" &&
+  [ ! -e "$tmp/x.png" ]; then
+  pass "plot: PNG without rsvg-convert is a one-line error, nothing written"
+else
+  fail "plot: PNG without rsvg-convert: exit $rc, $(cat "$tmp/err")"
+fi
+# Rollback: a forced skip rate stops with exit 1 and the case file; the default log keeps 8 columns.
+"$belay" train --dtype fp16 --steps 40 --rollback-on skip-rate --rollback-every 5 --rollback-skip-window 10 \
+  --rollback-skip-rate 0.5 $(for s in $(seq 12 30); do echo --inject-inf $s; done) --csv "$tmp/rb.csv" \
+  --checkpoint "$tmp/rb.safetensors" >"$tmp/rb.out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q '^belay: error: rollback: skip-rate: 6 of the last 10 steps skipped' "$tmp/rb.out" &&
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; assert (c["step"], c["restored_step"], c["action"]) == (17, 10, "stop"), c' "$tmp/rb.rollback.json" &&
+  [ "$(head -1 "$tmp/rb.csv")" = "step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale" ]; then
+  pass "rollback: stops with exit 1, the case in rb.rollback.json, the 8-column log"
+else
+  fail "rollback: exit $rc, $(cat "$tmp/rb.out")"
+fi
+# SGD at lr 4 diverges on this data; at 0.4 it converges.
+if "$belay" train --optimizer sgd --momentum 0 --lr 4 --steps 60 --rollback-on divergence --divergence-warmup 3 \
+  --rollback-policy lower-lr 0.1 --csv "$tmp/lr.csv" --quiet && [ "$(head -1 "$tmp/lr.csv" | cut -d, -f9)" = policy ] &&
+  [ "$(sed -n 2p "$tmp/lr.csv" | cut -d, -f9)" = "fp32@lr=4" ] && [ "$(tail -1 "$tmp/lr.csv" | cut -d, -f1,9)" = "59,fp32@lr=0.4" ]; then
+  pass "rollback: a diverging run goes on at a lower LR, the policy column says so"
+else
+  fail "rollback: lower-lr"
+fi
+expect_error "rollback: unknown condition" 2 train --rollback-on loss-spike
+expect_error "rollback: lower-lr without a factor" 2 train --rollback-on skip-rate --rollback-policy lower-lr
+expect_error "rollback: a policy without a condition" 2 train --rollback-policy fp32 --dtype fp16
+expect_error "rollback: fp32 policy on an fp32 run" 2 train --rollback-on divergence --rollback-policy fp32
+# A resume under another dtype is a new experiment, refused unless asked for.
+"$belay" train --dtype fp16 --steps 10 --stop-at 5 --checkpoint "$tmp/ne.safetensors" --quiet
+expect_error "resume under another dtype" 2 train --dtype bf16 --steps 10 --resume "$tmp/ne.safetensors"
+if "$belay" train --dtype bf16 --steps 10 --resume "$tmp/ne.safetensors" --new-experiment \
+  --checkpoint "$tmp/ne2.safetensors" | grep -q "^experiment: new experiment at step 5 from '.*ne.safetensors': dtype fp16 -> bf16"; then
+  pass "resume under another dtype with --new-experiment: allowed and said"
+else
+  fail "--new-experiment"
+fi
+# Resources: a model past any memory, and a checkpoint's stale temporary from a killed writer.
+expect_error "a model too large to address" 2 train --in 100000000000 --out 100000000000
+"$belay" train --steps 2 --checkpoint "$tmp/t.safetensors" --quiet
+(exit 0) & dead=$!
+wait $dead
+echo partial >"$tmp/t.safetensors.tmp.$dead.0"
+"$belay" train --steps 4 --resume "$tmp/t.safetensors" --checkpoint "$tmp/t.safetensors" --quiet
+[ ! -e "$tmp/t.safetensors.tmp.$dead.0" ] && pass "a killed writer's temporary is removed at the next write" ||
+  fail "stale checkpoint temporary left"
 # validate: the default set passes in fp16 and bf16, the thresholds printed before the scores.
 for dt in fp16 bf16; do
   if "$belay" validate --dtype $dt --json "$tmp/v_$dt.json" >"$tmp/v.out" 2>&1 &&
