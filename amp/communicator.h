@@ -3,7 +3,7 @@
 // (found_inf, the non-finite-loss flag, the norm) are agreed across ranks before anything
 // acts on them, so every rank skips, clips and scales identically. The single-process
 // communicator does nothing but count the calls; MpiCommunicator (amp/mpi_communicator.h,
-// built when CMake finds MPI) averages CPU gradient buffers with MPI_Allreduce.
+// built when CMake finds MPI) sums CPU gradient buffers with MPI_Allreduce.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,7 +20,8 @@ class Communicator {
   virtual int world_size() const = 0;
   virtual int rank() const = 0;
   virtual std::string name() const = 0;  // "local", "mpi"
-  // Averages every gradient buffer across ranks, in place.
+  // Sums every gradient buffer across ranks, in place. SafeStep has already divided each
+  // rank's backward by the world size, so the sum is the average over the whole batch.
   virtual void all_reduce_gradients(const std::vector<Tensor*>& grads) = 0;
   // The belts' decision, made collectively right after the guard (one-element FP32 tensors,
   // updated in place): found_inf and nonfinite_loss become their maximum over ranks, and the

@@ -40,8 +40,9 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 // Pack every gradient into one FP32 buffer (low-precision buffers widened exactly), sum
-// across ranks, divide by the world size, and write back (rounded once to the buffer's
-// dtype). Summing in FP32 matches what one process does with an FP32 gradient buffer.
+// across ranks, and write back (rounded once to the buffer's dtype). Each rank's gradients
+// are already divided by the world size (SafeStep), so the sum is the whole batch's mean;
+// summing in FP32 matches what one process does with an FP32 gradient buffer.
 void MpiCommunicator::all_reduce_gradients(const std::vector<Tensor*>& grads) {
   size_t total = 0;
   for (const Tensor* g : grads) {
@@ -66,11 +67,10 @@ void MpiCommunicator::all_reduce_gradients(const std::vector<Tensor*>& grads) {
     check(MPI_Allreduce(MPI_IN_PLACE, flat_.data() + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
           "MPI_Allreduce of the gradients");
   }
-  const float world = static_cast<float>(world_size_);
   at = 0;
   for (Tensor* g : grads) {
     const size_t n = static_cast<size_t>(g->numel());
-    for (size_t i = 0; i < n; ++i) store_from_f32(g->data(), g->dtype(), i, flat_[at + i] / world);
+    for (size_t i = 0; i < n; ++i) store_from_f32(g->data(), g->dtype(), i, flat_[at + i]);
     at += n;
   }
   ++gradient_syncs_;

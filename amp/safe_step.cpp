@@ -62,12 +62,17 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   // (a non-finite one marks the step as an overflow) and averaged there for the log.
   // d(objective)/d(loss) = scale / accum_steps, from the scale in device memory.
   const float per_micro_batch = 1.0f / static_cast<float>(options_.accum_steps);
+  // With N ranks each backward is also divided by N and the all-reduce sums: every micro-batch's
+  // backward then computes the same numbers as in one process accumulating accum x N of them,
+  // so an FP16 gradient overflows at the same loss scale whatever the world size (dividing
+  // after the sum would make each rank's gradients N times larger on the way).
+  const float backward_factor = per_micro_batch / static_cast<float>(comm_->world_size());
   Tensor loss_mean = Tensor::zeros(Shape{1}, DType::F32, device);
   for (int k = 0; k < options_.accum_steps; ++k) {
     Var loss = loss_fn(k);
     scaler_.check_loss(opt_, loss.value());
     be.accumulate(loss_mean, loss.value(), per_micro_batch, nullptr);
-    loss.backward(scaler_.loss_seed_tensor(), per_micro_batch);
+    loss.backward(scaler_.loss_seed_tensor(), backward_factor);
   }
   comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch
   if (comm_->world_size() > 1) comm_->average_loss(loss_mean);  // the log's loss: the whole batch's

@@ -9,6 +9,7 @@
 
 #include "amp/safe_step.h"
 #include "autograd/modules.h"
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "optim/adamw.h"
 
@@ -16,8 +17,8 @@ using namespace belay;
 
 namespace {
 
-// Rank 0 of two; the peer's gradients are this rank's (the all-reduce leaves them as they
-// are), its guard saw `peer_found_inf`, `peer_nonfinite_loss` and `peer_norm` (< 0: the
+// Rank 0 of two; the peer's gradients are this rank's (the all-reduce adds them: each rank's
+// backward was divided by two, so the sum is one process's gradient), its guard saw `peer_found_inf`, `peer_nonfinite_loss` and `peer_norm` (< 0: the
 // same norm as this rank, as agreeing replicas have). Combined as MpiCommunicator does.
 class PeerCommunicator final : public Communicator {
  public:
@@ -25,7 +26,11 @@ class PeerCommunicator final : public Communicator {
   int world_size() const override { return 2; }
   int rank() const override { return 0; }
   std::string name() const override { return "peer"; }
-  void all_reduce_gradients(const std::vector<Tensor*>&) override { ++gradient_syncs_; }
+  void all_reduce_gradients(const std::vector<Tensor*>& grads) override {
+    const Backend& be = backend_for(Device::cpu());
+    for (Tensor* g : grads) be.binary(BinaryOp::Add, *g, *g, *g);  // + the peer's equal share: exact
+    ++gradient_syncs_;
+  }
   void agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) override {
     float* f = found_inf.data_as<float>();
     float* l = nonfinite_loss.data_as<float>();

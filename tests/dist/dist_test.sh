@@ -133,6 +133,42 @@ if run_pair fp16 "${fp16[@]}"; then
   fi
 fi
 
+# 3b. fp16 with accumulation and a scale that grows every 3 steps until the gradient
+# overflows by itself: 2 micro-batches x 2 ranks vs 4 x 1 process. Each backward is divided
+# by accumulation x world size before the all-reduce sums, so every micro-batch computes the
+# same FP16 numbers on 1 or 2 ranks and overflows at the same scale. The weights: the same
+# bound as FP32 (the runs differ only in the FP32 sums of the micro-batches' gradients).
+fp16acc=(--dtype fp16 --steps 20 --batch 32 --seed 3 --micro-batch 8 --growth-interval 3)
+if run_pair fp16acc "${fp16acc[@]}"; then
+  skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16acc.one.csv" | tr '\n' ' ')
+  if [ -n "$skips" ] && diff <(belt_columns "$tmp/fp16acc.one.csv") <(belt_columns "$tmp/fp16acc.two.csv") >/dev/null; then
+    pass "fp16 accum: the same overflow skips ($skips) and scale sequence on 2 x 2 ranks as 4 x 1"
+  else
+    fail "fp16 accum: skips '$skips', or the belt columns differ"
+  fi
+  "$compare" "$tmp/fp16acc.one.ckpt" "$tmp/fp16acc.two.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+    pass "fp16 accum: weights within 1e-5" || { fail "fp16 accum: weights"; cat "$tmp/cmp"; }
+
+  # Resume across world sizes: stop at step 10 on 2 ranks, finish on 1 process, and the
+  # other way; both must end as the 20 steps of one process did (fp16acc.one.*).
+  mpi 2 "$belay" train --dist mpi "${fp16acc[@]}" --stop-at 10 --checkpoint "$tmp/r21.ckpt" --csv "$tmp/r21.csv" \
+    --quiet >"$tmp/out" 2>&1 &&
+    "$belay" train "${fp16acc[@]}" --resume "$tmp/r21.ckpt" --checkpoint "$tmp/r21.ckpt" --csv "$tmp/r21.csv" \
+      --quiet >>"$tmp/out" 2>&1 || fail "resume 2 -> 1 ranks: $(cat "$tmp/out")"
+  "$belay" train "${fp16acc[@]}" --stop-at 10 --checkpoint "$tmp/r12.ckpt" --csv "$tmp/r12.csv" --quiet >"$tmp/out" 2>&1 &&
+    mpi 2 "$belay" train --dist mpi "${fp16acc[@]}" --resume "$tmp/r12.ckpt" --checkpoint "$tmp/r12.ckpt" \
+      --csv "$tmp/r12.csv" --quiet >>"$tmp/out" 2>&1 || fail "resume 1 -> 2 ranks: $(cat "$tmp/out")"
+  for r in r21 r12; do
+    if "$compare" "$tmp/fp16acc.one.ckpt" "$tmp/$r.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+      diff <(belt_columns "$tmp/fp16acc.one.csv") <(belt_columns "$tmp/$r.csv") >/dev/null; then
+      pass "resume $r (ranks before -> after step 10): the CSV's belt columns and the weights of one 20-step run"
+    else
+      fail "resume $r"
+      cat "$tmp/cmp"
+    fi
+  done
+fi
+
 # 4. An inf planted on rank 1 only, after the all-reduce: only the agreement of the belts
 # tells rank 0. Both must skip step 5 and back off; a checkpoint every step checks (by an
 # all-reduced checksum of the masters and the scaler state) that the ranks agree after every
