@@ -329,6 +329,11 @@ PYBIND11_MODULE(_belay, m) {
                (v.requires_grad() ? ", requires_grad" : "") + ")";
       });
 
+  m.def("parameter", [](py::handle value, const std::string& name, const std::string& device) {
+    return Var::parameter(to_tensor(value, DType::F32, to_device(device), true), name);
+  }, py::arg("value"), py::arg("name"), py::arg("device") = "cpu",
+     "A trainable parameter for a model written in Python: an FP32 master (a copy of value) that optimizers update");
+
   // ---- ops (autocast decides the dtype of matmul and linear; losses are FP32)
   m.def("cast", [](py::handle x, py::handle d) { return cast(as_var(x), to_dtype(d)); });
   m.def("matmul", [](py::handle a, py::handle b) { return matmul(as_var(a), as_var(b)); });

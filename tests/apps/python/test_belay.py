@@ -148,6 +148,16 @@ def test_backward_gives_numpy_gradients():
         assert not belay.sum(belay.matmul(x, w)).requires_grad
 
 
+def test_a_model_written_in_python_trains_with_parameters():
+    x, y = regression()
+    w = belay.parameter(np.zeros((16, 4), np.float32), "w")
+    assert w.is_parameter and w.requires_grad and w.master.dtype == belay.float32
+    opt = belay.AdamW([w], lr=5e-2, weight_decay=0.0)
+    step = belay.SafeStep(opt, belay.GradScaler(enabled=False))
+    rows = [step.run(lambda k: belay.mse_loss(belay.matmul(x, w), y)) for _ in range(100)]
+    assert rows[-1].loss < 0.05 * rows[0].loss
+
+
 def test_state_dict_round_trip_and_errors():
     a, b = belay.Linear(16, 4, seed=1), belay.Linear(16, 4, seed=2)
     b.set_working_dtype("fp16")
