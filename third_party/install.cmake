@@ -16,6 +16,9 @@ endforeach()
 
 install(TARGETS belay_core belay_apps belay_package EXPORT belayTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The installed CLI keeps the rpath of the libraries it was linked with outside the build
+# tree (the CUDA runtime in /usr/local/cuda/lib is not on every loader path).
+set_target_properties(belay PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
 install(TARGETS belay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(BELAY_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/belay)
