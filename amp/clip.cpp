@@ -61,4 +61,28 @@ void clip_grad_value(const std::vector<Tensor*>& grads, float clip_value) {
   for (Tensor* g : grads) backend_for(g->device()).clamp_inplace(*g, -clip_value, clip_value);
 }
 
+DeviceValueClip clip_grad_value_on_device(const std::vector<Tensor*>& grads, float clip_value) {
+  if (!(clip_value > 0.0f)) throw Error("clip_grad_value: clip_value must be > 0");
+  if (grads.empty()) throw Error("clip_grad_value_on_device: no gradients");
+  const Device device = grads[0]->device();
+  const Backend& be = backend_for(device);
+  const Tensor one = Tensor::full(Shape{1}, 1.0f, DType::F32, device);
+  Tensor found = Tensor::empty(Shape{1}, DType::F32, device);
+  DeviceValueClip r{Tensor::empty(Shape{1}, DType::F32, device), Tensor::empty(Shape{1}, DType::F32, device),
+                    Tensor::zeros(Shape{1}, DType::F32, device)};
+  std::vector<const Tensor*> read(grads.begin(), grads.end());
+  be.guard(read, one, found, r.norm);
+  Tensor partial = Tensor::empty(Shape{1}, DType::F32, device);
+  for (Tensor* g : grads) {
+    Tensor raw = Tensor::empty(g->shape(), DType::F32, device);
+    be.cast(*g, raw);  // exact: FP16/BF16 widen to FP32 without rounding
+    be.clamp_inplace(*g, -clip_value, clip_value);
+    be.binary(BinaryOp::Mul, raw, *g, raw);  // raw * clamped, in FP32
+    be.sum(raw, partial);
+    be.accumulate(r.dot, partial, 1.0f, nullptr);
+  }
+  be.guard(read, one, found, r.post_norm);
+  return r;
+}
+
 }  // namespace belay

@@ -27,6 +27,20 @@ struct DeviceClip {
 };
 DeviceClip clip_grad_norm_on_device(const std::vector<Tensor*>& grads, float max_norm);
 void clip_grad_value(const std::vector<Tensor*>& grads, float clip_value);
+// Clip by value in a training step (--clip-mode value), on unscaled gradients, reading
+// nothing on the host: each element clamped to [-clip_value, clip_value] in place. Unlike
+// clipping by norm this changes the gradient's direction, so it also measures how much:
+// the norms before and after and the dot product of the raw and the clamped gradient (the
+// cosine is dot / (norm * post_norm)), as device scalars. Costs one FP32 copy of the
+// gradients (taken from the caching allocator, so a steady-state step still allocates
+// nothing from the system). A non-finite gradient is clamped too, but its step is skipped
+// by found_inf, which the unscale before this recorded.
+struct DeviceValueClip {
+  Tensor norm;       // FP32 [1]: global L2 norm before clamping
+  Tensor post_norm;  // FP32 [1]: after
+  Tensor dot;        // FP32 [1]: sum of raw * clamped over every element
+};
+DeviceValueClip clip_grad_value_on_device(const std::vector<Tensor*>& grads, float clip_value);
 
 constexpr float kNoClip = std::numeric_limits<float>::infinity();
 

@@ -9,14 +9,17 @@ namespace belay {
 
 namespace {
 // The order of the values a step sends to the host for its log row.
-enum RowValue { kLoss, kNonfiniteLoss, kFoundInf, kNorm, kClipCoef, kLr, kScale, kRowValues };
+// Clipping by value sends two more: the norm after clamping and the raw . clamped product.
+enum RowValue { kLoss, kNonfiniteLoss, kFoundInf, kNorm, kClipCoef, kLr, kScale, kRowValues, kPostNorm = kRowValues, kDot,
+                kValueClipRowValues };
 }  // namespace
 
-PendingStep::PendingStep(int64_t step, std::unique_ptr<HostReadback> values) : step_(step), values_(std::move(values)) {}
+PendingStep::PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip)
+    : step_(step), values_(std::move(values)), value_clip_(value_clip) {}
 
 StepRow PendingStep::row() {
   const std::vector<float>& v = values_->wait();
-  if (v.size() != kRowValues) throw Error("PendingStep: the device sent " + std::to_string(v.size()) + " values");
+  if (v.size() != (value_clip_ ? kValueClipRowValues : kRowValues)) throw Error("PendingStep: the device sent " + std::to_string(v.size()) + " values");
   StepRow row;
   row.step = step_;
   row.lr = v[kLr];
@@ -26,6 +29,12 @@ StepRow PendingStep::row() {
   row.grad_l2_pre_clip = v[kNorm];  // as measured: inf or NaN on an overflow
   row.grad_l2_post_clip = row.skipped ? 0.0f : v[kNorm] * v[kClipCoef];
   row.scaler_scale = v[kScale];
+  if (value_clip_ && !row.skipped) {
+    row.grad_l2_post_clip = v[kPostNorm];
+    // cos(raw, applied); a zero gradient has no direction to change.
+    const double denom = static_cast<double>(v[kNorm]) * static_cast<double>(v[kPostNorm]);
+    row.clip_cosine = denom > 0.0 ? static_cast<float>(std::fmin(1.0, std::fmax(-1.0, v[kDot] / denom))) : 1.0f;
+  }
   return row;
 }
 
@@ -69,7 +78,15 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   ++step_;
 
   Tensor norm, clip_coef;
-  if (options_.fused) {
+  DeviceValueClip value_clip;
+  const bool by_value = options_.clip_mode == ClipMode::Value;
+  if (by_value) {
+    // Clamping needs the unscaled values in memory: unscale in place first (PyTorch's order).
+    scaler_.unscale_(opt_);
+    value_clip = clip_grad_value_on_device(opt_.mutable_grads(), options_.max_norm);
+    norm = value_clip.norm;
+    clip_coef = Tensor::full(Shape{1}, 1.0f, DType::F32, device);  // the step applies the clamped gradients as they are
+  } else if (options_.fused) {
     const GuardResult g = scaler_.guard(opt_, options_.max_norm);
     norm = g.norm;
     clip_coef = g.clip_coef;
@@ -84,9 +101,13 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   scaler_.step(opt_);  // a no-op under found_inf, decided on the device
   scaler_.update();
 
-  const std::vector<const Tensor*> values{&loss_mean, &nonfinite_loss, &found_inf, &norm,
-                                          &clip_coef, &opt_.lr_tensor(), &scaler_.scale_tensor()};
-  return PendingStep(step, be.read_async(values));
+  std::vector<const Tensor*> values{&loss_mean, &nonfinite_loss, &found_inf, &norm,
+                                    &clip_coef, &opt_.lr_tensor(), &scaler_.scale_tensor()};
+  if (by_value) {
+    values.push_back(&value_clip.post_norm);
+    values.push_back(&value_clip.dot);
+  }
+  return PendingStep(step, be.read_async(values), by_value);
 }
 
 }  // namespace belay

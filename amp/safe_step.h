@@ -28,16 +28,23 @@
 
 namespace belay {
 
+// Norm: scale every gradient by min(1, max_norm / norm) (the direction is kept). Value:
+// clamp every element to [-max_norm, max_norm] (torch's clip_grad_value_; the direction
+// changes), always in separate passes after an in-place unscale, as PyTorch would.
+enum class ClipMode { Norm, Value };
+
 struct SafeStepOptions {
-  float max_norm = std::numeric_limits<float>::infinity();  // inf: measure, never clip
+  float max_norm = std::numeric_limits<float>::infinity();  // inf: measure, never clip; Value: the bound
   int accum_steps = 1;
   bool fused = true;  // false: unscale_ in place, clip_grad_norm_, step (PyTorch's order)
+  ClipMode clip_mode = ClipMode::Norm;
 };
 
 // A step that has been enqueued, and its log row on its way to the host.
 class PendingStep {
  public:
-  PendingStep(int64_t step, std::unique_ptr<HostReadback> values);
+  // value_clip: the values carry the post-clamp norm and the raw . clamped dot product.
+  PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip = false);
   int64_t step() const { return step_; }
   bool ready() const { return values_->ready(); }  // never blocks
   StepRow row();                                   // waits for the values if they are not there yet
@@ -45,6 +52,7 @@ class PendingStep {
  private:
   int64_t step_;
   std::unique_ptr<HostReadback> values_;
+  bool value_clip_;
 };
 
 class SafeStep {

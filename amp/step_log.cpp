@@ -25,7 +25,9 @@ std::string format_step_row(const StepRow& r) {
          "," + num(r.loss) + "," + (r.skipped ? "1" : "0") + "," + r.skip_reason + "," + num(r.scaler_scale);
 }
 
-StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through) : path_(path) {
+StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through, bool policy_column)
+    : path_(path), policy_column_(policy_column) {
+  const std::string columns = std::string(kStepLogHeader) + (policy_column ? ",policy" : "");
   std::vector<std::string> kept;
   if (keep_rows_through >= 0) {
     std::ifstream in(path);
@@ -34,7 +36,13 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through)
     while (in && std::getline(in, line)) {
       if (header) {
         header = false;
-        if (line != kStepLogHeader) throw UsageError("step log '" + path + "' does not start with the belay header");
+        if (line == std::string(kStepLogHeader) + ",policy" || line == kStepLogHeader) {
+          if (line != columns)
+            throw UsageError("step log '" + path + "' has the columns " + line + ", this run writes " + columns +
+                             ": use another --csv");
+        } else {
+          throw UsageError("step log '" + path + "' does not start with the belay header");
+        }
         continue;
       }
       if (line.empty()) continue;
@@ -46,7 +54,7 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through)
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) throw UsageError("cannot write step log '" + path + "': " + std::strerror(errno));
-  std::fprintf(f, "%s\n", kStepLogHeader);
+  std::fprintf(f, "%s\n", columns.c_str());
   for (const std::string& line : kept) std::fprintf(f, "%s\n", line.c_str());
   if (std::fflush(f) != 0 || std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -58,9 +66,11 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through)
 
 StepLogWriter::~StepLogWriter() { close(); }
 
-void StepLogWriter::write(const StepRow& row) {
+void StepLogWriter::write(const StepRow& row, const std::string& policy) {
   if (!file_) throw Error("step log '" + path_ + "' is closed");
-  const std::string line = format_step_row(row) + "\n";
+  if (policy_column_ && (policy.empty() || policy.find_first_of(",\n") != std::string::npos))
+    throw Error("step log '" + path_ + "': a policy label must be non-empty, without commas");
+  const std::string line = format_step_row(row) + (policy_column_ ? "," + policy : "") + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw Error("writing step log '" + path_ + "' failed: " + std::strerror(errno));
 }

@@ -19,6 +19,9 @@ struct StepRow {
   bool skipped = false;
   std::string skip_reason;         // "", "nonfinite_loss" or "nonfinite_grad"
   float scaler_scale = 1.0f;       // the scale after this step's update (what the next step uses)
+  // Not in the CSV: cos(raw gradient, applied gradient) of an applied step. 1 under norm
+  // clipping (a positive multiple keeps the direction); measured under --clip-mode value.
+  float clip_cosine = 1.0f;
 };
 
 extern const char* const kStepLogHeader;
@@ -29,16 +32,20 @@ class StepLogWriter {
   // Opens (truncates) `path` and writes the header; throws UsageError naming the path if
   // it cannot be written. With keep_rows_through >= 0 an existing log is kept up to and
   // including that step (resuming a run) and appended to.
-  explicit StepLogWriter(const std::string& path, int64_t keep_rows_through = -1);
+  // policy_column: a ninth column, `policy`, for a run whose rollback may change the
+  // precision policy or the LR (only then: the default log keeps exactly the 8 columns). A
+  // resumed log must have the same columns.
+  explicit StepLogWriter(const std::string& path, int64_t keep_rows_through = -1, bool policy_column = false);
   ~StepLogWriter();
   StepLogWriter(const StepLogWriter&) = delete;
   StepLogWriter& operator=(const StepLogWriter&) = delete;
-  void write(const StepRow& row);
+  void write(const StepRow& row, const std::string& policy = "");  // policy: with the policy column
   void close();
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
+  bool policy_column_;
   std::FILE* file_ = nullptr;
 };
 

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
 
@@ -29,6 +31,50 @@ static int64_t parse_int(const std::string& s, const std::string& what) {
   return v;
 }
 
+bool is_policy_setting(const std::string& key) {
+  return key == "dtype" || key == "grad_dtype" || key == "fp32_ops" || key == "scaler" || key.rfind("scaler.", 0) == 0;
+}
+
+namespace {
+// How a setting reads in a message: as its option where it has one ("--fp32-ops gelu").
+std::string setting_text(const std::string& key, const std::string& value) {
+  if (key == "dtype" || key == "grad_dtype" || key == "fp32_ops") {
+    std::string option = key;
+    for (char& ch : option)
+      if (ch == '_') ch = '-';
+    return "--" + option + " " + value;
+  }
+  return key + "=" + value;
+}
+}  // namespace
+
+std::vector<std::string> check_resume_settings(const std::string& path, std::map<std::string, std::string> saved,
+                                               const std::map<std::string, std::string>& run, bool new_experiment) {
+  // Settings added after checkpoints were first written, as such a checkpoint ran.
+  if (!saved.count("fp32_ops")) saved["fp32_ops"] = "none";
+  std::vector<std::string> policy_changes;
+  std::vector<std::string> keys;
+  for (auto& [k, v] : saved) keys.push_back(k);
+  for (auto& [k, v] : run)
+    if (!saved.count(k)) keys.push_back(k);
+  for (const std::string& key : keys) {
+    const auto a = saved.find(key);
+    const auto b = run.find(key);
+    const std::string have = a == saved.end() ? "(unset)" : a->second;
+    const std::string want = b == run.end() ? "(unset)" : b->second;
+    if (have == want) continue;
+    if (!is_policy_setting(key))
+      throw UsageError("checkpoint '" + path + "' was written with " + key + "=" + have + ", this run has " + key + "=" +
+                       want + ": resume with the same settings");
+    if (!new_experiment)
+      throw UsageError("checkpoint '" + path + "' was written with " + setting_text(key, have) + ", this run has " +
+                       setting_text(key, want) + ": another precision policy is a new experiment, not a continuation "
+                       "(add --new-experiment to start one from this checkpoint; it is recorded)");
+    policy_changes.push_back(key + " " + have + " -> " + want);
+  }
+  return policy_changes;
+}
+
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& st) {
   NamedTensors tensors;
   for (auto& [name, p] : model.named_parameters()) tensors.push_back({name, p.master()});
@@ -42,11 +88,16 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   meta["scaler.growth_tracker"] = exact_float(st.scaler.growth_tracker);
   meta["scaler.hysteresis_left"] = exact_float(st.scaler.hysteresis_left);
   meta["data_position"] = st.data_position;
+  for (auto& [k, v] : st.records) meta["record." + k] = v;
+  // The CPU kernels' path that wrote it: each path repeats its own bits exactly, but two
+  // paths may differ in the last bits (FMA or not in the products), so a resume says so.
+  meta["cpu_isa"] = active_cpu_isa_name();
+  if (!st.experiment.empty()) meta["experiment"] = st.experiment;
   write_safetensors(path, tensors, meta);
 }
 
 RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                         const std::map<std::string, std::string>& settings) {
+                         const std::map<std::string, std::string>& settings, bool new_experiment) {
   const SafetensorsFile f = read_safetensors(path);
   auto meta = [&](const std::string& key) -> const std::string& {
     auto it = f.metadata().find(key);
@@ -56,12 +107,15 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   };
   if (meta("format") != kCheckpointFormat)
     throw UsageError("checkpoint '" + path + "' has format '" + meta("format") + "', expected " + kCheckpointFormat);
-  for (auto& [key, want] : settings) {
-    const std::string& have = meta("setting." + key);
-    if (have != want)
-      throw UsageError("checkpoint '" + path + "' was written with " + key + "=" + have + ", this run has " + key +
-                       "=" + want + ": resume with the same settings");
-  }
+  std::map<std::string, std::string> saved;
+  for (auto& [k, v] : f.metadata())
+    if (k.rfind("setting.", 0) == 0) saved[k.substr(8)] = v;
+  const std::vector<std::string> policy_changes = check_resume_settings(path, saved, settings, new_experiment);
+  if (auto it = f.metadata().find("cpu_isa"); it != f.metadata().end() && it->second != active_cpu_isa_name())
+    std::cerr << "belay: warning: checkpoint '" << path << "' was written by the " << it->second
+              << " CPU path, this run uses " << active_cpu_isa_name()
+              << ": the run continues, but not bit for bit as it would have on " << it->second
+              << " (--cpu-isa chooses the path)\n";
   // Check every tensor before touching anything.
   std::vector<std::pair<const SafetensorsEntry*, Tensor*>> plan;
   auto expect = [&](const std::string& name, Tensor& dst) {
@@ -87,12 +141,31 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   st.scaler.growth_tracker = parse_exact_float(meta("scaler.growth_tracker"), "checkpoint '" + path + "' scaler");
   st.scaler.hysteresis_left = parse_exact_float(meta("scaler.hysteresis_left"), "checkpoint '" + path + "' scaler");
   st.data_position = meta("data_position");
+  if (auto it = f.metadata().find("experiment"); it != f.metadata().end()) st.experiment = it->second;
   st.settings = settings;
+  st.policy_changes = policy_changes;
+  for (auto& [k, v] : f.metadata())
+    if (k.rfind("record.", 0) == 0) st.records[k.substr(7)] = v;
+  // Loss scaling turned on or off: the saved scale belongs to the other policy.
+  auto scaler_on = [](const std::map<std::string, std::string>& m) {
+    auto it = m.find("scaler");
+    return it != m.end() && it->second == "1";
+  };
+  st.scaler_state_loaded = scaler_on(saved) == scaler_on(settings);
   // All checked: now copy.
   for (auto& [e, dst] : plan) dst->copy_from(f.tensor(e->name));
   for (Var& p : params) p.set_working_dtype(p.dtype());  // the working copy is the rounded master
   opt.set_step_count(st.optimizer_steps);
   return st;
+}
+
+std::string checkpoint_setting(const std::string& path, const std::string& key) {
+  const SafetensorsFile f = read_safetensors(path);
+  auto format = f.metadata().find("format");
+  if (format == f.metadata().end() || format->second != kCheckpointFormat)
+    throw UsageError("'" + path + "' is not a belay checkpoint");
+  auto it = f.metadata().find("setting." + key);
+  return it == f.metadata().end() ? "" : it->second;
 }
 
 void load_initial_weights(const std::string& path, Module& model) {

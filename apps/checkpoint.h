@@ -7,6 +7,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "amp/grad_scaler.h"
 #include "autograd/modules.h"
@@ -22,7 +23,32 @@ struct RunState {
   ScalerState scaler;
   std::string data_position;
   std::map<std::string, std::string> settings;  // must match when resuming
+  // Set when a run resumed under another precision policy (--new-experiment): what changed
+  // and from where. Not compared on resume; carried into every later checkpoint.
+  std::string experiment;
+  // The run's other history, kept across resumes: "record.<step>.<what>" in the metadata
+  // (a rollback and what followed it). Keys without the prefix.
+  std::map<std::string, std::string> records;
+  // Filled by load_checkpoint: the precision-policy settings a --new-experiment changed
+  // ("dtype fp16 -> bf16"), empty for a plain continuation.
+  std::vector<std::string> policy_changes;
+  bool scaler_state_loaded = true;  // false when the new experiment turned the scaler on or off
 };
+
+// The checkpoint's recorded setting `key` ("" when it has none, as in files written before
+// the setting existed). Throws UsageError for a file that is not a belay checkpoint.
+std::string checkpoint_setting(const std::string& path, const std::string& key);
+
+// Settings that make a precision policy: the dtype, the gradient dtype, loss scaling and
+// its options, the ops kept in FP32 (--fp32-ops). Resuming under another policy is a new
+// experiment, not a continuation.
+bool is_policy_setting(const std::string& key);
+// THE resume check: the checkpoint's settings against this run's, every key of either side
+// (a key older checkpoints lack counts as its default: fp32_ops none). A difference outside
+// the policy settings is refused (UsageError); a policy difference is refused unless
+// new_experiment, and then returned as "key old -> new" lines.
+std::vector<std::string> check_resume_settings(const std::string& path, std::map<std::string, std::string> saved,
+                                               const std::map<std::string, std::string>& run, bool new_experiment);
 
 std::string exact_float(float x);                 // "%a"
 float parse_exact_float(const std::string& s, const std::string& what);  // throws UsageError
@@ -32,7 +58,7 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
 // Validates everything before changing anything: a bad file or other settings throw
 // UsageError naming the file and the problem, and the model and optimizer are untouched.
 RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                         const std::map<std::string, std::string>& settings);
+                         const std::map<std::string, std::string>& settings, bool new_experiment = false);
 // --init: initial FP32 weights under the state-dict names; every parameter must be present
 // with its shape (F32, F16 or BF16 in the file).
 void load_initial_weights(const std::string& path, Module& model);

@@ -25,6 +25,8 @@ class Dataset {
   virtual std::string position() const = 0;
   virtual void set_position(const std::string& position) = 0;  // throws UsageError if malformed
   virtual std::string describe() const = 0;
+  // The row of the data the last batch began at (a file's row), or -1 (synthetic data).
+  virtual int64_t last_batch_first_row() const { return -1; }
 };
 
 // x ~ N(0, 1), y = x T^T + t + 0.01 * noise with a fixed random teacher (T, t) drawn from
@@ -33,7 +35,14 @@ std::unique_ptr<Dataset> make_synthetic_regression(int64_t in_features, int64_t 
 
 // Tensors `x` [N, in] (f32, f16 or bf16) and `y`: [N, out] floats (regression) or [N] I64
 // class labels (classification). Batches are taken in order and wrap around. Errors name
-// the file, the missing tensor, the wrong shape, or the first non-finite value of x.
-std::unique_ptr<Dataset> load_dataset(const std::string& path);
+// the file, the missing tensor, the wrong shape, or the first non-finite value of x and y;
+// with allow_nonfinite (anomaly mode) such rows are kept, so the run meets them and says
+// at which step and row.
+std::unique_ptr<Dataset> load_dataset(const std::string& path, bool allow_nonfinite = false);
+
+// The same over tensors already in memory (x [N, in] FP32; y [N, out] FP32, or [N] class
+// indices held as FP32 with `classes` classes): `belay validate --train` trains on its set.
+std::unique_ptr<Dataset> make_tensor_dataset(Tensor x, Tensor y, bool classification, int64_t classes,
+                                             const std::string& name);
 
 }  // namespace belay

@@ -5,13 +5,17 @@
 
 #include <cmath>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "amp/autocast.h"
 #include "apps/accum_check.h"
 #include "apps/checkpoint.h"
 #include "apps/finfo_cmd.h"
+#include "apps/plot.h"
 #include "apps/train.h"
+#include "apps/validate.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -58,7 +62,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
 
   belay::TrainConfig tc;
-  std::string dtype = "fp32", scenario, grad_dtype = "fp32";
+  std::string dtype = "fp32", scenario, grad_dtype = "fp32", clip_mode = "norm";
   std::vector<int64_t> inject;
   std::vector<std::string> spikes;
   bool no_scaler = false, scaler_on = false, unfused = false;
@@ -83,6 +87,9 @@ int main(int argc, char** argv) {
   train->add_option("--device", tc.device, "cpu | cuda[:N]")->capture_default_str();
   train->add_option("--grad-dtype", grad_dtype, "weight gradient buffers: fp32 | compute")->capture_default_str();
   train->add_option("--clip", tc.max_norm, "clip the global gradient L2 norm to this (default: measure only)");
+  train->add_option("--clip-mode", clip_mode,
+                    "norm: scale the gradient to --clip global L2 norm (direction kept); value: clamp each element "
+                    "to [-clip, clip] (direction changes)")->capture_default_str();
   train->add_flag("--unfused", unfused, "PyTorch's order in separate passes (unscale_, clip_grad_norm_, step)");
   train->add_option("--inject-inf", inject, "plant an inf in a gradient at STEP (repeatable)");
   train->add_option("--spike", spikes, "STEP:FACTOR multiplies that batch's targets, e.g. 12:1e8 (repeatable)");
@@ -100,6 +107,24 @@ int main(int argc, char** argv) {
   train->add_option("--skip-alert", tc.skip.alert_rate, "print an alert when the skip rate passes this")->capture_default_str();
   train->add_option("--max-skip-rate", tc.skip.max_rate, "stop (exit 1) when the skip rate stays above this ...");
   train->add_option("--skip-patience", tc.skip.patience, "... for this many consecutive steps")->capture_default_str();
+  std::vector<std::string> rollback_on, rollback_policy;
+  train->add_option("--rollback-on", rollback_on,
+                    "keep the last good state and return to it when skip-rate, nonfinite-loss or divergence fires "
+                    "(comma-separated or repeated)")->delimiter(',');
+  train->add_option("--rollback-policy", rollback_policy,
+                    "after a rollback: stop (default, exit 1), fp32 (go on with autocast off) or lower-lr F (go on "
+                    "with the LR times F)")->expected(1, 2);
+  train->add_option("--rollback-every", tc.rollback.every, "take a new good state at most every N steps")->capture_default_str();
+  train->add_option("--rollback-skip-window", tc.rollback.skip_window, "skip-rate: the steps counted")->capture_default_str();
+  train->add_option("--rollback-skip-rate", tc.rollback.max_skip_rate,
+                    "skip-rate: fires when more than this fraction of the window is skipped")->capture_default_str();
+  train->add_option("--divergence-factor", tc.rollback.divergence_factor,
+                    "divergence: fires when the smoothed loss (EMA 0.1) exceeds this times its best")->capture_default_str();
+  train->add_option("--divergence-warmup", tc.rollback.divergence_warmup,
+                    "divergence: applied steps before the best smoothed loss counts")->capture_default_str();
+  train->add_option("--max-rollbacks", tc.rollback.max_rollbacks, "with fp32/lower-lr: stop after this many")->capture_default_str();
+  train->add_option("--rollback-report", tc.rollback.report,
+                    "the case file (JSON; default: the CSV's name with .rollback.json, or rollback.json)");
   train->add_option("--data", tc.data, "safetensors file with x [N, in] and y [N, out] (or I64 labels [N])");
   train->add_option("--init", tc.init, "safetensors file with initial weights (state-dict names)");
   train->add_option("--checkpoint", tc.checkpoint, "checkpoint file, written atomically at the end and on SIGINT/SIGTERM");
@@ -111,6 +136,40 @@ int main(int argc, char** argv) {
                   "wait for each step's log row before the next step (default: read one step late)");
   train->add_flag("--quiet", tc.quiet, "print nothing but errors");
   train->add_option("--scenario", scenario, "broken-batch: how one bad batch freezes unclipped Adam");
+  std::string fp32_ops;
+  train->add_flag("--detect-anomaly", tc.detect_anomaly,
+                  "stop at the first non-finite value (input, an op's output, the loss, a gradient, the optimizer's "
+                  "result) with a report; reads every tensor on the host (slow)");
+  train->add_option("--fp32-ops", fp32_ops, "op classes autocast leaves in FP32, e.g. linear,gelu");
+  train->add_flag("--new-experiment", tc.new_experiment,
+                  "allow --resume under another precision policy (--dtype, --grad-dtype, loss scaling, --fp32-ops): "
+                  "a new experiment from the checkpoint, recorded in it");
+
+  belay::ValidateConfig vc;
+  std::string validate_dtype = "fp16", validate_fp32_ops;
+  CLI::App* validate = app.add_subcommand("validate", "check fp16/bf16 autocast against the FP32 reference on a fixed set");
+  validate->add_option("--dtype", validate_dtype, "fp16 | bf16")->capture_default_str();
+  validate->add_option("--model", vc.model, "linear | mlp (ignored with --checkpoint)")->capture_default_str();
+  validate->add_option("--in", vc.in_features, "input features")->capture_default_str();
+  validate->add_option("--out", vc.out_features, "outputs (classes of the generated set)")->capture_default_str();
+  validate->add_option("--hidden", vc.hidden, "MLP hidden width")->capture_default_str();
+  validate->add_option("--layers", vc.layers, "MLP linear layers")->capture_default_str();
+  validate->add_option("--seed", vc.seed, "seed of the model and the generated set")->capture_default_str();
+  validate->add_option("--init", vc.init, "the model's weights (safetensors, state-dict names)");
+  validate->add_option("--checkpoint", vc.checkpoint, "the model from a belay checkpoint (its shape too)");
+  validate->add_option("--data", vc.data, "the set: x [N, in], y (I64 labels [N] or targets [N, out]), optional I64 kind [N]");
+  validate->add_option("--rows", vc.rows, "ordinary rows of the generated set (and rows/4 of each other kind)")->capture_default_str();
+  validate->add_option("--save-set", vc.save_set, "write the generated set here");
+  validate->add_option("--rtol", vc.rtol, "score tolerance relative to the row's max |ref| (default 16 u of the dtype)");
+  validate->add_option("--atol", vc.atol, "absolute score tolerance (default u of the dtype)");
+  validate->add_option("--max-flips", vc.max_flips, "changed decisions allowed")->capture_default_str();
+  validate->add_option("--min-quality", vc.min_quality, "minimum accuracy (labels) or R^2 (targets), for both runs");
+  validate->add_option("--tie-margin", vc.tie_margin, "reference top-2 margin under which a row is a near-tie (default 64 u)");
+  validate->add_option("--fp32-ops", validate_fp32_ops, "op classes autocast leaves in FP32, e.g. linear,gelu");
+  validate->add_option("--json", vc.json, "also write the report here (atomically)");
+  validate->add_option("--train", vc.train_steps, "first train N steps in fp32 and under AMP from the same init and data");
+  validate->add_option("--lr", vc.lr, "AdamW learning rate of --train")->capture_default_str();
+  validate->add_option("--batch", vc.batch, "batch of --train")->capture_default_str();
 
   std::vector<std::string> finfo_values;
   CLI::App* finfo = app.add_subcommand("finfo", "the fp32/fp16/bf16 table; with values, how each rounds");
@@ -136,6 +195,12 @@ int main(int argc, char** argv) {
   sweep->add_option("--dtype", sweep_dtype, "fp32 | fp16 | bf16")->capture_default_str();
   sweep->add_option("--device", sc.base.device, "cpu | cuda[:N]")->capture_default_str();
   sweep->add_option("--json", sc.json, "write the points here (atomically)");
+
+  std::vector<std::string> plot_csvs;
+  std::string plot_out;
+  CLI::App* plot = app.add_subcommand("plot", "draw step logs (loss, norms, scale, LR, skips) as SVG or PNG");
+  plot->add_option("csv", plot_csvs, "one step log, or up to 4 to overlay (e.g. fp32.csv amp.csv)")->required();
+  plot->add_option("-o,--out", plot_out, "FILE.svg or FILE.png (PNG through rsvg-convert); default: the first CSV as .svg");
 
   std::string export_checkpoint, export_out;
   CLI::App* exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as safetensors");
@@ -167,10 +232,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*accum) return belay::run_accum_check(ac, std::cout);
+    if (*validate) {
+      vc.dtype = belay::parse_dtype(validate_dtype);
+      vc.fp32_ops = belay::parse_fp32_ops(validate_fp32_ops);
+      return belay::run_validate(vc, std::cout).exit_code;
+    }
     if (*sweep) {
       sc.base.dtype = belay::parse_dtype(sweep_dtype);
       return belay::run_sweep(sc, std::cout);
     }
+    if (*plot) return belay::run_plot(plot_csvs, plot_out, std::cout);
     if (*exporter) {
       belay::export_weights(export_checkpoint, export_out);
       std::cout << "wrote " << export_out << "\n";
@@ -187,6 +258,27 @@ int main(int argc, char** argv) {
     tc.scaler_explicit = no_scaler || scaler_on;
     tc.scaler.enabled = scaler_on || (!no_scaler && tc.dtype == belay::DType::F16);
     tc.fused = !unfused;
+    for (const std::string& r : rollback_on) {
+      if (r == "skip-rate") tc.rollback.on_skip_rate = true;
+      else if (r == "nonfinite-loss") tc.rollback.on_nonfinite_loss = true;
+      else if (r == "divergence") tc.rollback.on_divergence = true;
+      else throw belay::UsageError("unknown --rollback-on '" + r + "': use skip-rate, nonfinite-loss or divergence");
+    }
+    if (!rollback_policy.empty()) {
+      tc.rollback.policy = rollback_policy[0];
+      if (tc.rollback.policy == "lower-lr") {
+        if (rollback_policy.size() != 2) throw belay::UsageError("--rollback-policy lower-lr needs a factor F, e.g. lower-lr 0.1");
+        char* end = nullptr;
+        tc.rollback.lr_factor = std::strtof(rollback_policy[1].c_str(), &end);
+        if (*end != '\0' || rollback_policy[1].empty())
+          throw belay::UsageError("--rollback-policy lower-lr F: '" + rollback_policy[1] + "' is not a number");
+      } else if (rollback_policy.size() != 1) {
+        throw belay::UsageError("--rollback-policy " + tc.rollback.policy + " takes no value");
+      }
+    }
+    if (clip_mode == "value") tc.clip_mode = belay::ClipMode::Value;
+    else if (clip_mode != "norm") throw belay::UsageError("unknown --clip-mode '" + clip_mode + "': use norm or value");
+    tc.fp32_ops = belay::parse_fp32_ops(fp32_ops);
     tc.inject_inf.insert(inject.begin(), inject.end());
     for (const std::string& s : spikes) tc.spikes.insert(parse_spike(s));
     tc.handle_signals = true;
@@ -195,6 +287,11 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::cerr << "belay: error: " << e.what() << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    // What a part of belay that names its allocations did not catch.
+    std::cout.flush();
+    std::cerr << "belay: error: out of memory (a host allocation failed)\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cout.flush();
     std::cerr << "belay: error: " << e.what() << "\n";

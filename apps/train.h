@@ -3,7 +3,9 @@
 // the user's file), the step log, checkpoints, and a progress display.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <memory>
 #include <limits>
 #include <map>
 #include <set>
@@ -11,10 +13,16 @@
 #include <vector>
 
 #include "amp/grad_scaler.h"
+#include "amp/safe_step.h"
+#include "amp/scale_monitor.h"
 #include "amp/step_log.h"
+#include "apps/rollback.h"
+#include "autograd/anomaly.h"
 #include "engine/dtype.h"
 
 namespace belay {
+
+class Dataset;
 
 struct TrainConfig {
   std::string model = "linear";  // linear | mlp
@@ -35,7 +43,8 @@ struct TrainConfig {
   DType dtype = DType::F32;
   std::string device = "cpu";
   bool low_precision_grads = false;  // weight gradients in the compute dtype
-  float max_norm = std::numeric_limits<float>::infinity();
+  float max_norm = std::numeric_limits<float>::infinity();  // --clip: the norm, or the value bound
+  ClipMode clip_mode = ClipMode::Norm;
   bool fused = true;
   GradScalerOptions scaler;
   bool scaler_explicit = false;  // --scaler/--no-scaler given; otherwise on for fp16 only
@@ -49,19 +58,28 @@ struct TrainConfig {
   std::string resume;                    // checkpoint to continue from
   int64_t stop_at = -1;                  // stop (checkpointing) once this many steps are done; < 0: never
   SkipMonitorOptions skip;
+  RollbackOptions rollback;  // --rollback-on ...: keep the last good state, return to it
   bool show_steps = false;  // print every row, labelled STEP or SKIP
   // Wait for each step's row before the next step (as a loop that reads found_inf on the
   // host does), instead of reading it one step late: to measure what that costs on a GPU.
   bool sync_each_step = false;
   bool quiet = false;
   bool handle_signals = false;  // the CLI: SIGINT/SIGTERM finish the step, checkpoint, exit 130/143
+  // --detect-anomaly: stop at the first non-finite value (autograd/anomaly.h) with a report,
+  // thrown as AnomalyError; a scaled gradient's overflow is reported as a scaler event.
+  bool detect_anomaly = false;
+  uint32_t fp32_ops = 0;        // --fp32-ops: op classes autocast leaves in FP32 (amp/autocast.h)
+  bool new_experiment = false;  // --new-experiment: resume under another precision policy (dtype, ops), recorded
+  // A dataset supplied by the caller (belay validate --train), used instead of --data or
+  // the synthetic one; called once per run.
+  std::function<std::unique_ptr<Dataset>()> make_dataset;
 
   int64_t accum_steps() const { return micro_batch > 0 ? batch / micro_batch : 1; }
   int64_t micro_batch_size() const { return micro_batch > 0 ? micro_batch : batch; }
 };
 
 struct TrainResult {
-  int exit_code = 0;  // 0; 1 when the skip-rate stop fired; 130/143 after SIGINT/SIGTERM
+  int exit_code = 0;  // 0; 1 when the skip-rate stop or a stopping rollback fired; 130/143 after SIGINT/SIGTERM
   std::vector<StepRow> rows;  // the rows this invocation ran
   float first_loss = 0.0f;
   float final_loss = 0.0f;  // last applied step's loss
@@ -70,9 +88,23 @@ struct TrainResult {
   std::vector<double> step_ms;      // wall time of each step
   int64_t gradient_syncs = 0;
   std::vector<float> final_weights;  // every master, flattened, for tests
+  int64_t rollbacks = 0;             // conditions that fired (each restored the last good state)
+  ScalerState final_scaler;          // the state at the end (after a stopping rollback: the restored one)
+  int64_t final_optimizer_steps = 0;
+  int64_t final_next_step = 0;
+  std::string final_data_position;
+  ScaleSummary scale;                // the loss scale over this invocation's rows
+  int64_t clipped = 0;               // applied steps whose gradient the clip changed
+  float min_clip_cosine = 1.0f;      // over those steps (1 under norm clipping)
+  double mean_clip_cosine = 1.0;
+  std::vector<AnomalyReport> scaler_events;  // --detect-anomaly with loss scaling
 };
 
 void validate(const TrainConfig& config);  // throws UsageError on anything out of range
+// The model a run starts from: c.model's shape, initialised from `rng` (seeded by c.seed).
+class Module;
+class Rng;
+std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device);
 TrainResult run_training(const TrainConfig& config, std::ostream& out);
 
 // `belay train --scenario broken-batch`: how one bad batch freezes Adam without clipping.

@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "autograd/anomaly.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -9,7 +10,12 @@ namespace belay {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local const char* g_module_path = "";
 }
+
+const char* current_module_path() { return g_module_path; }
+ModuleScope::ModuleScope(const char* path) : saved_(g_module_path) { g_module_path = path; }
+ModuleScope::~ModuleScope() { g_module_path = saved_; }
 
 bool grad_enabled() { return g_grad_enabled; }
 NoGrad::NoGrad() : saved_(g_grad_enabled) { g_grad_enabled = false; }
@@ -62,7 +68,9 @@ Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::func
   auto node = std::make_shared<Node>();
   node->value = std::move(value);
   node->op = op;
+  node->module = g_module_path;
   node->is_leaf = false;
+  if (anomaly_mode_enabled()) anomaly_check_output(*node, inputs);
   bool needs = false;
   if (grad_enabled())
     for (const Var& in : inputs) needs = needs || in.requires_grad();
@@ -121,6 +129,7 @@ void Var::backward(const Tensor& seed, float multiplier) const {
     Node* n = it->get();
     if (n->is_leaf || !n->grad.defined() || !n->backward) continue;
     n->backward(*n);
+    if (anomaly_mode_enabled()) anomaly_check_backward(*n);
     // The graph is used once (retain_graph=False): free the gradient and the edges.
     n->grad = Tensor();
     n->backward = nullptr;

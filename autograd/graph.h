@@ -26,6 +26,9 @@ struct Node {
   Tensor master;                  // parameters only
   std::string name;
   const char* op = "leaf";
+  // The module path the op ran under ("layers.1"; "" at the top level), for anomaly reports.
+  // Points at the module's own string: no allocation per op.
+  const char* module = "";
   std::vector<std::shared_ptr<Node>> inputs;
   std::function<void(Node&)> backward;  // reads this node's grad, accumulates into inputs
 };
@@ -82,6 +85,21 @@ class NoGrad {
 
  private:
   bool saved_;
+};
+
+// The module path new ops are recorded under (this thread). A module's forward opens one:
+//   Var Linear::forward(const Var& x) { ModuleScope scope(path_.c_str()); ... }
+// The string must outlive the ops made under it (a module's own member does).
+const char* current_module_path();
+class ModuleScope {
+ public:
+  explicit ModuleScope(const char* path);
+  ~ModuleScope();
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  const char* saved_;
 };
 
 // Internal from here on: how the ops of autograd/ops.h build the graph.

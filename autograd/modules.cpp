@@ -41,7 +41,7 @@ static Tensor uniform_tensor(const Shape& shape, float bound, Rng& rng, Device d
 }
 
 Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Device device, const std::string& prefix)
-    : prefix_(prefix) {
+    : prefix_(prefix), path_(prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1)) {
   if (in <= 0 || out <= 0)
     throw UsageError("Linear: sizes must be positive, got in=" + std::to_string(in) + " out=" + std::to_string(out));
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
@@ -49,7 +49,10 @@ Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Device device,
   if (with_bias) bias = Var::parameter(uniform_tensor(Shape{out}, bound, rng, device), prefix + "bias");
 }
 
-Var Linear::forward(const Var& x) { return linear(x, weight, bias); }
+Var Linear::forward(const Var& x) {
+  ModuleScope scope(path_.c_str());
+  return linear(x, weight, bias);
+}
 
 std::vector<std::pair<std::string, Var>> Linear::named_parameters() const {
   std::vector<std::pair<std::string, Var>> out{{weight.name(), weight}};
@@ -64,6 +67,7 @@ Mlp::Mlp(int64_t in, int64_t hidden, int64_t out, Rng& rng, int layers, Activati
     const int64_t fan_in = i == 0 ? in : hidden;
     const int64_t fan_out = i == layers - 1 ? out : hidden;
     layers_.emplace_back(fan_in, fan_out, rng, true, device, "layers." + std::to_string(i) + ".");
+    act_paths_.push_back("layers." + std::to_string(i) + ".act");
   }
 }
 
@@ -71,7 +75,10 @@ Var Mlp::forward(const Var& x) {
   Var h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = layers_[i](h);
-    if (i + 1 < layers_.size()) h = act_ == Activation::Relu ? relu(h) : gelu(h);
+    if (i + 1 < layers_.size()) {
+      ModuleScope scope(act_paths_[i].c_str());
+      h = act_ == Activation::Relu ? relu(h) : gelu(h);
+    }
   }
   return h;
 }

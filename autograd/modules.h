@@ -39,6 +39,7 @@ class Linear : public Module {
 
  private:
   std::string prefix_;
+  std::string path_;  // the module path its ops are recorded under: the prefix without its '.'
 };
 
 // in -> hidden -> (activation) -> ... -> out; `layers` linear layers in all (>= 2).
@@ -51,6 +52,7 @@ class Mlp : public Module {
 
  private:
   std::vector<Linear> layers_;
+  std::vector<std::string> act_paths_;  // "layers.0.act": the activation after hidden layer 0
   Activation act_;
 };
 

@@ -16,10 +16,11 @@ void check_inputs(const char* op, const Var& a, const Var& b) {
   check_same_device(op, a.value(), b.value());
 }
 
-// Under autocast, the dtype matrix products run in; otherwise the inputs' own (which must agree).
-DType matmul_dtype(const char* op, const Var& a, const Var& b) {
+// Under autocast, the dtype matrix products run in (FP32 for a class kept out of it with
+// --fp32-ops); otherwise the inputs' own (which must agree).
+DType matmul_dtype(const char* op, OpClass cls, const Var& a, const Var& b) {
   const AutocastPolicy& policy = autocast_policy();
-  if (policy.enabled) return policy.dtype;
+  if (policy.enabled) return autocast_keeps_fp32(cls) ? DType::F32 : policy.dtype;
   if (a.dtype() != b.dtype())
     throw Error(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
                 "); cast one, or run under belay::Autocast");
@@ -27,6 +28,10 @@ DType matmul_dtype(const char* op, const Var& a, const Var& b) {
 }
 
 Var cast_if_needed(const Var& x, DType dtype) { return x.dtype() == dtype ? x : cast(x, dtype); }
+
+// An op class kept in FP32 under autocast reads its inputs in FP32 (a cast, recorded in the
+// graph so the gradient goes back in the input's dtype); otherwise the input as it is.
+Var fp32_if_kept(const Var& x, OpClass cls) { return autocast_keeps_fp32(cls) ? cast_if_needed(x, DType::F32) : x; }
 
 // Writes a gradient that a kernel can produce in place: straight into an existing FP32
 // gradient buffer (accumulating, no extra pass), else into a fresh tensor that is then
@@ -72,7 +77,7 @@ Var matmul(const Var& a_in, const Var& b_in) {
   check_matrix("matmul", "b", b_in.value());
   if (a_in.shape()[1] != b_in.shape()[0])
     throw Error("matmul: inner sizes differ, " + a_in.value().describe() + " x " + b_in.value().describe());
-  const DType dt = matmul_dtype("matmul", a_in, b_in);
+  const DType dt = matmul_dtype("matmul", OpClass::Matmul, a_in, b_in);
   const Var a = cast_if_needed(a_in, dt), b = cast_if_needed(b_in, dt);
   Tensor out = Tensor::empty(Shape{a.shape()[0], b.shape()[1]}, dt, a.device());
   gemm(a.value(), false, b.value(), false, out, false);
@@ -97,7 +102,7 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
     if (bias.value().numel() != w_in.shape()[0])
       throw Error("linear: bias " + bias.value().describe() + " does not match weight " + w_in.value().describe());
   }
-  const DType dt = matmul_dtype("linear", x_in, w_in);
+  const DType dt = matmul_dtype("linear", OpClass::Linear, x_in, w_in);
   const Var x = cast_if_needed(x_in, dt), w = cast_if_needed(w_in, dt);
   Tensor out = Tensor::empty(Shape{x.shape()[0], w.shape()[0]}, dt, x.device());
   // Y = X W^T + b, the bias added in FP32 before the one rounding.
@@ -125,8 +130,9 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
   });
 }
 
-Var add(const Var& a, const Var& b) {
-  check_inputs("add", a, b);
+Var add(const Var& a_in, const Var& b_in) {
+  check_inputs("add", a_in, b_in);
+  const Var a = fp32_if_kept(a_in, OpClass::Add), b = fp32_if_kept(b_in, OpClass::Add);
   check_same_shape("add", a.value(), b.value());
   Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
   be(out).binary(BinaryOp::Add, a.value(), b.value(), out);
@@ -136,8 +142,9 @@ Var add(const Var& a, const Var& b) {
   });
 }
 
-Var mul(const Var& a, const Var& b) {
-  check_inputs("mul", a, b);
+Var mul(const Var& a_in, const Var& b_in) {
+  check_inputs("mul", a_in, b_in);
+  const Var a = fp32_if_kept(a_in, OpClass::Mul), b = fp32_if_kept(b_in, OpClass::Mul);
   check_same_shape("mul", a.value(), b.value());
   Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
   be(out).binary(BinaryOp::Mul, a.value(), b.value(), out);
@@ -153,7 +160,8 @@ Var mul(const Var& a, const Var& b) {
   });
 }
 
-Var scale(const Var& a, float s) {
+Var scale(const Var& a_in, float s) {
+  const Var a = fp32_if_kept(a_in, OpClass::Scale);
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   be(out).scale(a.value(), s, out);
   return make_result(out, "scale", {a}, [s](Node& self) {
@@ -164,7 +172,8 @@ Var scale(const Var& a, float s) {
   });
 }
 
-static Var activation_op(const Var& x, Activation act, const char* name) {
+static Var activation_op(const Var& x_in, Activation act, const char* name) {
+  const Var x = fp32_if_kept(x_in, act == Activation::Relu ? OpClass::Relu : OpClass::Gelu);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   be(out).activation(act, x.value(), out);
   return make_result(out, name, {x}, [act](Node& self) {
@@ -193,7 +202,8 @@ static Var reduce_op(const Var& x, float factor, const char* name) {
 Var sum(const Var& x) { return reduce_op(x, 1.0f, "sum"); }
 Var mean(const Var& x) { return reduce_op(x, 1.0f / static_cast<float>(x.value().numel()), "mean"); }
 
-Var mse_loss(const Var& pred, const Tensor& target) {
+Var mse_loss(const Var& pred_in, const Tensor& target) {
+  const Var pred = fp32_if_kept(pred_in, OpClass::MseLoss);
   check_same_device("mse_loss", pred.value(), target);
   check_same_shape("mse_loss", pred.value(), target);
   Tensor out = Tensor::empty(Shape{1}, DType::F32, pred.device());
@@ -206,7 +216,8 @@ Var mse_loss(const Var& pred, const Tensor& target) {
   });
 }
 
-Var cross_entropy(const Var& logits, const Tensor& labels) {
+Var cross_entropy(const Var& logits_in, const Tensor& labels) {
+  const Var logits = fp32_if_kept(logits_in, OpClass::CrossEntropy);
   check_same_device("cross_entropy", logits.value(), labels);
   Tensor loss = Tensor::empty(Shape{1}, DType::F32, logits.device());
   Tensor dlogits_unit = Tensor::empty(logits.shape(), DType::F32, logits.device());

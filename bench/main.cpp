@@ -1,5 +1,5 @@
 // belay_bench: the CPU benchmark sections in one process, one JSON document out.
-//   belay_bench [--quick] [--only stream,amp,gemm,isa,train,threads] --json FILE
+//   belay_bench [--quick] [--only stream,amp,gemm,isa,train,threads,anomaly] --json FILE
 // A failed result check prints the reason and exits 1: no number is written for it.
 #include <omp.h>
 
@@ -28,14 +28,14 @@ std::set<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
   Options o;
   std::string json_path;
-  std::set<std::string> only{"stream", "amp", "gemm", "isa", "train", "threads"};
+  std::set<std::string> only{"stream", "amp", "gemm", "isa", "train", "threads", "anomaly"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") o.quick = true;
     else if (a == "--only" && i + 1 < argc) only = split(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else {
-      std::cerr << "usage: belay_bench [--quick] [--only stream,amp,gemm,isa,train,threads] --json FILE\n";
+      std::cerr << "usage: belay_bench [--quick] [--only stream,amp,gemm,isa,train,threads,anomaly] --json FILE\n";
       return 2;
     }
   }
@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::pair<const char*, Json (*)(const Options&)> sections[] = {
-      {"stream", bench_stream}, {"amp", bench_amp}, {"gemm", bench_gemm}, {"isa", bench_isa}, {"train", bench_train}, {"threads", bench_threads}};
+      {"stream", bench_stream}, {"amp", bench_amp}, {"gemm", bench_gemm}, {"isa", bench_isa}, {"train", bench_train}, {"threads", bench_threads},
+      {"anomaly", bench_anomaly}};
   try {
     for (auto [name, fn] : sections) {
       if (!only.count(name)) continue;

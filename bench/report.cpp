@@ -3,6 +3,7 @@
 // pastable into README.md).
 //   belay_bench_report --out FILE [--machine TEXT] [--command TEXT] PART.json...
 // A part with "state_bytes" is a belay_bench_memory result; any other is belay_bench's.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -193,6 +194,13 @@ int main(int argc, char** argv) {
     target("system allocations per steady-state step (max over configurations)", max_allocs, "<=", 0.0);
     std::printf("\n");
   }
+  if (doc.contains("anomaly")) {
+    std::printf("### Anomaly mode (--detect-anomaly): a belted training step with and without it, batch 256\n\n");
+    print_header({"model", "dtype", "step ms, plain", "step ms, anomaly mode", "ratio"});
+    for (const Json& s : doc["anomaly"]["steps"])
+      print_row({s["model"], s["dtype"], pm(s["plain"]), pm(s["anomaly"]), fmt(num(s["ratio"]), 2) + "x"});
+    std::printf("\n");
+  }
   if (doc.contains("threads")) {
     std::printf("### 1 thread vs 2 threads\n\n");
     print_header({"measure", "1 thread", "2 threads", "speedup"});
@@ -221,6 +229,90 @@ int main(int argc, char** argv) {
              num(m["peak_rss_over_predicted"]) - 1.0, "|x|<=", 0.10);
     }
     std::printf("\n");
+  }
+  // PyTorch on the same CPU (bench/peers/torch_cpu.py; run_all.sh runs it when its venv
+  // exists): belay / PyTorch for the rows both timed. It ran in another process after
+  // belay's, so on a loaded machine these ratios carry the drift between the two runs.
+  std::printf("### PyTorch peer, same CPU and threads\n\n");
+  if (!doc.contains("torch")) {
+    std::printf("peer absent (no PyTorch venv; bench/peers/setup_torch_venv.sh makes one)\n\n");
+    doc["vs_pytorch"] = "peer absent";
+  } else {
+    const Json& t = doc["torch"];
+    Json vs = Json::object();
+    std::printf("PyTorch %s (cpu capability %s), %d threads; belay: %s threads, cpu isa %s\n\n",
+                t["version"].get<std::string>().c_str(), t["cpu_capability"].get<std::string>().c_str(),
+                t["threads"].get<int>(), doc.value("omp_max_threads", Json()).dump().c_str(),
+                doc.value("cpu_isa", Json("?")).get<std::string>().c_str());
+    if (doc.contains("gemm") && t.contains("gemm")) {
+      // GFLOP/s ratio: above 1, belay is faster. belay writes dW in FP32, PyTorch in the
+      // operands' dtype (what its autograd does under autocast).
+      print_header({"n", "product", "dtype", "belay GFLOP/s", "PyTorch GFLOP/s", "belay / PyTorch"});
+      vs["gemm"] = Json::array();
+      double worst = INFINITY;
+      int64_t largest = 0;
+      for (const Json& b : doc["gemm"]["sizes"])
+        for (const Json& p : t["gemm"]["sizes"]) {
+          if (b["n"] != p["n"]) continue;
+          const int64_t n = b["n"].get<int64_t>();
+          if (n > largest) worst = INFINITY;  // the target is on the largest n both ran
+          largest = std::max(largest, n);
+          for (const std::string dt : {"fp32", "bf16", "fp16"})
+            for (const char* op : {"forward", "dX", "dW"}) {
+              const double bg = num(b["belay_" + dt][op]["gflops"]), tg = num(p[dt][op]["gflops"]);
+              print_row({std::to_string(n), op, dt, fmt(bg), fmt(tg), fmt(bg / tg, 2)});
+              vs["gemm"].push_back({{"n", n}, {"product", op}, {"dtype", dt}, {"belay_gflops", bg},
+                                    {"torch_gflops", tg}, {"belay_over_torch", bg / tg}});
+              if (dt == "fp32" && n == largest) worst = std::fmin(worst, bg / tg);
+            }
+        }
+      target("belay fp32 GEMM / PyTorch fp32, Linear(" + std::to_string(largest) + ") products (worst product)", worst,
+             ">=", 0.9);
+      std::printf("\n");
+    }
+    if (doc.contains("train") && t.contains("train")) {
+      // Step time ratio: below 1, belay is faster. belay's row with the belts (clip,
+      // AdamW, loss scaling for fp16) against PyTorch's autocast + GradScaler +
+      // clip_grad_norm_ + AdamW step.
+      print_header({"model", "dtype", "belay step ms, belts", "PyTorch step ms", "PyTorch AdamW", "belay / PyTorch time"});
+      vs["train"] = Json::array();
+      for (const Json& p : t["train"]["steps"])
+        for (const Json& b : doc["train"]["steps"]) {
+          if (b["model"] != p["model"] || b["dtype"] != p["dtype"] || !b["belts"].get<bool>()) continue;
+          const std::string model = p["model"], dt = p["dtype"];
+          const double ratio = num(b["time"]["median_ms"]) / num(p["time"]["median_ms"]);
+          print_row({model, dt, pm(b["time"]), pm(p["time"]), p["optimizer"], fmt(ratio, 2)});
+          vs["train"].push_back({{"model", model}, {"dtype", dt}, {"belay_ms", num(b["time"]["median_ms"])},
+                                 {"torch_ms", num(p["time"]["median_ms"])}, {"belay_over_torch", ratio}});
+          // Issue 13: fp32 no slower than 1.1x PyTorch's; bf16 and fp16 no slower than its.
+          if (model.rfind("linear", 0) == 0)
+            target(dt + " " + model + " step time, belay (belts) / PyTorch", ratio, "<=", dt == "fp32" ? 1.1 : 1.0);
+        }
+      std::printf("\n");
+    }
+    if (doc.contains("amp") && t.contains("amp")) {
+      // Time ratio: below 1, belay is faster. PyTorch moves about 48 bytes/param (unscale_,
+      // the norm, the in-place clip, fused AdamW), belay's fused step 34.
+      print_header({"params", "belay fused ms", "belay unfused ms", "PyTorch ms", "PyTorch AdamW", "belay fused / PyTorch"});
+      vs["amp"] = Json::array();
+      double speedup = NAN;
+      int64_t last = 0;
+      for (const Json& p : t["amp"]["sizes"])
+        for (const Json& b : doc["amp"]["sizes"]) {
+          if (b["params"] != p["params"]) continue;
+          const double ratio = num(b["fused"]["time"]["median_ms"]) / num(p["time"]["median_ms"]);
+          last = p["params"].get<int64_t>();
+          speedup = 1.0 / ratio;
+          print_row({std::to_string(last >> 20) + "M", pm(b["fused"]["time"]), pm(b["unfused"]["time"]), pm(p["time"]),
+                     p["optimizer"], fmt(ratio, 2)});
+          vs["amp"].push_back({{"params", last}, {"belay_fused_ms", num(b["fused"]["time"]["median_ms"])},
+                               {"torch_ms", num(p["time"]["median_ms"])}, {"belay_fused_over_torch", ratio}});
+        }
+      target("PyTorch / belay fused AMP optimizer step time at " + std::to_string(last >> 20) + "M params (belay's speedup)",
+             speedup, ">=", 1.3);
+      std::printf("\n");
+    }
+    doc["vs_pytorch"] = vs;
   }
   std::printf("### Targets\n\n");
   print_header({"target", "value", "bound", "verdict"});

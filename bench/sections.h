@@ -18,6 +18,7 @@ Json bench_gemm(const Options& o);     // belay's matmul vs Eigen direct, linear
 Json bench_train(const Options& o);    // whole training steps: samples/s, belts on/off, allocations
 Json bench_threads(const Options& o);  // 1 thread vs 2 threads on the kernels above
 Json bench_isa(const Options& o);      // per CPU ISA path: FMA peak, fp32 GEMM and its fraction of the peak
+Json bench_anomaly(const Options& o);  // a belted step with and without anomaly mode: the ratio
 
 // Training configurations, timed (bench_train runs the grid; bench_threads reuses it).
 struct TrainModel {

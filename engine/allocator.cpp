@@ -5,6 +5,26 @@
 
 namespace belay {
 
+namespace {
+thread_local const AllocationPurpose* g_purpose = nullptr;
+}  // namespace
+
+AllocationPurpose::AllocationPurpose(std::string what) : owned_(std::move(what)), outer_(g_purpose) { g_purpose = this; }
+AllocationPurpose::AllocationPurpose(const char* what, int64_t step) : what_(what), step_(step), outer_(g_purpose) {
+  g_purpose = this;
+}
+AllocationPurpose::~AllocationPurpose() { g_purpose = outer_; }
+std::string AllocationPurpose::current() {
+  if (!g_purpose) return "";
+  if (!g_purpose->what_) return g_purpose->owned_;
+  return std::string(g_purpose->what_) + " " + std::to_string(g_purpose->step_);
+}
+
+std::string out_of_memory_message(size_t bytes) {
+  const std::string what = AllocationPurpose::current();
+  return "out of memory allocating " + std::to_string(bytes) + " bytes for " + (what.empty() ? "a tensor" : what);
+}
+
 CachingAllocator::~CachingAllocator() { release_cached(); }
 
 void* CachingAllocator::allocate(size_t bytes) {
@@ -26,8 +46,8 @@ void* CachingAllocator::allocate(size_t bytes) {
       ptr = raw_.alloc(bytes);
     }
     if (!ptr)
-      throw Error("out of memory allocating " + std::to_string(bytes) + " bytes (" +
-                  std::to_string(stats_.bytes_in_use) + " bytes in use, nothing cached)");
+      throw Error(out_of_memory_message(bytes) + " (" + std::to_string(stats_.bytes_in_use) +
+                  " bytes in use, nothing cached)");
     ++stats_.system_allocs;
   }
   stats_.bytes_in_use += bytes;

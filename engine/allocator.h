@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/device.h"
@@ -54,5 +55,29 @@ class CachingAllocator {
 };
 
 CachingAllocator& allocator_for(Device device);
+
+// What the allocations of this thread are for, while one is alive ("the model's
+// parameters", "the batch of step 12"): an out-of-memory error then says "out of memory
+// allocating N bytes for <what>". Scopes nest; the innermost names the purpose.
+class AllocationPurpose {
+ public:
+  explicit AllocationPurpose(std::string what);
+  // "<what> <step>", formatted only if an allocation fails: a training step opens one of
+  // these every step and must not allocate for it.
+  AllocationPurpose(const char* what, int64_t step);
+  ~AllocationPurpose();
+  AllocationPurpose(const AllocationPurpose&) = delete;
+  AllocationPurpose& operator=(const AllocationPurpose&) = delete;
+  static std::string current();  // "" outside every scope
+
+ private:
+  std::string owned_;
+  const char* what_ = nullptr;  // with step_, when not owned_
+  int64_t step_ = -1;
+  const AllocationPurpose* outer_;
+};
+
+// "out of memory allocating N bytes for <purpose>" (or "for a tensor" outside a scope).
+std::string out_of_memory_message(size_t bytes);
 
 }  // namespace belay

@@ -188,5 +188,6 @@ void require_device(Device device);  // throws UsageError with a clear reason if
 // the path in use and what the CPU has.
 void select_cpu_isa(const std::string& name);
 std::string cpu_isa_line();
+std::string active_cpu_isa_name();  // "avx2": the path in use (checkpoints record it)
 
 }  // namespace belay

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
+// A file may define BELAY_HD itself first: the per-ISA CPU kernels (kernels/cpu/isa/) make
+// these functions `static inline`, so no copy built with wider -m flags is shared by name.
+#if defined(BELAY_HD)
+#elif defined(__CUDACC__)
 #define BELAY_HD __host__ __device__ __forceinline__
 #else
 #define BELAY_HD inline

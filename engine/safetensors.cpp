@@ -1,6 +1,7 @@
 #include "engine/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -516,7 +517,35 @@ bool write_all(int fd, const void* data, size_t size) {
 
 std::atomic<uint64_t> g_temp_counter{0};
 
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 }  // namespace
+
+int remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string prefix = p.filename().string() + ".tmp.";
+  int removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());  // PID.N and nothing else
+    const size_t dot = rest.find('.');
+    if (dot == std::string::npos || !all_digits(rest.substr(0, dot)) || !all_digits(rest.substr(dot + 1))) continue;
+    const long long pid = std::stoll(rest.substr(0, dot));
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) continue;
+    // Only a process that is gone (ESRCH) leaves an orphan; a live one (EPERM: someone
+    // else's) may be writing it right now.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    if (fs::remove(it->path(), rm)) ++removed;
+  }
+  return removed;
+}
 
 std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,
                                            const NamedInt64s& int64s) {
@@ -532,6 +561,7 @@ std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const st
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata, const NamedInt64s& int64s) {
   const Prepared p = prepare(tensors, metadata, int64s);  // bad input throws before any file is touched
+  remove_stale_temporaries(path);  // what a killed writer left beside this file
 
   namespace fs = std::filesystem;
   const fs::path parent = fs::path(path).parent_path();

@@ -37,6 +37,10 @@ else
   echo "ptxas: no CUDA file compiled in this build, nothing to check"
 fi
 (cd "$build" && ctest --output-on-failure -j"$(nproc)")
+# The whole suite again with the CPU kernels forced onto the baseline (SSE2) path: the path
+# every x86-64 CPU can run must stay correct whatever the widest one here is.
+echo "== the whole suite on the baseline CPU path (BELAY_CPU_ISA=baseline)"
+(cd "$build" && BELAY_CPU_ISA=baseline ctest --output-on-failure -j"$(nproc)")
 
 # belay as a package: installed into a prefix made afresh under the build directory, a
 # consumer project built against that prefix alone, then the Python module built against

@@ -20,7 +20,8 @@ if [ "${1:-}" = "--python-venv" ]; then
     "scikit-build-core>=0.8" "pybind11>=2.10" "numpy>=1.21" "pytest>=7" "ml_dtypes>=0.2"
   exit 0
 fi
-packages=(libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev ninja-build cmake g++ python3 python3-venv python3-dev)
+# librsvg2-bin: rsvg-convert, which `belay plot -o FILE.png` runs (and the tests use to check SVGs).
+packages=(libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev ninja-build cmake g++ python3 python3-venv python3-dev librsvg2-bin)
 # The test command also builds with clang under ASan/UBSan and runs the libFuzzer target.
 [ "${1:-}" = "--tests" ] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()

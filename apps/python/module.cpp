@@ -65,6 +65,18 @@ StepRow from_py(py::handle o) {
 
 Device to_device(const std::string& name) { return parse_device(name); }
 
+ClipMode parse_clip_mode(const std::string& mode) {
+  if (mode == "norm") return ClipMode::Norm;
+  if (mode == "value") return ClipMode::Value;
+  throw UsageError("unknown clip_mode '" + mode + "': use norm or value");
+}
+
+// A str, or a list of them (a repeatable CLI option).
+std::vector<std::string> as_strings(py::handle value) {
+  if (py::isinstance<py::str>(value)) return {value.cast<std::string>()};
+  return value.cast<std::vector<std::string>>();
+}
+
 // An op's input: a Var as it is; a Tensor or anything array-like as a constant (no grad).
 Var as_var(py::handle o) {
   if (py::isinstance<Var>(o)) return o.cast<Var>();
@@ -87,10 +99,10 @@ py::object optional_tensor(const Tensor& t) { return t.defined() ? py::cast(t) :
 // Python's `with belay.autocast("fp16"):` over the C++ RAII guard; nested blocks stack.
 class AutocastScope {
  public:
-  AutocastScope(DType dtype, bool enabled) : dtype_(dtype), enabled_(enabled) {}
+  AutocastScope(DType dtype, bool enabled, uint32_t fp32_ops) : dtype_(dtype), enabled_(enabled), fp32_ops_(fp32_ops) {}
   AutocastScope(const AutocastScope&) = delete;  // holds guards: pybind11 must not copy it
   AutocastScope& operator=(const AutocastScope&) = delete;
-  void enter() { guards_.push_back(std::make_unique<Autocast>(dtype_, enabled_)); }
+  void enter() { guards_.push_back(std::make_unique<Autocast>(dtype_, enabled_, fp32_ops_)); }
   void exit() {
     if (guards_.empty()) throw Error("autocast: __exit__ without __enter__");
     guards_.pop_back();
@@ -99,6 +111,7 @@ class AutocastScope {
  private:
   DType dtype_;
   bool enabled_;
+  uint32_t fp32_ops_;
   std::vector<std::unique_ptr<Autocast>> guards_;
 };
 
@@ -189,6 +202,32 @@ TrainConfig train_config(const py::kwargs& kw) {
     else if (key == "checkpoint_every") c.checkpoint_every = as_i64();
     else if (key == "resume") c.resume = as_s();
     else if (key == "stop_at") c.stop_at = as_i64();
+    else if (key == "clip_mode") c.clip_mode = parse_clip_mode(as_s());
+    else if (key == "rollback_on") {
+      for (const std::string& r : as_strings(value)) {
+        if (r == "skip-rate") c.rollback.on_skip_rate = true;
+        else if (r == "nonfinite-loss") c.rollback.on_nonfinite_loss = true;
+        else if (r == "divergence") c.rollback.on_divergence = true;
+        else throw UsageError("unknown rollback_on '" + r + "': use skip-rate, nonfinite-loss or divergence");
+      }
+    } else if (key == "rollback_policy") {  // "stop", "fp32", or ("lower-lr", factor)
+      if (py::isinstance<py::str>(value)) {
+        c.rollback.policy = as_s();
+      } else {
+        const auto p = value.cast<std::pair<std::string, float>>();
+        c.rollback.policy = p.first;
+        c.rollback.lr_factor = p.second;
+      }
+    } else if (key == "rollback_every") c.rollback.every = as_i64();
+    else if (key == "rollback_skip_window") c.rollback.skip_window = as_i64();
+    else if (key == "rollback_skip_rate") c.rollback.max_skip_rate = value.cast<double>();
+    else if (key == "divergence_factor") c.rollback.divergence_factor = value.cast<double>();
+    else if (key == "divergence_warmup") c.rollback.divergence_warmup = as_i64();
+    else if (key == "max_rollbacks") c.rollback.max_rollbacks = as_i64();
+    else if (key == "rollback_report") c.rollback.report = as_s();
+    else if (key == "detect_anomaly") c.detect_anomaly = value.cast<bool>();
+    else if (key == "fp32_ops") c.fp32_ops = parse_fp32_ops(as_s());
+    else if (key == "new_experiment") c.new_experiment = value.cast<bool>();
     else if (key == "show_steps") c.show_steps = value.cast<bool>();
     else if (key == "sync_each_step") c.sync_each_step = value.cast<bool>();
     else if (key == "quiet") c.quiet = value.cast<bool>();
@@ -358,8 +397,10 @@ PYBIND11_MODULE(_belay, m) {
       .def("__exit__", [](NoGradScope& s, py::args) { s.exit(); return false; });
   py::class_<AutocastScope>(m, "autocast",
                             "with belay.autocast('fp16'): matrix products in FP16/BF16 with FP32 accumulation")
-      .def(py::init([](py::handle d, bool enabled) { return std::make_unique<AutocastScope>(to_dtype(d), enabled); }),
-           py::arg("dtype") = DType::F16, py::arg("enabled") = true)
+      .def(py::init([](py::handle d, bool enabled, const std::string& fp32_ops) {
+        return std::make_unique<AutocastScope>(to_dtype(d), enabled, parse_fp32_ops(fp32_ops));
+      }), py::arg("dtype") = DType::F16, py::arg("enabled") = true, py::arg("fp32_ops") = "",
+         "fp32_ops: op classes kept in FP32, e.g. 'linear,gelu' (belay train --fp32-ops)")
       .def("__enter__", [](AutocastScope& s) -> AutocastScope& { s.enter(); return s; },
            py::return_value_policy::reference)
       .def("__exit__", [](AutocastScope& s, py::args) { s.exit(); return false; });
@@ -494,13 +535,15 @@ PYBIND11_MODULE(_belay, m) {
       .def("found_inf", &GradScaler::found_inf);
   py::class_<SafeStep>(m, "SafeStep")
       .def(py::init([](Optimizer& opt, GradScaler& scaler, std::optional<LrSchedule> schedule, float max_norm,
-                       int accum_steps, bool fused) {
+                       int accum_steps, bool fused, const std::string& clip_mode) {
         return std::make_unique<SafeStep>(opt, scaler, schedule.value_or(opt.schedule()),
-                                          SafeStepOptions{max_norm, accum_steps, fused});
+                                          SafeStepOptions{max_norm, accum_steps, fused, parse_clip_mode(clip_mode)});
       }), py::arg("optimizer"), py::arg("scaler"), py::arg("schedule") = py::none(),
          py::arg("max_norm") = INFINITY, py::arg("accum_steps") = 1, py::arg("fused") = true,
+         py::arg("clip_mode") = "norm",
          py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
-         "The whole mixed-precision step in the right order; max_norm=inf measures without clipping")
+         "The whole mixed-precision step in the right order; max_norm=inf measures without clipping; "
+         "clip_mode='value' clamps each element to +-max_norm instead")
       .def("run", &run_step, py::arg("loss_fn"),
            "One step: loss_fn(k) returns micro-batch k's FP32 loss (a Var). Returns the StepRow")
       .def_property("next_step", &SafeStep::next_step, &SafeStep::set_next_step)
@@ -541,11 +584,14 @@ PYBIND11_MODULE(_belay, m) {
       .def_readwrite("optimizer_steps", &RunState::optimizer_steps)
       .def_readwrite("scaler", &RunState::scaler)
       .def_readwrite("data_position", &RunState::data_position)
-      .def_readwrite("settings", &RunState::settings);
+      .def_readwrite("settings", &RunState::settings)
+      .def_readwrite("experiment", &RunState::experiment)
+      .def_readonly("policy_changes", &RunState::policy_changes)
+      .def_readonly("scaler_state_loaded", &RunState::scaler_state_loaded);
   m.def("save_checkpoint", &save_checkpoint, py::arg("path"), py::arg("model"), py::arg("optimizer"), py::arg("state"),
         "Atomic: masters, optimizer state and the run state in one safetensors file");
   m.def("load_checkpoint", &load_checkpoint, py::arg("path"), py::arg("model"), py::arg("optimizer"),
-        py::arg("settings") = std::map<std::string, std::string>{},
+        py::arg("settings") = std::map<std::string, std::string>{}, py::arg("new_experiment") = false,
         "Checks everything, then loads masters and optimizer state; returns the RunState");
 
   // ---- belay train

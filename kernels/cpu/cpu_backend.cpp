@@ -10,10 +10,8 @@
 #include "kernels/common/element_math.h"
 #include "kernels/cpu/cpu_convert.h"
 #include "kernels/cpu/cpu_gemm.h"
+#include "kernels/cpu/isa/element_blocks.h"
 
-#if BELAY_X86
-#include <immintrin.h>
-#endif
 
 // How the loops are shaped, so they vectorize: the dtype is resolved once per call (a
 // template parameter or a block conversion), never per element; elementwise kernels work on
@@ -144,81 +142,18 @@ struct AdamWStep {
 // memory, so a kernel reads it directly (not through Tensor::item, which counts host reads).
 float scalar_value(const Tensor& t) { return t.data_as<const float>()[0]; }
 
-// The AdamW update of one block, FP32 throughout. adamw_element does not vectorize as it is
-// (sqrtf may set errno, so the compiler keeps a branch per element); with AVX the same
-// operations, in the same order, run eight at a time. No FMA: the bits are adamw_element's
-// (the benchmark replays sampled elements through adamw_element and compares bit for bit).
-void adamw_block_scalar(const float* __restrict g, float* __restrict p, float* __restrict m, float* __restrict v,
-                        int64_t len, float inv, float coef, const AdamWStep& h, float wd) {
-  for (int64_t j = 0; j < len; ++j)
-    adamw_element(effective_grad(g[j], inv, coef), p[j], m[j], v[j], h.lr, h.beta1, h.beta2, h.eps, wd,
-                  h.bias_correction1, h.bias_correction2);
-}
-
-#if BELAY_X86
-// w16: the FP16 working copy to write in the same loop (F16C), or null. stream: write with
-// non-temporal stores (tensors far larger than the caches: the lines are not read first,
-// which saves 14 of the 44 bytes per element a plain store moves; the bits are the same).
-__attribute__((target("avx,f16c"))) void adamw_block_avx(const float* __restrict g, float* __restrict p,
-                                                         float* __restrict m, float* __restrict v,
-                                                         uint16_t* __restrict w16, int64_t len, float inv, float coef,
-                                                         const AdamWStep& h, float wd, bool stream) {
-  const __m256 vinv = _mm256_set1_ps(inv), vcoef = _mm256_set1_ps(coef), vlr = _mm256_set1_ps(h.lr);
-  const __m256 vdecay = _mm256_set1_ps(1.0f - h.lr * wd);
-  const __m256 vb1 = _mm256_set1_ps(h.beta1), v1mb1 = _mm256_set1_ps(1.0f - h.beta1);
-  const __m256 vb2 = _mm256_set1_ps(h.beta2), v1mb2 = _mm256_set1_ps(1.0f - h.beta2);
-  const __m256 vbc1 = _mm256_set1_ps(h.bias_correction1), vbc2 = _mm256_set1_ps(h.bias_correction2);
-  const __m256 veps = _mm256_set1_ps(h.eps);
-  stream = stream && (reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(m) |
-                      reinterpret_cast<uintptr_t>(v) | reinterpret_cast<uintptr_t>(w16)) % 32 == 0;
-  int64_t j = 0;
-  for (; j + 8 <= len; j += 8) {
-    const __m256 gg = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(g + j), vinv), vcoef);  // effective_grad
-    const __m256 pp = _mm256_mul_ps(_mm256_loadu_ps(p + j), vdecay);
-    const __m256 mm = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + j)), _mm256_mul_ps(v1mb1, gg));
-    const __m256 vv =
-        _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + j)), _mm256_mul_ps(_mm256_mul_ps(v1mb2, gg), gg));
-    const __m256 m_hat = _mm256_div_ps(mm, vbc1), v_hat = _mm256_div_ps(vv, vbc2);
-    const __m256 step = _mm256_div_ps(_mm256_mul_ps(vlr, m_hat), _mm256_add_ps(_mm256_sqrt_ps(v_hat), veps));
-    const __m256 pn = _mm256_sub_ps(pp, step);
-    if (stream) {
-      _mm256_stream_ps(p + j, pn);
-      _mm256_stream_ps(m + j, mm);
-      _mm256_stream_ps(v + j, vv);
-      if (w16) _mm_stream_si128(reinterpret_cast<__m128i*>(w16 + j), _mm256_cvtps_ph(pn, _MM_FROUND_TO_NEAREST_INT));
-    } else {
-      _mm256_storeu_ps(p + j, pn);
-      _mm256_storeu_ps(m + j, mm);
-      _mm256_storeu_ps(v + j, vv);
-      if (w16)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(w16 + j), _mm256_cvtps_ph(pn, _MM_FROUND_TO_NEAREST_INT));
-    }
-  }
-  if (stream) _mm_sfence();  // non-temporal stores visible before anyone reads them
-  adamw_block_scalar(g + j, p + j, m + j, v + j, len - j, inv, coef, h, wd);
-  if (w16)
-    for (; j < len; ++j) w16[j] = f32_to_f16_bits(p[j]);
-}
-
-// The AVX AdamW writes the FP16 working copy with F16C: it needs both (cpu_convert checks).
-bool has_avx() { return cpu_has_f16c(); }
-#endif
-
 // Tensors at least this large are written with non-temporal stores by AdamW.
 constexpr int64_t kStreamThreshold = 1 << 20;
 
-// Returns whether it also wrote the working copy (FP16 with F16C); else the caller does.
+// The AdamW update of one block on the active ISA path (kernels/cpu/isa/element_blocks.cpp:
+// the same operations in the same order on every path, so the same bits). Returns whether it
+// also wrote the working copy (FP16 on the F16C paths); else the caller does.
 bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw, int64_t len, float inv, float coef,
                  const AdamWStep& h, float wd, bool stream) {
-#if BELAY_X86
-  if (has_avx()) {
-    uint16_t* w16 = w && dw == DType::F16 ? static_cast<uint16_t*>(w) : nullptr;
-    adamw_block_avx(g, p, m, v, w16, len, inv, coef, h, wd, stream);
-    return w16 != nullptr;
-  }
-#endif
-  adamw_block_scalar(g, p, m, v, len, inv, coef, h, wd);
-  return false;
+  const AdamWBlock b{g,     p,       m,       v,      w && dw == DType::F16 ? static_cast<uint16_t*>(w) : nullptr,
+                     len,   inv,     coef,    h.lr,   h.beta1,
+                     h.beta2, h.eps, h.bias_correction1, h.bias_correction2, wd, stream};
+  return cpu_element_blocks().adamw(b);
 }
 
 void check_cpu(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CPU); }
@@ -527,6 +462,7 @@ class CpuBackend final : public Backend {
     check_scalar("unscale", inv_scale);
     check_scalar("unscale", found_inf);
     const float inv = scalar_value(inv_scale);
+    const ElementBlocks& blocks_isa = cpu_element_blocks();
     bool nonfinite = false;
     for (Tensor* g : grads) {
       void* pg = g->data();
@@ -540,11 +476,7 @@ class CpuBackend final : public Backend {
         alignas(64) float bg[kBlock];
         const float* v = load_block(pg, dg, i0, len, bg);
         float* r = out_block(pg, dg, i0, bg);
-        int local = 0;
-        for (int64_t j = 0; j < len; ++j) {
-          r[j] = v[j] * inv;
-          local |= is_finite_f32(r[j]) ? 0 : 1;
-        }
+        const int local = blocks_isa.unscale(v, r, len, inv);
         store_block(pg, dg, i0, len, r);
         bad |= local;
       }

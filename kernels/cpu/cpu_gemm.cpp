@@ -10,11 +10,28 @@ namespace {
 // from the caching allocator (reused step after step, so nothing is allocated in steady state).
 Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
 
-void run_f32(CpuIsa isa, const GemmF32Args& g) {
+void run_eigen(CpuIsa isa, const GemmF32Args& g) {
   switch (isa) {
     case CpuIsa::Baseline: isa_baseline::gemm_f32(g); break;
     case CpuIsa::Avx2: isa_avx2::gemm_f32(g); break;
     case CpuIsa::Avx512: isa_avx512::gemm_f32(g); break;
+  }
+}
+
+void run_packed(CpuIsa isa, const GemmF32Args& g) {
+  switch (isa) {
+    case CpuIsa::Baseline: isa_baseline::gemm_packed(g); break;
+    case CpuIsa::Avx2: isa_avx2::gemm_packed(g); break;
+    case CpuIsa::Avx512: isa_avx512::gemm_packed(g); break;
+  }
+}
+
+GemmElem elem_of(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::F32: return GemmElem::F32;
+    case DType::F16: return GemmElem::F16;
+    case DType::BF16: return GemmElem::BF16;
+    default: throw Error("gemm: no CPU product for " + t.describe());
   }
 }
 
@@ -30,7 +47,6 @@ void run_gemm(CpuIsa isa, const GemmArgs& args) {
   const Tensor& b = *args.b;
   Tensor& c = *args.c;
 
-  const Tensor a32 = as_f32(a), b32 = as_f32(b);
   // FP32 result: written in place; otherwise into a scratch rounded once at the end.
   const bool direct = c.dtype() == DType::F32;
   Tensor scratch = direct ? c : Tensor::empty(c.shape(), DType::F32, c.device());
@@ -38,18 +54,20 @@ void run_gemm(CpuIsa isa, const GemmArgs& args) {
   if (args.bias) bias32 = as_f32(*args.bias);
 
   GemmF32Args g;
-  g.a = a32.data_as<float>();
+  g.a = a.data();
+  g.a_type = elem_of(a);
   g.a_rows = a.dim(0);
   g.a_cols = a.dim(1);
   g.trans_a = args.trans_a;
-  g.b = b32.data_as<float>();
+  g.b = b.data();
+  g.b_type = elem_of(b);
   g.b_rows = b.dim(0);
   g.b_cols = b.dim(1);
   g.trans_b = args.trans_b;
   g.c = scratch.data_as<float>();
   g.accumulate = args.beta == 1.0f;
   g.bias = args.bias ? bias32.data_as<float>() : nullptr;
-  run_f32(isa, g);
+  run_packed(isa, g);
   if (!direct) c.copy_from(scratch);
 }
 
@@ -64,7 +82,13 @@ void cpu_gemm_on(CpuIsa isa, const GemmArgs& args) {
 
 void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args) {
   require_path(isa);
-  run_f32(isa, args);
+  if (args.a_type != GemmElem::F32 || args.b_type != GemmElem::F32) throw Error("gemm: Eigen's product takes FP32");
+  run_eigen(isa, args);
+}
+
+void cpu_gemm_packed_direct(CpuIsa isa, const GemmF32Args& args) {
+  require_path(isa);
+  run_packed(isa, args);
 }
 
 }  // namespace belay

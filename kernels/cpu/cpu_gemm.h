@@ -1,7 +1,8 @@
-// Matrix products on the CPU through Eigen, built once per vector ISA (kernels/cpu/isa/)
-// and chosen at run time (kernels/cpu/cpu_isa.h). Low-precision inputs are widened to FP32
-// exactly, multiplied and summed in FP32 and rounded once on output: the numerics of a
-// tensor core. Moves (M*K + K*N + M*N) elements, does 2*M*N*K flops.
+// Matrix products on the CPU through belay's packed product (kernels/cpu/isa/gemm_packed.cpp),
+// built once per vector ISA and chosen at run time (kernels/cpu/cpu_isa.h). Low-precision
+// inputs are widened to FP32 exactly while packing, multiplied and summed in FP32 and rounded
+// once on output: the numerics of a tensor core. Moves (M*K + K*N + M*N) elements, does
+// 2*M*N*K flops.
 #pragma once
 #include "engine/backend.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -14,5 +15,7 @@ struct GemmF32Args;
 // The path's FP32 Eigen product on raw pointers, no checks or widening: what belay's wrapper
 // adds is measured against it (bench/gemm.cpp). Error if the path cannot run here.
 void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args);
+// The path's packed product on raw pointers (any GemmElem inputs), no checks.
+void cpu_gemm_packed_direct(CpuIsa isa, const GemmF32Args& args);
 
 }  // namespace belay

@@ -199,5 +199,6 @@ std::string cpu_isa_report() {
 // engine/backend.h's doors for the CLI.
 void select_cpu_isa(const std::string& name) { force_cpu_isa(parse_cpu_isa(name)); }
 std::string cpu_isa_line() { return cpu_isa_report(); }
+std::string active_cpu_isa_name() { return cpu_isa_name(active_cpu_isa()); }
 
 }  // namespace belay

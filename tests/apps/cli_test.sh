@@ -136,6 +136,26 @@ expect_error "resume from a truncated file" 2 train --steps 30 --resume "$tmp/tr
 expect_error "resume from a missing file" 2 train --steps 30 --resume "$tmp/none.safetensors"
 "$belay" train --steps 30 --resume "$tmp/c.safetensors" --csv "$tmp/c.csv" --quiet
 [ "$(($(wc -l <"$tmp/c.csv") - 1))" -eq 30 ] && pass "resumed csv has 30 rows" || fail "resumed csv rows"
+# The same run on 1 and 3 threads: the same log and the same weights, bit for bit (every
+# reduction and product sums in an order that does not depend on the thread count).
+for t in 1 3; do
+  OMP_NUM_THREADS=$t "$belay" train --model mlp --in 256 --hidden 512 --steps 6 --dtype fp16 \
+    --csv "$tmp/thr$t.csv" --checkpoint "$tmp/thr$t.safetensors" --quiet
+done
+cmp -s "$tmp/thr1.csv" "$tmp/thr3.csv" && cmp -s "$tmp/thr1.safetensors" "$tmp/thr3.safetensors" &&
+  pass "1 and 3 threads: identical log and checkpoint" || fail "1 and 3 threads differ"
+# The checkpoint records the CPU path that wrote it; a resume on another path says so (the
+# bits may differ in the last place), on the same path it does not.
+"$belay" --cpu-isa baseline train --steps 4 --stop-at 2 --checkpoint "$tmp/isa.safetensors" --quiet
+grep -aq '"cpu_isa":"baseline"' "$tmp/isa.safetensors" && pass "checkpoint records cpu_isa" || fail "no cpu_isa in the checkpoint"
+"$belay" --cpu-isa baseline train --steps 4 --resume "$tmp/isa.safetensors" --quiet 2>"$tmp/err" &&
+  ! grep -q "CPU path" "$tmp/err" && pass "same-path resume: no warning" || fail "same-path resume: $(cat "$tmp/err")"
+best_isa=$("$belay" info | sed -n 's/^cpu isa: \([a-z0-9]*\) .*/\1/p')
+if [ "$best_isa" != baseline ]; then
+  "$belay" train --steps 4 --resume "$tmp/isa.safetensors" --quiet 2>"$tmp/err" &&
+    grep -q "written by the baseline CPU path, this run uses $best_isa" "$tmp/err" &&
+    pass "resume on $best_isa warns" || fail "resume on $best_isa: $(cat "$tmp/err")"
+fi
 "$belay" export --checkpoint "$tmp/c.safetensors" --out "$tmp/w.safetensors" >/dev/null && pass "export" || fail "export"
 expect_error "export from a non-checkpoint" 2 export --checkpoint "$tmp/c.csv" --out "$tmp/w2.safetensors"
 
@@ -184,6 +204,172 @@ if "$belay" train --model mlp --in 256 --hidden 512 --steps 100000 --stop-at 40 
 else
   fail "kill -9: resume from the last checkpoint"
 fi
+
+# Issue 14 part B. Clipping by value: the cosine in the summary.
+expect_error "clip by value without a bound" 2 train --clip-mode value --steps 1
+expect_error "unknown clip mode" 2 train --clip-mode angle --clip 1 --steps 1
+if "$belay" train --steps 5 --clip 0.01 --clip-mode value >"$tmp/cv.out" 2>&1 &&
+  grep -qE '^clipping \(value at 0.01\): 5 of 5 applied steps clipped; cosine\(raw, applied gradient\) min 0\.[0-9]+, mean 0\.[0-9]+' "$tmp/cv.out" &&
+  "$belay" train --steps 5 --clip 0.01 | grep -q '^clipping (norm at 0.01): 5 of 5 applied steps clipped; cosine(raw, applied gradient) 1 '; then
+  pass "clip modes: value turns the gradient (cosine < 1), norm keeps its direction"
+else
+  fail "clip modes: $(cat "$tmp/cv.out")"
+fi
+# Scale diagnostics: the summary line, the repeated-backoff warning and the min-scale warning.
+"$belay" train --dtype fp16 --steps 12 --inject-inf 3 --inject-inf 5 --min-scale 16384 --inject-inf 8 >"$tmp/sd.out" 2>&1
+if grep -q '^scale: min 16384, max 65536, 2 backoffs, 0 growths$' "$tmp/sd.out" &&
+  grep -q '^warning: the loss scale backed off 2 times within one growth interval (2000 steps, from step 3 to 5)' "$tmp/sd.out" &&
+  grep -q '^warning: the loss scale reached --min-scale 16384 at step 5' "$tmp/sd.out"; then
+  pass "scale diagnostics: min/max/backoffs/growths and both warnings"
+else
+  fail "scale diagnostics: $(cat "$tmp/sd.out")"
+fi
+# belay plot: SVG well formed (Python's XML parser), PNG through rsvg-convert, overlay, errors.
+"$belay" train --dtype fp16 --steps 30 --inject-inf 5 --csv "$tmp/amp.csv" --quiet
+"$belay" train --steps 30 --inject-inf 5 --csv "$tmp/fp32.csv" --quiet
+if "$belay" plot "$tmp/amp.csv" >/dev/null && [ -s "$tmp/amp.svg" ] &&
+  python3 -c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith("svg"), r.tag' "$tmp/amp.svg"; then
+  pass "plot: the default output is a well-formed SVG"
+else
+  fail "plot: SVG"
+fi
+if command -v rsvg-convert >/dev/null; then
+  if "$belay" plot "$tmp/fp32.csv" "$tmp/amp.csv" -o "$tmp/both.png" >/dev/null &&
+    [ "$(head -c 8 "$tmp/both.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
+    rsvg-convert -o "$tmp/check.png" "$tmp/amp.svg"; then
+    pass "plot: two logs overlaid as PNG; rsvg-convert renders the SVG"
+  else
+    fail "plot: PNG"
+  fi
+else
+  fail "plot: rsvg-convert missing (third_party/install_deps.sh installs librsvg2-bin)"
+fi
+expect_error "plot: not a step log" 2 plot "$tmp/cv.out" -o "$tmp/x.svg"
+expect_error "plot: unknown picture format" 2 plot "$tmp/amp.csv" -o "$tmp/x.gif"
+expect_error "plot: a missing log" 2 plot "$tmp/none.csv"
+[ ! -e "$tmp/x.svg" ] && [ ! -e "$tmp/x.gif" ] && pass "plot: nothing written on an error" || fail "plot: wrote on an error"
+PATH=/nonexistent "$belay" plot "$tmp/amp.csv" -o "$tmp/x.png" >/dev/null 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q '^belay: error: writing a PNG needs rsvg-convert' "$tmp/err" &&
+  [ ! -e "$tmp/x.png" ]; then
+  pass "plot: PNG without rsvg-convert is a one-line error, nothing written"
+else
+  fail "plot: PNG without rsvg-convert: exit $rc, $(cat "$tmp/err")"
+fi
+# Rollback: a forced skip rate stops with exit 1 and the case file; the default log keeps 8 columns.
+"$belay" train --dtype fp16 --steps 40 --rollback-on skip-rate --rollback-every 5 --rollback-skip-window 10 \
+  --rollback-skip-rate 0.5 $(for s in $(seq 12 30); do echo --inject-inf $s; done) --csv "$tmp/rb.csv" \
+  --checkpoint "$tmp/rb.safetensors" >"$tmp/rb.out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q '^belay: error: rollback: skip-rate: 6 of the last 10 steps skipped' "$tmp/rb.out" &&
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][0]; assert (c["step"], c["restored_step"], c["action"]) == (17, 10, "stop"), c' "$tmp/rb.rollback.json" &&
+  [ "$(head -1 "$tmp/rb.csv")" = "step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale" ]; then
+  pass "rollback: stops with exit 1, the case in rb.rollback.json, the 8-column log"
+else
+  fail "rollback: exit $rc, $(cat "$tmp/rb.out")"
+fi
+# SGD at lr 4 diverges on this data; at 0.4 it converges.
+if "$belay" train --optimizer sgd --momentum 0 --lr 4 --steps 60 --rollback-on divergence --divergence-warmup 3 \
+  --rollback-policy lower-lr 0.1 --csv "$tmp/lr.csv" --quiet && [ "$(head -1 "$tmp/lr.csv" | cut -d, -f9)" = policy ] &&
+  [ "$(sed -n 2p "$tmp/lr.csv" | cut -d, -f9)" = "fp32@lr=4" ] && [ "$(tail -1 "$tmp/lr.csv" | cut -d, -f1,9)" = "59,fp32@lr=0.4" ]; then
+  pass "rollback: a diverging run goes on at a lower LR, the policy column says so"
+else
+  fail "rollback: lower-lr"
+fi
+expect_error "rollback: unknown condition" 2 train --rollback-on loss-spike
+expect_error "rollback: lower-lr without a factor" 2 train --rollback-on skip-rate --rollback-policy lower-lr
+expect_error "rollback: a policy without a condition" 2 train --rollback-policy fp32 --dtype fp16
+expect_error "rollback: fp32 policy on an fp32 run" 2 train --rollback-on divergence --rollback-policy fp32
+# A resume under another dtype is a new experiment, refused unless asked for.
+"$belay" train --dtype fp16 --steps 10 --stop-at 5 --checkpoint "$tmp/ne.safetensors" --quiet
+expect_error "resume under another dtype" 2 train --dtype bf16 --steps 10 --resume "$tmp/ne.safetensors"
+if "$belay" train --dtype bf16 --steps 10 --resume "$tmp/ne.safetensors" --new-experiment \
+  --checkpoint "$tmp/ne2.safetensors" | grep -q "^experiment: new experiment at step 5 from '.*ne.safetensors': dtype fp16 -> bf16"; then
+  pass "resume under another dtype with --new-experiment: allowed and said"
+else
+  fail "--new-experiment"
+fi
+# Resources: a model past any memory, and a checkpoint's stale temporary from a killed writer.
+expect_error "a model too large to address" 2 train --in 100000000000 --out 100000000000
+"$belay" train --steps 2 --checkpoint "$tmp/t.safetensors" --quiet
+(exit 0) & dead=$!
+wait $dead
+echo partial >"$tmp/t.safetensors.tmp.$dead.0"
+"$belay" train --steps 4 --resume "$tmp/t.safetensors" --checkpoint "$tmp/t.safetensors" --quiet
+[ ! -e "$tmp/t.safetensors.tmp.$dead.0" ] && pass "a killed writer's temporary is removed at the next write" ||
+  fail "stale checkpoint temporary left"
+# validate: the default set passes in fp16 and bf16, the thresholds printed before the scores.
+for dt in fp16 bf16; do
+  if "$belay" validate --dtype $dt --json "$tmp/v_$dt.json" >"$tmp/v.out" 2>&1 &&
+    awk '/thresholds \(fixed before the runs\)/ {t=NR} /scores per output/ {s=NR} END {exit !(t && s && t < s)}' "$tmp/v.out" &&
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["pass"] is True and d["comparison"]["decisions"]["changed"]==0' "$tmp/v_$dt.json"; then
+    pass "validate $dt passes its default set (thresholds first, JSON written)"
+  else
+    fail "validate $dt: $(cat "$tmp/v.out")"
+  fi
+done
+# A set with one input of 1e5 (row 5) and one with a NaN (row 9): safetensors by hand.
+write_set() {  # PATH ROW VALUE
+  python3 - "$@" <<'PY'
+import json, math, random, struct, sys
+path, row, value = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+random.seed(3)
+x = [random.gauss(0, 1) for _ in range(24 * 16)]
+x[row * 16 + 2] = value
+xb = struct.pack('<%df' % len(x), *x)
+yb = struct.pack('<24q', *[i % 4 for i in range(24)])
+h = json.dumps({"x": {"dtype": "F32", "shape": [24, 16], "data_offsets": [0, len(xb)]},
+                "y": {"dtype": "I64", "shape": [24], "data_offsets": [len(xb), len(xb) + len(yb)]}}).encode()
+h += b' ' * (-len(h) % 8)
+open(path, 'wb').write(struct.pack('<Q', len(h)) + h + xb + yb)
+PY
+}
+write_set "$tmp/big.safetensors" 5 1e5
+"$belay" validate --dtype fp16 --data "$tmp/big.safetensors" >"$tmp/v.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q '^  row    5 ' "$tmp/v.out" && grep -q 'FAIL  amp: no non-finite value' "$tmp/v.out" &&
+  pass "validate: an input of 1e5 fails fp16 (exit 1, row 5 shown)" || fail "validate 1e5: exit $rc, $(cat "$tmp/v.out")"
+"$belay" validate --dtype bf16 --data "$tmp/big.safetensors" | grep -q 'PASS  amp: no non-finite value' &&
+  pass "validate: bf16 holds the same input" || fail "validate bf16 on 1e5"
+"$belay" validate --dtype bf16 --tie-margin 0.002 >"$tmp/v.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q 'near_tie .*(near-tie)$' "$tmp/v.out" && pass "validate: a near-tie that flips fails (exit 1, row listed)" ||
+  fail "validate near-tie: exit $rc"
+write_set "$tmp/nan.safetensors" 9 nan
+"$belay" validate --data "$tmp/nan.safetensors" >"$tmp/v.out" 2>&1
+[ $? -eq 1 ] && grep -q 'FAIL  baseline: FP32 reference finite' "$tmp/v.out" && pass "validate: a NaN in the reference is a baseline failure" ||
+  fail "validate baseline NaN"
+"$belay" validate --train 10 --rtol 0.05 >"$tmp/v.out" 2>&1 && grep -q 'fp16: 10 applied' "$tmp/v.out" &&
+  pass "validate --train 10" || fail "validate --train: $(cat "$tmp/v.out")"
+expect_error "validate in fp32" 2 validate --dtype fp32
+expect_error "validate with an unknown fp32 op" 2 validate --fp32-ops conv
+expect_error "validate with --init and --checkpoint" 2 validate --init a --checkpoint b
+
+# train --detect-anomaly: a backward overflow stops the run (exit 1, one error line, the
+# report on stdout); with loss scaling it is a scaler event and the run goes on.
+"$belay" train --dtype fp16 --no-scaler --spike 3:1e8 --steps 8 --detect-anomaly >"$tmp/a.out" 2>"$tmp/a.err"
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <"$tmp/a.err")" -eq 1 ] && grep -q '^belay: error: anomaly at step 3: backward, mse_loss' "$tmp/a.err" &&
+  grep -q '^  phase       backward' "$tmp/a.out" && pass "detect-anomaly: backward overflow named (exit 1)" ||
+  fail "detect-anomaly backward: exit $rc, $(cat "$tmp/a.err")"
+"$belay" train --dtype fp16 --spike 3:1e8 --steps 8 --detect-anomaly >"$tmp/a.out" 2>&1 &&
+  grep -q '^scaler event' "$tmp/a.out" && grep -q '1 scaler event(s), no anomaly' "$tmp/a.out" &&
+  pass "detect-anomaly: a scaled gradient's overflow is a scaler event" || fail "detect-anomaly scaler event"
+write_set "$tmp/xnan.safetensors" 13 nan
+# (the set's I64 labels make it a classification file: an MLP)
+expect_error "a NaN in --data is refused at load" 2 train --model mlp --data "$tmp/xnan.safetensors" --batch 8 --steps 3
+"$belay" train --model mlp --data "$tmp/xnan.safetensors" --batch 8 --steps 3 --detect-anomaly >"$tmp/a.out" 2>"$tmp/a.err"
+[ $? -eq 1 ] && grep -q 'anomaly at step 1: input, batch, x (data row 13)' "$tmp/a.err" &&
+  pass "detect-anomaly: a NaN in the data, its step and row" || fail "detect-anomaly input: $(cat "$tmp/a.err")"
+
+# --fp32-ops: recorded in the checkpoint; another policy on resume needs --new-experiment.
+expect_error "unknown fp32 op" 2 train --fp32-ops conv
+"$belay" train --dtype fp16 --model mlp --steps 10 --stop-at 4 --checkpoint "$tmp/p.safetensors" --quiet
+expect_error "resume under another op policy" 2 train --dtype fp16 --model mlp --steps 10 --resume "$tmp/p.safetensors" --fp32-ops gelu
+"$belay" train --dtype fp16 --model mlp --steps 10 --resume "$tmp/p.safetensors" --fp32-ops gelu --new-experiment \
+  --checkpoint "$tmp/p2.safetensors" >"$tmp/p.out" 2>&1 && grep -q 'fp32 ops gelu' "$tmp/p.out" &&
+  grep -q '^experiment: new experiment at step 4' "$tmp/p.out" && pass "--new-experiment resumes under --fp32-ops gelu, recorded" ||
+  fail "--new-experiment: $(cat "$tmp/p.out")"
 
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

@@ -179,3 +179,39 @@ TEST_CASE("bad training settings are usage errors", "[apps][train]") {
     CHECK_THROWS_AS(train(c), UsageError);
   }
 }
+
+// ASan's allocator aborts on an allocation it cannot serve instead of failing it (the
+// sanitized build runs with allocator_may_return_null=0), so this runs in the plain build.
+#if defined(__SANITIZE_ADDRESS__)
+#define BELAY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BELAY_ASAN 1
+#endif
+#endif
+
+TEST_CASE("a model or batch too large for memory says how many bytes, for what", "[apps][train][memory]") {
+#ifdef BELAY_ASAN
+  WARN("CTEST_SKIP: ASan aborts on an impossible allocation instead of failing it");
+  return;
+#endif
+  // Sizes past the 128 TiB of a 47-bit address space: refused at once, never touched.
+  TrainConfig model;
+  model.in_features = 10000000;
+  model.out_features = 10000000;
+  model.steps = 1;
+  model.quiet = true;
+  std::ostringstream out;
+  CHECK_THROWS_WITH(run_training(model, out),
+                    "out of memory allocating 400000040000000 bytes for the model's parameters (FP32 masters)");
+  TrainConfig batch;
+  batch.batch = 1000000000000;
+  batch.steps = 1;
+  batch.quiet = true;
+  CHECK_THROWS_WITH(run_training(batch, out),
+                    "out of memory allocating 288000000000000 bytes for the batch of step 0");
+  // A size past what can be counted is bad input.
+  TrainConfig huge;
+  huge.in_features = huge.out_features = 100000000000;
+  CHECK_THROWS_AS(validate(huge), UsageError);
+}

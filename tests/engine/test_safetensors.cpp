@@ -2,6 +2,7 @@
 // belay::Error (never a crash), and writes that leave the previous file intact on failure.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -414,4 +415,29 @@ TEST_CASE("read_safetensors names the path when it cannot read it", "[engine][sa
   REQUIRE_THROWS_WITH(belay::read_safetensors(dir.file("missing.safetensors")),
                       Catch::Contains("missing.safetensors") && Catch::Contains("cannot open"));
   REQUIRE_THROWS_WITH(belay::read_safetensors(dir.path.string()), Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("a write removes the temporary files a killed writer left, and only those", "[engine][safetensors]") {
+  const TempDir dir;
+  const std::string target = dir.file("ckpt.safetensors");
+  // A process that has exited: its pid is gone (and not reused within this test, in practice).
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  const std::string dead = target + ".tmp." + std::to_string(child) + ".3";
+  const std::string alive = target + ".tmp." + std::to_string(::getpid()) + ".7";  // a write in progress
+  const std::string init = target + ".tmp.1.0";            // pid 1 runs: never ours to remove
+  const std::string not_ours = target + ".tmp.notes";      // not PID.N
+  const std::string other_file = dir.file("other.safetensors") + ".tmp." + std::to_string(child) + ".0";
+  for (const std::string& p : {dead, alive, init, not_ours, other_file}) std::ofstream(p) << "partial";
+  belay::write_safetensors(target, {{"w", Tensor::from_vector({1.0f}, Shape{1})}});
+  CHECK_FALSE(fs::exists(dead));
+  for (const std::string& p : {alive, init, not_ours, other_file}) {
+    INFO(p);
+    CHECK(fs::exists(p));
+  }
+  CHECK(belay::read_safetensors(target).tensor("w").item() == 1.0f);
+  CHECK(belay::remove_stale_temporaries(target) == 0);
 }

@@ -274,7 +274,7 @@ TEST_CASE("a CachingAllocator that the system refuses empties its cache and trie
     a.allocate(101);
     FAIL("expected an out-of-memory error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()) == "out of memory allocating 101 bytes (200 bytes in use, nothing cached)");
+    CHECK(std::string(e.what()) == "out of memory allocating 101 bytes for a tensor (200 bytes in use, nothing cached)");
   }
   CHECK(a.stats().bytes_in_use == 200);
   CHECK(a.stats().system_allocs == 3);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/kernels/gemm_case.h"
 
 using namespace belay;
 using namespace belay::test;
@@ -40,27 +41,8 @@ void run_case(const Problem& pr, DType ab, bool trans_a, bool trans_b, bool with
   const std::vector<float> av = a.host.to_vector(), bv = b.host.to_vector(), biasv = bias.host.to_vector(),
                            c0 = c.host.to_vector();
 
-  std::vector<double> want(static_cast<size_t>(pr.m * pr.n)), mag(want.size());
-  for (int64_t i = 0; i < pr.m; ++i)
-    for (int64_t j = 0; j < pr.n; ++j) {
-      double s = 0.0, sa = 0.0;
-      for (int64_t p = 0; p < pr.k; ++p) {
-        const double x = av[trans_a ? p * pr.m + i : i * pr.k + p];
-        const double y = bv[trans_b ? j * pr.k + p : p * pr.n + j];
-        s += x * y;
-        sa += std::fabs(x * y);
-      }
-      if (with_bias) {
-        s += biasv[j];
-        sa += std::fabs(biasv[j]);
-      }
-      if (accumulate) {
-        s += c0[i * pr.n + j];
-        sa += std::fabs(c0[i * pr.n + j]);
-      }
-      want[i * pr.n + j] = s;
-      mag[i * pr.n + j] = sa;
-    }
+  const GemmReference ref = gemm_reference(av, bv, with_bias ? biasv : std::vector<float>{},
+                                           accumulate ? c0 : std::vector<float>{}, pr.m, pr.n, pr.k, trans_a, trans_b);
 
   GemmArgs args;
   args.a = &a.device;
@@ -74,7 +56,7 @@ void run_case(const Problem& pr, DType ab, bool trans_a, bool trans_b, bool with
   INFO(name_of(ab) << " M=" << pr.m << " N=" << pr.n << " K=" << pr.k << " trans_a=" << trans_a
                    << " trans_b=" << trans_b << " bias=" << with_bias << " beta=" << accumulate);
   // K products, then the bias and C additions: K + 2 terms in the FP32 sum.
-  check_close(c.device.to_vector(), want, tolerance_for(ab, c_dtype, pr.k + 2), mag);
+  check_close(c.device.to_vector(), ref.value, tolerance_for(ab, c_dtype, pr.k + 2), ref.magnitude);
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #      instruction at all (clang's __clang_call_terminate; std::bad_alloc's constructor in
 #      an unoptimised sanitizer build), listed as a note;
 #   2. the instructions are the ISA's: baseline has no VEX/EVEX instruction at all, avx2
-#      has FMAs on ymm and no zmm or opmask register, avx512 has FMAs on zmm.
+#      has FMAs on ymm and no zmm or opmask register, avx512 has FMAs on zmm; the element
+#      kernels (element_blocks*) have no FMA at all on any path (their bits must be the
+#      baseline's) and use ymm registers on avx2/avx512.
 #   usage: check_isa_objects.sh ISA=OBJ[:OBJ...] ...   (ISA: baseline, avx2, avx512)
 set -u
 fail=0
@@ -45,6 +47,20 @@ for arg in "$@"; do
     fma_zmm=$(grep -cE 'vfn?m(add|sub)[0-9]+ps.*%zmm' <<<"$asm")
     vex=$(grep -cE '^\s+[0-9a-f]+:\s+v[a-z0-9]+\s' <<<"$asm")
     zmm=$(grep -cE '%zmm|%k[0-7]' <<<"$asm")
+    ymm=$(grep -cE '%ymm' <<<"$asm")
+    if [[ $(basename "$obj") == element_blocks* ]]; then
+      # The element kernels must give the baseline's bits: no fused multiply-add at all
+      # (-ffp-contract=off), and the wider paths must actually be wider.
+      fma_any=$(grep -cE 'vfn?m(add|sub)[0-9]+[ps][sd]' <<<"$asm")
+      [ "$fma_any" -eq 0 ] || { say "$name: $fma_any fused multiply-adds in the element kernels"; fail=1; }
+      case $isa in
+        baseline) [ "$vex" -eq 0 ] || { say "$name: $vex VEX/EVEX instructions in the baseline path"; fail=1; } ;;
+        avx2 | avx512) [ "$ymm" -gt 0 ] || { say "$name: no instruction on ymm registers"; fail=1; } ;;
+      esac
+      [ "$isa" != avx2 ] || [ "$zmm" -eq 0 ] || { say "$name: $zmm instructions use zmm/opmask registers"; fail=1; }
+      say "$name: $n_syms global/weak symbols ($n_leaked outside its namespaces, $n_neutral ISA-neutral shared); VEX/EVEX instructions $vex, on ymm $ymm, FMA $fma_any"
+      continue
+    fi
     case $isa in
       baseline) [ "$vex" -eq 0 ] || { say "$name: $vex VEX/EVEX instructions in the baseline path"; fail=1; } ;;
       avx2) [ "$fma_ymm" -gt 0 ] || { say "$name: no FMA on ymm registers"; fail=1; }

@@ -26,6 +26,39 @@ inline Tensor gemm_random_tensor(const Shape& shape, DType dtype, uint64_t seed)
   return Tensor::from_vector(v, shape, dtype);
 }
 
+// The FP64 reference of C (+)= op(A) op(B) (+ bias) on the inputs as stored (exact), and
+// each element's magnitude sum |terms| for the tolerance helper. bias and c0 may be empty
+// (no bias; C = product). Shared by the CPU tests here and the GPU tests (test_cuda_gemm).
+struct GemmReference {
+  std::vector<double> value, magnitude;
+};
+inline GemmReference gemm_reference(const std::vector<float>& a, const std::vector<float>& b,
+                                    const std::vector<float>& bias, const std::vector<float>& c0, int64_t m,
+                                    int64_t n, int64_t k, bool ta, bool tb) {
+  GemmReference r{std::vector<double>(static_cast<size_t>(m * n)), std::vector<double>(static_cast<size_t>(m * n))};
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0, mag = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = ta ? a[p * m + i] : a[i * k + p];
+        const double y = tb ? b[j * k + p] : b[p * n + j];
+        s += x * y;
+        mag += std::fabs(x * y);
+      }
+      if (!bias.empty()) {
+        s += bias[j];
+        mag += std::fabs(static_cast<double>(bias[j]));
+      }
+      if (!c0.empty()) {
+        s += c0[i * n + j];
+        mag += std::fabs(static_cast<double>(c0[i * n + j]));
+      }
+      r.value[i * n + j] = s;
+      r.magnitude[i * n + j] = mag;
+    }
+  return r;
+}
+
 // Runs C (+)= op(A) op(B) (+ bias) through `gemm` on seeded inputs and checks every element.
 inline void run_gemm_case(const GemmCase& gc, bool ta, bool tb, DType in, DType out, bool with_bias, bool beta1,
                           uint64_t seed, const std::function<void(const GemmArgs&)>& gemm) {
@@ -35,33 +68,9 @@ inline void run_gemm_case(const GemmCase& gc, bool ta, bool tb, DType in, DType 
   const Tensor b = gemm_random_tensor(tb ? Shape{gc.n, gc.k} : Shape{gc.k, gc.n}, in, seed + 1);
   const Tensor bias = gemm_random_tensor(Shape{gc.n}, DType::F32, seed + 2);
   Tensor c = beta1 ? gemm_random_tensor(Shape{gc.m, gc.n}, out, seed + 3) : Tensor::full(Shape{gc.m, gc.n}, NAN, out);
-  auto as_double = [](const Tensor& t) {
-    const std::vector<float> f = t.to_vector();
-    return std::vector<double>(f.begin(), f.end());
-  };
-  const std::vector<double> av = as_double(a), bv = as_double(b), biasv = as_double(bias), c0 = as_double(c);
-
-  std::vector<double> expected(static_cast<size_t>(gc.m * gc.n)), magnitude(expected.size());
-  for (int64_t i = 0; i < gc.m; ++i)
-    for (int64_t j = 0; j < gc.n; ++j) {
-      double s = 0.0, mag = 0.0;
-      for (int64_t p = 0; p < gc.k; ++p) {
-        const double x = ta ? av[p * gc.m + i] : av[i * gc.k + p];
-        const double y = tb ? bv[j * gc.k + p] : bv[p * gc.n + j];
-        s += x * y;
-        mag += std::fabs(x * y);
-      }
-      if (with_bias) {
-        s += biasv[j];
-        mag += std::fabs(biasv[j]);
-      }
-      if (beta1) {
-        s += c0[i * gc.n + j];
-        mag += std::fabs(c0[i * gc.n + j]);
-      }
-      expected[i * gc.n + j] = s;
-      magnitude[i * gc.n + j] = mag;
-    }
+  const GemmReference ref = gemm_reference(a.to_vector(), b.to_vector(),
+                                           with_bias ? bias.to_vector() : std::vector<float>{},
+                                           beta1 ? c.to_vector() : std::vector<float>{}, gc.m, gc.n, gc.k, ta, tb);
 
   GemmArgs args;
   args.a = &a;
@@ -76,7 +85,7 @@ inline void run_gemm_case(const GemmCase& gc, bool ta, bool tb, DType in, DType 
   // K products (exact in FP32 for 16-bit inputs, one rounding each for FP32 inputs: covered by
   // the classic gamma_K bound), plus one addition each for the bias and the old C.
   const int64_t len = gc.k + (with_bias ? 1 : 0) + (beta1 ? 1 : 0);
-  check_close(c.to_vector(), expected, tolerance_for(DType::F32, out, len), magnitude);
+  check_close(c.to_vector(), ref.value, tolerance_for(DType::F32, out, len), ref.magnitude);
 }
 
 }  // namespace belay::test

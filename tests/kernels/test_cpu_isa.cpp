@@ -4,17 +4,23 @@
 // it misses (CTEST_SKIP, tests/CMakeLists.txt). Then the dispatch itself: forcing a path
 // changes the code that runs, and a bad name or an unavailable path is a UsageError.
 #include <catch2/catch.hpp>
+#include <omp.h>
 
+#include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/error.h"
+#include "engine/random.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_convert.h"
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/isa/element_blocks.h"
 #include "tests/kernels/gemm_case.h"
 #include "tests/tolerance.h"
 
@@ -165,4 +171,125 @@ TEST_CASE("cpu isa: unknown names and paths the CPU lacks are UsageErrors", "[ke
     args.c = &c;
     CHECK_THROWS_AS(cpu_gemm_on(isa, args), Error);
   }
+}
+
+namespace {
+
+std::vector<uint32_t> float_bits(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * 4);
+  return out;
+}
+
+// Inputs for the element kernels: ordinary values over many binades, and the specials.
+std::vector<float> element_inputs(int64_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = rng.uniform(-1.0f, 1.0f) * std::ldexp(1.0f, static_cast<int>(rng.next_u64() % 60) - 30);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f, 6e-8f, 1e-40f, -3e38f};
+  for (size_t i = 0; i < std::size(specials) && i < v.size(); ++i) v[i * 7 % v.size()] = specials[i];
+  return v;
+}
+
+void element_suite(CpuIsa isa) {
+  if (!cpu_isa_available(isa)) {
+    WARN("CTEST_SKIP: the " << cpu_isa_name(isa) << " path needs " << missing_list(isa)
+                            << ", which this CPU lacks (it has: " << cpu_features_string() << ")");
+    return;
+  }
+  INFO("path " << cpu_isa_name(isa) << " vs baseline");
+  const ElementBlocks& base = cpu_element_blocks(CpuIsa::Baseline);
+  const ElementBlocks& wide = cpu_element_blocks(isa);
+  // Every 16-bit pattern widened: FP16 (signalling NaNs included) and BF16.
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> wb(all.size()), ww(all.size());
+  base.f16_to_f32(all.data(), wb.data(), 65536);
+  wide.f16_to_f32(all.data(), ww.data(), 65536);
+  CHECK(float_bits(wb) == float_bits(ww));
+  base.bf16_to_f32(all.data(), wb.data(), 65536);
+  wide.bf16_to_f32(all.data(), ww.data(), 65536);
+  CHECK(float_bits(wb) == float_bits(ww));
+  // FP32 narrowed, odd lengths (vector bodies and scalar tails).
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
+    INFO("n = " << n);
+    const std::vector<float> x = element_inputs(n, 900 + static_cast<uint64_t>(n));
+    std::vector<uint16_t> hb(x.size()), hw(x.size());
+    base.f32_to_f16(x.data(), hb.data(), n);
+    wide.f32_to_f16(x.data(), hw.data(), n);
+    CHECK(hb == hw);
+    base.f32_to_bf16(x.data(), hb.data(), n);
+    wide.f32_to_bf16(x.data(), hw.data(), n);
+    CHECK(hb == hw);
+    // Unscale: the same products and the same finite verdict (1e30 * 1e10 overflows).
+    std::vector<float> rb(x.size()), rw(x.size());
+    for (const float inv : {0.5f, 1e10f, 3.1e-5f}) {
+      const int bad_b = base.unscale(x.data(), rb.data(), n, inv), bad_w = wide.unscale(x.data(), rw.data(), n, inv);
+      CHECK(bad_b == bad_w);
+      CHECK(float_bits(rb) == float_bits(rw));
+    }
+    // AdamW: master, moments and the FP16 working copy, plain and non-temporal stores.
+    for (const bool stream : {false, true}) {
+      std::vector<float> g = element_inputs(n, 950 + static_cast<uint64_t>(n));
+      for (float& e : g)
+        if (!std::isfinite(e)) e = 1.0f;  // a non-finite gradient skips the step before AdamW runs
+      std::vector<float> p0(x.size()), m0(x.size()), v0(x.size());
+      Rng rng(77);
+      for (size_t i = 0; i < x.size(); ++i) {
+        p0[i] = rng.uniform(-1.0f, 1.0f);
+        m0[i] = rng.uniform(-1e-3f, 1e-3f);
+        v0[i] = rng.uniform(0.0f, 1e-6f);
+      }
+      auto run = [&](const ElementBlocks& k, std::vector<float>& p, std::vector<float>& m, std::vector<float>& v,
+                     std::vector<uint16_t>& w) {
+        p = p0, m = m0, v = v0;
+        w.assign(x.size(), 0);
+        AdamWBlock b{g.data(), p.data(), m.data(), v.data(), w.data(), n, 1.0f / 1024.0f, 0.75f, 1e-3f, 0.9f,
+                     0.999f, 1e-8f, 0.19f, 0.0199f, 0.01f, stream};
+        if (!k.adamw(b)) cvt_f32_to_f16(p.data(), w.data(), n);  // the caller's part on baseline
+      };
+      std::vector<float> pb, mb, vb, pw, mw, vw;
+      std::vector<uint16_t> w_b, w_w;
+      run(base, pb, mb, vb, w_b);
+      run(wide, pw, mw, vw, w_w);
+      INFO("stream " << stream);
+      CHECK(float_bits(pb) == float_bits(pw));
+      CHECK(float_bits(mb) == float_bits(mw));
+      CHECK(float_bits(vb) == float_bits(vw));
+      CHECK(w_b == w_w);
+      CHECK(float_bits(pb) != float_bits(p0));  // the update did something
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu isa avx2: element kernels bit for bit the baseline's", "[kernels][cpu][isa]") {
+  element_suite(CpuIsa::Avx2);
+}
+TEST_CASE("cpu isa avx512: element kernels bit for bit the baseline's", "[kernels][cpu][isa]") {
+  element_suite(CpuIsa::Avx512);
+}
+
+TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count", "[kernels][cpu][isa]") {
+  // Each output's K products are summed in the same order whichever thread computes it
+  // (threads take whole slices of C), so a resume with another OMP_NUM_THREADS repeats.
+  const Tensor a = test::gemm_random_tensor(Shape{300, 700}, DType::F32, 21);
+  const Tensor b = test::gemm_random_tensor(Shape{500, 700}, DType::F32, 22);
+  const int saved = omp_get_max_threads();
+  auto product = [&](int threads) {
+    omp_set_num_threads(threads);
+    Tensor c = Tensor::empty(Shape{300, 500});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &b;
+    args.trans_b = true;
+    args.c = &c;
+    cpu_gemm_on(active_cpu_isa(), args);
+    return bits(c);
+  };
+  const std::vector<uint32_t> one = product(1), two = product(2), three = product(3);
+  omp_set_num_threads(saved);
+  CHECK(one == two);
+  CHECK(one == three);
 }

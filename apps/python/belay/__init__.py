@@ -17,6 +17,15 @@ from ._belay import *  # noqa: F401,F403  (the module defines no private names b
 from ._belay import Error, RunState, StepRow, UsageError, __version__, load_checkpoint, save_checkpoint
 
 
+def _settings(settings):
+    """The settings as strings. fp32_ops (the ops autocast keeps in FP32) is a precision-policy
+    setting that belay's resume check always compares, defaulting a checkpoint's to "none": so
+    it is recorded as "none" here unless given, as belay train records it."""
+    out = {str(k): str(v) for k, v in (settings or {}).items()}
+    out.setdefault("fp32_ops", "none")
+    return out
+
+
 def save(path, model, optimizer, scaler=None, step=None, settings=None, data_position=""):
     """Checkpoint a run atomically: masters, optimizer state, the applied-step count, the
     scaler state and the next step of `step` (a SafeStep). `settings` (str -> str) must match
@@ -27,15 +36,16 @@ def save(path, model, optimizer, scaler=None, step=None, settings=None, data_pos
     if scaler is not None:
         state.scaler = scaler.state()
     state.data_position = data_position
-    state.settings = {str(k): str(v) for k, v in (settings or {}).items()}
+    state.settings = _settings(settings)
     save_checkpoint(path, model, optimizer, state)
 
 
-def resume(path, model, optimizer, scaler=None, step=None, settings=None):
+def resume(path, model, optimizer, scaler=None, step=None, settings=None, new_experiment=False):
     """Load a checkpoint written by save() into the run's pieces; returns its RunState.
-    Everything is checked before anything changes (belay.UsageError names the problem)."""
-    state = load_checkpoint(path, model, optimizer, {str(k): str(v) for k, v in (settings or {}).items()})
-    if scaler is not None:
+    Everything is checked before anything changes (belay.UsageError names the problem).
+    new_experiment: accept other precision-policy settings (dtype, scaling, ...)."""
+    state = load_checkpoint(path, model, optimizer, _settings(settings), new_experiment)
+    if scaler is not None and state.scaler_state_loaded:
         scaler.load_state(state.scaler)
     if step is not None:
         step.next_step = state.next_step

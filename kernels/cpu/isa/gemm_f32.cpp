@@ -22,8 +22,8 @@ using MutMap = Eigen::Map<RowMat>;
 }  // namespace
 
 void gemm_f32(const GemmF32Args& g) {
-  const ConstMap am(g.a, g.a_rows, g.a_cols);
-  const ConstMap bm(g.b, g.b_rows, g.b_cols);
+  const ConstMap am(static_cast<const float*>(g.a), g.a_rows, g.a_cols);
+  const ConstMap bm(static_cast<const float*>(g.b), g.b_rows, g.b_cols);
   const int64_t m = g.trans_a ? g.a_cols : g.a_rows, n = g.trans_b ? g.b_rows : g.b_cols;
   MutMap cm(g.c, m, n);
   auto product = [&](auto&& lhs, auto&& rhs) {

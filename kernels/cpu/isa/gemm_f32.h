@@ -9,11 +9,17 @@
 
 namespace belay {
 
+// The element type of an input as stored. The packed product widens FP16/BF16 to FP32 while
+// packing (exact); the Eigen product takes FP32 only.
+enum class GemmElem : int { F32 = 0, F16 = 1, BF16 = 2 };
+
 struct GemmF32Args {
-  const float* a = nullptr;  // row-major, a_rows x a_cols as stored (before op)
+  const void* a = nullptr;  // row-major, a_rows x a_cols as stored (before op)
+  GemmElem a_type = GemmElem::F32;
   int64_t a_rows = 0, a_cols = 0;
   bool trans_a = false;
-  const float* b = nullptr;  // row-major, b_rows x b_cols as stored
+  const void* b = nullptr;  // row-major, b_rows x b_cols as stored
+  GemmElem b_type = GemmElem::F32;
   int64_t b_rows = 0, b_cols = 0;
   bool trans_b = false;
   float* c = nullptr;        // row-major M x N
@@ -21,8 +27,14 @@ struct GemmF32Args {
   const float* bias = nullptr;  // [N] added to every row, or null
 };
 
+// Eigen's product (FP32 inputs only): the comparison the bench measures the packed one against.
 namespace isa_baseline { void gemm_f32(const GemmF32Args& args); }
 namespace isa_avx2 { void gemm_f32(const GemmF32Args& args); }
 namespace isa_avx512 { void gemm_f32(const GemmF32Args& args); }
+
+// belay's own packed product (gemm_packed.cpp): any GemmElem inputs, FP32 accumulation.
+namespace isa_baseline { void gemm_packed(const GemmF32Args& args); }
+namespace isa_avx2 { void gemm_packed(const GemmF32Args& args); }
+namespace isa_avx512 { void gemm_packed(const GemmF32Args& args); }
 
 }  // namespace belay

@@ -22,11 +22,16 @@ function(belay_add_isa_objects prefix)
     target_link_libraries(${prefix}_${isa} PRIVATE Eigen3::Eigen OpenMP::OpenMP_CXX)
     target_compile_definitions(${prefix}_${isa} PRIVATE BELAY_ISA_NS=isa_${isa} BELAY_EIGEN_NS=Eigen_${isa}
                                                         BELAY_ISA_${isa}=1)
-    target_compile_options(${prefix}_${isa} PRIVATE ${BELAY_ISA_FLAGS_${isa}} -Wall -Wextra ${BELAY_ISA_WARN_${isa}})
+    # -ffp-contract=off: no multiply-add is fused unless the code says so (the element kernels
+    # must give the baseline's bits); -fno-math-errno: sqrtf can vectorize (no errno branch).
+    target_compile_options(${prefix}_${isa} PRIVATE ${BELAY_ISA_FLAGS_${isa}} -ffp-contract=off -fno-math-errno
+                                                    -Wall -Wextra ${BELAY_ISA_WARN_${isa}})
     list(APPEND objects $<TARGET_OBJECTS:${prefix}_${isa}>)
   endforeach()
   set(${prefix}_OBJECTS ${objects} PARENT_SCOPE)
 endfunction()
 
-belay_add_isa_objects(belay_cpu_isa ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp)
+belay_add_isa_objects(belay_cpu_isa ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp
+                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp
+                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/element_blocks.cpp)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_OBJECTS})

@@ -202,6 +202,20 @@ def test_sgd_and_schedules():
     assert rows[-1].loss < 0.05 * rows[0].loss
 
 
+def test_value_clipping_and_its_errors():
+    x, y = regression()
+    model = belay.Linear(16, 4)
+    step = belay.SafeStep(belay.AdamW(model, lr=5e-2), belay.GradScaler(enabled=False), max_norm=0.01,
+                          clip_mode="value")
+    row = step.run(loss_of(model, x, y, "fp32"))
+    # every element clamped to +-0.01: the applied norm is at most 0.01 * sqrt(#elements)
+    assert row.grad_l2_post_clip <= 0.01 * math.sqrt(16 * 4 + 4) * (1 + 1e-6) < row.grad_l2_pre_clip
+    with pytest.raises(belay.UsageError, match="unknown clip_mode 'l1'"):
+        belay.SafeStep(belay.AdamW(model), belay.GradScaler(), clip_mode="l1")
+    with pytest.raises(belay.UsageError):
+        belay.autocast("fp16", fp32_ops="no_such_op")
+
+
 def test_a_skipped_step_changes_nothing_but_the_scale():
     x, y = regression()
     model, opt, scaler, step = make_run(init_scale=1024.0)
@@ -318,8 +332,15 @@ def test_checkpoint_resume_is_bit_exact(tmp_path):
     assert state.next_step == 5 and state.optimizer_steps == 4
     assert [step2.run(loss_of(model2, x, y)) for _ in range(5)] == rest
     assert_same_state(run_state(model, opt, scaler, step), run_state(model2, opt2, scaler2, step2))
-    with pytest.raises(belay.UsageError, match="was written with dtype=fp16, this run has dtype=bf16"):
+    with pytest.raises(belay.UsageError, match="was written with --dtype fp16, this run has --dtype bf16"):
         belay.resume(path, model2, opt2, scaler2, step2, settings={"dtype": "bf16"})
+    with pytest.raises(belay.UsageError, match="was written with data=a, this run has data=b"):
+        belay.save(path, model, opt, scaler, step, settings={"dtype": "fp16", "data": "a"})
+        belay.resume(path, model2, opt2, scaler2, step2, settings={"dtype": "fp16", "data": "b"})
+    # another precision policy is allowed as a new experiment, and said so
+    state = belay.resume(path, model2, opt2, scaler2, step2, settings={"dtype": "bf16", "data": "a"},
+                         new_experiment=True)
+    assert state.policy_changes == ["dtype fp16 -> bf16"]
 
 
 def test_finfo_and_rounding():

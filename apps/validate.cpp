@@ -1,0 +1,699 @@
+#include "apps/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "amp/autocast.h"
+#include "apps/accum_check.h"
+#include "apps/checkpoint.h"
+#include "apps/dataset.h"
+#include "apps/train.h"
+#include "autograd/modules.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "engine/safetensors.h"
+
+namespace belay {
+
+namespace {
+
+using Json = nlohmann::json;
+
+enum RowKind : int64_t { kOrdinary = 0, kLarge = 1, kNearZero = 2, kNearTie = 3, kGiven = 4 };
+const char* kind_name(int64_t k) {
+  switch (k) {
+    case kOrdinary:
+      return "ordinary";
+    case kLarge:
+      return "large";
+    case kNearZero:
+      return "near_zero";
+    case kNearTie:
+      return "near_tie";
+    default:
+      return "row";
+  }
+}
+// Large rows: ordinary rows times 2^8, near-zero rows times 2^-16 (under FP16's smallest
+// normal, 2^-14: the inputs become subnormals). Powers of two, so the scaling itself is exact.
+constexpr float kLargeFactor = 0x1p8f;
+constexpr float kNearZeroFactor = 0x1p-16f;
+
+struct EvalSet {
+  Tensor x;              // FP32 [N, in]
+  std::vector<float> y;  // labels (classification) or targets [N * out]
+  bool classification = true;
+  int64_t outputs = 0;  // classes, or regression outputs
+  std::vector<int64_t> kind;
+  std::string source;
+  int64_t rows() const { return x.dim(0); }
+};
+
+struct Thresholds {
+  double rtol, atol, tie_margin, min_quality;
+  int64_t max_flips;
+};
+
+// The defaults, from the dtype's unit roundoff u (2^-11 fp16, 2^-8 bf16) rather than from
+// any run: a score is a few FP32-accumulated sums of products whose inputs were rounded to
+// the dtype (2u each) and whose outputs are rounded once per layer (u), through two layers,
+// so its error is a small multiple of u times the row's score scale; 16u leaves room for the
+// amplification of the first layer's rounding by the second. Two scores within it may close
+// a gap of 2 * 16u * scale; the tie margin is twice that for scores of order 1 (64u), and the
+// generated near-ties lie in [32u, 64u): as close as the tolerance lets a decision be kept.
+Thresholds resolve(const ValidateConfig& c) {
+  const double u = 0.5 * static_cast<double>(finfo(c.dtype).eps);
+  Thresholds t{c.rtol >= 0 ? c.rtol : 16.0 * u, c.atol >= 0 ? c.atol : u, c.tie_margin >= 0 ? c.tie_margin : 64.0 * u,
+               c.min_quality, c.max_flips};
+  return t;
+}
+
+TrainConfig model_config(const ValidateConfig& c) {
+  TrainConfig m;
+  m.model = c.model;
+  m.in_features = c.in_features;
+  m.out_features = c.out_features;
+  m.hidden = c.hidden;
+  m.layers = c.layers;
+  m.seed = c.seed;
+  if (!c.checkpoint.empty()) {  // the checkpoint says what it holds
+    auto setting = [&](const char* key) {
+      const std::string v = checkpoint_setting(c.checkpoint, key);
+      if (v.empty()) throw UsageError("checkpoint '" + c.checkpoint + "' does not record its " + key);
+      return v;
+    };
+    m.model = setting("model");
+    m.in_features = std::stoll(setting("in"));
+    m.out_features = std::stoll(setting("out"));
+    if (m.model == "mlp") {
+      m.hidden = std::stoll(setting("hidden"));
+      m.layers = std::stoi(setting("layers"));
+    }
+  }
+  return m;
+}
+
+std::unique_ptr<Module> build_model(const ValidateConfig& c, const TrainConfig& m) {
+  Rng rng(m.seed);
+  std::unique_ptr<Module> model = make_model(m, rng, Device::cpu());
+  // A checkpoint holds the masters under the state-dict names, as an --init file does.
+  if (!c.checkpoint.empty())
+    load_initial_weights(c.checkpoint, *model);
+  else if (!c.init.empty())
+    load_initial_weights(c.init, *model);
+  return model;
+}
+
+// The forward as the application runs it: no gradient; in FP32, or under autocast.
+std::vector<float> scores_of(Module& model, const Tensor& x, DType dtype, uint32_t fp32_ops) {
+  NoGrad no_grad;
+  Autocast autocast(dtype, dtype != DType::F32, fp32_ops);
+  return model(Var(x)).value().to_vector();
+}
+
+// argmax with ties to the lowest index; -1 when the row is not all finite.
+int64_t decide(const float* s, int64_t n) {
+  int64_t best = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (!std::isfinite(s[j])) return -1;
+    if (s[j] > s[best]) best = j;
+  }
+  return best;
+}
+// Top-1 minus top-2 (0 for a tie; inf with one output).
+double margin_of(const float* s, int64_t n) {
+  double top = -INFINITY, second = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    if (s[j] > top) {
+      second = top;
+      top = s[j];
+    } else if (s[j] > second) {
+      second = s[j];
+    }
+  }
+  return top - second;
+}
+
+// Generated: rows from N(0, 1), labelled by a seeded linear teacher (argmax of T x, no bias,
+// so a row's label does not change with its scale). Near-ties: between two rows whose
+// reference decisions differ, bisection along the segment towards the point where the
+// reference decision changes, kept when the reference margin lands in [tie_margin/2, tie_margin).
+// `stream` picks other rows from the same teacher (the training set of --train).
+EvalSet generate_set(const ValidateConfig& c, const TrainConfig& m, Module& model, double tie_margin,
+                     uint64_t stream = 0) {
+  const int64_t in = m.in_features, classes = m.out_features;
+  if (classes < 2) throw UsageError("a generated set needs at least 2 classes (--out), got " + std::to_string(classes));
+  if (c.rows < 4) throw UsageError("--rows must be at least 4, got " + std::to_string(c.rows));
+  Rng teacher_rng(c.seed * 2 + 1001), data_rng(c.seed * 2 + 1002 + 7919 * stream);
+  std::vector<float> teacher(static_cast<size_t>(classes * in));
+  for (float& w : teacher) w = teacher_rng.normal() / std::sqrt(static_cast<float>(in));
+  auto label_of = [&](const float* x) {
+    int64_t best = 0;
+    double best_v = -INFINITY;
+    for (int64_t k = 0; k < classes; ++k) {
+      double v = 0;
+      for (int64_t i = 0; i < in; ++i) v += static_cast<double>(teacher[k * in + i]) * x[i];
+      if (v > best_v) best_v = v, best = k;
+    }
+    return best;
+  };
+  auto normal_row = [&] {
+    std::vector<float> r(static_cast<size_t>(in));
+    for (float& v : r) v = data_rng.normal();
+    return r;
+  };
+  auto reference = [&](const std::vector<float>& r) {
+    return scores_of(model, Tensor::from_vector(r, Shape{1, in}), DType::F32, 0);
+  };
+
+  EvalSet set;
+  set.outputs = classes;
+  set.source = "generated (seed " + std::to_string(c.seed) + ")";
+  std::vector<float> xs;
+  auto add = [&](const std::vector<float>& r, int64_t kind) {
+    xs.insert(xs.end(), r.begin(), r.end());
+    set.y.push_back(static_cast<float>(label_of(r.data())));
+    set.kind.push_back(kind);
+  };
+  // Ordinary, large and near-zero rows are kept away from the decision boundary (reference
+  // margin >= tie_margin; up to 100 draws a row, then the last draw is kept) so that the
+  // near-ties of the set are the rows built as such, at a margin the set states.
+  auto away_from_ties = [&](float factor) {
+    std::vector<float> v;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      v = normal_row();
+      for (float& e : v) e *= factor;
+      const std::vector<float> s = reference(v);
+      if (margin_of(s.data(), classes) >= tie_margin) break;
+    }
+    return v;
+  };
+  const int64_t extra = std::max<int64_t>(1, c.rows / 4);
+  for (int64_t r = 0; r < c.rows; ++r) add(away_from_ties(1.0f), kOrdinary);
+  for (int64_t r = 0; r < extra; ++r) add(away_from_ties(kLargeFactor), kLarge);
+  for (int64_t r = 0; r < extra; ++r) add(away_from_ties(kNearZeroFactor), kNearZero);
+  // Near-ties at a reference margin in [tie_margin / 2, tie_margin): flagged as near-ties, and
+  // just wider than the error the score tolerance allows a difference of two scores.
+  int64_t built = 0;
+  for (int attempt = 0; built < extra && attempt < 100 * extra; ++attempt) {
+    const std::vector<float> a = normal_row(), b = normal_row();
+    const std::vector<float> sa = reference(a), sb = reference(b);
+    const int64_t da = decide(sa.data(), classes), db = decide(sb.data(), classes);
+    if (da < 0 || db < 0 || da == db) continue;
+    // Invariant: decision(lo) == da, decision(hi) != da.
+    double lo = 0.0, hi = 1.0;
+    std::vector<float> best;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      std::vector<float> x(static_cast<size_t>(in));
+      for (int64_t i = 0; i < in; ++i) x[i] = static_cast<float>((1.0 - mid) * a[i] + mid * b[i]);
+      const std::vector<float> s = reference(x);
+      if (decide(s.data(), classes) != da) {
+        hi = mid;
+        continue;
+      }
+      lo = mid;
+      const double mg = margin_of(s.data(), classes);
+      if (mg < tie_margin) {
+        if (mg >= 0.5 * tie_margin) best = x;  // else overshot: another pair
+        break;
+      }
+    }
+    if (best.empty()) continue;
+    add(best, kNearTie);
+    ++built;
+  }
+  if (built < extra)
+    throw Error("could not build " + std::to_string(extra) + " near-tie rows for this model (built " +
+                std::to_string(built) + "); give a --data set");
+  set.x = Tensor::from_vector(xs, Shape{static_cast<int64_t>(set.kind.size()), in});
+  return set;
+}
+
+void save_set(const EvalSet& set, const std::string& path, double tie_margin) {
+  std::vector<int64_t> labels;
+  for (float v : set.y) labels.push_back(static_cast<int64_t>(v));
+  std::map<std::string, std::string> meta{{"belay.set", set.source},
+                                          {"belay.set.kinds", "0=ordinary,1=large,2=near_zero,3=near_tie"},
+                                          {"belay.set.near_tie_margin", exact_float(static_cast<float>(tie_margin))}};
+  write_safetensors(path, {{"x", set.x}}, meta, {{"y", labels}, {"kind", set.kind}});
+}
+
+// --data: x [N, in] and y (I64 labels [N], or floats [N, out]); an optional I64 `kind` [N].
+// Non-finite values are kept: they are what validate is for (in the reference, a baseline failure).
+EvalSet load_set(const std::string& path, int64_t model_in, int64_t model_out) {
+  const SafetensorsFile f = read_safetensors(path);
+  for (const char* name : {"x", "y"})
+    if (!f.contains(name))
+      throw UsageError("set '" + path + "' has no tensor '" + name + "' (it needs x [N, in] and y)");
+  const SafetensorsEntry& ex = f.entry("x");
+  if (ex.shape.size() != 2 || ex.shape[0] < 1 || ex.shape[1] != model_in)
+    throw UsageError("set '" + path + "': x must be [N, " + std::to_string(model_in) + "] for this model, got " +
+                     Shape(ex.shape).str());
+  if (ex.dtype != "F32" && ex.dtype != "F16" && ex.dtype != "BF16")
+    throw UsageError("set '" + path + "': x has dtype " + ex.dtype + "; use F32, F16 or BF16");
+  EvalSet set;
+  set.x = f.tensor("x").to(DType::F32);
+  set.source = "'" + path + "'";
+  const int64_t n = ex.shape[0];
+  const SafetensorsEntry& ey = f.entry("y");
+  if (ey.dtype == "I64") {
+    if (ey.shape != std::vector<int64_t>{n})
+      throw UsageError("set '" + path + "': labels y must be [" + std::to_string(n) + "]");
+    for (int64_t l : f.int64s("y")) {
+      if (l < 0 || l >= model_out)
+        throw UsageError("set '" + path + "': label " + std::to_string(l) + " is not a class of this model (0.." +
+                         std::to_string(model_out - 1) + ")");
+      set.y.push_back(static_cast<float>(l));
+    }
+    set.classification = true;
+  } else {
+    if (ey.shape != std::vector<int64_t>{n, model_out})
+      throw UsageError("set '" + path + "': targets y must be [" + std::to_string(n) + ", " +
+                       std::to_string(model_out) + "] or I64 labels [" + std::to_string(n) + "]");
+    set.y = f.tensor("y").to_vector();
+    set.classification = false;
+  }
+  set.outputs = model_out;
+  set.kind.assign(static_cast<size_t>(n), kGiven);
+  if (f.contains("kind")) {
+    const std::vector<int64_t> k = f.int64s("kind");
+    if (static_cast<int64_t>(k.size()) != n)
+      throw UsageError("set '" + path + "': kind must be [" + std::to_string(n) + "]");
+    set.kind = k;
+  }
+  return set;
+}
+
+std::string vec_str(const float* v, int64_t n) {
+  std::ostringstream o;
+  o << "[";
+  for (int64_t j = 0; j < n; ++j) o << (j ? " " : "") << std::setprecision(6) << v[j];
+  return o.str() + "]";
+}
+
+Json vec_json(const float* v, int64_t n) {
+  Json a = Json::array();
+  for (int64_t j = 0; j < n; ++j) {
+    if (std::isfinite(v[j]))
+      a.push_back(v[j]);
+    else
+      a.push_back(std::isnan(v[j]) ? "nan" : (v[j] > 0 ? "inf" : "-inf"));
+  }
+  return a;
+}
+
+Json num(double v) { return std::isfinite(v) ? Json(v) : Json(std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf")); }
+
+struct Quality {
+  double loss = 0, value = 0;  // value: accuracy (labels) or R^2 (targets)
+};
+
+Quality quality_of(const EvalSet& set, const std::vector<float>& s) {
+  const int64_t n = set.rows(), k = set.outputs;
+  Quality q;
+  if (set.classification) {
+    int64_t correct = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* row = &s[r * k];
+      const int64_t label = static_cast<int64_t>(set.y[r]);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < k; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+      double z = 0;
+      for (int64_t j = 0; j < k; ++j) z += std::exp(static_cast<double>(row[j]) - mx);
+      q.loss += (mx + std::log(z) - row[label]) / static_cast<double>(n);  // NaN propagates
+      if (decide(row, k) == label) ++correct;
+    }
+    q.value = static_cast<double>(correct) / static_cast<double>(n);
+  } else {
+    double mean = 0, sse = 0, sst = 0;
+    for (float v : set.y) mean += v / static_cast<double>(set.y.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+      sse += (static_cast<double>(s[i]) - set.y[i]) * (static_cast<double>(s[i]) - set.y[i]);
+      sst += (set.y[i] - mean) * (set.y[i] - mean);
+    }
+    q.loss = sse / static_cast<double>(s.size());
+    q.value = sst > 0 ? 1.0 - sse / sst : (sse == 0 ? 1.0 : -INFINITY);
+  }
+  return q;
+}
+
+// Compares the AMP scores with the reference on the set, prints the tables, and returns the
+// comparison's part of the report with `pass` set. The thresholds were printed before.
+Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vector<float>& amp, const Thresholds& t,
+             const char* ref_label, const char* amp_label, std::ostream& out) {
+  const int64_t n = set.rows(), k = set.outputs;
+  Json j;
+  // Per output: errors (where both are finite), non-finite counts, extremes.
+  std::vector<double> max_abs(k, 0.0), max_rel(k, 0.0), ref_ext(k, 0.0), amp_ext(k, 0.0);
+  std::vector<int64_t> ref_bad(k, 0), amp_bad(k, 0);
+  std::vector<int64_t> baseline_rows, nonfinite_rows, tol_rows;
+  for (int64_t r = 0; r < n; ++r) {
+    double scale = 0;
+    for (int64_t c = 0; c < k; ++c)
+      if (std::isfinite(ref[r * k + c])) scale = std::max(scale, std::fabs(static_cast<double>(ref[r * k + c])));
+    bool ref_ok = true, amp_ok = true, in_tol = true;
+    for (int64_t c = 0; c < k; ++c) {
+      const float a = ref[r * k + c], b = amp[r * k + c];
+      if (!std::isfinite(a)) ++ref_bad[c], ref_ok = false;
+      if (!std::isfinite(b)) ++amp_bad[c], amp_ok = false;
+      if (std::isfinite(a)) ref_ext[c] = std::max(ref_ext[c], std::fabs(static_cast<double>(a)));
+      if (std::isfinite(b)) amp_ext[c] = std::max(amp_ext[c], std::fabs(static_cast<double>(b)));
+      if (!std::isfinite(a) || !std::isfinite(b)) continue;
+      const double err = std::fabs(static_cast<double>(b) - a);
+      max_abs[c] = std::max(max_abs[c], err);
+      if (scale > 0) max_rel[c] = std::max(max_rel[c], err / scale);
+      if (!(err <= t.atol + t.rtol * scale)) in_tol = false;
+    }
+    if (!ref_ok)
+      baseline_rows.push_back(r);
+    else if (!amp_ok)
+      nonfinite_rows.push_back(r);
+    else if (!in_tol)
+      tol_rows.push_back(r);
+  }
+  out << "\nscores per output (" << amp_label << " vs " << ref_label << "; rel = |error| / max|ref| of the row):\n";
+  out << "  output   max abs err   max rel err   non-finite ref/amp   max |ref|     max |amp|\n";
+  Json outputs = Json::array();
+  for (int64_t c = 0; c < k; ++c) {
+    out << "  " << std::left << std::setw(9) << c << std::setw(14) << std::setprecision(4) << max_abs[c]
+        << std::setw(14) << max_rel[c] << std::setw(21)
+        << (std::to_string(ref_bad[c]) + " / " + std::to_string(amp_bad[c])) << std::setw(14) << ref_ext[c]
+        << amp_ext[c] << std::right << "\n";
+    outputs.push_back({{"output", c},
+                       {"max_abs_error", max_abs[c]},
+                       {"max_rel_error", max_rel[c]},
+                       {"nonfinite_ref", ref_bad[c]},
+                       {"nonfinite_amp", amp_bad[c]},
+                       {"max_abs_ref", ref_ext[c]},
+                       {"max_abs_amp", amp_ext[c]}});
+  }
+  j["outputs"] = outputs;
+
+  auto row_json = [&](int64_t r) {
+    return Json{{"row", r},
+                {"kind", kind_name(set.kind[r])},
+                {"ref", vec_json(&ref[r * k], k)},
+                {"amp", vec_json(&amp[r * k], k)}};
+  };
+  auto list_rows = [&](const char* title, const std::vector<int64_t>& rows) {
+    Json a = Json::array();
+    if (rows.empty()) return a;
+    out << "\n" << title << " (" << rows.size() << "):\n";
+    for (int64_t r : rows) {
+      out << "  row " << std::setw(4) << r << " " << std::left << std::setw(10) << kind_name(set.kind[r]) << std::right
+          << " ref " << vec_str(&ref[r * k], k) << "\n"
+          << std::setw(22) << "amp " << vec_str(&amp[r * k], k) << "\n";
+      a.push_back(row_json(r));
+    }
+    return a;
+  };
+  j["baseline_nonfinite_rows"] =
+      list_rows("rows where the FP32 REFERENCE is not finite (a baseline failure)", baseline_rows);
+  j["nonfinite_rows"] = list_rows("rows where the AMP run is not finite", nonfinite_rows);
+  j["out_of_tolerance_rows"] = list_rows("rows outside the score tolerance", tol_rows);
+
+  // Decisions.
+  int64_t flips = 0, near_ties = 0, near_tie_flips = 0;
+  Json changed = Json::array();
+  std::ostringstream flips_text;
+  if (set.classification) {  // a regression's outputs are judged by their errors and extremes alone
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t dr = decide(&ref[r * k], k), da = decide(&amp[r * k], k);
+      if (dr < 0) continue;  // the baseline's own failure, listed above
+      const double mg = margin_of(&ref[r * k], k);
+      const bool near = mg < t.tie_margin;
+      near_ties += near;
+      if (dr == da) continue;
+      ++flips;
+      near_tie_flips += near;
+      flips_text << "  row " << std::setw(4) << r << " " << std::left << std::setw(10) << kind_name(set.kind[r])
+                 << std::right << " ref -> " << dr << ", amp -> "
+                 << (da < 0 ? std::string("none (non-finite)") : std::to_string(da)) << ", ref margin "
+                 << std::setprecision(4) << mg << (near ? " (near-tie)" : "") << "\n"
+                 << "       ref " << vec_str(&ref[r * k], k) << "\n       amp " << vec_str(&amp[r * k], k) << "\n";
+      Json row = row_json(r);
+      row["ref_decision"] = dr;
+      row["amp_decision"] = da;
+      row["ref_margin"] = mg;
+      row["near_tie"] = near;
+      changed.push_back(row);
+    }
+    out << "\ndecisions (argmax, ties to the lowest index): " << flips << " changed of " << n << "; " << near_ties
+        << " near-ties (reference margin < " << t.tie_margin << "), " << near_tie_flips << " of them changed\n"
+        << flips_text.str();
+  }
+  j["decisions"] = {
+      {"changed", flips}, {"near_ties", near_ties}, {"near_tie_changed", near_tie_flips}, {"changed_rows", changed}};
+
+  // Quality.
+  const Quality qr = quality_of(set, ref), qa = quality_of(set, amp);
+  const char* qname = set.classification ? "accuracy" : "r2";
+  out << "\nquality: " << (set.classification ? "cross-entropy" : "mse") << " " << std::setprecision(6) << qr.loss
+      << " (" << ref_label << ") vs " << qa.loss << " (" << amp_label << "); " << qname << " " << qr.value << " vs "
+      << qa.value << "\n";
+  j["quality"] = {{"measure", qname},         {"loss", set.classification ? "cross_entropy" : "mse"},
+                  {"ref_loss", num(qr.loss)}, {"amp_loss", num(qa.loss)},
+                  {"ref", num(qr.value)},     {"amp", num(qa.value)}};
+
+  // The verdict, threshold by threshold.
+  struct Check {
+    const char* name;
+    bool pass;
+    std::string detail;
+  };
+  const bool has_min = std::isfinite(t.min_quality);
+  std::vector<Check> checks{
+      {"baseline: FP32 reference finite", baseline_rows.empty(),
+       std::to_string(baseline_rows.size()) + " rows with non-finite reference scores"},
+      {"amp: no non-finite value", nonfinite_rows.empty(),
+       std::to_string(nonfinite_rows.size()) + " rows with non-finite AMP scores"},
+      {"scores within tolerance", tol_rows.empty(), std::to_string(tol_rows.size()) + " rows outside"},
+      {"changed decisions <= max-flips", flips <= t.max_flips,
+       std::to_string(flips) + " changed, at most " + std::to_string(t.max_flips) + " allowed"},
+  };
+  if (has_min) {
+    checks.push_back({"baseline: quality >= min-quality", qr.value >= t.min_quality,
+                      std::string(qname) + " " + std::to_string(qr.value)});
+    checks.push_back({"amp: quality >= min-quality", qa.value >= t.min_quality,
+                      std::string(qname) + " " + std::to_string(qa.value)});
+  }
+  bool pass = true;
+  Json cj = Json::array();
+  out << "\nverdict:\n";
+  for (const Check& c : checks) {
+    out << "  " << (c.pass ? "PASS  " : "FAIL  ") << c.name << " (" << c.detail << ")\n";
+    pass = pass && c.pass;
+    cj.push_back({{"check", c.name}, {"pass", c.pass}, {"detail", c.detail}});
+  }
+  if (!baseline_rows.empty())
+    out << "  the FP32 reference itself is not finite: a failure of the baseline, not of AMP; fix the model or the set "
+           "first\n";
+  j["checks"] = cj;
+  j["pass"] = pass;
+  return j;
+}
+
+void load_flat(Module& model, const std::vector<float>& flat) {
+  size_t at = 0;
+  for (const Var& p : model.parameters()) {
+    const int64_t n = p.master().numel();
+    if (at + static_cast<size_t>(n) > flat.size()) throw Error("validate: trained weights do not match the model");
+    std::vector<float> v(flat.begin() + static_cast<long>(at), flat.begin() + static_cast<long>(at + n));
+    const_cast<Tensor&>(p.master()).copy_from(Tensor::from_vector(v, p.master().shape()));
+    Var(p).set_working_dtype(DType::F32);
+    at += static_cast<size_t>(n);
+  }
+}
+
+// Scale statistics of a run's rows: min, max and how many times it fell.
+Json scale_stats(const TrainResult& r, float init_scale) {
+  float lo = INFINITY, hi = -INFINITY, prev = init_scale;
+  int64_t backoffs = 0;
+  for (const StepRow& row : r.rows) {
+    lo = std::min(lo, row.scaler_scale);
+    hi = std::max(hi, row.scaler_scale);
+    if (row.scaler_scale < prev) ++backoffs;
+    prev = row.scaler_scale;
+  }
+  return Json{{"min", lo}, {"max", hi}, {"backoffs", backoffs}};
+}
+
+}  // namespace
+
+ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
+  if (c.dtype == DType::F32)
+    throw UsageError("validate compares fp16 or bf16 with the FP32 reference: give --dtype fp16|bf16");
+  if (!c.init.empty() && !c.checkpoint.empty())
+    throw UsageError("--init and --checkpoint both give the model: pick one");
+  if (!c.data.empty() && !c.save_set.empty())
+    throw UsageError("--save-set writes a generated set; with --data there is none");
+  if (c.max_flips < 0) throw UsageError("--max-flips must be >= 0");
+  if (c.train_steps < 0) throw UsageError("--train must be >= 0");
+  if (c.rtol == 0 && c.atol == 0) throw UsageError("--rtol and --atol are both 0: no rounding would pass");
+  if (!c.json.empty()) check_writable(c.json);
+  const TrainConfig mc = model_config(c);
+  {
+    TrainConfig check = mc;  // the shape checks of train
+    check.steps = std::max<int64_t>(1, c.train_steps);
+    check.batch = c.batch;
+    check.lr = c.lr;
+    validate(check);
+  }
+  std::unique_ptr<Module> model = build_model(c, mc);
+  const Thresholds t = resolve(c);
+
+  EvalSet set =
+      c.data.empty() ? generate_set(c, mc, *model, t.tie_margin) : load_set(c.data, mc.in_features, mc.out_features);
+  if (!c.save_set.empty()) save_set(set, c.save_set, t.tie_margin);
+
+  Json report;
+  const std::string model_from = !c.checkpoint.empty()
+                                     ? "checkpoint '" + c.checkpoint + "'"
+                                     : (!c.init.empty() ? "'" + c.init + "'" : "seed " + std::to_string(c.seed));
+  report["model"] = {{"kind", mc.model},
+                     {"in", mc.in_features},
+                     {"out", mc.out_features},
+                     {"from", model_from},
+                     {"parameters", model->parameter_count()}};
+  if (mc.model == "mlp") report["model"]["hidden"] = mc.hidden, report["model"]["layers"] = mc.layers;
+  std::map<std::string, int64_t> kinds;
+  for (int64_t k : set.kind) ++kinds[kind_name(k)];
+  report["set"] = {{"source", set.source},
+                   {"rows", set.rows()},
+                   {"kinds", kinds},
+                   {"task", set.classification ? "classification" : "regression"}};
+  report["dtype"] = dtype_name(c.dtype);
+  report["fp32_ops"] = c.fp32_ops ? fp32_ops_names(c.fp32_ops) : "none";
+  report["thresholds"] = {{"rtol", t.rtol},
+                          {"atol", t.atol},
+                          {"max_flips", t.max_flips},
+                          {"min_quality", std::isfinite(t.min_quality) ? Json(t.min_quality) : Json("none")},
+                          {"tie_margin", t.tie_margin},
+                          {"nonfinite_allowed", 0}};
+
+  // The thresholds, fixed and printed before either run.
+  out << "belay validate: " << mc.model << " " << model->parameter_count() << " parameters (" << model_from << "), "
+      << dtype_name(c.dtype) << " autocast vs fp32";
+  if (c.fp32_ops) out << ", fp32 ops " << fp32_ops_names(c.fp32_ops);
+  out << "\nset: " << set.source << ", " << set.rows() << " rows (";
+  bool first = true;
+  for (auto& [k, v] : kinds) out << (first ? "" : ", ") << v << " " << k, first = false;
+  out << "), " << (set.classification ? "class labels" : "regression targets") << "\n";
+  out << "thresholds (fixed before the runs): |amp - ref| <= atol " << t.atol << " + rtol " << t.rtol
+      << " * max|ref| of the row; no non-finite value; changed decisions <= " << t.max_flips << "; near-tie margin "
+      << t.tie_margin << "; min quality "
+      << (std::isfinite(t.min_quality) ? std::to_string(t.min_quality) : std::string("none")) << " ("
+      << (set.classification ? "accuracy" : "R^2") << ")\n";
+  out.flush();
+
+  bool pass = true;
+  if (c.train_steps == 0) {
+    const std::vector<float> ref = scores_of(*model, set.x, DType::F32, 0);
+    const std::vector<float> amp = scores_of(*model, set.x, c.dtype, c.fp32_ops);
+    report["comparison"] = compare(set, ref, amp, t, "fp32", dtype_name(c.dtype), out);
+    pass = report["comparison"]["pass"];
+  } else {
+    // N steps in FP32 and under AMP from the same init and data, then the same checks on
+    // the final models (the FP32-trained one in FP32 as the reference).
+    TrainConfig tc = mc;
+    tc.steps = c.train_steps;
+    tc.batch = c.batch;
+    tc.lr = c.lr;
+    tc.quiet = true;
+    if (!c.checkpoint.empty())
+      tc.init = c.checkpoint;
+    else if (!c.init.empty())
+      tc.init = c.init;
+    // Generated: a training set of its own (ordinary rows from the same teacher); a given set
+    // is trained on as it is.
+    EvalSet train_set = set;
+    if (c.data.empty()) {
+      ValidateConfig gc = c;
+      gc.rows = std::max<int64_t>(4 * c.batch, 256);
+      EvalSet g = generate_set(gc, mc, *model, t.tie_margin, 1);
+      const int64_t n = gc.rows;  // the ordinary rows come first
+      train_set.x = g.x.slice_rows(0, n);
+      train_set.y.assign(g.y.begin(), g.y.begin() + n);
+    }
+    if (train_set.rows() < c.batch)
+      throw UsageError("the training set has " + std::to_string(train_set.rows()) + " rows, fewer than --batch " +
+                       std::to_string(c.batch));
+    const Shape yshape =
+        train_set.classification ? Shape{train_set.rows()} : Shape{train_set.rows(), train_set.outputs};
+    const Tensor ty = Tensor::from_vector(train_set.y, yshape);
+    tc.make_dataset = [&] {
+      return make_tensor_dataset(train_set.x, ty, train_set.classification, train_set.outputs, "validate training set");
+    };
+    if (train_set.classification && tc.model != "mlp")
+      throw UsageError("class labels need --model mlp (cross-entropy on logits)");
+    std::ostringstream sink;
+    TrainConfig t32 = tc, tamp = tc;
+    t32.dtype = DType::F32;
+    tamp.dtype = c.dtype;
+    tamp.fp32_ops = c.fp32_ops;
+    const TrainResult r32 = run_training(t32, sink), ramp = run_training(tamp, sink);
+    auto curve = [](const TrainResult& r) {
+      Json a = Json::array();
+      for (const StepRow& row : r.rows) a.push_back(num(row.loss));
+      return a;
+    };
+    double max_diff = 0, diff2 = 0, ref2 = 0;
+    for (size_t i = 0; i < r32.final_weights.size(); ++i) {
+      const double d = static_cast<double>(ramp.final_weights[i]) - r32.final_weights[i];
+      max_diff = std::max(max_diff, std::fabs(d));
+      diff2 += d * d;
+      ref2 += static_cast<double>(r32.final_weights[i]) * r32.final_weights[i];
+    }
+    const double rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    Json runs = Json::object();
+    for (auto [name, r, so] : {std::tuple{"fp32", &r32, &t32}, std::tuple{dtype_name(c.dtype), &ramp, &tamp}}) {
+      runs[name] = {{"loss", curve(*r)},
+                    {"steps", r->rows.size()},
+                    {"skipped", r->skipped},
+                    {"applied", static_cast<int64_t>(r->rows.size()) - r->skipped},
+                    {"scale", scale_stats(*r, default_scaler_enabled(so->dtype) ? so->scaler.init_scale : 1.0f)}};
+    }
+    report["train"] = {{"steps", c.train_steps},
+                       {"batch", c.batch},
+                       {"lr", c.lr},
+                       {"optimizer", "adamw"},
+                       {"runs", runs},
+                       {"weight_divergence", {{"max_abs", max_diff}, {"rel_l2", rel_l2}}}};
+    out << "\ntraining " << c.train_steps << " steps from the same init and data (adamw lr " << c.lr << ", batch "
+        << c.batch << "):\n  step   loss fp32     loss " << dtype_name(c.dtype) << "\n";
+    const int64_t every = std::max<int64_t>(1, c.train_steps / 10);
+    for (int64_t s = 0; s < c.train_steps; ++s)
+      if (s % every == 0 || s + 1 == c.train_steps)
+        out << "  " << std::setw(5) << s << "  " << std::left << std::setw(13) << std::setprecision(6)
+            << r32.rows[s].loss << ramp.rows[s].loss << std::right << "\n";
+    for (auto [name, r, so] : {std::tuple{"fp32", &r32, &t32}, std::tuple{dtype_name(c.dtype), &ramp, &tamp}}) {
+      const Json sc = runs[name]["scale"];
+      out << "  " << name << ": " << r->rows.size() - r->skipped << " applied, " << r->skipped << " skipped; scale min "
+          << sc["min"].get<float>() << ", max " << sc["max"].get<float>() << ", " << sc["backoffs"].get<int64_t>()
+          << " backoffs" << (default_scaler_enabled(so->dtype) ? "" : " (no loss scaling)") << "\n";
+    }
+    out << "  final weights: max |amp - fp32| " << max_diff << ", relative L2 " << rel_l2 << "\n";
+    std::unique_ptr<Module> m32 = build_model(c, mc), mamp = build_model(c, mc);
+    load_flat(*m32, r32.final_weights);
+    load_flat(*mamp, ramp.final_weights);
+    const std::vector<float> ref = scores_of(*m32, set.x, DType::F32, 0);
+    const std::vector<float> amp = scores_of(*mamp, set.x, c.dtype, c.fp32_ops);
+    out << "\nthe final models on the set (the fp32-trained one in fp32 is the reference):";
+    report["comparison"] =
+        compare(set, ref, amp, t, "fp32-trained", (std::string(dtype_name(c.dtype)) + "-trained").c_str(), out);
+    pass = report["comparison"]["pass"];
+  }
+  report["pass"] = pass;
+  out << (pass ? "PASS" : "FAIL") << ": " << dtype_name(c.dtype)
+      << (pass ? " holds every threshold" : " fails a threshold") << " on this set\n";
+  if (!c.json.empty()) write_file_atomically(c.json, report.dump(2) + "\n");
+  return {pass ? 0 : 1, report};
+}
+
+}  // namespace belay

@@ -1,0 +1,147 @@
+// The element kernels' inner loops for one vector ISA (element_blocks.h). Built once per path
+// by isa.cmake with -ffp-contract=off (a * b + c stays two roundings, as the baseline and the
+// GPU compute it) and -fno-math-errno (sqrtf may vectorize: no errno branch per element).
+// element_math.h and half_bits.h are included with BELAY_HD = static inline, so their
+// functions are private to this copy (the one-definition rule: shared/TOOLCHAIN.md).
+#if !defined(BELAY_ISA_NS)
+#error "kernels/cpu/isa/element_blocks.cpp is built once per ISA by isa.cmake"
+#endif
+#define BELAY_HD static inline
+#include "kernels/cpu/isa/element_blocks.h"
+
+#include <immintrin.h>
+
+#include "engine/half_bits.h"
+#include "kernels/common/element_math.h"
+
+namespace belay::BELAY_ISA_NS {
+namespace {
+
+void f32_to_bf16(const float* __restrict src, uint16_t* __restrict dst, int64_t n) {
+  // f32_to_bf16_bits written branch-free, so it vectorizes: nearest even, NaN kept quiet.
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = f32_bits(src[i]);
+    const uint32_t nan = (u >> 16) | 0x0040u;
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    dst[i] = static_cast<uint16_t>(static_cast<int32_t>(u & 0x7fffffffu) > 0x7f800000 ? nan : rounded);
+  }
+}
+
+void bf16_to_f32(const uint16_t* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_from_bits(static_cast<uint32_t>(src[i]) << 16);
+}
+
+int unscale(const float* v, float* r, int64_t n, float inv) {
+  int bad = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    r[j] = v[j] * inv;
+    bad |= is_finite_f32(r[j]) ? 0 : 1;
+  }
+  return bad;
+}
+
+// adamw_element on every element, left to the compiler's vectorizer (the baseline's SSE2).
+void adamw_scalar(const AdamWBlock& b, int64_t from) {
+  const float* __restrict g = b.g;
+  float* __restrict p = b.p;
+  float* __restrict m = b.m;
+  float* __restrict v = b.v;
+  for (int64_t j = from; j < b.len; ++j)
+    adamw_element(effective_grad(g[j], b.inv_scale, b.clip_coef), p[j], m[j], v[j], b.lr, b.beta1, b.beta2, b.eps,
+                  b.weight_decay, b.bias_correction1, b.bias_correction2);
+}
+
+#if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
+// F16C: eight at a time, nearest even given in the instruction (MXCSR's mode does not
+// matter); the tail through half_bits.h.
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) dst[i] = f32_to_f16_bits(src[i]);
+}
+
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  const __m128i exp_quiet = _mm_set1_epi16(0x7e00), exp_only = _mm_set1_epi16(0x7c00);
+  const __m128i mant = _mm_set1_epi16(0x03ff), zero = _mm_setzero_si128();
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    // F16C quiets a signalling NaN; half_bits.h keeps its payload as it is. Rare: redo those.
+    const __m128i snan = _mm_andnot_si128(_mm_cmpeq_epi16(_mm_and_si128(h, mant), zero),
+                                          _mm_cmpeq_epi16(_mm_and_si128(h, exp_quiet), exp_only));
+    if (_mm_movemask_epi8(snan))
+      for (int64_t k = i; k < i + 8; ++k) dst[k] = f16_bits_to_f32(src[k]);
+  }
+  for (; i < n; ++i) dst[i] = f16_bits_to_f32(src[i]);
+}
+
+// adamw_element eight at a time, the same operations in the same order, and the FP16 working
+// copy written in the same pass; non-temporal stores when asked (the lines are not read
+// first, which saves 14 of the 44 bytes per element a plain store moves; same bits).
+bool adamw(const AdamWBlock& b) {
+  const float* __restrict g = b.g;
+  float* __restrict p = b.p;
+  float* __restrict m = b.m;
+  float* __restrict v = b.v;
+  uint16_t* __restrict w16 = b.w16;
+  const __m256 vinv = _mm256_set1_ps(b.inv_scale), vcoef = _mm256_set1_ps(b.clip_coef), vlr = _mm256_set1_ps(b.lr);
+  const __m256 vdecay = _mm256_set1_ps(1.0f - b.lr * b.weight_decay);
+  const __m256 vb1 = _mm256_set1_ps(b.beta1), v1mb1 = _mm256_set1_ps(1.0f - b.beta1);
+  const __m256 vb2 = _mm256_set1_ps(b.beta2), v1mb2 = _mm256_set1_ps(1.0f - b.beta2);
+  const __m256 vbc1 = _mm256_set1_ps(b.bias_correction1), vbc2 = _mm256_set1_ps(b.bias_correction2);
+  const __m256 veps = _mm256_set1_ps(b.eps);
+  const bool stream = b.stream && (reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(m) |
+                                   reinterpret_cast<uintptr_t>(v) | reinterpret_cast<uintptr_t>(w16)) % 32 == 0;
+  int64_t j = 0;
+  for (; j + 8 <= b.len; j += 8) {
+    const __m256 gg = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(g + j), vinv), vcoef);  // effective_grad
+    const __m256 pp = _mm256_mul_ps(_mm256_loadu_ps(p + j), vdecay);
+    const __m256 mm = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + j)), _mm256_mul_ps(v1mb1, gg));
+    const __m256 vv =
+        _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + j)), _mm256_mul_ps(_mm256_mul_ps(v1mb2, gg), gg));
+    const __m256 m_hat = _mm256_div_ps(mm, vbc1), v_hat = _mm256_div_ps(vv, vbc2);
+    const __m256 step = _mm256_div_ps(_mm256_mul_ps(vlr, m_hat), _mm256_add_ps(_mm256_sqrt_ps(v_hat), veps));
+    const __m256 pn = _mm256_sub_ps(pp, step);
+    if (stream) {
+      _mm256_stream_ps(p + j, pn);
+      _mm256_stream_ps(m + j, mm);
+      _mm256_stream_ps(v + j, vv);
+      if (w16) _mm_stream_si128(reinterpret_cast<__m128i*>(w16 + j), _mm256_cvtps_ph(pn, _MM_FROUND_TO_NEAREST_INT));
+    } else {
+      _mm256_storeu_ps(p + j, pn);
+      _mm256_storeu_ps(m + j, mm);
+      _mm256_storeu_ps(v + j, vv);
+      if (w16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(w16 + j), _mm256_cvtps_ph(pn, _MM_FROUND_TO_NEAREST_INT));
+    }
+  }
+  if (stream) _mm_sfence();  // non-temporal stores visible before anyone reads them
+  adamw_scalar(b, j);
+  if (w16)
+    for (; j < b.len; ++j) w16[j] = f32_to_f16_bits(p[j]);
+  return w16 != nullptr;
+}
+#else
+// Baseline x86-64 has no F16C: half_bits.h's integer conversions, exact by construction.
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16_bits(src[i]);
+}
+
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_bits_to_f32(src[i]);
+}
+
+bool adamw(const AdamWBlock& b) {
+  adamw_scalar(b, 0);
+  return false;
+}
+#endif
+
+}  // namespace
+
+extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw};
+
+}  // namespace belay::BELAY_ISA_NS

@@ -1,0 +1,39 @@
+// The CPU element kernels' inner loops, once per vector ISA (element_blocks.cpp, built by
+// kernels/cpu/isa/isa.cmake with that path's -m flags and -ffp-contract=off): the 16-bit
+// conversions, unscale-and-check and the AdamW update of one block. Every path does the same
+// IEEE operations in the same order as kernels/common/element_math.h (no FMA contraction,
+// sqrt and division correctly rounded), so the paths agree bit for bit; only the width
+// differs. tests/kernels/test_cpu_isa.cpp checks that on every path this CPU has.
+#pragma once
+#include <cstdint>
+
+namespace belay {
+
+// One AdamW block: g (the stored gradient, FP32), the master p and the moments m, v updated
+// in place; w16, when not null, receives the FP16 working copy in the same pass.
+struct AdamWBlock {
+  const float* g;
+  float *p, *m, *v;
+  uint16_t* w16;
+  int64_t len;
+  float inv_scale, clip_coef;  // effective gradient = g * inv_scale * clip_coef
+  float lr, beta1, beta2, eps, bias_correction1, bias_correction2, weight_decay;
+  bool stream;  // non-temporal stores (tensors far larger than the caches)
+};
+
+struct ElementBlocks {
+  void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
+  void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  void (*f32_to_bf16)(const float* src, uint16_t* dst, int64_t n);
+  void (*bf16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  // r[j] = v[j] * inv (r may be v); returns 1 if any result is inf or NaN.
+  int (*unscale)(const float* v, float* r, int64_t n, float inv);
+  // Returns whether it wrote w16 (the wider paths do; baseline leaves it to the caller).
+  bool (*adamw)(const AdamWBlock& b);
+};
+
+namespace isa_baseline { extern const ElementBlocks element_blocks; }
+namespace isa_avx2 { extern const ElementBlocks element_blocks; }
+namespace isa_avx512 { extern const ElementBlocks element_blocks; }
+
+}  // namespace belay

@@ -1,0 +1,361 @@
+// belay's own CPU matrix product, C (+)= op(A) op(B) (+ bias), compiled once per vector ISA
+// (kernels/cpu/isa/isa.cmake: exactly that path's -m flags, BELAY_ISA_NS = isa_<path>).
+//
+// The classic packed design (Goto & van de Geijn; BLIS): for each block of KC rows of
+// op(B) and NC of its columns, B is copied into contiguous panels NR columns wide; for each
+// block of MC rows of op(A), A into panels MR rows tall; then a register-resident MR x NR
+// microkernel runs down the KC dimension, one FMA per (row, vector of columns, k). The
+// packing is where the inputs' layout and dtype stop mattering: op() (transposed or not)
+// and FP16/BF16 are read there, widened exactly to FP32, so every product, in every
+// layout and dtype, runs the same microkernel on FP32 panels and accumulates in FP32.
+//
+// Summation order: for each output, the K products are summed in FP32 one KC block at a
+// time (k ascending inside a block), each block's sum added to C. Accumulation (beta = 1)
+// starts from the old C; the bias is added once, after the last block.
+//
+// Threads: the larger of the M and N ranges is cut into one slice per OpenMP thread (in
+// whole panels), and each thread packs and multiplies its slice alone: no barrier, no
+// shared buffer. Packing buffers are per thread and kept (grown, never shrunk), so a
+// training step allocates nothing here in steady state.
+//
+// One-definition rule (shared/TOOLCHAIN.md): everything here is in BELAY_ISA_NS or an
+// anonymous namespace, and the file includes nothing that instantiates a shared template
+// or inline function (no std:: containers, no engine/half_bits.h): the FP16 conversion
+// below is this file's own. tests/kernels/check_isa_objects.sh checks the object files.
+#if !defined(BELAY_ISA_NS)
+#error "kernels/cpu/isa/gemm_packed.cpp is built once per ISA by isa.cmake"
+#endif
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/isa/gemm_f32.h"
+
+namespace belay::BELAY_ISA_NS {
+namespace {
+
+// ---- The vector of this path, and the shape of its microkernel ---------------------------
+// MR x NR accumulators (NR = two vectors) stay in registers: AVX2 has 16 ymm, so 6 x 2 = 12
+// accumulators + 2 B vectors + 1 broadcast; AVX-512 has 32 zmm: 12 x 2 = 24 + 3; SSE2 has
+// 16 xmm: 6 x 2 + 3. KC sizes one A panel + one B panel to stay within the L1 cache.
+#if defined(BELAY_ISA_avx512)
+using Vec = __m512;
+constexpr int kW = 16, kMR = 12, kKC = 192;
+inline Vec vzero() { return _mm512_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm512_load_ps(p); }  // packed panels are 64-byte aligned
+inline Vec vloadu(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstoreu(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec vbroadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+#elif defined(BELAY_ISA_avx2)
+using Vec = __m256;
+constexpr int kW = 8, kMR = 6, kKC = 256;
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm256_load_ps(p); }
+inline Vec vloadu(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstoreu(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec vbroadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+#else  // baseline x86-64: SSE2, no FMA (a multiply, then an add: two roundings)
+using Vec = __m128;
+constexpr int kW = 4, kMR = 6, kKC = 256;
+inline Vec vzero() { return _mm_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm_load_ps(p); }
+inline Vec vloadu(const float* p) { return _mm_loadu_ps(p); }
+inline void vstoreu(float* p, Vec v) { _mm_storeu_ps(p, v); }
+inline Vec vbroadcast(const float* p) { return _mm_set1_ps(*p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+inline Vec vadd(Vec a, Vec b) { return _mm_add_ps(a, b); }
+#endif
+constexpr int kNR = 2 * kW;
+// Rows of A per block: 288 x KC floats, 220-290 KB, in L2 (Zen 3 has 512 KB, Xeons 1-2 MB).
+// Measured on Zen 3 (AVX2, one thread, Linear(4096) products at batch 256): MC = 72 or 144
+// rows gave 0.64-0.77 of the FMA peak on the forward product, 288 rows 0.76-0.80; KC = 192
+// or 320 did no better than 256. A software prefetch of the A panel changed nothing.
+constexpr int kMC = 288;
+constexpr int kNC = 4096;  // columns of B per block: KC x NC floats, 3-4 MB, in L3
+static_assert(kMC % kMR == 0 && kNC % kNR == 0, "blocks are whole panels");
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+// ---- Reading the inputs: any layout, any dtype, widened to FP32 --------------------------
+
+// FP16 -> FP32, exact (every FP16 value is an FP32 value), NaN payloads kept.
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+  if (exp == 0x1fu) {
+    bits = sign | 0x7f800000u | (mant << 13);            // inf, NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);   // normal: rebias 15 -> 127
+  } else if (mant == 0) {
+    bits = sign;                                          // +-0
+  } else {                                                // subnormal: normalise
+    exp = 113u;
+    while ((mant & 0x400u) == 0) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+// n consecutive elements of type t starting at element `at` of src, as FP32, into dst.
+void widen_run(const void* src, GemmElem t, int64_t at, int n, float* dst) {
+  if (t == GemmElem::F32) {
+    memcpy(dst, static_cast<const float*>(src) + at, static_cast<size_t>(n) * 4);
+    return;
+  }
+  const uint16_t* s = static_cast<const uint16_t*>(src) + at;
+  if (t == GemmElem::BF16) {
+    for (int i = 0; i < n; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(s[i]) << 16;  // BF16 is FP32's top half
+      memcpy(dst + i, &bits, 4);
+    }
+    return;
+  }
+  int i = 0;
+#if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
+  // F16C, exact for every finite value and infinity; it quiets a signalling NaN, which can
+  // only turn a NaN product into another NaN.
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+#endif
+  for (; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+}
+
+// A view of op(X) as R x K: element (r, k). `r_contiguous`: consecutive r are adjacent in
+// memory (op(A) of a transposed A; op(B) of an untransposed B), else consecutive k are.
+struct View {
+  const void* data;
+  GemmElem type;
+  int64_t ld;  // the stored row length
+  bool r_contiguous;
+  int64_t at(int64_t r, int64_t k) const { return r_contiguous ? k * ld + r : r * ld + k; }
+};
+
+// Packs rows [r0, r0 + rows) x k in [k0, k0 + kc) of v as one panel P rows tall:
+// dst[k * P + r], rows past `rows` zero (so edge tiles run the full microkernel).
+// `scratch` holds P x kKC floats.
+template <int P>
+void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* dst, float* scratch) {
+  if (v.r_contiguous) {  // each k is a contiguous run of the panel's rows
+    for (int k = 0; k < kc; ++k) {
+      float* d = dst + static_cast<int64_t>(k) * P;
+      const int64_t at = v.at(r0, k0 + k);
+      if (v.type == GemmElem::F32 && rows == P) {
+        const float* src = static_cast<const float*>(v.data) + at;
+        for (int r = 0; r < P; r += kW) vstoreu(d + r, vloadu(src + r));
+        continue;
+      }
+      widen_run(v.data, v.type, at, rows, d);
+      for (int r = rows; r < P; ++r) d[r] = 0.0f;
+    }
+    return;
+  }
+  // Each row is a contiguous run along k: read FP32 rows in place (others widened into
+  // scratch first), then transpose 4 x 4 blocks of SSE registers (every path has SSE) into
+  // the panel; rows past `rows` read zeros.
+  alignas(64) static const float zeros[kKC] = {};
+  const float* row[P];
+  for (int r = 0; r < P; ++r) {
+    if (r >= rows) {
+      row[r] = zeros;
+    } else if (v.type == GemmElem::F32) {
+      row[r] = static_cast<const float*>(v.data) + v.at(r0 + r, k0);
+    } else {
+      widen_run(v.data, v.type, v.at(r0 + r, k0), kc, scratch + r * kKC);
+      row[r] = scratch + r * kKC;
+    }
+  }
+  constexpr int P4 = P / 4 * 4;  // MR = 6: rows 4 and 5 go one by one
+  int k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    for (int r = 0; r < P4; r += 4) {
+      __m128 x0 = _mm_loadu_ps(row[r] + k), x1 = _mm_loadu_ps(row[r + 1] + k);
+      __m128 x2 = _mm_loadu_ps(row[r + 2] + k), x3 = _mm_loadu_ps(row[r + 3] + k);
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      float* d = dst + static_cast<int64_t>(k) * P + r;
+      _mm_storeu_ps(d, x0);
+      _mm_storeu_ps(d + P, x1);
+      _mm_storeu_ps(d + 2 * P, x2);
+      _mm_storeu_ps(d + 3 * P, x3);
+    }
+    for (int r = P4; r < P; ++r)
+      for (int kk = k; kk < k + 4; ++kk) dst[static_cast<int64_t>(kk) * P + r] = row[r][kk];
+  }
+  for (; k < kc; ++k)
+    for (int r = 0; r < P; ++r) dst[static_cast<int64_t>(k) * P + r] = row[r][k];
+}
+
+// ---- The microkernel -------------------------------------------------------------------
+// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum_k a[k][i] * b[k][j] (+ bias[j] when given).
+// `rows` x `cols` of the tile are real; a partial tile goes through a local buffer.
+void microkernel(int kc, const float* __restrict a, const float* __restrict b, float* __restrict c, int64_t ldc,
+                 int rows, int cols, bool overwrite, const float* bias) {
+  // C's tile is read (or written) only after the k loop: ask for its lines now, so they
+  // arrive while the FMAs run instead of stalling the stores.
+  for (int i = 0; i < rows; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR - 1), _MM_HINT_T0);
+  }
+  Vec acc[kMR][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = vzero();
+  for (int k = 0; k < kc; ++k) {
+    const Vec b0 = vload(b), b1 = vload(b + kW);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      const Vec ai = vbroadcast(a + i);
+      acc[i][0] = vfma(ai, b0, acc[i][0]);
+      acc[i][1] = vfma(ai, b1, acc[i][1]);
+    }
+    a += kMR;
+    b += kNR;
+  }
+  const bool full = rows == kMR && cols == kNR;
+  alignas(64) float tile[kMR * kNR];
+  float* out = full ? c : tile;
+  const int64_t ld = full ? ldc : kNR;
+  if (!full) memset(tile, 0, sizeof tile);  // the lanes past the edge: computed, never stored
+  if (!full && !overwrite)
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j) tile[i * kNR + j] = c[i * ldc + j];
+  alignas(64) float bias_row[kNR];
+  if (bias && !full) {
+    for (int j = 0; j < kNR; ++j) bias_row[j] = j < cols ? bias[j] : 0.0f;
+    bias = bias_row;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i) {
+    float* row = out + i * ld;
+    Vec v0 = acc[i][0], v1 = acc[i][1];
+    if (!overwrite) {
+      v0 = vadd(vloadu(row), v0);
+      v1 = vadd(vloadu(row + kW), v1);
+    }
+    if (bias) {
+      v0 = vadd(v0, vloadu(bias));
+      v1 = vadd(v1, vloadu(bias + kW));
+    }
+    vstoreu(row, v0);
+    vstoreu(row + kW, v1);
+  }
+  if (!full)
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < cols; ++j) c[i * ldc + j] = tile[i * kNR + j];
+}
+
+// Packs the KC x NC block of op(B) as NR-wide panels. An untransposed FP32 B is read row by
+// row across all panels (one contiguous run of nc floats per k, not 64 bytes from each of kc
+// rows per panel: the weight matrix is far larger than the caches).
+void pack_b(const View& bv, int64_t jc, int64_t nc, int64_t pc, int kc, float* dst, float* scratch) {
+  if (bv.r_contiguous && bv.type == GemmElem::F32) {
+    const int64_t full = nc / kNR * kNR;
+    for (int k = 0; k < kc; ++k) {
+      const float* src = static_cast<const float*>(bv.data) + bv.at(jc, pc + k);
+      for (int64_t jr = 0; jr < full; jr += kNR) {
+        float* d = dst + jr * kc + static_cast<int64_t>(k) * kNR;
+        for (int r = 0; r < kNR; r += kW) vstoreu(d + r, vloadu(src + jr + r));
+      }
+    }
+    if (full < nc) pack_panel<kNR>(bv, jc + full, static_cast<int>(nc - full), pc, kc, dst + full * kc, scratch);
+    return;
+  }
+  for (int64_t jr = 0; jr < nc; jr += kNR)
+    pack_panel<kNR>(bv, jc + jr, static_cast<int>(min64(kNR, nc - jr)), pc, kc, dst + jr * kc, scratch);
+}
+
+// ---- Per-thread packing buffers, kept between calls ----------------------------------------
+struct Buffers {
+  float* a = nullptr;  // kMC x kKC
+  float* b = nullptr;  // kKC x kNC
+  float* scratch = nullptr;  // kNR x kKC: rows widened before a transposing pack
+};
+thread_local Buffers tls_buffers;
+
+float* aligned_floats(size_t n) {
+  void* p = aligned_alloc(64, (n * 4 + 63) / 64 * 64);
+  if (!p) abort();  // the product cannot run without them; a few MB per thread
+  return static_cast<float*>(p);
+}
+
+Buffers& buffers() {
+  Buffers& b = tls_buffers;
+  if (!b.a) {
+    b.a = aligned_floats(static_cast<size_t>(kMC) * kKC);
+    b.b = aligned_floats(static_cast<size_t>(kKC) * kNC);
+    b.scratch = aligned_floats(static_cast<size_t>(kNR) * kKC);
+  }
+  return b;
+}
+
+
+// The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
+void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_total, int64_t n_total, int64_t m0,
+                int64_t m1, int64_t n0, int64_t n1) {
+  Buffers& buf = buffers();
+  for (int64_t jc = n0; jc < n1; jc += kNC) {
+    const int64_t nc = min64(kNC, n1 - jc);
+    for (int64_t pc = 0; pc < k_total; pc += kKC) {
+      const int kc = static_cast<int>(min64(kKC, k_total - pc));
+      const bool first = pc == 0, last = pc + kc == k_total;
+      pack_b(bv, jc, nc, pc, kc, buf.b, buf.scratch);
+      for (int64_t ic = m0; ic < m1; ic += kMC) {
+        const int64_t mc = min64(kMC, m1 - ic);
+        for (int64_t ir = 0; ir < mc; ir += kMR)
+          pack_panel<kMR>(av, ic + ir, static_cast<int>(min64(kMR, mc - ir)), pc, kc, buf.a + ir * kc, buf.scratch);
+        for (int64_t jr = 0; jr < nc; jr += kNR) {
+          const int cols = static_cast<int>(min64(kNR, nc - jr));
+          const float* bias = (last && g.bias) ? g.bias + jc + jr : nullptr;
+          for (int64_t ir = 0; ir < mc; ir += kMR)
+            microkernel(kc, buf.a + ir * kc, buf.b + jr * kc, g.c + (ic + ir) * n_total + jc + jr, n_total,
+                        static_cast<int>(min64(kMR, mc - ir)), cols, first && !g.accumulate, bias);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_packed(const GemmF32Args& g) {
+  const int64_t m = g.trans_a ? g.a_cols : g.a_rows, k = g.trans_a ? g.a_rows : g.a_cols;
+  const int64_t n = g.trans_b ? g.b_rows : g.b_cols;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // the empty sum: C = (accumulate ? C : 0) + bias
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float& c = g.c[i * n + j];
+        c = (g.accumulate ? c : 0.0f) + (g.bias ? g.bias[j] : 0.0f);
+      }
+    return;
+  }
+  const View av{g.a, g.a_type, g.a_cols, g.trans_a};   // op(A) as M x K
+  const View bv{g.b, g.b_type, g.b_cols, !g.trans_b};  // op(B) as N x K
+  // One slice per thread along the longer side, in whole panels; a product too small to
+  // pay for waking the threads (under ~2 MFLOP) runs on the caller alone.
+  const bool split_n = n >= m;
+  const int64_t unit = split_n ? kNR : kMR, len = split_n ? n : m;
+  int64_t threads = omp_get_max_threads();
+  if (2.0 * static_cast<double>(m) * n * k < 2e6) threads = 1;
+  threads = min64(threads, (len + unit - 1) / unit);
+  const int64_t per = round_up((len + threads - 1) / threads, unit);
+#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(static, 1) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t lo = t * per, hi = min64(len, lo + per);
+    if (lo >= hi) continue;
+    if (split_n) gemm_slice(g, av, bv, k, n, 0, m, lo, hi);
+    else gemm_slice(g, av, bv, k, n, lo, hi, 0, n);
+  }
+}
+
+}  // namespace belay::BELAY_ISA_NS

@@ -1,0 +1,159 @@
+// Anomaly mode names the first non-finite value: the op and module that produced it, in
+// forward or backward, and is silent where every value is finite. With scaled gradients, an
+// overflow in backward is a scaler event instead. Off by default.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "amp/autocast.h"
+#include "autograd/anomaly.h"
+#include "autograd/modules.h"
+#include "tolerance.h"
+
+using namespace belay;
+using belay::test::check_close;
+using belay::test::tolerance_for;
+
+namespace {
+void set_param(const Var& p, float value) {
+  const_cast<Tensor&>(p.master()).fill(value);
+  Var(p).set_working_dtype(DType::F32);
+}
+std::map<std::string, Var> params_of(const Module& m) {
+  std::map<std::string, Var> out;
+  for (auto& [name, p] : m.named_parameters()) out[name] = p;
+  return out;
+}
+// An MLP 4 -> 8 -> 3 on x = 1: layers.0 gives 2 (weights 0.5, no bias), GELU ~1.95, and
+// layers.1 sums 8 of them times `w1`: 1e4 makes 1.6e5 (past FP16's 65504), 1e3 makes 1.6e4.
+Mlp planted_mlp(float w1) {
+  Rng rng(1);
+  Mlp m(4, 8, 3, rng, 2, Activation::Gelu);
+  auto p = params_of(m);
+  set_param(p["layers.0.weight"], 0.5f);
+  set_param(p["layers.0.bias"], 0.0f);
+  set_param(p["layers.1.weight"], w1);
+  set_param(p["layers.1.bias"], 0.0f);
+  return m;
+}
+Tensor ones() { return Tensor::full(Shape{2, 4}, 1.0f); }
+}  // namespace
+
+TEST_CASE("anomaly: an overflow in a hidden layer's forward names layers.1 linear", "[autograd][anomaly]") {
+  Mlp m = planted_mlp(1e4f);
+  DetectAnomaly detect;
+  detect.set_step(7);
+  Autocast fp16(DType::F16);
+  try {
+    (void)m(Var(ones()));
+    FAIL("no anomaly reported");
+  } catch (const AnomalyError& e) {
+    const AnomalyReport& r = e.report();
+    CHECK(r.phase == "forward");
+    CHECK(r.where() == "layers.1 linear");
+    CHECK(r.tensor == "output");
+    CHECK(r.shape == "[2, 3]");
+    CHECK(r.dtype == "fp16");
+    CHECK(r.infs == 6);
+    CHECK(r.nans == 0);
+    CHECK(r.step == 7);
+    // Its inputs: the GELU output (~1.95) and the weight, 1e4 exactly in FP16.
+    check_close({static_cast<float>(r.max_abs_input)}, {1e4}, tolerance_for(DType::F16, DType::F16));
+    CHECK(r.input_nonfinite == 0);
+  }
+}
+
+TEST_CASE("anomaly: the same model in FP32, or with --fp32-ops linear, reports nothing", "[autograd][anomaly]") {
+  Mlp m = planted_mlp(1e4f);
+  DetectAnomaly detect;
+  {
+    const Var y = m(Var(ones()));  // FP32: 1.6e5 is finite
+    for (float v : y.value().to_vector()) CHECK((std::isfinite(v) && v > 65504.0f));
+  }
+  Autocast fp16(DType::F16, true, parse_fp32_ops("linear"));
+  const Var y = m(Var(ones()));
+  CHECK(y.dtype() == DType::F32);
+}
+
+TEST_CASE("anomaly: an overflow in a backward names the op whose backward made it", "[autograd][anomaly]") {
+  // Forward is finite (1.6e4); d(100 * sum)/d(out) = 100, and layers.1's dX = dY W sums
+  // 3 * 100 * 1e3 = 3e5 per element: past FP16's range, in layers.1 linear's backward.
+  Mlp m = planted_mlp(1e3f);
+  SECTION("without loss scaling: an anomaly") {
+    DetectAnomaly detect;
+    Autocast fp16(DType::F16);
+    const Var loss = scale(sum(m(Var(ones()))), 100.0f);
+    try {
+      loss.backward();
+      FAIL("no anomaly reported");
+    } catch (const AnomalyError& e) {
+      const AnomalyReport& r = e.report();
+      CHECK(r.phase == "backward");
+      CHECK(r.where() == "layers.1 linear");
+      CHECK(r.tensor == "gradient of input 0 (gelu)");
+      CHECK(r.shape == "[2, 8]");
+      CHECK(r.dtype == "fp16");
+      CHECK(r.infs == 16);
+      check_close({static_cast<float>(r.max_abs_input)}, {1e3}, tolerance_for(DType::F16, DType::F16));
+    }
+  }
+  SECTION("with scaled gradients: a scaler event, recorded once, and backward goes on") {
+    DetectAnomaly detect(true);
+    Autocast fp16(DType::F16);
+    const Var loss = scale(sum(m(Var(ones()))), 100.0f);
+    loss.backward();
+    REQUIRE(detect.scaler_events().size() == 1);
+    CHECK(detect.scaler_events()[0].scaler_event);
+    CHECK(detect.scaler_events()[0].where() == "layers.1 linear");
+  }
+  SECTION("outside a DetectAnomaly scope nothing is checked") {
+    Autocast fp16(DType::F16);
+    const Var loss = scale(sum(m(Var(ones()))), 100.0f);
+    CHECK_NOTHROW(loss.backward());
+    CHECK_FALSE(anomaly_mode_enabled());
+  }
+}
+
+TEST_CASE("anomaly: a gradient a scale op's backward overflows, at the top level", "[autograd][anomaly]") {
+  // scale(x, 1e5) of zeros is finite; its backward multiplies FP16 ones by 1e5.
+  const Var x(Tensor::zeros(Shape{2, 3}, DType::F16), true);
+  DetectAnomaly detect;
+  const Var loss = sum(scale(x, 1e5f));
+  try {
+    loss.backward();
+    FAIL("no anomaly reported");
+  } catch (const AnomalyError& e) {
+    CHECK(e.report().phase == "backward");
+    CHECK(e.report().where() == "scale");
+    CHECK(e.report().tensor == "gradient of input 0 (leaf)");
+    CHECK(e.report().infs == 6);
+  }
+}
+
+TEST_CASE("anomaly: a NaN reaching an op is reported at the loss, and check_finite names the row",
+          "[autograd][anomaly]") {
+  DetectAnomaly detect;
+  std::vector<float> v(12, 0.5f);
+  v[7] = NAN;  // row 2 of a [4, 3] tensor
+  const Tensor t = Tensor::from_vector(v, Shape{4, 3});
+  try {
+    check_finite("input", "batch", "", "x", t, 100);
+    FAIL("no anomaly reported");
+  } catch (const AnomalyError& e) {
+    CHECK(e.report().phase == "input");
+    CHECK(e.report().nans == 1);
+    CHECK(e.report().first_index == 7);
+    CHECK(e.report().first_row == 102);
+  }
+  // A loss op's output is the "loss" phase.
+  const Var pred(Tensor::full(Shape{4, 3}, 1.0f), true);
+  try {
+    (void)mse_loss(pred, t);
+    FAIL("no anomaly reported");
+  } catch (const AnomalyError& e) {
+    CHECK(e.report().phase == "loss");
+    CHECK(e.report().op == "mse_loss");
+    CHECK(e.report().input_nonfinite == 0);  // the target is not an input of the graph
+  }
+}
