@@ -1,3 +1,4 @@
+// Internal for now (only the single-process communicator exists).
 // The seam where data parallelism plugs in: gradients are all-reduced once per effective
 // step, after the last micro-batch (never per micro-batch). The single-process
 // communicator does nothing but count the calls; MPI (CPU) and NCCL (GPU) implementations
