@@ -1,3 +1,4 @@
+// Internal for now (only the single-process communicator exists).
 // The seam where data parallelism plugs in: gradients are all-reduced once per effective
 // step, after the last micro-batch (never per micro-batch), and the safety belts' decisions
 // (found_inf, the non-finite-loss flag, the norm) are agreed across ranks before anything

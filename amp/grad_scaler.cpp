@@ -54,6 +54,8 @@ void GradScaler::check_loss(Optimizer& opt, const Tensor& loss) {
   be.binary(BinaryOp::Add, p.nonfinite_loss, found, p.nonfinite_loss);
 }
 
+void GradScaler::discard(const Optimizer& opt) { per_optimizer_.erase(&opt); }
+
 GradScaler::PerOptimizer& GradScaler::per(const Optimizer& opt, const char* call) {
   if (opt.device() != device_)
     throw Error(std::string("GradScaler::") + call + ": optimizer is on " + opt.device().str() + ", scaler on " +

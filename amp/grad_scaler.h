@@ -80,6 +80,10 @@ class GradScaler {
   const Tensor& found_inf_tensor(const Optimizer& opt);
   const Tensor& nonfinite_loss_tensor(const Optimizer& opt);
 
+  // Forgets the checks of a step that was abandoned before its finite check (an exception in
+  // a loss function): the next step starts from Ready with no non-finite loss counted.
+  void discard(const Optimizer& opt);
+
   ScalerState state() const;
   void load_state(const ScalerState& state);
 

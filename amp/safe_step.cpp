@@ -53,7 +53,7 @@ SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, Safe
 }
 
 PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
-  const int64_t step = step_++;
+  const int64_t step = step_;
   const Device device = opt_.device();
   const Backend& be = backend_for(device);
   opt_.zero_grad(true);
@@ -61,6 +61,9 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   // Forward and backward, micro-batch by micro-batch. Each loss is checked on the device
   // (a non-finite one marks the step as an overflow) and averaged there for the log.
   // d(objective)/d(loss) = scale / accum_steps, from the scale in device memory.
+  // A loss function may throw (a Python one, a shape error): then the step never happened.
+  // Nothing of the optimizer or the scale has been written yet; the gradients and the
+  // scaler's loss checks are dropped, and the step index does not advance.
   const float per_micro_batch = 1.0f / static_cast<float>(options_.accum_steps);
   // With N ranks each backward is also divided by N and the all-reduce sums: every micro-batch's
   // backward then computes the same numbers as in one process accumulating accum x N of them,
@@ -68,15 +71,22 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   // after the sum would make each rank's gradients N times larger on the way).
   const float backward_factor = per_micro_batch / static_cast<float>(comm_->world_size());
   Tensor loss_mean = Tensor::zeros(Shape{1}, DType::F32, device);
-  for (int k = 0; k < options_.accum_steps; ++k) {
-    Var loss = loss_fn(k);
-    scaler_.check_loss(opt_, loss.value());
-    be.accumulate(loss_mean, loss.value(), per_micro_batch, nullptr);
-    loss.backward(scaler_.loss_seed_tensor(), backward_factor);
+  try {
+    for (int k = 0; k < options_.accum_steps; ++k) {
+      Var loss = loss_fn(k);
+      scaler_.check_loss(opt_, loss.value());
+      be.accumulate(loss_mean, loss.value(), per_micro_batch, nullptr);
+      loss.backward(scaler_.loss_seed_tensor(), backward_factor);
+    }
+    comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch
+    if (comm_->world_size() > 1) comm_->average_loss(loss_mean);  // the log's loss: the whole batch's
+    if (after_backward) after_backward(step, opt_);
+  } catch (...) {
+    opt_.zero_grad(true);
+    scaler_.discard(opt_);
+    throw;
   }
-  comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch
-  if (comm_->world_size() > 1) comm_->average_loss(loss_mean);  // the log's loss: the whole batch's
-  if (after_backward) after_backward(step, opt_);
+  ++step_;
 
   Tensor norm, clip_coef;
   DeviceValueClip value_clip;

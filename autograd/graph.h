@@ -102,6 +102,7 @@ class ModuleScope {
   const char* saved_;
 };
 
+// Internal from here on: how the ops of autograd/ops.h build the graph.
 // Adds g into node.grad in the node's gradient dtype. The first gradient is adopted
 // without a copy when `fresh` says nobody else holds g (the producer just made it).
 void accumulate_grad(Node& node, const Tensor& g, bool fresh);

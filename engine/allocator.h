@@ -1,3 +1,5 @@
+// Internal, but for allocator_for(device).stats(): how a user checks that a training loop
+// allocates nothing in steady state.
 // Buffer reuse: a caching allocator per device. A freed block goes back to a free list
 // keyed by its exact size, so a steady-state training step (same shapes every step)
 // takes every buffer from the cache and asks the system for nothing. The counters are

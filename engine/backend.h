@@ -1,3 +1,5 @@
+// Internal to belay (installed only because public headers include it): user code calls the
+// ops of autograd/ops.h and the modules instead.
 // The op table: everything a device must do for belay to train on it. kernels/cpu and
 // kernels/cuda each implement it; autograd, optim and amp reach the hardware only
 // through it, so every backend is tested against the CPU one op by op (as ggml does).

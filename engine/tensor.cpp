@@ -12,7 +12,12 @@ Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_)
   ptr = allocator_for(device).allocate(bytes);
 }
 
-Storage::~Storage() { allocator_for(device).deallocate(ptr, bytes); }
+Storage::Storage(void* borrowed, size_t bytes_, std::shared_ptr<void> owner_)
+    : ptr(borrowed), bytes(bytes_), device(Device::cpu()), owner(std::move(owner_)) {}
+
+Storage::~Storage() {
+  if (!owner) allocator_for(device).deallocate(ptr, bytes);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape.dims())
@@ -21,6 +26,19 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
+  return t;
+}
+
+Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+  for (int64_t d : shape.dims())
+    if (d < 0) throw Error("negative dimension in shape " + shape.str());
+  if (!owner) throw Error("Tensor::borrow: an owner must keep the borrowed memory alive");
+  if (reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) != 0)
+    throw Error(std::string("Tensor::borrow: memory not aligned to the size of ") + dtype_name(dtype));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(shape.numel()) * dtype_size(dtype), std::move(owner));
   return t;
 }
 

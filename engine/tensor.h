@@ -17,7 +17,11 @@ struct Storage {
   void* ptr = nullptr;
   size_t bytes = 0;
   Device device;
+  // Set for borrowed host memory (a NumPy array's buffer): released by dropping the owner,
+  // never given to the allocator.
+  std::shared_ptr<void> owner;
   Storage(size_t bytes, Device device);
+  Storage(void* borrowed, size_t bytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -33,6 +37,10 @@ class Tensor {
   // Values are rounded into `dtype`.
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::F32,
                             Device device = Device::cpu());
+  // A tensor over host memory it does not own (no copy): `owner` keeps the memory alive and is
+  // dropped with the last tensor sharing it. The memory must be contiguous, row-major and
+  // aligned to the dtype's size.
+  static Tensor borrow(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
   static Tensor scalar(float value, DType dtype = DType::F32, Device device = Device::cpu()) {
     return from_vector({value}, Shape{1}, dtype, device);
   }

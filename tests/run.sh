@@ -3,7 +3,8 @@
 # then
 #   1. configures and builds everything (CUDA kernels too when nvcc is found; the ptxas
 #      register/spill report lands in build/build.log) and runs every test (GPU tests are
-#      skipped cleanly where there is no GPU);
+#      skipped cleanly where there is no GPU); installs belay into a fresh prefix, builds a
+#      consumer project and the Python module against it and runs the Python tests;
 #   2. everything again under ASan + UBSan (clang) with the CUDA kernels run on the CPU by
 #      the SIMT emulator: the GPU suite under three scheduler seeds, train --device cuda,
 #      the planted bugs and "emulated kernels: N of M ran" (tests/sanitize.sh);
@@ -40,6 +41,14 @@ fi
 # every x86-64 CPU can run must stay correct whatever the widest one here is.
 echo "== the whole suite on the baseline CPU path (BELAY_CPU_ISA=baseline)"
 (cd "$build" && BELAY_CPU_ISA=baseline ctest --output-on-failure -j"$(nproc)")
+
+# belay as a package: installed into a prefix made afresh under the build directory, a
+# consumer project built against that prefix alone, then the Python module built against
+# the same prefix (no second compile of belay) and its pytest tests.
+echo "== install, consumer, Python module"
+bash "$root/tests/install/check_install.sh" "$build" "$build/install-check"
+bash "$root/tests/apps/python/run.sh" "$build" "$build/install-check/prefix"
+echo "package checks done at ${SECONDS} s"
 [ $quick -eq 1 ] && exit 0
 
 echo "tests done at ${SECONDS} s"

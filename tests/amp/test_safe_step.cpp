@@ -240,6 +240,33 @@ TEST_CASE("one non-finite micro-batch loss skips the whole effective step", "[am
   CHECK(r.opt.step_count() == 0);
 }
 
+TEST_CASE("a loss function that throws leaves no trace: state, scale, step index, next step", "[amp][skip]") {
+  // A non-finite loss in micro-batch 0, then a throw in micro-batch 1: had the aborted
+  // step's loss check survived, the next step would be skipped as nonfinite_loss.
+  GradScalerOptions so;
+  so.init_scale = 1024.0f;
+  Run r(DType::F16, true, 1.0f, so);
+  SafeStep step(r.opt, r.scaler, LrSchedule::constant(1e-2f), SafeStepOptions{1.0f, 2, true});
+  auto loss = [&](float factor) {
+    Autocast ac(DType::F16);
+    return scale(mse_loss(r.model(Var(r.x)), r.y), factor);
+  };
+  step.run([&](int) { return loss(1.0f); });
+  const auto before = r.state_bits();
+  CHECK_THROWS_WITH(step.run([&](int k) -> Var {
+    if (k == 1) throw Error("loss function failed");
+    return loss(INFINITY);
+  }), "loss function failed");
+  CHECK(r.state_bits() == before);
+  CHECK(step.next_step() == 1);
+  CHECK(r.scaler.scale() == 1024.0f);
+  for (const Var& p : r.model.parameters()) CHECK_FALSE(p.grad().defined());
+  const StepRow row = step.run([&](int) { return loss(1.0f); });
+  CHECK(row.step == 1);
+  CHECK_FALSE(row.skipped);
+  CHECK(r.opt.step_count() == 2);
+}
+
 TEST_CASE("a step reads nothing back on the host: every decision is a device scalar", "[amp][sync]") {
   // On a GPU each blocking read is a synchronisation. On the CPU the same code path runs, and
   // the counter of blocking reads proves the step enqueues without one: fused and unfused,

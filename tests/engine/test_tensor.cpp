@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <memory>
+#include <vector>
 #include <string>
 
 #include "autograd/ops.h"
@@ -279,4 +281,28 @@ TEST_CASE("a CachingAllocator that the system refuses empties its cache and trie
   a.deallocate(r, 200);
   a.release_cached();
   CHECK(used == 0);
+}
+
+TEST_CASE("a borrowed tensor reads the owner's memory, never frees it, and drops the owner last", "[engine][tensor]") {
+  auto memory = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
+  std::weak_ptr<std::vector<float>> watch = memory;
+  const AllocatorStats before = allocator_for(Device::cpu()).stats();
+  {
+    Tensor t = Tensor::borrow(memory->data(), Shape{2, 3}, DType::F32, memory);
+    memory.reset();  // the tensor keeps it alive
+    CHECK(t.to_vector() == std::vector<float>{1, 2, 3, 4, 5, 6});
+    (*watch.lock())[4] = 50.0f;  // no copy: a write to the owner's memory shows
+    CHECK(t.to_vector()[4] == 50.0f);
+    Tensor shared = t.reshape(Shape{6});
+    t = Tensor();
+    CHECK_FALSE(watch.expired());  // still held through the reshape
+    CHECK(shared.numel() == 6);
+  }
+  CHECK(watch.expired());
+  CHECK(allocator_for(Device::cpu()).stats().bytes_in_use == before.bytes_in_use);  // never the allocator's
+  uint16_t halves[3] = {0, 0, 0};
+  auto owner = std::make_shared<int>(0);
+  CHECK_THROWS_WITH(Tensor::borrow(reinterpret_cast<char*>(halves) + 1, Shape{1}, DType::F16, owner),
+                    Contains("not aligned"));
+  CHECK_THROWS_WITH(Tensor::borrow(halves, Shape{1}, DType::F16, nullptr), Contains("owner"));
 }
