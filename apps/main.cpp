@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 #include <string>
@@ -291,6 +292,10 @@ int main(int argc, char** argv) {
     if (dist != "local") {
       comm = belay::make_communicator(dist);
       tc.comm = comm.get();
+    } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {
+      // Each process would train alone and all would write the same CSV and checkpoint.
+      throw belay::UsageError(std::string("started by mpirun with ") + n +
+                              " processes but without --dist mpi: add it (or run one process)");
     }
     return belay::run_training(tc, std::cout).exit_code;
   } catch (const belay::UsageError& e) {

@@ -195,6 +195,12 @@ if [ $rc -ne 0 ] && [ "$(grep -c '^belay: error: ' "$tmp/err")" -eq 1 ] && grep 
 else
   fail "batch 33 on 2 ranks: exit $rc, $(cat "$tmp/err")"
 fi
+mpi 2 "$belay" train --steps 1 --csv "$tmp/twice.csv" >"$tmp/out" 2>"$tmp/err"
+if grep -q "^belay: error: started by mpirun with 2 processes but without --dist mpi" "$tmp/err" && [ ! -e "$tmp/twice.csv" ]; then
+  pass "mpirun without --dist mpi is refused before anything is written"
+else
+  fail "mpirun without --dist: $(cat "$tmp/err")"
+fi
 mpi 2 "$belay" train --dist mpi --inject-rank 2 --steps 1 >"$tmp/out" 2>"$tmp/err"
 grep -q "^belay: error: --inject-rank 2 is not a rank" "$tmp/err" && pass "inject-rank out of range" ||
   fail "inject-rank 2 of 2: $(cat "$tmp/err")"
