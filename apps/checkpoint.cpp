@@ -49,9 +49,11 @@ std::string setting_text(const std::string& key, const std::string& value) {
 }  // namespace
 
 std::vector<std::string> check_resume_settings(const std::string& path, std::map<std::string, std::string> saved,
-                                               const std::map<std::string, std::string>& run, bool new_experiment) {
-  // Settings added after checkpoints were first written, as such a checkpoint ran.
+                                               std::map<std::string, std::string> run, bool new_experiment) {
+  // Settings added after checkpoints were first written, as such a checkpoint (or a caller
+  // that does not name them) ran.
   if (!saved.count("fp32_ops")) saved["fp32_ops"] = "none";
+  if (!run.count("fp32_ops")) run["fp32_ops"] = "none";
   std::vector<std::string> policy_changes;
   std::vector<std::string> keys;
   for (auto& [k, v] : saved) keys.push_back(k);

@@ -44,11 +44,11 @@ std::string checkpoint_setting(const std::string& path, const std::string& key);
 // experiment, not a continuation.
 bool is_policy_setting(const std::string& key);
 // THE resume check: the checkpoint's settings against this run's, every key of either side
-// (a key older checkpoints lack counts as its default: fp32_ops none). A difference outside
+// (a key older checkpoints or a caller lack counts as its default: fp32_ops none). A difference outside
 // the policy settings is refused (UsageError); a policy difference is refused unless
 // new_experiment, and then returned as "key old -> new" lines.
 std::vector<std::string> check_resume_settings(const std::string& path, std::map<std::string, std::string> saved,
-                                               const std::map<std::string, std::string>& run, bool new_experiment);
+                                               std::map<std::string, std::string> run, bool new_experiment);
 
 std::string exact_float(float x);                 // "%a"
 float parse_exact_float(const std::string& s, const std::string& what);  // throws UsageError
