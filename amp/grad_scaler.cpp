@@ -76,7 +76,7 @@ void GradScaler::unscale_(Optimizer& opt) {
   p.stage = Stage::Unscaled;
 }
 
-GuardResult GradScaler::guard(Optimizer& opt, float max_norm) {
+GuardResult GradScaler::guard(Optimizer& opt, float max_norm, Communicator* comm) {
   PerOptimizer& p = per(opt, "guard");
   if (p.stage != Stage::Ready)
     throw Error("GradScaler: guard() needs scaled gradients; the finite check already ran since the last update()");
@@ -88,8 +88,14 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm) {
   const Backend& be = backend_for(device_);
   p.inv_scale = inv_scale();
   be.guard(opt.grads(), p.inv_scale, r.found_inf, r.norm);
-  be.clip_coefficient(r.norm, max_norm, r.clip_coef);
   if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, r.found_inf, p.nonfinite_loss, r.found_inf);
+  // Across ranks: agreed before anything acts on them (the clip coefficient, the step, the
+  // scaler update). A rank with a non-finite loss alone makes every rank skip.
+  if (comm && comm->world_size() > 1) {
+    if (!p.nonfinite_loss.defined()) p.nonfinite_loss = Tensor::zeros(Shape{1}, DType::F32, device_);
+    comm->agree_on_guard(r.found_inf, p.nonfinite_loss, r.norm);
+  }
+  be.clip_coefficient(r.norm, max_norm, r.clip_coef);
   p.found_inf = r.found_inf;
   p.clip_coef = r.clip_coef;
   p.stage = Stage::Checked;

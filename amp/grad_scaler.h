@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "amp/communicator.h"
 #include "engine/backend.h"
 #include "optim/optimizer.h"
 
@@ -63,8 +64,10 @@ class GradScaler {
   // Unfused path, PyTorch's order: unscale_ (grads *= 1/scale in place, found_inf recorded).
   void unscale_(Optimizer& opt);
   // Fused path: one read of every gradient; found_inf, the norm of the unscaled gradients
-  // and the clip coefficient; the gradients are not written.
-  GuardResult guard(Optimizer& opt, float max_norm);
+  // and the clip coefficient; the gradients are not written. With a communicator, found_inf,
+  // the non-finite-loss flag and the norm are agreed across ranks before the clip
+  // coefficient is taken, so every rank skips, clips and scales identically.
+  GuardResult guard(Optimizer& opt, float max_norm, Communicator* comm = nullptr);
   // Applies the optimizer step unless found_inf; needs unscale_ or guard first.
   void step(Optimizer& opt);
   // Every step, skipped or not: back off on overflow, grow after growth_interval clean steps.

@@ -44,6 +44,11 @@ SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, Safe
   if (options_.accum_steps < 1) throw UsageError("accum_steps must be >= 1");
   if (std::isnan(options_.max_norm) || options_.max_norm <= 0.0f)
     throw UsageError("max_norm must be > 0 (inf: no clipping)");
+  // The unfused path clips in place before its norm could be agreed across ranks.
+  if (comm_->world_size() > 1 && !options_.fused)
+    throw UsageError("the unfused step (--unfused) is single-process only for now; drop it with --dist");
+  if (comm_->world_size() > 1 && options_.clip_mode == ClipMode::Value)
+    throw UsageError("clipping by value (--clip-mode value) is single-process only for now; drop it with --dist");
   opt_.set_schedule(schedule);
 }
 
@@ -60,15 +65,21 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   // Nothing of the optimizer or the scale has been written yet; the gradients and the
   // scaler's loss checks are dropped, and the step index does not advance.
   const float per_micro_batch = 1.0f / static_cast<float>(options_.accum_steps);
+  // With N ranks each backward is also divided by N and the all-reduce sums: every micro-batch's
+  // backward then computes the same numbers as in one process accumulating accum x N of them,
+  // so an FP16 gradient overflows at the same loss scale whatever the world size (dividing
+  // after the sum would make each rank's gradients N times larger on the way).
+  const float backward_factor = per_micro_batch / static_cast<float>(comm_->world_size());
   Tensor loss_mean = Tensor::zeros(Shape{1}, DType::F32, device);
   try {
     for (int k = 0; k < options_.accum_steps; ++k) {
       Var loss = loss_fn(k);
       scaler_.check_loss(opt_, loss.value());
       be.accumulate(loss_mean, loss.value(), per_micro_batch, nullptr);
-      loss.backward(scaler_.loss_seed_tensor(), per_micro_batch);
+      loss.backward(scaler_.loss_seed_tensor(), backward_factor);
     }
     comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch
+    if (comm_->world_size() > 1) comm_->average_loss(loss_mean);  // the log's loss: the whole batch's
     if (after_backward) after_backward(step, opt_);
   } catch (...) {
     opt_.zero_grad(true);
@@ -87,7 +98,7 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
     norm = value_clip.norm;
     clip_coef = Tensor::full(Shape{1}, 1.0f, DType::F32, device);  // the step applies the clamped gradients as they are
   } else if (options_.fused) {
-    const GuardResult g = scaler_.guard(opt_, options_.max_norm);
+    const GuardResult g = scaler_.guard(opt_, options_.max_norm, comm_);
     norm = g.norm;
     clip_coef = g.clip_coef;
   } else {

@@ -4,12 +4,14 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/communicator.h"
 #include "apps/accum_check.h"
 #include "apps/checkpoint.h"
 #include "apps/finfo_cmd.h"
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> inject;
   std::vector<std::string> spikes;
   bool no_scaler = false, scaler_on = false, unfused = false;
+  std::string dist = "local";
   CLI::App* train = app.add_subcommand("train", "train a Linear model (or an MLP) on seeded synthetic data");
   train->add_option("--model", tc.model, "linear | mlp")->capture_default_str();
   train->add_option("--in", tc.in_features, "input features")->capture_default_str();
@@ -92,6 +95,8 @@ int main(int argc, char** argv) {
                     "to [-clip, clip] (direction changes)")->capture_default_str();
   train->add_flag("--unfused", unfused, "PyTorch's order in separate passes (unscale_, clip_grad_norm_, step)");
   train->add_option("--inject-inf", inject, "plant an inf in a gradient at STEP (repeatable)");
+  train->add_option("--inject-rank", tc.inject_rank, "with --dist: plant --inject-inf on this rank only (default: every rank)");
+  train->add_option("--dist", dist, "local | mpi (one process per rank, started by mpirun -np N)")->capture_default_str();
   train->add_option("--spike", spikes, "STEP:FACTOR multiplies that batch's targets, e.g. 12:1e8 (repeatable)");
   train->add_option("--csv", tc.csv, "per-step log: step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale");
   train->add_flag("--scaler", scaler_on, "dynamic loss scaling on (default: on for fp16 only)");
@@ -220,6 +225,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Outlives the handlers below: an error on one rank of a distributed run must end them all.
+  std::unique_ptr<belay::Communicator> comm;
   try {
     // Decided here, before any work: an unknown or unavailable path (option or
     // BELAY_CPU_ISA) is a usage error whatever the command.
@@ -282,10 +289,19 @@ int main(int argc, char** argv) {
     tc.inject_inf.insert(inject.begin(), inject.end());
     for (const std::string& s : spikes) tc.spikes.insert(parse_spike(s));
     tc.handle_signals = true;
+    if (dist != "local") {
+      comm = belay::make_communicator(dist);
+      tc.comm = comm.get();
+    } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {
+      // Each process would train alone and all would write the same CSV and checkpoint.
+      throw belay::UsageError(std::string("started by mpirun with ") + n +
+                              " processes but without --dist mpi: add it (or run one process)");
+    }
     return belay::run_training(tc, std::cout).exit_code;
   } catch (const belay::UsageError& e) {
+    // The same on every rank (all read the same options and files): rank 0 says it once.
     std::cout.flush();
-    std::cerr << "belay: error: " << e.what() << "\n";
+    if (!comm || comm->rank() == 0) std::cerr << "belay: error: " << e.what() << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
     // What a part of belay that names its allocations did not catch.
@@ -294,6 +310,10 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::cout.flush();
+    if (comm && comm->world_size() > 1) {
+      std::cerr << "belay: error: rank " << comm->rank() << ": " << e.what() << "\n";
+      comm->abort(1);  // its peers may be waiting in a collective: end them all
+    }
     std::cerr << "belay: error: " << e.what() << "\n";
     return 1;
   }

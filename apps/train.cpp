@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "amp/autocast.h"
+#include "amp/communicator.h"
 #include "amp/safe_step.h"
 #include "apps/accum_check.h"
 #include "apps/checkpoint.h"
@@ -33,6 +34,8 @@ extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 }  // namespace
 
 void request_stop(int signal_number) { g_stop_signal = signal_number; }
+
+int TrainConfig::world_size() const { return comm ? comm->world_size() : 1; }
 
 namespace {
 std::string short_count(double n) {
@@ -63,9 +66,23 @@ void validate(const TrainConfig& c) {
   // The device keeps the applied-step count in FP32, exact up to 2^24.
   if (c.steps > (int64_t{1} << 24)) throw UsageError("--steps must be at most 16777216, got " + std::to_string(c.steps));
   if (c.micro_batch < 0) throw UsageError("--micro-batch must be positive, got " + std::to_string(c.micro_batch));
-  if (c.micro_batch > 0 && c.batch % c.micro_batch != 0)
+  if (c.batch % c.world_size() != 0)
+    throw UsageError("--batch " + std::to_string(c.batch) + " is not a multiple of the world size " +
+                     std::to_string(c.world_size()) + " (--batch is the effective batch, split across ranks)");
+  if (c.micro_batch > 0 && c.local_batch() % c.micro_batch != 0)
     throw UsageError("--batch " + std::to_string(c.batch) + " is not a multiple of --micro-batch " +
-                     std::to_string(c.micro_batch));
+                     std::to_string(c.micro_batch) +
+                     (c.world_size() > 1 ? " x the world size " + std::to_string(c.world_size()) : std::string()));
+  if (c.world_size() > 1) {
+    // Anomaly mode stops one rank at its first non-finite value, leaving its peers in a collective.
+    if (c.detect_anomaly) throw UsageError("--detect-anomaly is single-process only for now; drop it with --dist");
+    if (c.device != "cpu") throw UsageError("--dist mpi trains on --device cpu (NCCL for GPUs is not done yet)");
+    // Its snapshots and report are per process, not yet agreed across ranks.
+    if (c.rollback.enabled()) throw UsageError("--rollback-on is single-process only for now; drop it with --dist");
+  }
+  if (c.inject_rank >= c.world_size())
+    throw UsageError("--inject-rank " + std::to_string(c.inject_rank) + " is not a rank of this run (world size " +
+                     std::to_string(c.world_size()) + ")");
   if (c.model != "linear" && c.model != "mlp") throw UsageError("unknown model '" + c.model + "': use linear or mlp");
   if (c.model == "mlp" && c.layers < 2) throw UsageError("--layers must be at least 2, got " + std::to_string(c.layers));
   if (c.optimizer != "adamw" && c.optimizer != "sgd")
@@ -161,6 +178,22 @@ std::map<std::string, std::string> run_settings(const TrainConfig& c, const Data
   return s;
 }
 
+// FNV-1a over the bits of every master and of the scaler state: equal on every rank when the
+// replicas agree (they must, bit for bit: same averaged gradients, same agreed belts).
+uint64_t replica_checksum(const Module& model, const ScalerState& scaler) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const Var& p : model.parameters()) {
+    const std::vector<float> v = p.master().to_vector();
+    mix(v.data(), v.size() * sizeof(float));
+  }
+  for (float f : {scaler.scale, scaler.growth_tracker, scaler.hysteresis_left}) mix(&f, sizeof f);
+  return h;
+}
+
 // Runs f under an AllocationPurpose (made by the caller). The caching allocator reports a
 // failure with its exact size; a host container's std::bad_alloc (or length_error) carries
 // none, so it is reported with `bytes`, what this part needs by the config.
@@ -252,9 +285,14 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   sso.fused = c.fused;
   sso.clip_mode = c.clip_mode;
   sso.accum_steps = static_cast<int>(c.accum_steps());
-  SafeStep step(*opt, scaler, parse_schedule(c.schedule, c.lr, c.warmup, c.steps), sso);
+  SafeStep step(*opt, scaler, parse_schedule(c.schedule, c.lr, c.warmup, c.steps), sso, c.comm);
+  Communicator& comm = step.communicator();
+  const int rank = comm.rank(), world = comm.world_size();
+  if (rank != 0) c.quiet = true;  // rank 0 speaks for the run (errors are still printed by any rank)
+  // After the gradient all-reduce: an inf planted on one rank reaches only the belts' agreement.
   step.after_backward = [&](int64_t s, Optimizer& o) {
-    if (c.inject_inf.count(s) && !o.grads().empty()) o.mutable_grads()[0]->set_element(0, INFINITY);
+    if (c.inject_inf.count(s) && (c.inject_rank < 0 || c.inject_rank == rank) && !o.grads().empty())
+      o.mutable_grads()[0]->set_element(0, INFINITY);
     // Anomaly mode: the gradient buffers as the guard will read them (a fault planted above
     // is found here: the ops' own backward checks ran before it).
     if (anomaly_mode_enabled())
@@ -300,7 +338,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   // Open the log before any work: an unwritable path fails here, leaving nothing behind.
   // A resumed run keeps the rows up to the checkpoint, so the file reads as one run.
   std::optional<StepLogWriter> log;
-  if (!c.csv.empty()) log.emplace(c.csv, c.resume.empty() ? -1 : first_step - 1, policy_column);
+  if (!c.csv.empty() && rank == 0) log.emplace(c.csv, c.resume.empty() ? -1 : first_step - 1, policy_column);
 
   auto checkpoint_now = [&](int64_t next_step) {
     RunState st;
@@ -311,13 +349,21 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     st.settings = settings;
     st.records = records;
     st.experiment = experiment;
-    save_checkpoint(c.checkpoint, *model, *opt, st);
+    // Rank 0 writes for all, once every rank's weights and scaler state are seen to agree.
+    if (!comm.replicas_agree(replica_checksum(*model, scaler.state())))
+      throw Error("the ranks' weights or scaler state disagree at step " + std::to_string(next_step) +
+                  "; no checkpoint written");
+    if (rank == 0) save_checkpoint(c.checkpoint, *model, *opt, st);
   };
 
   if (!c.quiet) {
     out << "belay train: " << c.model << " " << model->parameter_count() << " parameters, " << dtype_name(c.dtype)
         << " on " << device.str() << ", " << c.optimizer << " lr " << c.lr << ", batch " << c.batch;
-    if (c.accum_steps() > 1) out << " (" << c.accum_steps() << " x " << c.micro_batch_size() << ")";
+    if (c.accum_steps() > 1 || world > 1) {
+      out << " (" << c.accum_steps() << " x " << c.micro_batch_size();
+      if (world > 1) out << " x " << world << " ranks";
+      out << ")";
+    }
     out << ", loss scaling " << (scaler.enabled() ? "on" : "off") << ", clip "
         << (c.clip_mode == ClipMode::Value ? "value " : "") << c.max_norm << ", data "
         << data->describe();
@@ -512,6 +558,11 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
         Batch batch = out_of_memory_as_error(batch_bytes, [&] { return data->next(c.batch, device); });
         if (auto it = c.spikes.find(s); it != c.spikes.end() && !classify)
           backend_for(device).scale(batch.y, it->second, batch.y);
+        if (world > 1) {  // every rank reads the effective batch and keeps its own rows
+          const int64_t local = c.local_batch();
+          batch.x = batch.x.slice_rows(rank * local, (rank + 1) * local);
+          batch.y = batch.y.slice_rows(rank * local, (rank + 1) * local);
+        }
         if (anomaly) {
           anomaly->set_step(s);
           check_batch(batch);
@@ -548,10 +599,11 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
         snapshot->row_index = result.rows.size();
       }
       if (skip_stop) break;
-      if (g_stop_signal != 0) {
+      // Taken together: a signal seen by one rank stops every rank after the same step.
+      const int sig = world > 1 ? comm.max_over_ranks(g_stop_signal) : static_cast<int>(g_stop_signal);
+      if (sig != 0) {
         drain(0);
         progress.finish();
-        const int sig = g_stop_signal;
         if (!c.quiet)
           out << "stopping after step " << s << " on " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
               << (c.checkpoint.empty() ? "" : "; checkpoint " + c.checkpoint) << "\n";
@@ -570,7 +622,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   }
   drain(0);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.gradient_syncs = step.communicator().gradient_syncs();
+  result.gradient_syncs = comm.gradient_syncs();
+  result.gradient_bytes = comm.gradient_bytes();
   result.scale = scale_monitor.summary();
   if (result.clipped > 0) result.mean_clip_cosine = cosine_sum / static_cast<double>(result.clipped);
   progress.finish();
@@ -594,6 +647,10 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (!c.csv.empty()) out << "; log " << c.csv;
     if (!c.checkpoint.empty()) out << "; checkpoint " << c.checkpoint;
     out << "\n";
+    if (world > 1)
+      out << "dist " << comm.name() << ": " << world << " ranks; per rank " << comm.gradient_syncs()
+          << " gradient all-reduces, " << comm.gradient_bytes() << " bytes, " << comm.agreements()
+          << " small collectives of the belts\n";
     if (scaler.enabled())
       out << "scale: min " << result.scale.min << ", max " << result.scale.max << ", " << result.scale.backoffs
           << " backoffs, " << result.scale.growths << " growths\n";

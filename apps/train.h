@@ -23,6 +23,7 @@
 namespace belay {
 
 class Dataset;
+class Communicator;
 
 struct TrainConfig {
   std::string model = "linear";  // linear | mlp
@@ -49,6 +50,10 @@ struct TrainConfig {
   GradScalerOptions scaler;
   bool scaler_explicit = false;  // --scaler/--no-scaler given; otherwise on for fp16 only
   std::set<int64_t> inject_inf;          // steps whose gradient gets an inf
+  int inject_rank = -1;                  // --inject-rank: only this rank plants it; < 0: every rank
+  // Data parallelism (--dist mpi): nullptr is one process. Each rank trains on its slice of
+  // every effective batch; --batch stays the effective batch (micro x accum x world size).
+  Communicator* comm = nullptr;
   std::map<int64_t, float> spikes;       // step -> factor multiplying that batch's targets
   std::string csv;                       // empty: no log file
   std::string data;                      // safetensors with x and y; empty: synthetic
@@ -74,8 +79,10 @@ struct TrainConfig {
   // the synthetic one; called once per run.
   std::function<std::unique_ptr<Dataset>()> make_dataset;
 
-  int64_t accum_steps() const { return micro_batch > 0 ? batch / micro_batch : 1; }
-  int64_t micro_batch_size() const { return micro_batch > 0 ? micro_batch : batch; }
+  int world_size() const;  // 1 without a communicator
+  int64_t local_batch() const { return batch / world_size(); }  // this rank's slice
+  int64_t accum_steps() const { return micro_batch > 0 ? local_batch() / micro_batch : 1; }
+  int64_t micro_batch_size() const { return micro_batch > 0 ? micro_batch : local_batch(); }
 };
 
 struct TrainResult {
@@ -87,6 +94,7 @@ struct TrainResult {
   double seconds = 0.0;
   std::vector<double> step_ms;      // wall time of each step
   int64_t gradient_syncs = 0;
+  int64_t gradient_bytes = 0;  // sent into gradient all-reduces by this rank (0 in one process)
   std::vector<float> final_weights;  // every master, flattened, for tests
   int64_t rollbacks = 0;             // conditions that fired (each restored the last good state)
   ScalerState final_scaler;          // the state at the end (after a stopping rollback: the restored one)

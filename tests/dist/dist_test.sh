@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Data parallelism over MPI, as a user runs it: `mpirun -np 2 belay train --dist mpi` against
+# one process with the whole batch.
+#   usage: dist_test.sh path/to/belay path/to/compare_checkpoints HAVE_MPI(ON|OFF)
+# Exit 77 (CTest: skipped) with a message when belay was built without MPI or mpirun is absent.
+#
+# The bound, stated before any run: fp32 weights (and AdamW moments) within 1e-5 absolute
+# after 20 steps. Why it holds: the two runs differ only in how the batch mean of the
+# gradient is summed (one sum of 32 rows vs two sums of 16 rows averaged), a few FP32
+# roundings, relative ~ n * 2^-24 ~ 2e-6 of the gradient; AdamW moves a weight by at most
+# lr (0.01) per step, and a relative change d of the gradient changes that move by ~ d *
+# lr, so 20 steps give ~ 20 * 0.01 * 2e-6 = 4e-7: 1e-5 leaves a margin of 25 yet is far
+# below what one wrong step (1e-2) or a missing average (a step twice too long) would do.
+set -u
+belay=$1
+compare=$2
+have_mpi=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+
+# expect_error NAME ARGS...: exit 2, one line on stderr naming the problem (any build).
+expect_error() {
+  local name=$1
+  shift
+  "$belay" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q '^belay: error: ' "$tmp/err"; then
+    pass "$name: $(cat "$tmp/err")"
+  else
+    fail "$name: exit $rc, $(cat "$tmp/err")"
+  fi
+}
+expect_error "unknown --dist" train --dist tcp --steps 1
+expect_error "--dist nccl" train --dist nccl --steps 1
+expect_error "--inject-rank beyond one process" train --inject-rank 1 --inject-inf 0 --steps 1
+
+if [ "$have_mpi" != "ON" ]; then
+  # The build without MPI still says what to do, on one line, exit 2.
+  "$belay" train --dist mpi --steps 1 >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q 'built without MPI' "$tmp/err"; then
+    pass "--dist mpi without MPI built in: $(cat "$tmp/err")"
+  else
+    fail "--dist mpi without MPI: exit $rc, $(cat "$tmp/err")"
+  fi
+  [ $fails -eq 0 ] || exit 1
+  echo "skipped: belay was built without MPI (install openmpi-bin libopenmpi-dev: third_party/install_deps.sh)"
+  exit 77
+fi
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "skipped: mpirun not found (install openmpi-bin: third_party/install_deps.sh)"
+  exit 77
+fi
+
+# Root in CI containers, more ranks than cores on a small machine; no ptrace-based single
+# copy between processes (containers often forbid it; shared memory copies work everywhere).
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# OpenMPI keeps allocations from MPI_Init until exit: under the sanitizer build that is not
+# belay's leak (the single-process runs below keep leak detection on).
+mpi() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+  mpirun --allow-run-as-root --oversubscribe -np "$@"; }
+
+# The columns that must be identical: step, lr, skipped, skip_reason, scaler_scale.
+belt_columns() { cut -d, -f1,2,6,7,8 "$1"; }
+
+# run NAME ARGS...: one process and two ranks with the same effective batch, each writing a
+# CSV and a checkpoint under $tmp/NAME.{one,two}.*; the two ranks also get "${two_only[@]}".
+two_only=()
+run_pair() {
+  local name=$1
+  shift
+  "$belay" train --quiet --csv "$tmp/$name.one.csv" --checkpoint "$tmp/$name.one.ckpt" "$@" \
+    >"$tmp/$name.one.out" 2>&1 || { fail "$name: one process failed: $(cat "$tmp/$name.one.out")"; return 1; }
+  mpi 2 "$belay" train --dist mpi --csv "$tmp/$name.two.csv" --checkpoint "$tmp/$name.two.ckpt" "$@" "${two_only[@]}" \
+    >"$tmp/$name.two.out" 2>&1 || { fail "$name: two ranks failed: $(cat "$tmp/$name.two.out")"; return 1; }
+  return 0
+}
+
+# 1. fp32, clipping active (the agreed norm decides it): 2 ranks x 16 rows vs 1 x 32 rows.
+fp32=(--dtype fp32 --steps 20 --batch 32 --seed 3 --clip 0.5)
+if run_pair fp32 "${fp32[@]}"; then
+  grep '^dist mpi: 2 ranks' "$tmp/fp32.two.out" | sed 's/^/     /'
+  if "$compare" "$tmp/fp32.one.ckpt" "$tmp/fp32.two.ckpt" 1e-5 >"$tmp/cmp" 2>&1; then
+    pass "fp32: 2 ranks = 1 process, weights within 1e-5"
+  else
+    fail "fp32: 2 ranks vs 1 process"
+  fi
+  sed 's/^/     /' "$tmp/cmp"
+  if diff <(belt_columns "$tmp/fp32.one.csv") <(belt_columns "$tmp/fp32.two.csv") >/dev/null; then
+    pass "fp32: CSV step/lr/skip/scale columns identical"
+  else
+    fail "fp32: CSV columns differ"
+  fi
+  # The pre-clip norm and the loss (the mean over ranks) of every step within 1e-5 relative
+  # of one process's: AdamW barely notices a gradient twice too long, the norm does.
+  worst=$(paste -d, "$tmp/fp32.one.csv" "$tmp/fp32.two.csv" | awk -F, 'NR > 1 {
+      for (c = 3; c <= 5; c += 2) { d = ($c - $(c + 8)) / $c; if (d < 0) d = -d; if (d > w) w = d } }
+      END { printf "%.3g", w }')
+  awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' && pass "fp32: norm and loss columns within 1e-5 relative (worst $worst)" ||
+    fail "fp32: norm or loss columns differ by $worst relative"
+  # Rank 0 writes the log alone: one header and 20 rows, not two runs interleaved.
+  [ "$(wc -l <"$tmp/fp32.two.csv")" -eq 21 ] && pass "fp32: one CSV of 21 lines from rank 0" ||
+    fail "fp32: CSV has $(wc -l <"$tmp/fp32.two.csv") lines"
+  # 20 effective steps: 20 all-reduces per rank, not one per micro-batch.
+  grep -q '^dist mpi: 2 ranks; per rank 20 gradient all-reduces' "$tmp/fp32.two.out" &&
+    pass "fp32: 20 gradient all-reduces per rank" || fail "fp32: sync count: $(grep '^dist' "$tmp/fp32.two.out")"
+fi
+
+# 2. Accumulation with ranks: 2 micro-batches x 2 ranks vs 4 micro-batches x 1 process.
+# SGD without clipping, whose step is proportional to the gradient: a sum instead of an
+# average would show (AdamW and clipping both hide a gradient twice too long).
+if run_pair accum --dtype fp32 --steps 20 --batch 32 --seed 3 --micro-batch 8 --optimizer sgd --lr 0.05; then
+  "$compare" "$tmp/accum.one.ckpt" "$tmp/accum.two.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+    pass "accum: 2 x 8 x 2 ranks = 4 x 8 x 1 process, weights within 1e-5" || { fail "accum"; cat "$tmp/cmp"; }
+  grep -q '(2 x 8 x 2 ranks)' "$tmp/accum.two.out" && pass "accum: banner says 2 x 8 x 2 ranks" ||
+    fail "accum: banner: $(head -1 "$tmp/accum.two.out")"
+fi
+
+# 3. fp16 with dynamic loss scaling: a spike overflows the scaled gradient (a real skip, not
+# a planted one) and a short growth interval makes the scale move: the same skipped steps
+# and the same scale sequence.
+fp16=(--dtype fp16 --steps 20 --batch 32 --seed 5 --growth-interval 3 --spike 9:1e4)
+if run_pair fp16 "${fp16[@]}"; then
+  skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16.one.csv" | tr '\n' ' ')
+  if [ -n "$skips" ] && diff <(belt_columns "$tmp/fp16.one.csv") <(belt_columns "$tmp/fp16.two.csv") >/dev/null; then
+    pass "fp16: the same skipped steps ($skips) and scale sequence ($(cut -d, -f8 "$tmp/fp16.two.csv" | tail -n +2 | uniq | tr '\n' ' '))"
+  else
+    fail "fp16: skips '$skips', or the belt columns differ"
+    diff <(belt_columns "$tmp/fp16.one.csv") <(belt_columns "$tmp/fp16.two.csv") | head
+  fi
+fi
+
+# 3b. fp16 with accumulation and a scale that grows every 3 steps until the gradient
+# overflows by itself: 2 micro-batches x 2 ranks vs 4 x 1 process. Each backward is divided
+# by accumulation x world size before the all-reduce sums, so every micro-batch computes the
+# same FP16 numbers on 1 or 2 ranks and overflows at the same scale. The weights: the same
+# bound as FP32 (the runs differ only in the FP32 sums of the micro-batches' gradients).
+fp16acc=(--dtype fp16 --steps 20 --batch 32 --seed 3 --micro-batch 8 --growth-interval 3)
+if run_pair fp16acc "${fp16acc[@]}"; then
+  skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16acc.one.csv" | tr '\n' ' ')
+  if [ -n "$skips" ] && diff <(belt_columns "$tmp/fp16acc.one.csv") <(belt_columns "$tmp/fp16acc.two.csv") >/dev/null; then
+    pass "fp16 accum: the same overflow skips ($skips) and scale sequence on 2 x 2 ranks as 4 x 1"
+  else
+    fail "fp16 accum: skips '$skips', or the belt columns differ"
+  fi
+  "$compare" "$tmp/fp16acc.one.ckpt" "$tmp/fp16acc.two.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+    pass "fp16 accum: weights within 1e-5" || { fail "fp16 accum: weights"; cat "$tmp/cmp"; }
+
+  # Resume across world sizes: stop at step 10 on 2 ranks, finish on 1 process, and the
+  # other way; both must end as the 20 steps of one process did (fp16acc.one.*).
+  mpi 2 "$belay" train --dist mpi "${fp16acc[@]}" --stop-at 10 --checkpoint "$tmp/r21.ckpt" --csv "$tmp/r21.csv" \
+    --quiet >"$tmp/out" 2>&1 &&
+    "$belay" train "${fp16acc[@]}" --resume "$tmp/r21.ckpt" --checkpoint "$tmp/r21.ckpt" --csv "$tmp/r21.csv" \
+      --quiet >>"$tmp/out" 2>&1 || fail "resume 2 -> 1 ranks: $(cat "$tmp/out")"
+  "$belay" train "${fp16acc[@]}" --stop-at 10 --checkpoint "$tmp/r12.ckpt" --csv "$tmp/r12.csv" --quiet >"$tmp/out" 2>&1 &&
+    mpi 2 "$belay" train --dist mpi "${fp16acc[@]}" --resume "$tmp/r12.ckpt" --checkpoint "$tmp/r12.ckpt" \
+      --csv "$tmp/r12.csv" --quiet >>"$tmp/out" 2>&1 || fail "resume 1 -> 2 ranks: $(cat "$tmp/out")"
+  for r in r21 r12; do
+    if "$compare" "$tmp/fp16acc.one.ckpt" "$tmp/$r.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+      diff <(belt_columns "$tmp/fp16acc.one.csv") <(belt_columns "$tmp/$r.csv") >/dev/null; then
+      pass "resume $r (ranks before -> after step 10): the CSV's belt columns and the weights of one 20-step run"
+    else
+      fail "resume $r"
+      cat "$tmp/cmp"
+    fi
+  done
+fi
+
+# 4. An inf planted on rank 1 only, after the all-reduce: only the agreement of the belts
+# tells rank 0. Both must skip step 5 and back off; a checkpoint every step checks (by an
+# all-reduced checksum of the masters and the scaler state) that the ranks agree after every
+# step, and the run matches one process with the inf planted at step 5.
+inj=(--dtype fp16 --steps 12 --batch 32 --seed 7 --inject-inf 5)
+two_only=(--inject-rank 1)
+if run_pair inject "${inj[@]}" --checkpoint-every 1; then
+  row=$(awk -F, '$1 == 5' "$tmp/inject.two.csv")
+  case "$row" in
+    *,1,nonfinite_grad,32768) pass "inject: rank 1 alone planted an inf at step 5, the run skipped it: $row" ;;
+    *) fail "inject: row 5 is '$row'" ;;
+  esac
+  diff <(belt_columns "$tmp/inject.one.csv") <(belt_columns "$tmp/inject.two.csv") >/dev/null &&
+    pass "inject: the skip and scale columns match one process with the same inf" || fail "inject: columns differ"
+  "$compare" "$tmp/inject.one.ckpt" "$tmp/inject.two.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+    pass "inject: scaler state equal, weights within 1e-5 of one process" || { fail "inject: state"; cat "$tmp/cmp"; }
+fi
+
+# 5. Usage errors stop every rank before any work, said once, exit 2.
+mpi 2 "$belay" train --dist mpi --batch 33 --steps 1 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c '^belay: error: ' "$tmp/err")" -eq 1 ] && grep -q 'not a multiple of the world size 2' "$tmp/err"; then
+  pass "batch 33 on 2 ranks: $(grep '^belay: error: ' "$tmp/err")"
+else
+  fail "batch 33 on 2 ranks: exit $rc, $(cat "$tmp/err")"
+fi
+mpi 2 "$belay" train --steps 1 --csv "$tmp/twice.csv" >"$tmp/out" 2>"$tmp/err"
+if grep -q "^belay: error: started by mpirun with 2 processes but without --dist mpi" "$tmp/err" && [ ! -e "$tmp/twice.csv" ]; then
+  pass "mpirun without --dist mpi is refused before anything is written"
+else
+  fail "mpirun without --dist: $(cat "$tmp/err")"
+fi
+mpi 2 "$belay" train --dist mpi --inject-rank 2 --steps 1 >"$tmp/out" 2>"$tmp/err"
+grep -q "^belay: error: --inject-rank 2 is not a rank" "$tmp/err" && pass "inject-rank out of range" ||
+  fail "inject-rank 2 of 2: $(cat "$tmp/err")"
+
+[ $fails -eq 0 ] && echo "dist: all passed" || echo "dist: $fails failed"
+exit $((fails > 0))
