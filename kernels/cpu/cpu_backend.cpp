@@ -142,7 +142,7 @@ struct AdamWStep {
 // memory, so a kernel reads it directly (not through Tensor::item, which counts host reads).
 float scalar_value(const Tensor& t) { return t.data_as<const float>()[0]; }
 
-// Tensors at least this large are written with non-temporal stores by AdamW.
+// Tensors at least this large get their FP16 working copy written with non-temporal stores.
 constexpr int64_t kStreamThreshold = 1 << 20;
 
 // The AdamW update of one block on the active ISA path (kernels/cpu/isa/element_blocks.cpp:

@@ -18,7 +18,7 @@ struct AdamWBlock {
   int64_t len;
   float inv_scale, clip_coef;  // effective gradient = g * inv_scale * clip_coef
   float lr, beta1, beta2, eps, bias_correction1, bias_correction2, weight_decay;
-  bool stream;  // non-temporal stores (tensors far larger than the caches)
+  bool stream;  // the working copy with non-temporal stores (tensors far larger than the caches)
 };
 
 struct ElementBlocks {
