@@ -10,10 +10,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
 #include "engine/dtype.h"
+#include "engine/tensor.h"
 
 namespace belay::test {
 
@@ -55,5 +58,14 @@ inline void check_close(const std::vector<float>& actual, const std::vector<doub
   INFO(msg.str());
   CHECK(failures == 0);
 }
+
+// The bit patterns of FP32 values (a tensor's widened exactly), for the checks that must hold
+// bit for bit: the zero tolerance.
+inline std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  if (!v.empty()) std::memcpy(out.data(), v.data(), v.size() * 4);
+  return out;
+}
+inline std::vector<uint32_t> bits_of(const Tensor& t) { return bits_of(t.to_vector()); }
 
 }  // namespace belay::test

@@ -15,15 +15,9 @@
 #include "tolerance.h"
 
 using namespace belay;
+using belay::test::bits_of;
 
 namespace {
-
-std::vector<uint32_t> bits_of(const Tensor& t) {
-  const Tensor c = t.to(DType::F32);
-  std::vector<uint32_t> out(static_cast<size_t>(c.numel()));
-  std::memcpy(out.data(), c.data(), out.size() * 4);
-  return out;
-}
 
 // A Linear(16 -> 4) whose gradients are large enough that a bound of 0.05 clamps some
 // elements and not others.

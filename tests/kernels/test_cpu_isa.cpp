@@ -25,6 +25,7 @@
 #include "tests/tolerance.h"
 
 using namespace belay;
+using belay::test::bits_of;
 using belay::test::GemmCase;
 
 namespace {
@@ -71,13 +72,6 @@ void gemm_suite(CpuIsa isa) {
   }
 }
 
-std::vector<uint32_t> bits(const Tensor& t) {
-  const std::vector<float> v = t.to_vector();
-  std::vector<uint32_t> out(v.size());
-  std::memcpy(out.data(), v.data(), v.size() * 4);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("cpu isa baseline: gemm against the FP64 reference, odd shapes, all layouts", "[kernels][cpu][isa]") {
@@ -121,12 +115,12 @@ TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernel
   };
   const Tensor c_base = through_backend(CpuIsa::Baseline), c_best = through_backend(best);
   // The backend runs the forced path: bit for bit what that path gives called directly.
-  CHECK(bits(c_base) == bits(direct(CpuIsa::Baseline)));
-  CHECK(bits(c_best) == bits(direct(best)));
+  CHECK(bits_of(c_base) == bits_of(direct(CpuIsa::Baseline)));
+  CHECK(bits_of(c_best) == bits_of(direct(best)));
   // The paths are different code (FMA vs separate multiply and add, other blockings), so
   // over K = 1000 some bits differ; equal bits everywhere would mean the linker merged the
   // copies into one (the failure shared/TOOLCHAIN.md describes).
-  const std::vector<uint32_t> p = bits(c_base), q = bits(c_best);
+  const std::vector<uint32_t> p = bits_of(c_base), q = bits_of(c_best);
   size_t differing = 0;
   for (size_t i = 0; i < p.size(); ++i) differing += p[i] != q[i];
   INFO("baseline vs " << cpu_isa_name(best) << ": " << differing << " of " << p.size() << " elements differ in bits");
@@ -175,12 +169,6 @@ TEST_CASE("cpu isa: unknown names and paths the CPU lacks are UsageErrors", "[ke
 
 namespace {
 
-std::vector<uint32_t> float_bits(const std::vector<float>& v) {
-  std::vector<uint32_t> out(v.size());
-  std::memcpy(out.data(), v.data(), v.size() * 4);
-  return out;
-}
-
 // Inputs for the element kernels: ordinary values over many binades, and the specials.
 std::vector<float> element_inputs(int64_t n, uint64_t seed) {
   Rng rng(seed);
@@ -206,10 +194,10 @@ void element_suite(CpuIsa isa) {
   std::vector<float> wb(all.size()), ww(all.size());
   base.f16_to_f32(all.data(), wb.data(), 65536);
   wide.f16_to_f32(all.data(), ww.data(), 65536);
-  CHECK(float_bits(wb) == float_bits(ww));
+  CHECK(bits_of(wb) == bits_of(ww));
   base.bf16_to_f32(all.data(), wb.data(), 65536);
   wide.bf16_to_f32(all.data(), ww.data(), 65536);
-  CHECK(float_bits(wb) == float_bits(ww));
+  CHECK(bits_of(wb) == bits_of(ww));
   // FP32 narrowed, odd lengths (vector bodies and scalar tails).
   for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
     INFO("n = " << n);
@@ -226,7 +214,7 @@ void element_suite(CpuIsa isa) {
     for (const float inv : {0.5f, 1e10f, 3.1e-5f}) {
       const int bad_b = base.unscale(x.data(), rb.data(), n, inv), bad_w = wide.unscale(x.data(), rw.data(), n, inv);
       CHECK(bad_b == bad_w);
-      CHECK(float_bits(rb) == float_bits(rw));
+      CHECK(bits_of(rb) == bits_of(rw));
     }
     // AdamW: master, moments and the FP16 working copy, plain and non-temporal stores.
     for (const bool stream : {false, true}) {
@@ -253,11 +241,11 @@ void element_suite(CpuIsa isa) {
       run(base, pb, mb, vb, w_b);
       run(wide, pw, mw, vw, w_w);
       INFO("stream " << stream);
-      CHECK(float_bits(pb) == float_bits(pw));
-      CHECK(float_bits(mb) == float_bits(mw));
-      CHECK(float_bits(vb) == float_bits(vw));
+      CHECK(bits_of(pb) == bits_of(pw));
+      CHECK(bits_of(mb) == bits_of(mw));
+      CHECK(bits_of(vb) == bits_of(vw));
       CHECK(w_b == w_w);
-      CHECK(float_bits(pb) != float_bits(p0));  // the update did something
+      CHECK(bits_of(pb) != bits_of(p0));  // the update did something
     }
   }
 }
@@ -286,7 +274,7 @@ TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count"
     args.trans_b = true;
     args.c = &c;
     cpu_gemm_on(active_cpu_isa(), args);
-    return bits(c);
+    return bits_of(c);
   };
   const std::vector<uint32_t> one = product(1), two = product(2), three = product(3);
   omp_set_num_threads(saved);
