@@ -4,6 +4,9 @@
 #ifdef BELAY_HAVE_MPI
 #include "amp/mpi_communicator.h"
 #endif
+#ifdef BELAY_HAVE_NCCL
+#include "amp/nccl_communicator.h"
+#endif
 
 namespace belay {
 
@@ -18,8 +21,20 @@ std::unique_ptr<Communicator> make_communicator(const std::string& name) {
         "(third_party/install_deps.sh) and rebuild");
 #endif
   }
-  if (name == "nccl") throw UsageError("--dist nccl is not implemented yet: use --dist mpi (CPU)");
-  throw UsageError("unknown --dist '" + name + "': use local or mpi");
+  if (name == "nccl") {
+#ifdef BELAY_HAVE_NCCL
+    return std::make_unique<NcclCommunicator>();
+#else
+    // NCCL needs the CUDA backend (GPU tensors) and MPI (to start: the unique id goes over it).
+    throw UsageError(std::string("--dist nccl: this belay was built without NCCL (it needs ") +
+#ifndef BELAY_HAVE_MPI
+                     "MPI: openmpi-bin and libopenmpi-dev, " +
+#endif
+                     "the CUDA backend, and nccl.h and libnccl from the CUDA toolkit); use --dist mpi on the CPU, "
+                     "or rebuild with CUDA on a machine that has them");
+#endif
+  }
+  throw UsageError("unknown --dist '" + name + "': use local, mpi or nccl");
 }
 
 }  // namespace belay

@@ -1,16 +1,18 @@
-// Internal for now (only the single-process communicator exists).
 // The seam where data parallelism plugs in: gradients are all-reduced once per effective
-// step, after the last micro-batch (never per micro-batch), and the safety belts' decisions
-// (found_inf, the non-finite-loss flag, the norm) are agreed across ranks before anything
-// acts on them, so every rank skips, clips and scales identically. The single-process
-// communicator does nothing but count the calls; MpiCommunicator (amp/mpi_communicator.h,
-// built when CMake finds MPI) sums CPU gradient buffers with MPI_Allreduce.
+// step, during and after the last micro-batch's backward (never on the earlier ones: DDP's
+// no_sync), and the safety belts' decisions (found_inf, the non-finite-loss flag, the norm)
+// are agreed across ranks before anything acts on them, so every rank skips, clips and
+// scales identically. The single-process communicator does nothing but count the calls;
+// BucketedCommunicator (amp/bucketed_communicator.h) sends the gradients in buckets while
+// backward runs: MpiCommunicator (CPU tensors, amp/mpi_communicator.h) and
+// NcclCommunicator (GPU tensors, amp/nccl_communicator.h), each built when CMake finds it.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "autograd/graph.h"
 #include "engine/tensor.h"
 
 namespace belay {
@@ -20,10 +22,26 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int world_size() const = 0;
   virtual int rank() const = 0;
-  virtual std::string name() const = 0;  // "local", "mpi"
-  // Sums every gradient buffer across ranks, in place. SafeStep has already divided each
-  // rank's backward by the world size, so the sum is the average over the whole batch.
+  virtual std::string name() const = 0;  // "local", "mpi", "nccl"
+  // Sums every gradient buffer across ranks, in place, and returns when they hold the sum.
+  // SafeStep has already divided each rank's backward by the world size, so the sum is the
+  // average over the whole batch.
   virtual void all_reduce_gradients(const std::vector<Tensor*>& grads) = 0;
+
+  // The same, spread over the last micro-batch's backward (SafeStep makes the three calls):
+  // begin before it with the parameters, leaf_done from backward's hook as each gradient
+  // becomes final, finish after it. What this base does: everything in finish, in one call.
+  // hooks_backward() says whether leaf_done does anything (SafeStep hooks backward then).
+  virtual bool hooks_backward() const { return false; }
+  virtual void begin_gradient_sync(const std::vector<Var>& params) { sync_params_ = &params; }
+  virtual void leaf_done(Node& /*leaf*/) {}
+  virtual void finish_gradient_sync() {
+    std::vector<Tensor*> grads;
+    for (const Var& p : *sync_params_)
+      if (p.grad().defined()) grads.push_back(&p.node()->grad);
+    all_reduce_gradients(grads);
+  }
+
   // The belts' decision, made collectively right after the guard (one-element FP32 tensors,
   // updated in place): found_inf and nonfinite_loss become their maximum over ranks, and the
   // norm becomes sqrt(sum over ranks of norm^2 / world_size). Every rank holds the whole
@@ -43,14 +61,36 @@ class Communicator {
   // simply returned would leave its peers waiting in a collective.
   virtual void abort(int exit_code) { (void)exit_code; }
 
-  int64_t gradient_syncs() const { return gradient_syncs_; }
+  // The gradient buckets' size (`--bucket-mb`), in bytes of FP32 gradient; 0: one bucket.
+  void set_bucket_bytes(size_t bytes) { bucket_bytes_ = bytes; }
+  size_t bucket_bytes() const { return bucket_bytes_; }
+  // How long a rank waits for its peers in any collective before it stops them all with an
+  // error (`--dist-timeout`): a rank that died or hangs must not hang the run forever.
+  void set_timeout_seconds(double seconds) { timeout_seconds_ = seconds; }
+  double timeout_seconds() const { return timeout_seconds_; }
+
+  int64_t gradient_syncs() const { return gradient_syncs_; }    // effective steps synced
+  int64_t gradient_buckets() const { return gradient_buckets_; }  // bucket all-reduces started
+  // Buckets started while backward still ran (the rest start when it has ended).
+  int64_t buckets_during_backward() const { return buckets_during_backward_; }
   int64_t gradient_bytes() const { return gradient_bytes_; }  // sent into all-reduces, this rank
   int64_t agreements() const { return agreements_; }          // small collectives of the belts
+  // Host wall time inside the gradient sync (packing, starting, waiting, unpacking), and the
+  // part of it spent waiting for the reduction to complete. The belts' collectives are not in it.
+  double gradient_sync_seconds() const { return gradient_sync_seconds_; }
+  double gradient_wait_seconds() const { return gradient_wait_seconds_; }
 
  protected:
+  const std::vector<Var>* sync_params_ = nullptr;
+  size_t bucket_bytes_ = size_t{25} << 20;
+  double timeout_seconds_ = 300.0;
   int64_t gradient_syncs_ = 0;
+  int64_t gradient_buckets_ = 0;
+  int64_t buckets_during_backward_ = 0;
   int64_t gradient_bytes_ = 0;
   int64_t agreements_ = 0;
+  double gradient_sync_seconds_ = 0.0;
+  double gradient_wait_seconds_ = 0.0;
 };
 
 class LocalCommunicator final : public Communicator {
@@ -61,8 +101,8 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_gradients(const std::vector<Tensor*>&) override { ++gradient_syncs_; }
 };
 
-// `--dist NAME`: "local" (one process) or "mpi" (started by mpirun; rank and world size
-// from the launcher). Throws UsageError for an unknown name or one this build lacks.
+// `--dist NAME`: "local" (one process), "mpi" or "nccl" (started by mpirun; rank and world
+// size from the launcher). Throws UsageError for an unknown name or one this build lacks.
 std::unique_ptr<Communicator> make_communicator(const std::string& name);
 
 }  // namespace belay

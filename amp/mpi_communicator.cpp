@@ -1,9 +1,10 @@
 #include "amp/mpi_communicator.h"
 
-#include <mpi.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "engine/dtype.h"
 #include "engine/error.h"
@@ -12,13 +13,21 @@ namespace belay {
 
 namespace {
 void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw Error(std::string("MPI: ") + what + " failed (error " + std::to_string(rc) + ")");
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING] = {0};
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    throw Error(std::string("MPI: ") + what + " failed: " + text);
+  }
 }
-// MPI reads and writes host memory: the CUDA path needs NCCL (not done yet).
+// MPI reads and writes host memory: GPU tensors go through --dist nccl.
 void require_cpu(const Tensor& t, const char* what) {
   if (t.device() != Device::cpu())
     throw UsageError(std::string("--dist mpi works on CPU tensors; ") + what + " is on " + t.device().str() +
-                     " (NCCL for GPUs is not done yet)");
+                     " (use --dist nccl for GPUs)");
+}
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 }  // namespace
 
@@ -29,6 +38,9 @@ MpiCommunicator::MpiCommunicator() {
     check(MPI_Init(nullptr, nullptr), "MPI_Init");
     owns_mpi_ = true;
   }
+  // Errors come back as codes (check() turns them into belay errors) instead of MPI's
+  // default of aborting the job with its own message.
+  check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size");
 }
@@ -39,42 +51,108 @@ MpiCommunicator::~MpiCommunicator() {
   if (owns_mpi_ && !finalised) MPI_Finalize();
 }
 
-// Pack every gradient into one FP32 buffer (low-precision buffers widened exactly), sum
-// across ranks, and write back (rounded once to the buffer's dtype). Each rank's gradients
-// are already divided by the world size (SafeStep), so the sum is the whole batch's mean;
-// summing in FP32 matches what one process does with an FP32 gradient buffer.
-void MpiCommunicator::all_reduce_gradients(const std::vector<Tensor*>& grads) {
+void MpiCommunicator::check_deadline(std::chrono::steady_clock::time_point since, const char* what) const {
+  if (seconds_since(since) <= timeout_seconds_) return;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", timeout_seconds_);
+  throw Error(std::string("no answer from the other ranks for ") + secs + " s in " + what +
+              ": a rank has died or hangs; stopping every rank (--dist-timeout " + secs + ")");
+}
+
+// Spin first (a small reduction between processes on one machine completes within
+// microseconds), then yield, then sleep briefly: on a machine with fewer cores than ranks
+// the peer may need this core to make the progress this rank waits for.
+void MpiCommunicator::wait(MPI_Request* requests, int count, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
+    if (done) return;
+    if (polls < 2000) continue;
+    check_deadline(t0, what);
+    if (polls < 20000)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void MpiCommunicator::all_reduce_host(void* buffer, int count, MPI_Datatype type, MPI_Op op, const char* what) {
+  MPI_Request request;
+  check(MPI_Iallreduce(MPI_IN_PLACE, buffer, count, type, op, MPI_COMM_WORLD, &request), what);
+  wait(&request, 1, what);
+}
+
+// Pack the bucket's gradients into its FP32 buffer (low-precision buffers widened exactly)
+// and start summing it across ranks. Each rank's gradients are already divided by the world
+// size (SafeStep), so the sum is the whole batch's mean; summing in FP32 matches what one
+// process does with an FP32 gradient buffer.
+void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
+  if (flights_.size() < buckets_.size()) flights_.resize(buckets_.size());
+  Flight& f = flights_[index];
   size_t total = 0;
-  for (const Tensor* g : grads) {
+  for (const Tensor* g : bucket.grads) {
     require_cpu(*g, "a gradient");
     total += static_cast<size_t>(g->numel());
   }
-  flat_.resize(total);
+  f.staging.resize(total);
   size_t at = 0;
-  for (const Tensor* g : grads) {
+  for (const Tensor* g : bucket.grads) {
     const size_t n = static_cast<size_t>(g->numel());
     if (g->dtype() == DType::F32) {
-      std::memcpy(flat_.data() + at, g->data(), n * sizeof(float));
+      std::memcpy(f.staging.data() + at, g->data(), n * sizeof(float));
     } else {
-      for (size_t i = 0; i < n; ++i) flat_[at + i] = load_as_f32(g->data(), g->dtype(), i);
+      for (size_t i = 0; i < n; ++i) f.staging[at + i] = load_as_f32(g->data(), g->dtype(), i);
     }
     at += n;
   }
-  // MPI counts are int: one call per 2^30 elements at most.
+  f.requests.clear();
+  f.done = false;
   const size_t chunk = size_t{1} << 30;
   for (size_t off = 0; off < total; off += chunk) {
     const int count = static_cast<int>(std::min(chunk, total - off));
-    check(MPI_Allreduce(MPI_IN_PLACE, flat_.data() + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-          "MPI_Allreduce of the gradients");
+    f.requests.emplace_back();
+    check(MPI_Iallreduce(MPI_IN_PLACE, f.staging.data() + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                         &f.requests.back()),
+          "MPI_Iallreduce of a gradient bucket");
   }
-  at = 0;
-  for (Tensor* g : grads) {
-    const size_t n = static_cast<size_t>(g->numel());
-    for (size_t i = 0; i < n; ++i) store_from_f32(g->data(), g->dtype(), i, flat_[at + i]);
-    at += n;
+}
+
+// Nudges every reduction in flight (OpenMPI moves a non-blocking collective only inside MPI calls).
+void MpiCommunicator::progress() {
+  for (size_t b = 0; b < flights_.size() && b < buckets_.size(); ++b) {
+    Flight& f = flights_[b];
+    if (!buckets_[b].started || f.done || f.requests.empty()) continue;
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(f.requests.size()), f.requests.data(), &done, MPI_STATUSES_IGNORE),
+          "MPI_Testall of a gradient bucket");
+    f.done = done != 0;
   }
-  ++gradient_syncs_;
-  gradient_bytes_ += static_cast<int64_t>(total * sizeof(float));
+}
+
+// In bucket order: wait for bucket k, write it back (rounded once to the buffer's dtype)
+// while the later buckets still travel.
+void MpiCommunicator::complete_buckets(std::vector<Bucket>& buckets) {
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!buckets[b].started) throw Error("complete_buckets: bucket " + std::to_string(b) + " was never started");
+    Flight& f = flights_[b];
+    if (!f.done) {
+      const auto t0 = std::chrono::steady_clock::now();
+      wait(f.requests.data(), static_cast<int>(f.requests.size()), "the gradient all-reduce");
+      gradient_wait_seconds_ += seconds_since(t0);
+      f.done = true;
+    }
+    size_t at = 0;
+    for (Tensor* g : buckets[b].grads) {
+      const size_t n = static_cast<size_t>(g->numel());
+      if (g->dtype() == DType::F32) {
+        std::memcpy(g->data(), f.staging.data() + at, n * sizeof(float));
+      } else {
+        for (size_t i = 0; i < n; ++i) store_from_f32(g->data(), g->dtype(), i, f.staging[at + i]);
+      }
+      at += n;
+    }
+  }
 }
 
 void MpiCommunicator::agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) {
@@ -83,11 +161,11 @@ void MpiCommunicator::agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, 
     if (t->dtype() != DType::F32 || t->numel() != 1) throw Error("agree_on_guard: needs one-element FP32 tensors");
   }
   float flags[2] = {*found_inf.data_as<float>(), *nonfinite_loss.data_as<float>()};
-  check(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce of found_inf");
+  all_reduce_host(flags, 2, MPI_FLOAT, MPI_MAX, "the agreement on found_inf");
   // A NaN norm must survive the sum: MPI_SUM on doubles propagates NaN and inf as + does.
   const double local = static_cast<double>(*norm.data_as<float>());
   double sum_sq = local * local;  // exact: a float's square fits in a double
-  check(MPI_Allreduce(MPI_IN_PLACE, &sum_sq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce of the norm");
+  all_reduce_host(&sum_sq, 1, MPI_DOUBLE, MPI_SUM, "the agreement on the gradient norm");
   *found_inf.data_as<float>() = flags[0];
   *nonfinite_loss.data_as<float>() = flags[1];
   *norm.data_as<float>() = static_cast<float>(std::sqrt(sum_sq / world_size_));
@@ -98,23 +176,22 @@ void MpiCommunicator::average_loss(Tensor& loss) {
   require_cpu(loss, "the loss");
   if (loss.dtype() != DType::F32 || loss.numel() != 1) throw Error("average_loss: needs a one-element FP32 tensor");
   float v = *loss.data_as<float>();
-  check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce of the loss");
+  all_reduce_host(&v, 1, MPI_FLOAT, MPI_SUM, "the all-reduce of the loss");
   *loss.data_as<float>() = v / static_cast<float>(world_size_);
   ++agreements_;
 }
 
 int MpiCommunicator::max_over_ranks(int value) {
-  check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce of a flag");
+  all_reduce_host(&value, 1, MPI_INT, MPI_MAX, "the all-reduce of the stop flag");
   ++agreements_;
   return value;
 }
 
 bool MpiCommunicator::replicas_agree(uint64_t checksum) {
-  uint64_t lo = checksum, hi = checksum;
-  check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce of a checksum");
-  check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce of a checksum");
-  agreements_ += 2;
-  return lo == hi;
+  uint64_t lo_hi[2] = {checksum, ~checksum};  // min of the value and of its complement: one call
+  all_reduce_host(lo_hi, 2, MPI_UINT64_T, MPI_MIN, "the all-reduce of the replicas' checksum");
+  ++agreements_;
+  return lo_hi[0] == checksum && lo_hi[1] == ~checksum;
 }
 
 void MpiCommunicator::abort(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code); }

@@ -76,9 +76,16 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
       Var loss = loss_fn(k);
       scaler_.check_loss(opt_, loss.value());
       be.accumulate(loss_mean, loss.value(), per_micro_batch, nullptr);
-      loss.backward(scaler_.loss_seed_tensor(), backward_factor);
+      // The gradient sync belongs to the last micro-batch alone (DDP's no_sync on the others):
+      // its buckets start from backward's hook as their gradients become final.
+      const bool last = k == options_.accum_steps - 1;
+      if (last) comm_->begin_gradient_sync(opt_.params());
+      if (last && comm_->hooks_backward())
+        loss.backward(scaler_.loss_seed_tensor(), backward_factor, [this](Node& leaf) { comm_->leaf_done(leaf); });
+      else
+        loss.backward(scaler_.loss_seed_tensor(), backward_factor);
     }
-    comm_->all_reduce_gradients(opt_.mutable_grads());  // once, after the last micro-batch
+    comm_->finish_gradient_sync();  // once per effective step: every gradient holds the sum
     if (comm_->world_size() > 1) comm_->average_loss(loss_mean);  // the log's loss: the whole batch's
     if (after_backward) after_backward(step, opt_);
   } catch (...) {

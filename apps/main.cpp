@@ -96,7 +96,15 @@ int main(int argc, char** argv) {
   train->add_flag("--unfused", unfused, "PyTorch's order in separate passes (unscale_, clip_grad_norm_, step)");
   train->add_option("--inject-inf", inject, "plant an inf in a gradient at STEP (repeatable)");
   train->add_option("--inject-rank", tc.inject_rank, "with --dist: plant --inject-inf on this rank only (default: every rank)");
-  train->add_option("--dist", dist, "local | mpi (one process per rank, started by mpirun -np N)")->capture_default_str();
+  train->add_option("--dist", dist,
+                    "local | mpi (CPU) | nccl (GPU): one process per rank, started by mpirun -np N")->capture_default_str();
+  double bucket_mb = 25.0, dist_timeout = 300.0;
+  train->add_option("--bucket-mb", bucket_mb,
+                    "with --dist: gradients travel in buckets of about this many MB (FP32), each started while "
+                    "backward still runs; 0: one bucket")->capture_default_str();
+  train->add_option("--dist-timeout", dist_timeout,
+                    "with --dist: seconds a rank waits for its peers in a collective before it stops every rank "
+                    "with an error (a rank died or hangs)")->capture_default_str();
   train->add_option("--spike", spikes, "STEP:FACTOR multiplies that batch's targets, e.g. 12:1e8 (repeatable)");
   train->add_option("--csv", tc.csv, "per-step log: step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale");
   train->add_flag("--scaler", scaler_on, "dynamic loss scaling on (default: on for fp16 only)");
@@ -292,6 +300,12 @@ int main(int argc, char** argv) {
     if (dist != "local") {
       comm = belay::make_communicator(dist);
       tc.comm = comm.get();
+      if (!(bucket_mb >= 0.0 && bucket_mb <= 1.0e6))
+        throw belay::UsageError("--bucket-mb must be between 0 (one bucket) and 1e6, got " + std::to_string(bucket_mb));
+      if (!(dist_timeout > 0.0 && dist_timeout <= 1.0e7))
+        throw belay::UsageError("--dist-timeout must be a positive number of seconds, got " + std::to_string(dist_timeout));
+      comm->set_bucket_bytes(static_cast<size_t>(bucket_mb * 1048576.0));
+      comm->set_timeout_seconds(dist_timeout);
     } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {
       // Each process would train alone and all would write the same CSV and checkpoint.
       throw belay::UsageError(std::string("started by mpirun with ") + n +

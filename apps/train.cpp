@@ -76,10 +76,13 @@ void validate(const TrainConfig& c) {
   if (c.world_size() > 1) {
     // Anomaly mode stops one rank at its first non-finite value, leaving its peers in a collective.
     if (c.detect_anomaly) throw UsageError("--detect-anomaly is single-process only for now; drop it with --dist");
-    if (c.device != "cpu") throw UsageError("--dist mpi trains on --device cpu (NCCL for GPUs is not done yet)");
     // Its snapshots and report are per process, not yet agreed across ranks.
     if (c.rollback.enabled()) throw UsageError("--rollback-on is single-process only for now; drop it with --dist");
   }
+  if (c.comm && c.comm->name() == "mpi" && c.device != "cpu")
+    throw UsageError("--dist mpi trains on --device cpu; use --dist nccl for GPUs");
+  if (c.comm && c.comm->name() == "nccl" && c.device == "cpu")
+    throw UsageError("--dist nccl trains on GPU tensors: add --device cuda (or use --dist mpi on the CPU)");
   if (c.inject_rank >= c.world_size())
     throw UsageError("--inject-rank " + std::to_string(c.inject_rank) + " is not a rank of this run (world size " +
                      std::to_string(c.world_size()) + ")");
@@ -624,6 +627,9 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.gradient_syncs = comm.gradient_syncs();
   result.gradient_bytes = comm.gradient_bytes();
+  result.gradient_buckets = comm.gradient_buckets();
+  result.gradient_sync_seconds = comm.gradient_sync_seconds();
+  result.gradient_wait_seconds = comm.gradient_wait_seconds();
   result.scale = scale_monitor.summary();
   if (result.clipped > 0) result.mean_clip_cosine = cosine_sum / static_cast<double>(result.clipped);
   progress.finish();
@@ -647,10 +653,19 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (!c.csv.empty()) out << "; log " << c.csv;
     if (!c.checkpoint.empty()) out << "; checkpoint " << c.checkpoint;
     out << "\n";
-    if (world > 1)
+    if (world > 1 || comm.name() != "local") {
       out << "dist " << comm.name() << ": " << world << " ranks; per rank " << comm.gradient_syncs()
           << " gradient all-reduces, " << comm.gradient_bytes() << " bytes, " << comm.agreements()
           << " small collectives of the belts\n";
+      out << "dist " << comm.name() << ": " << comm.gradient_buckets() << " buckets "
+          << (comm.bucket_bytes() == 0 ? std::string("(one per step)")
+                                       : "of <= " + short_count(static_cast<double>(comm.bucket_bytes()) / 1048576.0) + " MB")
+          << " ("
+          << comm.buckets_during_backward() << " started during backward); gradient sync "
+          << short_count(comm.gradient_sync_seconds()) << " s, of which waiting " << short_count(comm.gradient_wait_seconds())
+          << " s (" << short_count(100.0 * comm.gradient_sync_seconds() / std::max(result.seconds, 1e-9))
+          << "% of the run)\n";
+    }
     if (scaler.enabled())
       out << "scale: min " << result.scale.min << ", max " << result.scale.max << ", " << result.scale.backoffs
           << " backoffs, " << result.scale.growths << " growths\n";

@@ -95,6 +95,9 @@ struct TrainResult {
   std::vector<double> step_ms;      // wall time of each step
   int64_t gradient_syncs = 0;
   int64_t gradient_bytes = 0;  // sent into gradient all-reduces by this rank (0 in one process)
+  int64_t gradient_buckets = 0;        // bucket all-reduces started by this rank
+  double gradient_sync_seconds = 0.0;  // host time in the gradient sync, this rank
+  double gradient_wait_seconds = 0.0;  // ... of which waiting for reductions to complete
   std::vector<float> final_weights;  // every master, flattened, for tests
   int64_t rollbacks = 0;             // conditions that fired (each restored the last good state)
   ScalerState final_scaler;          // the state at the end (after a stopping rollback: the restored one)

@@ -1,5 +1,6 @@
 #include "autograd/graph.h"
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/anomaly.h"
@@ -87,7 +88,7 @@ void Var::backward(float seed) const {
   backward(Tensor::full(Shape{1}, seed, DType::F32, node_->value.device()), 1.0f);
 }
 
-void Var::backward(const Tensor& seed, float multiplier) const {
+void Var::backward(const Tensor& seed, float multiplier, const std::function<void(Node&)>& on_leaf_done) const {
   if (!node_) throw Error("backward: undefined variable");
   if (node_->value.numel() != 1)
     throw Error("backward: needs a one-element (scalar) output, got " + node_->value.describe());
@@ -124,12 +125,26 @@ void Var::backward(const Tensor& seed, float multiplier) const {
   if (seed.numel() != 1) throw Error("backward: the seed must have one element, got " + seed.describe());
   Tensor root = Tensor::empty(Shape{1}, DType::F32, seed.device());
   backend_for(seed.device()).scale(seed, multiplier, root);
+  // With a hook: how many ops still have to push a gradient into each leaf. A leaf is done
+  // when the last op reading it has run (or been passed over: an op that got no gradient
+  // gives none). Counted per edge, so an op reading a leaf twice counts twice.
+  std::unordered_map<Node*, int> readers_left;
+  if (on_leaf_done)
+    for (const auto& n : order)
+      if (!n->is_leaf)
+        for (const auto& in : n->inputs)
+          if (in->is_leaf && in->requires_grad) ++readers_left[in.get()];
   accumulate_grad(*node_, root, true);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = it->get();
-    if (n->is_leaf || !n->grad.defined() || !n->backward) continue;
-    n->backward(*n);
-    if (anomaly_mode_enabled()) anomaly_check_backward(*n);
+    if (n->is_leaf) continue;
+    if (n->grad.defined() && n->backward) {
+      n->backward(*n);
+      if (anomaly_mode_enabled()) anomaly_check_backward(*n);
+    }
+    if (on_leaf_done)
+      for (const auto& in : n->inputs)
+        if (in->is_leaf && in->requires_grad && --readers_left[in.get()] == 0) on_leaf_done(*in);
     // The graph is used once (retain_graph=False): free the gradient and the edges.
     n->grad = Tensor();
     n->backward = nullptr;

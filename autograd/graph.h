@@ -68,7 +68,11 @@ class Var {
   void backward(float seed = 1.0f) const;
   // The same with the seed on the value's device, times `multiplier`: a loss scale that lives
   // in device memory seeds backward without a trip to the host.
-  void backward(const Tensor& seed, float multiplier) const;
+  // `on_leaf_done`, when given, is called once for every leaf that requires grad as soon as
+  // its gradient is final for this backward (every op that reads the leaf has pushed its
+  // gradient back), while the ops nearer the input still run: data parallelism starts a
+  // gradient bucket's all-reduce there (DDP's gradient hooks).
+  void backward(const Tensor& seed, float multiplier, const std::function<void(Node& leaf)>& on_leaf_done = {}) const;
 
  private:
   std::shared_ptr<Node> node_;
