@@ -315,7 +315,10 @@ int main(int argc, char** argv) {
   } catch (const belay::UsageError& e) {
     // The same on every rank (all read the same options and files): rank 0 says it once.
     std::cout.flush();
-    if (!comm || comm->rank() == 0) std::cerr << "belay: error: " << e.what() << "\n";
+    // Before the communicator exists (it may be what failed), the launcher's rank decides.
+    const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    const bool speaks = comm ? comm->rank() == 0 : (!launcher_rank || std::atoi(launcher_rank) == 0);
+    if (speaks) std::cerr << "belay: error: " << e.what() << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
     // What a part of belay that names its allocations did not catch.
