@@ -301,9 +301,9 @@ int main(int argc, char** argv) {
       comm = belay::make_communicator(dist);
       tc.comm = comm.get();
       if (!(bucket_mb >= 0.0 && bucket_mb <= 1.0e6))
-        throw belay::UsageError("--bucket-mb must be between 0 (one bucket) and 1e6, got " + std::to_string(bucket_mb));
+        throw belay::UsageError("--bucket-mb must be between 0 (one bucket) and 1e6, got " + CLI::detail::to_string(bucket_mb));
       if (!(dist_timeout > 0.0 && dist_timeout <= 1.0e7))
-        throw belay::UsageError("--dist-timeout must be a positive number of seconds, got " + std::to_string(dist_timeout));
+        throw belay::UsageError("--dist-timeout must be a positive number of seconds, got " + CLI::detail::to_string(dist_timeout));
       comm->set_bucket_bytes(static_cast<size_t>(bucket_mb * 1048576.0));
       comm->set_timeout_seconds(dist_timeout);
     } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {

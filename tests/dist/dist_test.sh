@@ -205,5 +205,134 @@ mpi 2 "$belay" train --dist mpi --inject-rank 2 --steps 1 >"$tmp/out" 2>"$tmp/er
 grep -q "^belay: error: --inject-rank 2 is not a rank" "$tmp/err" && pass "inject-rank out of range" ||
   fail "inject-rank 2 of 2: $(cat "$tmp/err")"
 
+
+# 6. Buckets: gradients cut into many buckets (each started from backward's hook) give the
+# same bits as one bucket per step: the bucket an element travels in does not change how it
+# is summed. An MLP of 4 layers; 0.05 MB buckets hold at most 13107 FP32 elements, so its
+# 128 x 128 weights (16384) travel alone and the step needs several buckets.
+bucket_pair() {  # NAME ARGS...: --bucket-mb 0 (one bucket) against --bucket-mb 0.05
+  local name=$1
+  shift
+  for mb in 0 0.05; do
+    mpi 2 "$belay" train --dist mpi --bucket-mb $mb --csv "$tmp/$name.$mb.csv" --checkpoint "$tmp/$name.$mb.ckpt" "$@" \
+      >"$tmp/$name.$mb.out" 2>&1 || { fail "$name: --bucket-mb $mb failed: $(cat "$tmp/$name.$mb.out")"; return 1; }
+  done
+  if "$compare" "$tmp/$name.0.ckpt" "$tmp/$name.0.05.ckpt" 0 >"$tmp/cmp" 2>&1 &&
+    cmp -s "$tmp/$name.0.csv" "$tmp/$name.0.05.csv"; then
+    pass "$name: many buckets = one bucket, bit for bit (weights, moments, scaler, the whole CSV)"
+  else
+    fail "$name: many buckets differ from one"
+    cat "$tmp/cmp"
+  fi
+  # Counted, not timed: how many buckets, and that the hook started them while backward ran.
+  local one many during
+  one=$(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/$name.0.out")
+  many=$(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/$name.0.05.out")
+  during=$(sed -n 's/^dist mpi: [0-9]* buckets .*(\([0-9]*\) started during backward).*/\1/p' "$tmp/$name.0.05.out")
+  if [ "$one" = "$steps" ] && [ -n "$many" ] && [ "$many" -gt $((2 * steps)) ] && [ "${during:-0}" -gt 0 ]; then
+    pass "$name: $one buckets with one per step, $many with 0.05 MB ($during started during backward)"
+  else
+    fail "$name: bucket counts one=$one many=$many during=$during: $(grep '^dist' "$tmp/$name.0.05.out")"
+  fi
+  grep -q "^dist mpi: 2 ranks; per rank $steps gradient all-reduces" "$tmp/$name.0.05.out" &&
+    pass "$name: $steps gradient syncs per rank (none on the earlier micro-batches)" ||
+    fail "$name: sync count: $(grep '^dist' "$tmp/$name.0.05.out")"
+}
+steps=12
+bucket_pair buckets_fp32 --model mlp --in 64 --hidden 128 --layers 4 --dtype fp32 --steps $steps --batch 32 --seed 3 --clip 0.5
+# FP16 gradient buffers (widened to FP32 in each bucket, rounded back once), accumulation of
+# 2 micro-batches (the sync on the last alone) and an overflow the belts must agree on.
+bucket_pair buckets_fp16 --model mlp --in 64 --hidden 128 --layers 4 --dtype fp16 --grad-dtype compute \
+  --steps $steps --batch 32 --micro-batch 8 --seed 5 --growth-interval 2 --spike 6:1e4
+bucket_pair buckets_bf16 --model mlp --in 64 --hidden 128 --layers 4 --dtype bf16 --steps $steps --batch 32 \
+  --micro-batch 8 --seed 4
+
+# 7. A rank that dies or hangs: the run stops within a bounded time (timeout below is the
+# bound, far above what is needed, not a measurement), exits non-zero and says why, and the
+# last checkpoint resumes to the same bits as a run that was never interrupted.
+# children PID: its child processes (from /proc: no procps needed).
+children() {
+  local d
+  for d in /proc/[0-9]*; do [ "$(awk '{print $4}' "$d/stat" 2>/dev/null)" = "$1" ] && echo "${d#/proc/}"; done
+}
+# rank_pid MPIRUN_PID RANK: the process of that rank (a child of mpirun on one machine).
+rank_pid() {
+  local p
+  for p in $(children "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
+failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN
+  local name=$1 sig=$2 want=$3 mp victim rc rows kstop
+  rm -f "$tmp/$name.ckpt" "$tmp/$name.csv"
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$belay" train --dist mpi "${kill_run[@]}" \
+    --dist-timeout 2 --checkpoint "$tmp/$name.ckpt" --checkpoint-every 3 --csv "$tmp/$name.csv" --quiet \
+    >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  mp=$!
+  for _ in $(seq 600); do [ -f "$tmp/$name.ckpt" ] && [ "$(wc -l <"$tmp/$name.csv")" -gt 8 ] && break; sleep 0.1; done
+  # timeout is mpirun's parent: mpirun is timeout's child, the ranks are mpirun's.
+  victim=$(rank_pid "$(children $mp | head -1)" 1)
+  if [ -z "$victim" ]; then
+    fail "$name: rank 1 not found"
+    kill $mp 2>/dev/null
+    wait $mp
+    return
+  fi
+  kill -$sig "$victim"
+  wait $mp
+  rc=$?
+  kill -KILL "$victim" 2>/dev/null  # a stopped rank left behind by a failed test
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "$want" "$tmp/$name.err"; then
+    pass "$name: stopped, exit $rc: $(grep -m1 "$want" "$tmp/$name.err")"
+  else
+    fail "$name: exit $rc (124: still running at the bound), stderr: $(cat "$tmp/$name.err")"
+  fi
+  # Resume on 2 ranks a little past what the stopped run logged; the same steps in one go.
+  rows=$(($(wc -l <"$tmp/$name.csv") - 1))
+  kstop=$((rows + 4))
+  mpi 2 "$belay" train --dist mpi "${kill_run[@]}" --stop-at $kstop --resume "$tmp/$name.ckpt" \
+    --checkpoint "$tmp/$name.ckpt" --csv "$tmp/$name.csv" --quiet >"$tmp/out" 2>&1 || fail "$name: resume: $(cat "$tmp/out")"
+  mpi 2 "$belay" train --dist mpi "${kill_run[@]}" --stop-at $kstop --checkpoint "$tmp/$name.whole.ckpt" \
+    --csv "$tmp/$name.whole.csv" --quiet >"$tmp/out" 2>&1 || fail "$name: uninterrupted run: $(cat "$tmp/out")"
+  if "$compare" "$tmp/$name.whole.ckpt" "$tmp/$name.ckpt" 0 >"$tmp/cmp" 2>&1 && cmp -s "$tmp/$name.whole.csv" "$tmp/$name.csv"; then
+    pass "$name: the last checkpoint resumed to step $kstop, bit for bit an uninterrupted run (weights and CSV)"
+  else
+    fail "$name: resume after the failure differs from an uninterrupted run"
+    cat "$tmp/cmp"
+  fi
+}
+kill_run=(--model mlp --in 256 --hidden 512 --steps 100000 --seed 9)
+# SIGKILL: mpirun itself sees the rank die and ends the job (OpenMPI's own handling).
+failure_case kill9 KILL 'exited on signal 9'
+# SIGSTOP: the rank hangs without dying; its peer gives up after --dist-timeout 2 with one
+# line of its own, and MPI_Abort ends every rank (the stopped one too).
+failure_case hang STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in '
+
+# 8. Option errors of the distributed path: one line, exit 2, on every rank alike.
+for bad in "--bucket-mb -1" "--dist-timeout 0"; do
+  mpi 2 "$belay" train --dist mpi $bad --steps 1 >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ $rc -eq 2 ] && [ "$(grep -c '^belay: error: ' "$tmp/err")" -eq 1 ]; then
+    pass "$bad: $(grep '^belay: error: ' "$tmp/err")"
+  else
+    fail "$bad: exit $rc, $(cat "$tmp/err")"
+  fi
+done
+
+# 9. --dist nccl where no GPU is visible (or belay has no NCCL): a clean stop on every rank,
+# said once, never a crash. Where a GPU exists, bench/gpu-check.sh runs NCCL for real.
+if "$belay" info | grep -q 'cuda built: [1-9]'; then
+  echo "skip --dist nccl failure check: a GPU is visible (bench/gpu-check.sh runs NCCL)"
+else
+  mpi 2 "$belay" train --dist nccl --device cuda --steps 1 >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if { [ $rc -eq 2 ] || [ $rc -eq 1 ]; } && [ "$(grep -c '^belay: error: ' "$tmp/err")" -eq 1 ] &&
+    ! grep -qi 'signal\|segmentation\|core dumped' "$tmp/err"; then
+    pass "--dist nccl without a GPU, 2 ranks: exit $rc, $(grep '^belay: error: ' "$tmp/err")"
+  else
+    fail "--dist nccl without a GPU: exit $rc, $(cat "$tmp/err")"
+  fi
+fi
+
 [ $fails -eq 0 ] && echo "dist: all passed" || echo "dist: $fails failed"
 exit $((fails > 0))
