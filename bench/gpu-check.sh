@@ -115,6 +115,27 @@ if [ -x "$BELAY_BIN" ]; then
   done
 fi
 
+stamp "--dist nccl: one rank (and one per GPU where there are several) against the same run without --dist"
+# One rank: NCCL's sum over one rank is the identity, so the CSV must be the same bytes as the
+# local run's (the buckets, the second stream and the agreement round trip all exercised).
+# Where several GPUs are visible, one rank per GPU: samples/s and the sync time per rank.
+NGPU="$("$BELAY_BIN" info 2>/dev/null | sed -n 's/.*cuda built: \([0-9]*\) device.*/\1/p')"
+if [ -x "$BELAY_BIN" ] && command -v mpirun >/dev/null 2>&1 && [ "${NGPU:-0}" -gt 0 ]; then
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  NCCL_RUN=(train --device cuda --model mlp --in 64 --hidden 4096 --layers 4 --out 8 --batch 512 --dtype bf16
+            --clip 1 --steps 100 --bucket-mb 25)
+  timeout 60 "$BELAY_BIN" "${NCCL_RUN[@]}" --csv "$OUT/nccl-local.csv" > "$OUT/nccl-local.out" 2>&1
+  echo "local rc=$?"; tail -1 "$OUT/nccl-local.out"
+  for np in 1 $([ "$NGPU" -gt 1 ] && echo "$NGPU"); do
+    timeout 90 mpirun --allow-run-as-root --oversubscribe -np $np "$BELAY_BIN" "${NCCL_RUN[@]}" --dist nccl \
+      --csv "$OUT/nccl-$np.csv" > "$OUT/nccl-$np.out" 2>&1
+    echo "nccl -np $np rc=$?"; grep -E '^(done|dist|belay: error)' "$OUT/nccl-$np.out"
+  done
+  cmp "$OUT/nccl-local.csv" "$OUT/nccl-1.csv" && echo "nccl -np 1: the CSV equals the local run's, byte for byte"
+else
+  echo "skipped: no belay binary, no mpirun, or no GPU"
+fi
+
 stamp "summary"
 python3 - "$OUT" "$BUILD_RC" "$CTEST_RC" "$PASSED" <<'PY'
 import json, sys, os, re
@@ -176,6 +197,24 @@ for mode in ("async", "sync"):
                                              "tflops": round(6.0 * params * 512 * steps / secs / 1e12, 2)}
     except Exception as e:
         summary[f"train_mlp_cuda_{mode}"] = {"error": str(e)}
+for name in sorted(os.listdir(out)):
+    m = re.fullmatch(r"nccl-(\d+)\.out", name)
+    if not m:
+        continue
+    text = open(os.path.join(out, name)).read()
+    d = re.search(r"done: (\d+) steps .* in ([0-9.e+-]+) s", text)
+    sync = re.search(r"gradient sync ([0-9.e+-]+) s, of which waiting ([0-9.e+-]+) s", text)
+    entry = {"ranks": int(m.group(1)), "error": None if d else text.strip().splitlines()[-1:]}
+    if d:
+        entry.update(steps=int(d.group(1)), seconds=float(d.group(2)),
+                     samples_per_sec=round(int(d.group(1)) * 512 / float(d.group(2)), 1))
+    if sync:
+        entry.update(sync_seconds=float(sync.group(1)), wait_seconds=float(sync.group(2)))
+    try:
+        entry["csv_equals_local"] = open(os.path.join(out, "nccl-local.csv")).read() == open(os.path.join(out, f"nccl-{m.group(1)}.csv")).read()
+    except OSError:
+        pass
+    summary[f"nccl_np{m.group(1)}"] = entry
 a, b = summary.get("train_mlp_cuda_async", {}), summary.get("train_mlp_cuda_sync", {})
 if a.get("seconds") and b.get("seconds"):
     summary["sync_each_step_over_async_time"] = round(b["seconds"] / a["seconds"], 3)
