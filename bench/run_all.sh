@@ -49,3 +49,14 @@ machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), 
   --command "bench/run_all.sh${quick:+ --quick}" "$parts/main.json" "$parts"/mem-*.json "${peer[@]}"
 echo
 echo "results: $out"
+
+# Data parallelism on the CPU (1 and 2 MPI ranks), in a JSON of its own beside the one above;
+# skipped (said why) when mpirun or belay's MPI is absent.
+if command -v mpirun >/dev/null 2>&1; then
+  cmake --build "$build" --target belay >/dev/null
+  dist_rc=0
+  "$root/bench/dist_scaling.sh" "${quick[@]}" --belay "$build/belay" --out "${out%.json}-dist.json" >/dev/null || dist_rc=$?
+  [ $dist_rc -eq 0 ] || echo "run_all: bench/dist_scaling.sh did not run (exit $dist_rc)" >&2
+else
+  echo "run_all: mpirun absent: no data-parallel numbers (third_party/install_deps.sh installs OpenMPI)" >&2
+fi
