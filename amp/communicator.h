@@ -73,6 +73,9 @@ class Communicator {
   int64_t gradient_buckets() const { return gradient_buckets_; }  // bucket all-reduces started
   // Buckets started while backward still ran (the rest start when it has ended).
   int64_t buckets_during_backward() const { return buckets_during_backward_; }
+  // Buckets whose reduction had completed by the time backward ended (the overlap achieved;
+  // counted where the transport can tell: MPI yes, NCCL no, it never waits on the host).
+  int64_t buckets_done_in_backward() const { return buckets_done_in_backward_; }
   int64_t gradient_bytes() const { return gradient_bytes_; }  // sent into all-reduces, this rank
   int64_t agreements() const { return agreements_; }          // small collectives of the belts
   // Host wall time inside the gradient sync (packing, starting, waiting, unpacking), and the
@@ -87,6 +90,7 @@ class Communicator {
   int64_t gradient_syncs_ = 0;
   int64_t gradient_buckets_ = 0;
   int64_t buckets_during_backward_ = 0;
+  int64_t buckets_done_in_backward_ = 0;
   int64_t gradient_bytes_ = 0;
   int64_t agreements_ = 0;
   double gradient_sync_seconds_ = 0.0;

@@ -661,7 +661,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
           << (comm.bucket_bytes() == 0 ? std::string("(one per step)")
                                        : "of <= " + short_count(static_cast<double>(comm.bucket_bytes()) / 1048576.0) + " MB")
           << " ("
-          << comm.buckets_during_backward() << " started during backward); gradient sync "
+          << comm.buckets_during_backward() << " started during backward, " << comm.buckets_done_in_backward()
+          << " done before it ended); gradient sync "
           << short_count(comm.gradient_sync_seconds()) << " s, of which waiting " << short_count(comm.gradient_wait_seconds())
           << " s (" << short_count(100.0 * comm.gradient_sync_seconds() / std::max(result.seconds, 1e-9))
           << "% of the run)\n";

@@ -228,7 +228,7 @@ bucket_pair() {  # NAME ARGS...: --bucket-mb 0 (one bucket) against --bucket-mb 
   local one many during
   one=$(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/$name.0.out")
   many=$(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/$name.0.05.out")
-  during=$(sed -n 's/^dist mpi: [0-9]* buckets .*(\([0-9]*\) started during backward).*/\1/p' "$tmp/$name.0.05.out")
+  during=$(sed -n 's/^dist mpi: [0-9]* buckets .*(\([0-9]*\) started during backward.*/\1/p' "$tmp/$name.0.05.out")
   if [ "$one" = "$steps" ] && [ -n "$many" ] && [ "$many" -gt $((2 * steps)) ] && [ "${during:-0}" -gt 0 ]; then
     pass "$name: $one buckets with one per step, $many with 0.05 MB ($during started during backward)"
   else
