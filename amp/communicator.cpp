@@ -10,6 +10,10 @@
 
 namespace belay {
 
+void Communicator::set_progress_thread(bool on) {
+  if (on) throw UsageError("--dist-progress-thread is for --dist mpi (this is --dist " + name() + ")");
+}
+
 std::unique_ptr<Communicator> make_communicator(const std::string& name) {
   if (name == "local") return std::make_unique<LocalCommunicator>();
   if (name == "mpi") {

@@ -60,6 +60,9 @@ class Communicator {
   // Ends every rank's process after an error on one of them (MPI_Abort): a rank that
   // simply returned would leave its peers waiting in a collective.
   virtual void abort(int exit_code) { (void)exit_code; }
+  // A thread that moves the gradient buckets while backward computes, for a transport that
+  // moves data only when called (`--dist-progress-thread`; MPI only).
+  virtual void set_progress_thread(bool on);
 
   // The gradient buckets' size (`--bucket-mb`), in bytes of FP32 gradient; 0: one bucket.
   void set_bucket_bytes(size_t bytes) { bucket_bytes_ = bytes; }

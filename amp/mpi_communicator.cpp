@@ -35,8 +35,11 @@ MpiCommunicator::MpiCommunicator() {
   int initialised = 0;
   check(MPI_Initialized(&initialised), "MPI_Initialized");
   if (!initialised) {
-    check(MPI_Init(nullptr, nullptr), "MPI_Init");
+    // SERIALIZED: the progress thread calls MPI too, never at the same time (mpi_mutex_).
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &thread_level_), "MPI_Init_thread");
     owns_mpi_ = true;
+  } else {
+    check(MPI_Query_thread(&thread_level_), "MPI_Query_thread");
   }
   // Errors come back as codes (check() turns them into belay errors) instead of MPI's
   // default of aborting the job with its own message.
@@ -46,6 +49,7 @@ MpiCommunicator::MpiCommunicator() {
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  stop_progress_thread();
   int finalised = 0;
   MPI_Finalized(&finalised);
   if (owns_mpi_ && !finalised) MPI_Finalize();
@@ -66,7 +70,10 @@ void MpiCommunicator::wait(MPI_Request* requests, int count, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
   for (long polls = 0;; ++polls) {
     int done = 0;
-    check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex_);
+      check(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), what);
+    }
     if (done) return;
     if (polls < 2000) continue;
     check_deadline(t0, what);
@@ -79,7 +86,10 @@ void MpiCommunicator::wait(MPI_Request* requests, int count, const char* what) {
 
 void MpiCommunicator::all_reduce_host(void* buffer, int count, MPI_Datatype type, MPI_Op op, const char* what) {
   MPI_Request request;
-  check(MPI_Iallreduce(MPI_IN_PLACE, buffer, count, type, op, MPI_COMM_WORLD, &request), what);
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex_);
+    check(MPI_Iallreduce(MPI_IN_PLACE, buffer, count, type, op, MPI_COMM_WORLD, &request), what);
+  }
   wait(&request, 1, what);
 }
 
@@ -88,8 +98,11 @@ void MpiCommunicator::all_reduce_host(void* buffer, int count, MPI_Datatype type
 // size (SafeStep), so the sum is the whole batch's mean; summing in FP32 matches what one
 // process does with an FP32 gradient buffer.
 void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
-  if (flights_.size() < buckets_.size()) flights_.resize(buckets_.size());
-  Flight& f = flights_[index];
+  if (flights_.size() < buckets_.size()) {
+    std::lock_guard<std::mutex> lock(mpi_mutex_);  // the progress thread walks flights_
+    flights_.resize(buckets_.size());
+  }
+  Flight& f = flights_[index];  // inactive: the progress thread leaves it alone
   size_t total = 0;
   for (const Tensor* g : bucket.grads) {
     require_cpu(*g, "a gradient");
@@ -106,8 +119,8 @@ void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
     }
     at += n;
   }
+  std::lock_guard<std::mutex> lock(mpi_mutex_);
   f.requests.clear();
-  f.done = false;
   const size_t chunk = size_t{1} << 30;
   for (size_t off = 0; off < total; off += chunk) {
     const int count = static_cast<int>(std::min(chunk, total - off));
@@ -116,33 +129,96 @@ void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
                          &f.requests.back()),
           "MPI_Iallreduce of a gradient bucket");
   }
+  f.active = true;
+  ++active_flights_;
+  progress_wake_.notify_one();
+}
+
+void MpiCommunicator::test_flights() {
+  for (Flight& f : flights_) {
+    if (!f.active) continue;
+    int done = 0;
+    // An error is left for complete_buckets' wait to report (it tests the same requests).
+    if (MPI_Testall(static_cast<int>(f.requests.size()), f.requests.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      continue;
+    if (done) {
+      f.active = false;
+      --active_flights_;
+    }
+  }
+}
+
+// Sleeps while nothing travels; while buckets do, tests them every ~20 us (a test that finds
+// nothing to do costs well under a microsecond; the sleep leaves the core to the compute).
+void MpiCommunicator::progress_loop() {
+  std::unique_lock<std::mutex> lock(mpi_mutex_);
+  while (!progress_stop_) {
+    if (active_flights_ == 0) {
+      progress_wake_.wait(lock);
+      continue;
+    }
+    test_flights();
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    lock.lock();
+  }
+}
+
+void MpiCommunicator::set_progress_thread(bool on) {
+  if (!on) {
+    stop_progress_thread();
+    return;
+  }
+  if (progress_thread_.joinable()) return;
+  if (thread_level_ < MPI_THREAD_SERIALIZED)
+    throw UsageError("--dist-progress-thread: this MPI does not provide MPI_THREAD_SERIALIZED");
+  progress_stop_ = false;
+  progress_thread_ = std::thread([this] { progress_loop(); });
+}
+
+void MpiCommunicator::stop_progress_thread() {
+  if (!progress_thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex_);
+    progress_stop_ = true;
+  }
+  progress_wake_.notify_one();
+  progress_thread_.join();
 }
 
 // Nudges every reduction in flight (OpenMPI moves a non-blocking collective only inside MPI calls).
 void MpiCommunicator::progress() {
-  for (size_t b = 0; b < flights_.size() && b < buckets_.size(); ++b) {
-    Flight& f = flights_[b];
-    if (!buckets_[b].started || f.done || f.requests.empty()) continue;
-    int done = 0;
-    check(MPI_Testall(static_cast<int>(f.requests.size()), f.requests.data(), &done, MPI_STATUSES_IGNORE),
-          "MPI_Testall of a gradient bucket");
-    f.done = done != 0;
-  }
+  std::lock_guard<std::mutex> lock(mpi_mutex_);
+  test_flights();
 }
 
 // In bucket order: wait for bucket k, write it back (rounded once to the buffer's dtype)
 // while the later buckets still travel.
 void MpiCommunicator::complete_buckets(std::vector<Bucket>& buckets) {
-  for (size_t b = 0; b < buckets.size(); ++b)
-    if (flights_[b].done) ++buckets_done_in_backward_;  // as the hook's last test saw them
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex_);
+    for (size_t b = 0; b < buckets.size(); ++b)
+      if (!flights_[b].active) ++buckets_done_in_backward_;  // as the last test saw them
+  }
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!buckets[b].started) throw Error("complete_buckets: bucket " + std::to_string(b) + " was never started");
     Flight& f = flights_[b];
-    if (!f.done) {
+    bool active;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex_);
+      active = f.active;
+    }
+    if (active) {
+      // Completed requests are MPI_REQUEST_NULL: testing them again (here or in the
+      // progress thread) finds them done.
       const auto t0 = std::chrono::steady_clock::now();
       wait(f.requests.data(), static_cast<int>(f.requests.size()), "the gradient all-reduce");
       gradient_wait_seconds_ += seconds_since(t0);
-      f.done = true;
+      std::lock_guard<std::mutex> lock(mpi_mutex_);
+      if (f.active) {
+        f.active = false;
+        --active_flights_;
+      }
     }
     size_t at = 0;
     for (Tensor* g : buckets[b].grads) {
@@ -196,6 +272,9 @@ bool MpiCommunicator::replicas_agree(uint64_t checksum) {
   return lo_hi[0] == checksum && lo_hi[1] == ~checksum;
 }
 
-void MpiCommunicator::abort(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code); }
+void MpiCommunicator::abort(int exit_code) {
+  stop_progress_thread();  // it never blocks inside MPI: it returns within one test
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
 
 }  // namespace belay

@@ -9,6 +9,11 @@
 // further bucket test the requests in flight, and finish unpacks bucket k while bucket k+1
 // still travels.
 //
+// With set_progress_thread(true) (`--dist-progress-thread`) a thread also tests the
+// reductions in flight every few tens of microseconds while backward computes, so they move
+// between the hook's calls too. MPI is initialised MPI_THREAD_SERIALIZED and every MPI call
+// of this class holds one mutex: never two threads in MPI at once.
+//
 // Every collective, the belts' small ones included, is non-blocking and then polled with a
 // deadline (`--dist-timeout`): a peer that died or hangs turns into an error on this rank
 // (the CLI then ends every rank with MPI_Abort) instead of a wait without end.
@@ -16,6 +21,9 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "amp/bucketed_communicator.h"
@@ -37,6 +45,7 @@ class MpiCommunicator : public BucketedCommunicator {
   int max_over_ranks(int value) override;
   bool replicas_agree(uint64_t checksum) override;
   void abort(int exit_code) override;
+  void set_progress_thread(bool on) override;
 
  protected:
   void start_bucket(size_t index, Bucket& bucket) override;
@@ -50,17 +59,27 @@ class MpiCommunicator : public BucketedCommunicator {
   void all_reduce_host(void* buffer, int count, MPI_Datatype type, MPI_Op op, const char* what);
   // Throws the timeout error when `since` is longer ago than the timeout.
   void check_deadline(std::chrono::steady_clock::time_point since, const char* what) const;
+  std::mutex mpi_mutex_;  // held around every MPI call (MPI_THREAD_SERIALIZED)
 
  private:
   struct Flight {  // one bucket on its way
     std::vector<float> staging;          // the bucket's gradients as FP32, reduced in place
     std::vector<MPI_Request> requests;   // one per 2^30 elements (MPI counts are int)
-    bool done = false;
+    bool active = false;                 // started and not yet done (under mpi_mutex_)
   };
+  void test_flights();   // under mpi_mutex_: tests every active flight once
+  void progress_loop();  // the progress thread
+  void stop_progress_thread();
+
   int rank_ = 0;
   int world_size_ = 1;
   bool owns_mpi_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
   std::vector<Flight> flights_;  // per bucket; kept so a steady step allocates nothing
+  int active_flights_ = 0;       // under mpi_mutex_
+  std::thread progress_thread_;
+  std::condition_variable progress_wake_;
+  bool progress_stop_ = false;   // under mpi_mutex_
 };
 
 }  // namespace belay

@@ -29,6 +29,8 @@ class NcclCommunicator final : public MpiCommunicator {
   void agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) override;
   void average_loss(Tensor& loss) override;
   void abort(int exit_code) override;
+  // NCCL moves data on its own stream: no progress thread (the base's refusal, not MPI's).
+  void set_progress_thread(bool on) override { Communicator::set_progress_thread(on); }
 
  protected:
   void start_bucket(size_t index, Bucket& bucket) override;

@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
   train->add_option("--dist", dist,
                     "local | mpi (CPU) | nccl (GPU): one process per rank, started by mpirun -np N")->capture_default_str();
   double bucket_mb = 25.0, dist_timeout = 300.0;
+  bool progress_thread = false;
+  train->add_flag("--dist-progress-thread", progress_thread,
+                  "with --dist mpi: a thread moves the gradient buckets while backward computes (MPI moves them "
+                  "only when called)");
   train->add_option("--bucket-mb", bucket_mb,
                     "with --dist: gradients travel in buckets of about this many MB (FP32), each started while "
                     "backward still runs; 0: one bucket")->capture_default_str();
@@ -306,6 +310,9 @@ int main(int argc, char** argv) {
         throw belay::UsageError("--dist-timeout must be a positive number of seconds, got " + CLI::detail::to_string(dist_timeout));
       comm->set_bucket_bytes(static_cast<size_t>(bucket_mb * 1048576.0));
       comm->set_timeout_seconds(dist_timeout);
+      comm->set_progress_thread(progress_thread);
+    } else if (progress_thread) {
+      throw belay::UsageError("--dist-progress-thread needs --dist mpi");
     } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {
       // Each process would train alone and all would write the same CSV and checkpoint.
       throw belay::UsageError(std::string("started by mpirun with ") + n +

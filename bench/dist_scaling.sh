@@ -47,25 +47,27 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_WAIT_POLICY=passive
 load_at_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-# run NAME RANKS THREADS: the fastest of `reps` runs, as "seconds sync wait bytes buckets during".
+# run NAME RANKS THREADS [ARGS...]: the fastest of `reps` runs, as "seconds sync wait bytes buckets during done".
 run() {
   local name=$1 ranks=$2 threads=$3 best="" r line
+  shift 3
   for r in $(seq $reps); do
     if [ "$ranks" = 0 ]; then
       OMP_NUM_THREADS=$threads "$belay" train "${model[@]}" >"$tmp/$name.out" 2>&1
     else
       OMP_NUM_THREADS=$threads mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
-        -x OMP_NUM_THREADS -x OMP_WAIT_POLICY "$belay" train --dist mpi --bucket-mb "$bucket_mb" "${model[@]}" \
+        -x OMP_NUM_THREADS -x OMP_WAIT_POLICY "$belay" train --dist mpi --bucket-mb "$bucket_mb" "${model[@]}" "$@" \
         >"$tmp/$name.out" 2>&1
     fi
     line=$(awk '
       /^done:/ { for (i = 1; i <= NF; ++i) if ($i == "in") secs = $(i + 1) }
       /^dist mpi: [0-9]+ ranks/ { for (i = 1; i <= NF; ++i) if ($i == "bytes,") bytes = $(i - 1) }
       /^dist mpi: [0-9]+ buckets/ { buckets = $3; match($0, /\(([0-9]+) started/); during = substr($0, RSTART + 1, RLENGTH - 9)
+        match($0, /, [0-9]+ done/); done = substr($0, RSTART + 2, RLENGTH - 7)
         match($0, /sync [0-9.e+-]+ s/); sync = substr($0, RSTART + 5, RLENGTH - 7)
         match($0, /waiting [0-9.e+-]+ s/); wait = substr($0, RSTART + 8, RLENGTH - 10) }
-      END { printf "%s %s %s %s %s %s", secs, (sync == "" ? 0 : sync), (wait == "" ? 0 : wait), (bytes == "" ? 0 : bytes),
-            (buckets == "" ? 0 : buckets), (during == "" ? 0 : during) }' "$tmp/$name.out")
+      END { printf "%s %s %s %s %s %s %s", secs, (sync == "" ? 0 : sync), (wait == "" ? 0 : wait), (bytes == "" ? 0 : bytes),
+            (buckets == "" ? 0 : buckets), (during == "" ? 0 : during), (done == "" ? 0 : done) }' "$tmp/$name.out")
     if [ -z "$best" ] || awk -v a="${line%% *}" -v b="${best%% *}" 'BEGIN { exit !(a < b) }'; then best=$line; fi
   done
   echo "$best"
@@ -73,16 +75,18 @@ run() {
 
 threads_of() { local t=$((cores / $1)); [ $t -lt 1 ] && t=1; echo $t; }
 results=()
-for cfg in "local 0" "mpi_np1 1" "mpi_np2 2"; do
+# mpi_np2_pt: 2 ranks with --dist-progress-thread (a thread moves the buckets during backward).
+for cfg in "local 0" "mpi_np1 1" "mpi_np2 2" "mpi_np2_pt 2 --dist-progress-thread"; do
   set -- $cfg
   name=$1 ranks=$2
+  shift 2
   threads=$(threads_of $((ranks > 0 ? ranks : 1)))
-  read -r secs sync wait bytes buckets during <<<"$(run "$name" "$ranks" "$threads")"
+  read -r secs sync wait bytes buckets during done <<<"$(run "$name" "$ranks" "$threads" "$@")"
   sps=$(awk -v s="$secs" -v n=$((steps * batch)) 'BEGIN { printf "%.1f", n / s }')
   frac=$(awk -v a="$sync" -v s="$secs" 'BEGIN { printf "%.4f", a / s }')
-  printf '%-8s ranks %d x %d threads: %8s samples/s  (%s s for %d steps); sync %s s (%s of the run), waiting %s s, %s bytes/rank in %s buckets (%s started during backward)\n' \
-    "$name" $((ranks > 0 ? ranks : 1)) "$threads" "$sps" "$secs" "$steps" "$sync" "$frac" "$wait" "$bytes" "$buckets" "$during" >&2
-  results+=("{\"name\": \"$name\", \"ranks\": $((ranks > 0 ? ranks : 1)), \"threads_per_rank\": $threads, \"seconds\": $secs, \"samples_per_sec\": $sps, \"gradient_sync_seconds\": $sync, \"sync_fraction\": $frac, \"gradient_wait_seconds\": $wait, \"gradient_bytes_per_rank\": $bytes, \"buckets\": $buckets, \"buckets_during_backward\": $during}")
+  printf '%-10s ranks %d x %d threads: %8s samples/s  (%s s for %d steps); sync %s s (%s of the run), waiting %s s, %s bytes/rank in %s buckets (%s started during backward, %s done before it ended)\n' \
+    "$name" $((ranks > 0 ? ranks : 1)) "$threads" "$sps" "$secs" "$steps" "$sync" "$frac" "$wait" "$bytes" "$buckets" "$during" "$done" >&2
+  results+=("{\"name\": \"$name\", \"ranks\": $((ranks > 0 ? ranks : 1)), \"threads_per_rank\": $threads, \"seconds\": $secs, \"samples_per_sec\": $sps, \"gradient_sync_seconds\": $sync, \"sync_fraction\": $frac, \"gradient_wait_seconds\": $wait, \"gradient_bytes_per_rank\": $bytes, \"buckets\": $buckets, \"buckets_during_backward\": $during, \"buckets_done_before_backward_ended\": $done}")
 done
 
 params=$((1024 * hidden + hidden + 2 * (hidden * hidden + hidden) + hidden * 16 + 16))

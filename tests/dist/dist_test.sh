@@ -213,17 +213,21 @@ grep -q "^belay: error: --inject-rank 2 is not a rank" "$tmp/err" && pass "injec
 bucket_pair() {  # NAME ARGS...: --bucket-mb 0 (one bucket) against --bucket-mb 0.05
   local name=$1
   shift
-  for mb in 0 0.05; do
-    mpi 2 "$belay" train --dist mpi --bucket-mb $mb --csv "$tmp/$name.$mb.csv" --checkpoint "$tmp/$name.$mb.ckpt" "$@" \
+  for mb in 0 0.05 0.05pt; do
+    mpi 2 "$belay" train --dist mpi --bucket-mb ${mb%pt} $([ "$mb" = 0.05pt ] && echo --dist-progress-thread) \
+      --csv "$tmp/$name.$mb.csv" --checkpoint "$tmp/$name.$mb.ckpt" "$@" \
       >"$tmp/$name.$mb.out" 2>&1 || { fail "$name: --bucket-mb $mb failed: $(cat "$tmp/$name.$mb.out")"; return 1; }
   done
-  if "$compare" "$tmp/$name.0.ckpt" "$tmp/$name.0.05.ckpt" 0 >"$tmp/cmp" 2>&1 &&
-    cmp -s "$tmp/$name.0.csv" "$tmp/$name.0.05.csv"; then
-    pass "$name: many buckets = one bucket, bit for bit (weights, moments, scaler, the whole CSV)"
-  else
-    fail "$name: many buckets differ from one"
-    cat "$tmp/cmp"
-  fi
+  # pt: the same with the progress thread testing the buckets in flight.
+  for mb in 0.05 0.05pt; do
+    if "$compare" "$tmp/$name.0.ckpt" "$tmp/$name.$mb.ckpt" 0 >"$tmp/cmp" 2>&1 &&
+      cmp -s "$tmp/$name.0.csv" "$tmp/$name.$mb.csv"; then
+      pass "$name: many buckets$([ "$mb" = 0.05pt ] && echo ' with the progress thread') = one bucket, bit for bit (weights, moments, scaler, the whole CSV)"
+    else
+      fail "$name: many buckets ($mb) differ from one"
+      cat "$tmp/cmp"
+    fi
+  done
   # Counted, not timed: how many buckets, and that the hook started them while backward ran.
   local one many during
   one=$(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/$name.0.out")
@@ -309,7 +313,7 @@ failure_case kill9 KILL 'exited on signal 9'
 failure_case hang STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in '
 
 # 8. Option errors of the distributed path: one line, exit 2, on every rank alike.
-for bad in "--bucket-mb -1" "--dist-timeout 0"; do
+for bad in "--bucket-mb -1" "--dist-timeout 0" "--bucket-mb nan"; do
   mpi 2 "$belay" train --dist mpi $bad --steps 1 >"$tmp/out" 2>"$tmp/err"
   rc=$?
   if [ $rc -eq 2 ] && [ "$(grep -c '^belay: error: ' "$tmp/err")" -eq 1 ]; then
