@@ -285,7 +285,8 @@ failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN
   kill -$sig "$victim"
   wait $mp
   rc=$?
-  kill -KILL "$victim" 2>/dev/null  # a stopped rank left behind by a failed test
+  # A stopped rank left behind by a failed test (only if that pid is still our rank 1).
+  tr '\0' '\n' <"/proc/$victim/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && kill -KILL "$victim" 2>/dev/null
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "$want" "$tmp/$name.err"; then
     pass "$name: stopped, exit $rc: $(grep -m1 "$want" "$tmp/$name.err")"
   else
