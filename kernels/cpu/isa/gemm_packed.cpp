@@ -71,7 +71,8 @@ inline Vec vbroadcast(const float* p) { return _mm_set1_ps(*p); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
 inline Vec vadd(Vec a, Vec b) { return _mm_add_ps(a, b); }
 #endif
-constexpr int kNR = 2 * kW;
+constexpr int kNV = 2;  // vectors across a tile
+constexpr int kNR = kNV * kW;
 // Rows of A per block: 288 x KC floats, 220-290 KB, in L2 (Zen 3 has 512 KB, Xeons 1-2 MB).
 // Measured on Zen 3 (AVX2, one thread, Linear(4096) products at batch 256): MC = 72 or 144
 // rows gave 0.64-0.77 of the FMA peak on the forward product, 288 rows 0.76-0.80; KC = 192
@@ -224,7 +225,7 @@ inline void prefetch_tile(const float* c, int64_t ldc, int rows) {
 // C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + acc (+ bias[j] when given): the accumulators
 // of one microkernel call. `rows` x `cols` of the tile are real; a partial tile goes
 // through a local buffer.
-inline void store_tile(Vec (&acc)[kMR][2], float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite,
+inline void store_tile(Vec (&acc)[kMR][kNV], float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite,
                        const float* bias) {
   const bool full = rows == kMR && cols == kNR;
   alignas(64) float tile[kMR * kNR];
@@ -242,17 +243,13 @@ inline void store_tile(Vec (&acc)[kMR][2], float* __restrict c, int64_t ldc, int
 #pragma GCC unroll 16
   for (int i = 0; i < kMR; ++i) {
     float* row = out + i * ld;
-    Vec v0 = acc[i][0], v1 = acc[i][1];
-    if (!overwrite) {
-      v0 = vadd(vloadu(row), v0);
-      v1 = vadd(vloadu(row + kW), v1);
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) {
+      Vec x = acc[i][v];
+      if (!overwrite) x = vadd(vloadu(row + v * kW), x);
+      if (bias) x = vadd(x, vloadu(bias + v * kW));
+      vstoreu(row + v * kW, x);
     }
-    if (bias) {
-      v0 = vadd(v0, vloadu(bias));
-      v1 = vadd(v1, vloadu(bias + kW));
-    }
-    vstoreu(row, v0);
-    vstoreu(row + kW, v1);
   }
   if (!full)
     for (int i = 0; i < rows; ++i)
@@ -263,16 +260,20 @@ inline void store_tile(Vec (&acc)[kMR][2], float* __restrict c, int64_t ldc, int
 void microkernel(int kc, const float* __restrict a, const float* __restrict b, float* __restrict c, int64_t ldc,
                  int rows, int cols, bool overwrite, const float* bias) {
   prefetch_tile(c, ldc, rows);
-  Vec acc[kMR][2];
+  Vec acc[kMR][kNV];
 #pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = vzero();
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[i][v] = vzero();
   for (int k = 0; k < kc; ++k) {
-    const Vec b0 = vload(b), b1 = vload(b + kW);
+    Vec bv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) bv[v] = vload(b + v * kW);
 #pragma GCC unroll 16
     for (int i = 0; i < kMR; ++i) {
       const Vec ai = vbroadcast(a + i);
-      acc[i][0] = vfma(ai, b0, acc[i][0]);
-      acc[i][1] = vfma(ai, b1, acc[i][1]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[i][v] = vfma(ai, bv[v], acc[i][v]);
     }
     a += kMR;
     b += kNR;
@@ -399,17 +400,20 @@ void pack_b_pairs(const View& bv, int64_t jc, int64_t nc, int64_t pc, int kc, ui
 void microkernel_pairs(int kp, const uint32_t* __restrict a, const uint32_t* __restrict b, float* __restrict c,
                        int64_t ldc, int rows, int cols, bool overwrite, const float* bias) {
   prefetch_tile(c, ldc, rows);
-  Vec acc[kMR][2];
+  Vec acc[kMR][kNV];
 #pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = vzero();
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[i][v] = vzero();
   for (int p = 0; p < kp; ++p) {
-    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
-    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
+    __m512bh bv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(b + v * 16));
 #pragma GCC unroll 16
     for (int i = 0; i < kMR; ++i) {
       const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
     }
     a += kMR;
     b += kNR;
