@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/checkpoint.h"
 #include "amp/communicator.h"
 #include "apps/accum_check.h"
-#include "apps/checkpoint.h"
 #include "apps/finfo_cmd.h"
 #include "apps/plot.h"
 #include "apps/train.h"

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/checkpoint.h"
 #include "amp/grad_scaler.h"
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
-#include "apps/checkpoint.h"
 #include "numpy_interop.h"  // beside this file: the module builds against an installed belay too
 #include "apps/train.h"
 #include "autograd/modules.h"

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/checkpoint.h"
+#include "amp/checkpoint.h"
 #include "apps/train.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
