@@ -272,6 +272,10 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   SafeStep step(*opt, scaler, parse_schedule(c.schedule, c.lr, c.warmup, c.steps), sso, c.comm);
   Communicator& comm = step.communicator();
   const int rank = comm.rank(), world = comm.world_size();
+  // The communicator may outlive this run (belay sweep trains every point on one): count
+  // this run's calls alone.
+  const int64_t syncs_before = comm.gradient_syncs(), bytes_before = comm.gradient_bytes();
+  const int64_t agreements_before = comm.agreements();
   if (rank != 0) c.quiet = true;  // rank 0 speaks for the run (errors are still printed by any rank)
   // After the gradient all-reduce: an inf planted on one rank reaches only the belts' agreement.
   step.after_backward = [&](int64_t s, Optimizer& o) {
@@ -603,8 +607,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   }
   drain(0);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.gradient_syncs = comm.gradient_syncs();
-  result.gradient_bytes = comm.gradient_bytes();
+  result.gradient_syncs = comm.gradient_syncs() - syncs_before;
+  result.gradient_bytes = comm.gradient_bytes() - bytes_before;
   result.scale = scale_monitor.summary();
   if (result.clipped > 0) result.mean_clip_cosine = cosine_sum / static_cast<double>(result.clipped);
   progress.finish();
@@ -629,8 +633,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (!c.checkpoint.empty()) out << "; checkpoint " << c.checkpoint;
     out << "\n";
     if (world > 1)
-      out << "dist " << comm.name() << ": " << world << " ranks; per rank " << comm.gradient_syncs()
-          << " gradient all-reduces, " << comm.gradient_bytes() << " bytes, " << comm.agreements()
+      out << "dist " << comm.name() << ": " << world << " ranks; per rank " << result.gradient_syncs
+          << " gradient all-reduces, " << result.gradient_bytes << " bytes, " << comm.agreements() - agreements_before
           << " small collectives of the belts\n";
     if (scaler.enabled())
       out << "scale: min " << result.scale.min << ", max " << result.scale.max << ", " << result.scale.backoffs
