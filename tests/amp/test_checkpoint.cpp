@@ -275,3 +275,19 @@ TEST_CASE("distributed save: the replicas' checksum agreed, then rank 0 alone wr
   CHECK(replica_checksum(loop.model, other) != sum);
   std::remove(path.c_str());
 }
+
+TEST_CASE("resume check: fp32_ops missing on either side counts as none", "[amp][checkpoint]") {
+  using Settings = std::map<std::string, std::string>;
+  // A checkpoint from before fp32_ops existed, and a caller that does not name it: both ran
+  // with autocast everywhere, so neither is a policy change.
+  CHECK(belay::check_resume_settings("c", Settings{{"dtype", "fp16"}}, Settings{{"dtype", "fp16"}, {"fp32_ops", "none"}},
+                                     false)
+            .empty());
+  CHECK(belay::check_resume_settings("c", Settings{{"dtype", "fp16"}, {"fp32_ops", "none"}}, Settings{{"dtype", "fp16"}},
+                                     false)
+            .empty());
+  // A real difference still is one.
+  CHECK_THROWS_AS(belay::check_resume_settings("c", Settings{{"dtype", "fp16"}, {"fp32_ops", "linear"}},
+                                               Settings{{"dtype", "fp16"}}, false),
+                  belay::UsageError);
+}
