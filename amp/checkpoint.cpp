@@ -7,8 +7,8 @@
 
 #include "amp/communicator.h"
 #include "engine/backend.h"
-#include "engine/random.h"
 #include "engine/error.h"
+#include "engine/random.h"
 #include "engine/safetensors.h"
 
 namespace belay {
