@@ -12,6 +12,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "amp/communicator.h"
 #include "amp/safe_step.h"
 #include "apps/dataset.h"
 #include "autograd/modules.h"
@@ -129,23 +130,37 @@ void check_writable(const std::string& path) {
   std::remove(tmp.c_str());
 }
 
-int run_sweep(const SweepConfig& s, std::ostream& out) {
+int run_sweep(const SweepConfig& s, std::ostream& out_all) {
   if (s.micro_batch <= 0) throw UsageError("sweep: --micro-batch must be positive");
   if (s.accum.empty()) throw UsageError("sweep: --accum needs at least one value");
   for (int64_t a : s.accum)
     if (a <= 0) throw UsageError("sweep: every --accum value must be positive, got " + std::to_string(a));
-  if (!s.json.empty()) check_writable(s.json);  // fail on an unwritable path before the work
+  const int world = s.base.world_size();
+  const bool reporter = !s.base.comm || s.base.comm->rank() == 0;  // rank 0 prints and writes for all
+  std::ostringstream quiet;
+  std::ostream& out = reporter ? out_all : quiet;
+  // Fail on an unwritable path before the work; every rank stops there, not only rank 0
+  // (the others would wait for it in the first collective).
+  std::string unwritable;
+  if (reporter && !s.json.empty()) try {
+      check_writable(s.json);
+    } catch (const UsageError& e) {
+      unwritable = e.what();
+    }
+  const int stop = s.base.comm ? s.base.comm->max_over_ranks(!unwritable.empty()) : !unwritable.empty();
+  if (stop) throw UsageError(reporter ? unwritable : "sweep: rank 0 cannot write --json " + s.json);
   nlohmann::json points = nlohmann::json::array();
   char buf[200];
-  out << "sweep: " << s.base.model << " " << dtype_name(s.base.dtype) << ", micro-batch " << s.micro_batch << ", "
-      << s.base.steps << " steps per point\n";
+  out << "sweep: " << s.base.model << " " << dtype_name(s.base.dtype) << ", micro-batch " << s.micro_batch << ", ";
+  if (world > 1) out << world << " ranks (batch = micro-batch x accum x ranks), ";
+  out << s.base.steps << " steps per point\n";
   std::snprintf(buf, sizeof buf, "%6s %8s %16s %16s %11s %12s\n", "accum", "batch", "samples_per_sec", "median_step_ms",
                 "sync_calls", "avg_loss");
   out << buf;
   for (int64_t a : s.accum) {
     TrainConfig c = s.base;
     c.micro_batch = s.micro_batch;
-    c.batch = s.micro_batch * a;
+    c.batch = s.micro_batch * a * world;
     c.quiet = true;
     c.csv.clear();
     c.checkpoint.clear();
@@ -158,17 +173,18 @@ int run_sweep(const SweepConfig& s, std::ostream& out) {
     for (const StepRow& row : r.rows) loss += row.loss;
     loss /= std::max<size_t>(1, r.rows.size());
     // From the median step: the first steps (cold caches, first allocations) do not skew it.
+    // With ranks: rank 0's step, which waits in the all-reduce for the slowest rank.
     const double sps = median > 0.0 ? static_cast<double>(c.batch) * 1000.0 / median : 0.0;
-    points.push_back({{"accum", a}, {"batch", c.batch}, {"micro_batch", s.micro_batch}, {"steps", r.rows.size()},
-                      {"samples_per_sec", sps}, {"median_step_ms", median}, {"sync_calls", r.gradient_syncs},
-                      {"avg_loss", loss}});
+    points.push_back({{"accum", a}, {"batch", c.batch}, {"micro_batch", s.micro_batch}, {"ranks", world},
+                      {"steps", r.rows.size()}, {"samples_per_sec", sps}, {"median_step_ms", median},
+                      {"sync_calls", r.gradient_syncs}, {"gradient_bytes", r.gradient_bytes}, {"avg_loss", loss}});
     std::snprintf(buf, sizeof buf, "%6lld %8lld %16.1f %16.3f %11lld %12.6g\n", (long long)a, (long long)c.batch, sps,
                   median, (long long)r.gradient_syncs, loss);
     out << buf;
   }
-  if (!s.json.empty()) {
+  if (reporter && !s.json.empty()) {
     nlohmann::json doc = {{"model", s.base.model}, {"dtype", dtype_name(s.base.dtype)},
-                          {"device", s.base.device}, {"micro_batch", s.micro_batch},
+                          {"device", s.base.device}, {"micro_batch", s.micro_batch}, {"ranks", world},
                           {"steps", s.base.steps}, {"points", points}};
     write_file_atomically(s.json, doc.dump(2) + "\n");
     out << "wrote " << s.json << "\n";

@@ -22,7 +22,10 @@ struct AccumCheckConfig {
 int run_accum_check(const AccumCheckConfig& config, std::ostream& out);
 
 struct SweepConfig {
-  TrainConfig base;  // model, dtype, device, ... (batch and micro_batch are set per point)
+  // model, dtype, device, ... (batch and micro_batch are set per point). With base.comm
+  // (`belay sweep --ranks N` runs `--dist mpi` under mpirun) every point trains on all
+  // ranks: the effective batch is micro-batch x accum x world size, and rank 0 reports.
+  TrainConfig base;
   int64_t micro_batch = 8;
   std::vector<int64_t> accum{1, 2, 4, 8, 16};
   std::string json;  // written atomically; empty: table only

@@ -1,7 +1,5 @@
 #include "apps/dataset.h"
 
-#include <array>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -56,18 +54,9 @@ class SyntheticRegression final : public Dataset {
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }
   bool classification() const override { return false; }
-  std::string position() const override {
-    const auto s = rng_.state();
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, s[0], s[1], s[2], s[3]);
-    return buf;
-  }
+  std::string position() const override { return rng_.state_hex(); }  // the shared stream's state
   void set_position(const std::string& p) override {
-    if (p.size() != 64 || p.find_first_not_of("0123456789abcdef") != std::string::npos)
-      throw UsageError("synthetic data position '" + p + "' is not 64 hex digits");
-    std::array<uint64_t, 4> s{};
-    for (int i = 0; i < 4; ++i) s[i] = std::stoull(p.substr(i * 16, 16), nullptr, 16);
-    rng_.set_state(s);
+    if (!rng_.set_state_hex(p)) throw UsageError("synthetic data position '" + p + "' is not 64 hex digits");
   }
   std::string describe() const override { return "synthetic regression"; }
 

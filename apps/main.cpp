@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/checkpoint.h"
 #include "amp/communicator.h"
 #include "apps/accum_check.h"
-#include "apps/checkpoint.h"
 #include "apps/finfo_cmd.h"
+#include "apps/mpi_launch.h"
 #include "apps/plot.h"
 #include "apps/train.h"
 #include "apps/validate.h"
@@ -212,6 +213,15 @@ int main(int argc, char** argv) {
   sweep->add_option("--dtype", sweep_dtype, "fp32 | fp16 | bf16")->capture_default_str();
   sweep->add_option("--device", sc.base.device, "cpu | cuda[:N]")->capture_default_str();
   sweep->add_option("--json", sc.json, "write the points here (atomically)");
+  int sweep_ranks = 1;
+  std::string sweep_dist = "local", mpirun = "mpirun";
+  sweep->add_option("--ranks", sweep_ranks,
+                    "run every point on N processes: starts mpirun -np N with --dist mpi (batch = micro-batch x "
+                    "accum x N)")->capture_default_str();
+  sweep->add_option("--mpirun", mpirun, "the launcher --ranks runs, e.g. 'mpirun --allow-run-as-root --oversubscribe'")
+      ->capture_default_str();
+  sweep->add_option("--dist", sweep_dist, "local | mpi (what --ranks gives each rank; under mpirun by hand)")
+      ->capture_default_str();
 
   std::vector<std::string> plot_csvs;
   std::string plot_out;
@@ -258,6 +268,27 @@ int main(int argc, char** argv) {
     }
     if (*sweep) {
       sc.base.dtype = belay::parse_dtype(sweep_dtype);
+      if (sweep_ranks < 1) throw belay::UsageError("sweep: --ranks must be at least 1, got " + std::to_string(sweep_ranks));
+      if (sweep_ranks > 1) {
+        if (sweep_dist != "local") throw belay::UsageError("sweep: --ranks starts the ranks itself; drop --dist");
+        const std::vector<std::string> launcher = belay::find_mpirun(mpirun, "sweep --ranks " + std::to_string(sweep_ranks));
+        // This command line again, with --dist mpi in place of --ranks N (and without --mpirun).
+        std::vector<std::string> args;
+        for (int i = 1; i < argc; ++i) {
+          const std::string a = argv[i];
+          if (a == "--ranks" || a == "--mpirun") ++i;
+          else if (a.rfind("--ranks=", 0) != 0 && a.rfind("--mpirun=", 0) != 0) args.push_back(a);
+        }
+        args.insert(args.end(), {"--dist", "mpi"});
+        return belay::run_under_mpirun(launcher, sweep_ranks, args);
+      }
+      if (sweep_dist != "local") {
+        comm = belay::make_communicator(sweep_dist);
+        sc.base.comm = comm.get();
+      } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {
+        throw belay::UsageError(std::string("sweep started by mpirun with ") + n +
+                                " processes but without --dist mpi: use belay sweep --ranks N (it starts mpirun)");
+      }
       return belay::run_sweep(sc, std::cout);
     }
     if (*plot) return belay::run_plot(plot_csvs, plot_out, std::cout);

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "amp/autocast.h"
+#include "amp/checkpoint.h"
 #include "amp/communicator.h"
 #include "amp/safe_step.h"
 #include "apps/accum_check.h"
-#include "apps/checkpoint.h"
 #include "apps/rollback.h"
 #include "apps/dataset.h"
 #include "apps/progress.h"
@@ -181,22 +181,6 @@ std::map<std::string, std::string> run_settings(const TrainConfig& c, const Data
   return s;
 }
 
-// FNV-1a over the bits of every master and of the scaler state: equal on every rank when the
-// replicas agree (they must, bit for bit: same averaged gradients, same agreed belts).
-uint64_t replica_checksum(const Module& model, const ScalerState& scaler) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  for (const Var& p : model.parameters()) {
-    const std::vector<float> v = p.master().to_vector();
-    mix(v.data(), v.size() * sizeof(float));
-  }
-  for (float f : {scaler.scale, scaler.growth_tracker, scaler.hysteresis_left}) mix(&f, sizeof f);
-  return h;
-}
-
 // Runs f under an AllocationPurpose (made by the caller). The caching allocator reports a
 // failure with its exact size; a host container's std::bad_alloc (or length_error) carries
 // none, so it is reported with `bytes`, what this part needs by the config.
@@ -291,6 +275,13 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   SafeStep step(*opt, scaler, parse_schedule(c.schedule, c.lr, c.warmup, c.steps), sso, c.comm);
   Communicator& comm = step.communicator();
   const int rank = comm.rank(), world = comm.world_size();
+  // The communicator may outlive this run (belay sweep trains every point on one): count
+  // this run's calls alone.
+  const int64_t syncs_before = comm.gradient_syncs(), bytes_before = comm.gradient_bytes();
+  const int64_t agreements_before = comm.agreements();
+  const int64_t buckets_before = comm.gradient_buckets(), during_before = comm.buckets_during_backward();
+  const int64_t done_before = comm.buckets_done_in_backward();
+  const double sync_seconds_before = comm.gradient_sync_seconds(), wait_seconds_before = comm.gradient_wait_seconds();
   if (rank != 0) c.quiet = true;  // rank 0 speaks for the run (errors are still printed by any rank)
   // After the gradient all-reduce: an inf planted on one rank reaches only the belts' agreement.
   step.after_backward = [&](int64_t s, Optimizer& o) {
@@ -353,10 +344,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     st.records = records;
     st.experiment = experiment;
     // Rank 0 writes for all, once every rank's weights and scaler state are seen to agree.
-    if (!comm.replicas_agree(replica_checksum(*model, scaler.state())))
-      throw Error("the ranks' weights or scaler state disagree at step " + std::to_string(next_step) +
-                  "; no checkpoint written");
-    if (rank == 0) save_checkpoint(c.checkpoint, *model, *opt, st);
+    save_checkpoint(c.checkpoint, *model, *opt, st, comm);
   };
 
   if (!c.quiet) {
@@ -625,11 +613,12 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   }
   drain(0);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.gradient_syncs = comm.gradient_syncs();
-  result.gradient_bytes = comm.gradient_bytes();
-  result.gradient_buckets = comm.gradient_buckets();
-  result.gradient_sync_seconds = comm.gradient_sync_seconds();
-  result.gradient_wait_seconds = comm.gradient_wait_seconds();
+  result.gradient_syncs = comm.gradient_syncs() - syncs_before;
+  result.gradient_bytes = comm.gradient_bytes() - bytes_before;
+  result.gradient_buckets = comm.gradient_buckets() - buckets_before;
+  result.gradient_sync_seconds = comm.gradient_sync_seconds() - sync_seconds_before;
+  result.gradient_wait_seconds = comm.gradient_wait_seconds() - wait_seconds_before;
+  const int64_t during = comm.buckets_during_backward() - during_before, done_early = comm.buckets_done_in_backward() - done_before;
   result.scale = scale_monitor.summary();
   if (result.clipped > 0) result.mean_clip_cosine = cosine_sum / static_cast<double>(result.clipped);
   progress.finish();
@@ -654,17 +643,15 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (!c.checkpoint.empty()) out << "; checkpoint " << c.checkpoint;
     out << "\n";
     if (world > 1 || comm.name() != "local") {
-      out << "dist " << comm.name() << ": " << world << " ranks; per rank " << comm.gradient_syncs()
-          << " gradient all-reduces, " << comm.gradient_bytes() << " bytes, " << comm.agreements()
+      out << "dist " << comm.name() << ": " << world << " ranks; per rank " << result.gradient_syncs
+          << " gradient all-reduces, " << result.gradient_bytes << " bytes, " << comm.agreements() - agreements_before
           << " small collectives of the belts\n";
-      out << "dist " << comm.name() << ": " << comm.gradient_buckets() << " buckets "
+      out << "dist " << comm.name() << ": " << result.gradient_buckets << " buckets "
           << (comm.bucket_bytes() == 0 ? std::string("(one per step)")
                                        : "of <= " + short_count(static_cast<double>(comm.bucket_bytes()) / 1048576.0) + " MB")
-          << " ("
-          << comm.buckets_during_backward() << " started during backward, " << comm.buckets_done_in_backward()
-          << " done before it ended); gradient sync "
-          << short_count(comm.gradient_sync_seconds()) << " s, of which waiting " << short_count(comm.gradient_wait_seconds())
-          << " s (" << short_count(100.0 * comm.gradient_sync_seconds() / std::max(result.seconds, 1e-9))
+          << " (" << during << " started during backward, " << done_early << " done before it ended); gradient sync "
+          << short_count(result.gradient_sync_seconds) << " s, of which waiting " << short_count(result.gradient_wait_seconds)
+          << " s (" << short_count(100.0 * result.gradient_sync_seconds / std::max(result.seconds, 1e-9))
           << "% of the run)\n";
     }
     if (scaler.enabled())

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/checkpoint.h"
 #include "apps/accum_check.h"
-#include "apps/checkpoint.h"
 #include "apps/dataset.h"
 #include "apps/train.h"
 #include "autograd/modules.h"

@@ -18,5 +18,8 @@ struct PeakRun {
 namespace isa_baseline { PeakRun fma_peak(int64_t iters, float m, float a, float x0); }
 namespace isa_avx2 { PeakRun fma_peak(int64_t iters, float m, float a, float x0); }
 namespace isa_avx512 { PeakRun fma_peak(int64_t iters, float m, float a, float x0); }
+// VDPBF16PS instead (4 flops per lane: two products, two sums); m is unused, every lane
+// adds -a and then a, so it ends at exactly x0 (bench/fma_peak.cpp).
+namespace isa_avx512bf16 { PeakRun fma_peak(int64_t iters, float m, float a, float x0); }
 
 }  // namespace belay::bench

@@ -22,9 +22,17 @@ PeakRun run_peak(CpuIsa isa, int64_t iters) {
   switch (isa) {
     case CpuIsa::Baseline: return isa_baseline::fma_peak(iters, 0.75f, 0.25f, 1.0f);
     case CpuIsa::Avx2: return isa_avx2::fma_peak(iters, 0.75f, 0.25f, 1.0f);
-    case CpuIsa::Avx512: return isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f);
+    case CpuIsa::Avx512:
+    case CpuIsa::Avx512Bf16: return isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f);  // the same FP32 FMAs
   }
   return {};
+}
+
+// Checks a peak loop's lanes (each ends at exactly 1) and returns its GFLOP/s.
+double peak_gflops(const std::string& what, const Timing& t, const PeakRun& run) {
+  require(run.sum == static_cast<double>(run.lanes_total), what + ": lanes sum to " + std::to_string(run.sum) +
+                                                               ", expected " + std::to_string(run.lanes_total));
+  return run.flops / (t.median_ms * 1e6);
 }
 
 }  // namespace
@@ -42,6 +50,8 @@ Json bench_isa(const Options& o) {
                            {&dy, false, &w, false, &dx, 0.0f, nullptr},
                            {&dy, true, &x, false, &dw, 0.0f, nullptr}};
   const char* names[3] = {"forward", "dX", "dW"};
+  const Tensor x16 = x.to(DType::BF16), w16 = w.to(DType::BF16), dy16 = dy.to(DType::BF16);
+  const Tensor low[3][2] = {{x16, w16}, {dy16, w16}, {dy16, x16}};  // each product's inputs in BF16
 
   Json paths = Json::array();
   double widest_peak = NAN;
@@ -54,10 +64,7 @@ Json bench_isa(const Options& o) {
     }
     PeakRun run;
     const Timing tp = time_it(1, reps, [&] { run = run_peak(isa, iters); });
-    require(run.sum == static_cast<double>(run.lanes_total),
-            std::string("fma peak ") + cpu_isa_name(isa) + ": lanes sum to " + std::to_string(run.sum) + ", expected " +
-                std::to_string(run.lanes_total));
-    const double peak = run.flops / (tp.median_ms * 1e6);
+    const double peak = peak_gflops(std::string("fma peak ") + cpu_isa_name(isa), tp, run);
     p["peak"] = Json{{"time", to_json(tp)}, {"gflops", peak}, {"flops", run.flops}};
     widest_peak = peak;  // paths are in increasing width; the last available is the widest
     for (int i = 0; i < 3; ++i) {
@@ -72,6 +79,30 @@ Json bench_isa(const Options& o) {
     check_product(x, false, w, true, y, "isa forward" + tag);
     check_product(dy, false, w, false, dx, "isa dX" + tag);
     check_product(dy, true, x, false, dw, "isa dW" + tag);
+    // The same products on BF16 inputs (FP32 out): widened to FP32 while packing on every
+    // path but avx512bf16, whose VDPBF16PS limit is its own loop (4 flops per lane).
+    double bf16_limit = peak;
+    if (isa == CpuIsa::Avx512Bf16) {
+      const Timing td = time_it(1, reps, [&] { run = isa_avx512bf16::fma_peak(iters, 1.0f, 0.25f, 1.0f); });
+      bf16_limit = peak_gflops("vdpbf16ps peak", td, run);
+      p["dot_peak"] = Json{{"time", to_json(td)}, {"gflops", bf16_limit}, {"flops", run.flops}};
+    }
+    for (int i = 0; i < 3; ++i) {
+      GemmArgs op = ops[i];
+      op.a = &low[i][0];
+      op.b = &low[i][1];
+      const Timing t = time_it(1, reps, [&] { cpu_gemm_on(isa, op); });
+      const double g = flops / (t.median_ms * 1e6);
+      p["gemm_bf16"][names[i]] = Json{{"time", to_json(t)}, {"gflops", g}, {"fraction_of_limit", g / bf16_limit},
+                                      {"vs_own_fp32", g / p["gemm_fp32"][names[i]]["gflops"].get<double>()}};
+    }
+    for (int i = 0; i < 3; ++i) {  // the BF16 products, checked like the FP32 ones
+      GemmArgs op = i == 0 ? nobias : ops[i];
+      op.a = &low[i][0];
+      op.b = &low[i][1];
+      cpu_gemm_on(isa, op);
+      check_product(low[i][0], op.trans_a, low[i][1], op.trans_b, *op.c, std::string("isa bf16 ") + names[i] + tag);
+    }
     paths.push_back(p);
   }
   for (Json& p : paths)

@@ -76,8 +76,12 @@ int main(int argc, char** argv) {
   auto target = [&](const std::string& name, double value, const std::string& op, double bound) {
     // Bytes per parameter carry a few bytes of one-element scalars: compare at 1e-3.
     const double slack = 1e-3 * std::fmax(1.0, std::fabs(bound));
-    const bool met = op == ">=" ? value >= bound - slack : op == "<=" ? value <= bound + slack
-                                                                       : std::fabs(value) <= bound;
+    // "<" and ">" are strict (faster than, slower than): no slack.
+    const bool met = op == ">=" ? value >= bound - slack
+                     : op == "<=" ? value <= bound + slack
+                     : op == ">"  ? value > bound
+                     : op == "<"  ? value < bound
+                                  : std::fabs(value) <= bound;
     targets.push_back({{"target", name}, {"value", value}, {"op", op}, {"bound", bound}, {"met", met}});
   };
 
@@ -131,27 +135,36 @@ int main(int argc, char** argv) {
   }
   if (doc.contains("isa")) {
     const Json& is = doc["isa"];
-    std::printf("### CPU ISA paths: FMA peak and fp32 GEMM, Linear(%lld) products at batch %lld, %d threads "
-                "(in use: %s)\n\n",
+    std::printf("### CPU ISA paths: FMA peak, fp32 and bf16 GEMM, Linear(%lld) products at batch %lld, %d threads "
+                "(in use: %s)\n\n"
+                "bf16: both operands BF16, FP32 out; its limit is the FMA peak, or the VDPBF16PS peak on "
+                "avx512bf16 (the GEMM of every other path widens BF16 to FP32 while packing)\n\n",
                 static_cast<long long>(is["n"].get<int64_t>()), static_cast<long long>(is["batch"].get<int64_t>()),
                 is["threads"].get<int>(), is["cpu_isa"].get<std::string>().c_str());
-    print_header({"path", "FMA peak GFLOP/s", "product", "GEMM GFLOP/s", "of its peak", "of the widest peak"});
+    print_header({"path", "FMA peak GFLOP/s", "product", "GEMM GFLOP/s", "of its peak", "of the widest peak",
+                  "bf16 limit GFLOP/s", "bf16 GEMM GFLOP/s", "of its limit", "bf16 / fp32"});
     double widest_worst = NAN;
     std::string widest;
     for (const Json& p : is["paths"]) {
       if (!p["available"].get<bool>()) {
         std::string m;
         for (const Json& f : p["missing"]) m += (m.empty() ? "" : ", ") + f.get<std::string>();
-        print_row({p["isa"], "not on this CPU (lacks " + m + ")", "", "", "", ""});
+        print_row({p["isa"], "not on this CPU (lacks " + m + ")", "", "", "", "", "", "", "", ""});
         continue;
       }
       widest = p["isa"];
       widest_worst = INFINITY;
       for (const char* op : {"forward", "dX", "dW"}) {
         const Json& g = p["gemm_fp32"][op];
+        const Json& h = p.contains("gemm_bf16") ? p["gemm_bf16"][op] : Json();
+        const double limit = num(p.contains("dot_peak") ? p["dot_peak"]["gflops"] : p["peak"]["gflops"]);
         widest_worst = std::fmin(widest_worst, num(g["fraction_of_peak"]));
         print_row({p["isa"], fmt(num(p["peak"]["gflops"])), op, fmt(num(g["gflops"])), fmt(num(g["fraction_of_peak"]), 2),
-                   fmt(num(g["fraction_of_widest_peak"]), 2)});
+                   fmt(num(g["fraction_of_widest_peak"]), 2), fmt(limit), fmt(num(h["gflops"])),
+                   fmt(num(h["fraction_of_limit"]), 2), fmt(num(h["vs_own_fp32"]), 2)});
+        // Issue 13: on a CPU with BF16 arithmetic the BF16 products must beat the FP32 ones.
+        if (p.contains("dot_peak")) target("bf16 / fp32 GEMM GFLOP/s, " + std::string(op) + " (" + p["isa"].get<std::string>() + ")",
+                                           num(h["vs_own_fp32"]), ">", 1.0);
       }
     }
     target("fp32 GEMM, Linear(" + std::to_string(is["n"].get<int64_t>()) + ") products on the widest path (" + widest +
@@ -188,6 +201,10 @@ int main(int argc, char** argv) {
         if (m.rfind("linear", 0) == 0) {
           target("safety belts overhead, " + m + " " + dt + " step", overhead, "<=", 0.05);
           if (std::string(dt) != "fp32") target(std::string(dt) + " / fp32 " + m + " step time", vs, "<=", 1.5);
+          // Issue 13: faster than fp32 where the CPU has the dtype's arithmetic (VDPBF16PS).
+          const std::string isa = doc.value("cpu_isa", Json("")).get<std::string>();
+          if (std::string(dt) == "bf16" && isa.rfind("avx512bf16", 0) == 0)
+            target("bf16 / fp32 " + m + " step time on avx512bf16", vs, "<", 1.0);
         }
       }
     }

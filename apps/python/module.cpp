@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/checkpoint.h"
 #include "amp/grad_scaler.h"
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
-#include "apps/checkpoint.h"
 #include "numpy_interop.h"  // beside this file: the module builds against an installed belay too
 #include "apps/train.h"
 #include "autograd/modules.h"
@@ -585,14 +585,24 @@ PYBIND11_MODULE(_belay, m) {
       .def_readwrite("scaler", &RunState::scaler)
       .def_readwrite("data_position", &RunState::data_position)
       .def_readwrite("settings", &RunState::settings)
+      .def_readwrite("rng_states", &RunState::rng_states)
       .def_readwrite("experiment", &RunState::experiment)
+      .def_readwrite("records", &RunState::records)
       .def_readonly("policy_changes", &RunState::policy_changes)
       .def_readonly("scaler_state_loaded", &RunState::scaler_state_loaded);
-  m.def("save_checkpoint", &save_checkpoint, py::arg("path"), py::arg("model"), py::arg("optimizer"), py::arg("state"),
+  m.def("save_checkpoint",
+        static_cast<void (*)(const std::string&, const Module&, Optimizer&, const RunState&)>(&save_checkpoint),
+        py::arg("path"), py::arg("model"), py::arg("optimizer"), py::arg("state"),
         "Atomic: masters, optimizer state and the run state in one safetensors file");
   m.def("load_checkpoint", &load_checkpoint, py::arg("path"), py::arg("model"), py::arg("optimizer"),
         py::arg("settings") = std::map<std::string, std::string>{}, py::arg("new_experiment") = false,
         "Checks everything, then loads masters and optimizer state; returns the RunState");
+  m.def("inspect_checkpoint", [](const std::string& path) {
+    const CheckpointInfo info = inspect_checkpoint(path);
+    py::dict tensors;
+    for (auto& [name, shape] : info.tensors) tensors[py::str(name)] = py::tuple(py::cast(shape));
+    return py::dict(py::arg("state") = info.state, py::arg("cpu_isa") = info.cpu_isa, py::arg("tensors") = tensors);
+  }, py::arg("path"), "Validates a checkpoint without a model: {'state': RunState, 'cpu_isa': str, 'tensors': {name: shape}}");
 
   // ---- belay train
   m.def("train", [](py::kwargs kw) {

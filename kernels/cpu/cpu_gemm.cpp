@@ -14,7 +14,8 @@ void run_eigen(CpuIsa isa, const GemmF32Args& g) {
   switch (isa) {
     case CpuIsa::Baseline: isa_baseline::gemm_f32(g); break;
     case CpuIsa::Avx2: isa_avx2::gemm_f32(g); break;
-    case CpuIsa::Avx512: isa_avx512::gemm_f32(g); break;
+    case CpuIsa::Avx512:
+    case CpuIsa::Avx512Bf16: isa_avx512::gemm_f32(g); break;  // the same Eigen: it has no BF16 product
   }
 }
 
@@ -23,6 +24,7 @@ void run_packed(CpuIsa isa, const GemmF32Args& g) {
     case CpuIsa::Baseline: isa_baseline::gemm_packed(g); break;
     case CpuIsa::Avx2: isa_avx2::gemm_packed(g); break;
     case CpuIsa::Avx512: isa_avx512::gemm_packed(g); break;
+    case CpuIsa::Avx512Bf16: isa_avx512bf16::gemm_packed(g); break;
   }
 }
 

@@ -99,6 +99,7 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::Baseline: return "baseline";
     case CpuIsa::Avx2: return "avx2";
     case CpuIsa::Avx512: return "avx512";
+    case CpuIsa::Avx512Bf16: return "avx512bf16";
   }
   return "?";
 }
@@ -106,7 +107,7 @@ const char* cpu_isa_name(CpuIsa isa) {
 CpuIsa parse_cpu_isa(const std::string& name) {
   for (CpuIsa i : kAllCpuIsas)
     if (name == cpu_isa_name(i)) return i;
-  throw UsageError("unknown cpu isa '" + name + "': use baseline, avx2 or avx512");
+  throw UsageError("unknown cpu isa '" + name + "': use baseline, avx2, avx512 or avx512bf16");
 }
 
 std::vector<std::string> cpu_isa_missing(CpuIsa isa) {
@@ -133,6 +134,7 @@ std::vector<std::string> cpu_isa_missing(CpuIsa isa) {
     need(f.avx512dq, "avx512dq");
     if (m.empty()) need(f.os_zmm, "OS support of the ZMM/opmask state (xgetbv)");
   }
+  if (isa >= CpuIsa::Avx512Bf16) need(f.avx512_bf16, "avx512_bf16");
   return m;
 }
 
@@ -173,7 +175,9 @@ std::string cpu_features_string() {
   const CpuFeatures& f = cpu_features();
   std::string s;
   auto add = [&](bool have, const char* name) {
-    if (have) s += (s.empty() ? "" : " ") + std::string(name);
+    if (!have) return;
+    if (!s.empty()) s += ' ';
+    s += name;
   };
   add(f.sse2, "sse2");
   add(f.avx && f.os_ymm, "avx");

@@ -1,6 +1,6 @@
 // Which x86 vector ISA the CPU kernels run: detected once (cpuid for what the CPU has,
 // xgetbv for what the OS saves on a context switch), at first use, and overridable by
-// BELAY_CPU_ISA=baseline|avx2|avx512 or `belay --cpu-isa` (engine/backend.h's
+// BELAY_CPU_ISA=baseline|avx2|avx512|avx512bf16 or `belay --cpu-isa` (engine/backend.h's
 // select_cpu_isa). Every path is compiled into every binary (kernels/cpu/isa/), so one
 // binary runs the widest path the machine in hand allows; no -march=native anywhere.
 #pragma once
@@ -9,9 +9,11 @@
 
 namespace belay {
 
-// Ordered: a path needs everything the paths before it need.
-enum class CpuIsa { Baseline = 0, Avx2 = 1, Avx512 = 2 };
-inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512};
+// Ordered: a path needs everything the paths before it need. Avx512Bf16 is Avx512 whose
+// BF16 x BF16 products run VDPBF16PS (kernels/cpu/isa/gemm_packed.cpp); everything else
+// on it is the Avx512 code.
+enum class CpuIsa { Baseline = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
+inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16};
 
 // What cpuid and xgetbv report. The os_* flags: the OS saves that register state (XCR0).
 struct CpuFeatures {
@@ -22,7 +24,7 @@ struct CpuFeatures {
 };
 const CpuFeatures& cpu_features();  // detected once
 
-const char* cpu_isa_name(CpuIsa isa);               // "baseline", "avx2", "avx512"
+const char* cpu_isa_name(CpuIsa isa);               // "baseline", "avx2", "avx512", "avx512bf16"
 CpuIsa parse_cpu_isa(const std::string& name);      // UsageError naming the choices
 std::vector<std::string> cpu_isa_missing(CpuIsa isa);  // features this CPU/OS lacks for it; empty: runnable
 bool cpu_isa_available(CpuIsa isa);

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "amp/autocast.h"
-#include "apps/checkpoint.h"
+#include "amp/checkpoint.h"
 #include "apps/train.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"

@@ -1,5 +1,5 @@
-// Checkpoints: a resumed run is the same run, bit for bit; bad files and other settings are
-// clear errors that overwrite nothing.
+// Checkpoints as belay train uses them (the library API alone: tests/amp/test_checkpoint.cpp):
+// a resumed run is the same run, bit for bit; bad files and other settings are clear errors that overwrite nothing.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/checkpoint.h"
+#include "amp/checkpoint.h"
 #include "apps/train.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
@@ -221,20 +221,4 @@ TEST_CASE("user data: regression and class labels from safetensors, errors that 
   write_safetensors(path, {{"x", Tensor::from_vector(x, Shape{64, 4})}, {"y", Tensor::from_vector(y, Shape{32, 4})}});
   CHECK_THROWS_WITH(run(c), Catch::Contains("y must be"));
   std::remove(path.c_str());
-}
-
-TEST_CASE("resume check: fp32_ops missing on either side counts as none", "[apps][checkpoint]") {
-  using Settings = std::map<std::string, std::string>;
-  // A checkpoint from before fp32_ops existed, and a caller that does not name it: both ran
-  // with autocast everywhere, so neither is a policy change.
-  CHECK(belay::check_resume_settings("c", Settings{{"dtype", "fp16"}}, Settings{{"dtype", "fp16"}, {"fp32_ops", "none"}},
-                                     false)
-            .empty());
-  CHECK(belay::check_resume_settings("c", Settings{{"dtype", "fp16"}, {"fp32_ops", "none"}}, Settings{{"dtype", "fp16"}},
-                                     false)
-            .empty());
-  // A real difference still is one.
-  CHECK_THROWS_AS(belay::check_resume_settings("c", Settings{{"dtype", "fp16"}, {"fp32_ops", "linear"}},
-                                               Settings{{"dtype", "fp16"}}, false),
-                  belay::UsageError);
 }

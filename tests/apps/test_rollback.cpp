@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apps/checkpoint.h"
+#include "amp/checkpoint.h"
 #include "apps/rollback.h"
 #include "apps/train.h"
 #include "engine/error.h"

@@ -10,10 +10,11 @@
 #      instruction at all (clang's __clang_call_terminate; std::bad_alloc's constructor in
 #      an unoptimised sanitizer build), listed as a note;
 #   2. the instructions are the ISA's: baseline has no VEX/EVEX instruction at all, avx2
-#      has FMAs on ymm and no zmm or opmask register, avx512 has FMAs on zmm; the element
+#      has FMAs on ymm and no zmm or opmask register, avx512 has FMAs on zmm, avx512bf16
+#      has VDPBF16PS on zmm (its GEMM's BF16 pairs; the bench's peak loop); the element
 #      kernels (element_blocks*) have no FMA at all on any path (their bits must be the
 #      baseline's) and use ymm registers on avx2/avx512.
-#   usage: check_isa_objects.sh ISA=OBJ[:OBJ...] ...   (ISA: baseline, avx2, avx512)
+#   usage: check_isa_objects.sh ISA=OBJ[:OBJ...] ...   (ISA: baseline, avx2, avx512, avx512bf16)
 set -u
 fail=0
 say() { echo "check_isa_objects: $*"; }
@@ -45,6 +46,7 @@ for arg in "$@"; do
     asm=$(objdump -d --no-show-raw-insn "$obj")
     fma_ymm=$(grep -cE 'vfn?m(add|sub)[0-9]+ps.*%ymm' <<<"$asm")
     fma_zmm=$(grep -cE 'vfn?m(add|sub)[0-9]+ps.*%zmm' <<<"$asm")
+    dot_zmm=$(grep -cE 'vdpbf16ps.*%zmm' <<<"$asm")
     vex=$(grep -cE '^\s+[0-9a-f]+:\s+v[a-z0-9]+\s' <<<"$asm")
     zmm=$(grep -cE '%zmm|%k[0-7]' <<<"$asm")
     ymm=$(grep -cE '%ymm' <<<"$asm")
@@ -66,9 +68,10 @@ for arg in "$@"; do
       avx2) [ "$fma_ymm" -gt 0 ] || { say "$name: no FMA on ymm registers"; fail=1; }
             [ "$zmm" -eq 0 ] || { say "$name: $zmm instructions use zmm/opmask registers"; fail=1; } ;;
       avx512) [ "$fma_zmm" -gt 0 ] || { say "$name: no FMA on zmm registers"; fail=1; } ;;
+      avx512bf16) [ "$dot_zmm" -gt 0 ] || { say "$name: no VDPBF16PS on zmm registers"; fail=1; } ;;
       *) say "unknown ISA '$isa'"; fail=1 ;;
     esac
-    say "$name: $n_syms global/weak symbols ($n_leaked outside its namespaces, $n_neutral ISA-neutral shared); VEX/EVEX instructions $vex, FMA on ymm $fma_ymm, on zmm $fma_zmm"
+    say "$name: $n_syms global/weak symbols ($n_leaked outside its namespaces, $n_neutral ISA-neutral shared); VEX/EVEX instructions $vex, FMA on ymm $fma_ymm, on zmm $fma_zmm, VDPBF16PS $dot_zmm"
   done
 done
 [ $# -gt 0 ] || { say "usage: check_isa_objects.sh ISA=OBJ ..."; exit 2; }

@@ -51,8 +51,10 @@ void gemm_suite(CpuIsa isa) {
   INFO("path " << cpu_isa_name(isa));
   auto gemm = [isa](const GemmArgs& a) { cpu_gemm_on(isa, a); };
   // 1, 7, 129, 1000 in every role; K never a multiple of 32.
-  const GemmCase shapes[] = {{1, 1, 1},    {7, 129, 1},     {129, 7, 13},   {1, 129, 7},
-                             {7, 7, 1000}, {33, 1, 1023},   {1000, 7, 129}, {129, 1000, 33}};
+  // {600, 7, 300}: whole MC x KC blocks of A (288 rows per thread, K past one block), so a
+  // panel written past its end runs off the packing buffer (found by ASan in the bench).
+  const GemmCase shapes[] = {{1, 1, 1},    {7, 129, 1},     {129, 7, 13},   {1, 129, 7},     {7, 7, 1000},
+                             {33, 1, 1023}, {1000, 7, 129}, {129, 1000, 33}, {600, 7, 300}};
   uint64_t seed = 700;
   for (DType in : {DType::F32, DType::F16, DType::BF16})
     for (bool ta : {false, true})
@@ -82,6 +84,47 @@ TEST_CASE("cpu isa avx2: gemm against the FP64 reference, odd shapes, all layout
 }
 TEST_CASE("cpu isa avx512: gemm against the FP64 reference, odd shapes, all layouts", "[kernels][cpu][isa]") {
   gemm_suite(CpuIsa::Avx512);
+}
+
+TEST_CASE("cpu isa avx512bf16: gemm against the FP64 reference, odd shapes, all layouts", "[kernels][cpu][isa]") {
+  gemm_suite(CpuIsa::Avx512Bf16);
+}
+
+TEST_CASE("cpu isa avx512bf16: BF16 x BF16 runs VDPBF16PS, which flushes subnormal inputs", "[kernels][cpu][isa]") {
+  if (!cpu_isa_available(CpuIsa::Avx512Bf16)) {
+    WARN("CTEST_SKIP: the avx512bf16 path needs " << missing_list(CpuIsa::Avx512Bf16)
+                                                  << ", which this CPU lacks (it has: " << cpu_features_string() << ")");
+    return;
+  }
+  auto product = [](CpuIsa isa, const Tensor& a, const Tensor& b) {
+    Tensor c = Tensor::empty(Shape{a.dim(0), b.dim(0)});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &b;
+    args.trans_b = true;
+    args.c = &c;
+    cpu_gemm_on(isa, args);
+    return c;
+  };
+  // The pairwise sums are another order than the FP32 panels' k by k: over K = 1000 some
+  // bits differ from the avx512 path (equal bits everywhere: the pair kernel never ran) ...
+  const Tensor a = test::gemm_random_tensor(Shape{37, 1000}, DType::BF16, 31);
+  const Tensor b = test::gemm_random_tensor(Shape{45, 1000}, DType::BF16, 32);
+  const std::vector<uint32_t> wide = bits_of(product(CpuIsa::Avx512, a, b));
+  const std::vector<uint32_t> dot = bits_of(product(CpuIsa::Avx512Bf16, a, b));
+  size_t differing = 0;
+  for (size_t i = 0; i < wide.size(); ++i) differing += wide[i] != dot[i];
+  INFO(differing << " of " << wide.size() << " elements differ in bits");
+  CHECK(differing > 0);
+  // ... and an FP32 product stays on the FP32 panels: the avx512 bits exactly.
+  const Tensor a32 = a.to(DType::F32), b32 = b.to(DType::F32);
+  CHECK(bits_of(product(CpuIsa::Avx512, a32, b32)) == bits_of(product(CpuIsa::Avx512Bf16, a32, b32)));
+  // The documented difference: a BF16 subnormal (2^-130) reads as zero in VDPBF16PS, while
+  // the FP32 panels widen it exactly; 2^-130 x 2^100 = 2^-30 is an ordinary FP32 value.
+  const Tensor tiny = Tensor::full(Shape{1, 3}, std::ldexp(1.0f, -130), DType::BF16);
+  const Tensor huge = Tensor::full(Shape{1, 3}, std::ldexp(1.0f, 100), DType::BF16);
+  CHECK(product(CpuIsa::Avx512, tiny, huge).to_vector()[0] == std::ldexp(3.0f, -30));
+  CHECK(product(CpuIsa::Avx512Bf16, tiny, huge).to_vector()[0] == 0.0f);
 }
 
 TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernels][cpu][isa]") {
@@ -143,7 +186,7 @@ TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernel
 
 TEST_CASE("cpu isa: unknown names and paths the CPU lacks are UsageErrors", "[kernels][cpu][isa]") {
   CHECK_THROWS_AS(parse_cpu_isa("sse9"), UsageError);
-  CHECK_THROWS_WITH(parse_cpu_isa("AVX2"), Catch::Contains("baseline, avx2 or avx512"));
+  CHECK_THROWS_WITH(parse_cpu_isa("AVX2"), Catch::Contains("baseline, avx2, avx512 or avx512bf16"));
   CHECK_THROWS_AS(select_cpu_isa("avx1024"), UsageError);
   for (CpuIsa isa : kAllCpuIsas) CHECK(parse_cpu_isa(cpu_isa_name(isa)) == isa);
   CHECK(cpu_isa_available(CpuIsa::Baseline));
@@ -262,8 +305,11 @@ TEST_CASE("cpu isa avx512: element kernels bit for bit the baseline's", "[kernel
 TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count", "[kernels][cpu][isa]") {
   // Each output's K products are summed in the same order whichever thread computes it
   // (threads take whole slices of C), so a resume with another OMP_NUM_THREADS repeats.
-  const Tensor a = test::gemm_random_tensor(Shape{300, 700}, DType::F32, 21);
-  const Tensor b = test::gemm_random_tensor(Shape{500, 700}, DType::F32, 22);
+  // BF16 inputs too: on the avx512bf16 path they take the pair kernel.
+  for (DType in : {DType::F32, DType::BF16}) {
+  INFO("inputs " << dtype_name(in) << ", path " << cpu_isa_name(active_cpu_isa()));
+  const Tensor a = test::gemm_random_tensor(Shape{300, 701}, in, 21);
+  const Tensor b = test::gemm_random_tensor(Shape{500, 701}, in, 22);
   const int saved = omp_get_max_threads();
   auto product = [&](int threads) {
     omp_set_num_threads(threads);
@@ -280,4 +326,5 @@ TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count"
   omp_set_num_threads(saved);
   CHECK(one == two);
   CHECK(one == three);
+  }
 }

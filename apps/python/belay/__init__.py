@@ -14,7 +14,7 @@ Everything numeric runs in the C++ engine (belay._belay); this file adds the two
 helpers that gather a run's pieces.
 """
 from ._belay import *  # noqa: F401,F403  (the module defines no private names but _belay's own)
-from ._belay import Error, RunState, StepRow, UsageError, __version__, load_checkpoint, save_checkpoint
+from ._belay import Error, RunState, StepRow, UsageError, __version__, inspect_checkpoint, load_checkpoint, save_checkpoint
 
 
 def _settings(settings):

@@ -36,5 +36,7 @@ namespace isa_avx512 { void gemm_f32(const GemmF32Args& args); }
 namespace isa_baseline { void gemm_packed(const GemmF32Args& args); }
 namespace isa_avx2 { void gemm_packed(const GemmF32Args& args); }
 namespace isa_avx512 { void gemm_packed(const GemmF32Args& args); }
+// avx512 plus VDPBF16PS for BF16 x BF16 (other inputs: the avx512 FP32 panels).
+namespace isa_avx512bf16 { void gemm_packed(const GemmF32Args& args); }
 
 }  // namespace belay

@@ -40,7 +40,7 @@ namespace {
 // MR x NR accumulators (NR = two vectors) stay in registers: AVX2 has 16 ymm, so 6 x 2 = 12
 // accumulators + 2 B vectors + 1 broadcast; AVX-512 has 32 zmm: 12 x 2 = 24 + 3; SSE2 has
 // 16 xmm: 6 x 2 + 3. KC sizes one A panel + one B panel to stay within the L1 cache.
-#if defined(BELAY_ISA_avx512)
+#if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
 using Vec = __m512;
 constexpr int kW = 16, kMR = 12, kKC = 192;
 inline Vec vzero() { return _mm512_setzero_ps(); }
@@ -71,7 +71,8 @@ inline Vec vbroadcast(const float* p) { return _mm_set1_ps(*p); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
 inline Vec vadd(Vec a, Vec b) { return _mm_add_ps(a, b); }
 #endif
-constexpr int kNR = 2 * kW;
+constexpr int kNV = 2;  // vectors across a tile
+constexpr int kNR = kNV * kW;
 // Rows of A per block: 288 x KC floats, 220-290 KB, in L2 (Zen 3 has 512 KB, Xeons 1-2 MB).
 // Measured on Zen 3 (AVX2, one thread, Linear(4096) products at batch 256): MC = 72 or 144
 // rows gave 0.64-0.77 of the FMA peak on the forward product, 288 rows 0.76-0.80; KC = 192
@@ -132,7 +133,7 @@ void widen_run(const void* src, GemmElem t, int64_t at, int n, float* dst) {
     return;
   }
   int i = 0;
-#if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
+#if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
   // F16C, exact for every finite value and infinity; it quiets a signalling NaN, which can
   // only turn a NaN product into another NaN.
   for (; i + 8 <= n; i += 8)
@@ -161,8 +162,14 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
       float* d = dst + static_cast<int64_t>(k) * P;
       const int64_t at = v.at(r0, k0 + k);
       if (v.type == GemmElem::F32 && rows == P) {
+        // Whole vectors, then SSE quads: an A panel (MR = 6 or 12) is not a multiple of the
+        // vector (4, 8, 16), and a vector past P would write into the next k's entries and,
+        // at the end of the block, past the buffer (ASan caught it in the bench's dW, M = 288).
         const float* src = static_cast<const float*>(v.data) + at;
-        for (int r = 0; r < P; r += kW) vstoreu(d + r, vloadu(src + r));
+        int r = 0;
+        for (; r + kW <= P; r += kW) vstoreu(d + r, vloadu(src + r));
+        for (; r + 4 <= P; r += 4) _mm_storeu_ps(d + r, _mm_loadu_ps(src + r));
+        for (; r < P; ++r) d[r] = src[r];
         continue;
       }
       widen_run(v.data, v.type, at, rows, d);
@@ -185,10 +192,17 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
       row[r] = scratch + r * kKC;
     }
   }
+  // Four rows at a time down the whole of kc, not four k across all P rows: the rows of a
+  // transposed weight are often a power of two apart (16 KB for K = 4096), so P rows fall
+  // in one L1 set, and sweeping all of them per 4 k evicted each line before its next use
+  // (Zen 5, K = 4096: 0.33 -> 0.27 ns per element, 0.20 -> 0.09 when the source is in L2).
+  // The rows 8 ahead are prefetched a line at a time (DRAM-bound case: 0.28 -> 0.23 ns).
   constexpr int P4 = P / 4 * 4;  // MR = 6: rows 4 and 5 go one by one
-  int k = 0;
-  for (; k + 4 <= kc; k += 4) {
-    for (int r = 0; r < P4; r += 4) {
+  const int kc4 = kc / 4 * 4;
+  for (int r = 0; r < P4; r += 4) {
+    for (int k = 0; k < kc4; k += 4) {
+      if (r + 11 < rows && (k & 15) == 0)
+        for (int q = 8; q < 12; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[r + q] + k), _MM_HINT_T0);
       __m128 x0 = _mm_loadu_ps(row[r] + k), x1 = _mm_loadu_ps(row[r + 1] + k);
       __m128 x2 = _mm_loadu_ps(row[r + 2] + k), x3 = _mm_loadu_ps(row[r + 3] + k);
       _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
@@ -198,38 +212,28 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
       _mm_storeu_ps(d + 2 * P, x2);
       _mm_storeu_ps(d + 3 * P, x3);
     }
-    for (int r = P4; r < P; ++r)
-      for (int kk = k; kk < k + 4; ++kk) dst[static_cast<int64_t>(kk) * P + r] = row[r][kk];
   }
-  for (; k < kc; ++k)
+  for (int r = P4; r < P; ++r)
+    for (int k = 0; k < kc4; ++k) dst[static_cast<int64_t>(k) * P + r] = row[r][k];
+  for (int k = kc4; k < kc; ++k)
     for (int r = 0; r < P; ++r) dst[static_cast<int64_t>(k) * P + r] = row[r][k];
 }
 
 // ---- The microkernel -------------------------------------------------------------------
-// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum_k a[k][i] * b[k][j] (+ bias[j] when given).
-// `rows` x `cols` of the tile are real; a partial tile goes through a local buffer.
-void microkernel(int kc, const float* __restrict a, const float* __restrict b, float* __restrict c, int64_t ldc,
-                 int rows, int cols, bool overwrite, const float* bias) {
-  // C's tile is read (or written) only after the k loop: ask for its lines now, so they
-  // arrive while the FMAs run instead of stalling the stores.
+// C's tile is read (or written) only after the k loop: ask for its lines now, so they arrive
+// while the FMAs run instead of stalling the stores.
+inline void prefetch_tile(const float* c, int64_t ldc, int rows) {
   for (int i = 0; i < rows; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR - 1), _MM_HINT_T0);
   }
-  Vec acc[kMR][2];
-#pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = vzero();
-  for (int k = 0; k < kc; ++k) {
-    const Vec b0 = vload(b), b1 = vload(b + kW);
-#pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
-      const Vec ai = vbroadcast(a + i);
-      acc[i][0] = vfma(ai, b0, acc[i][0]);
-      acc[i][1] = vfma(ai, b1, acc[i][1]);
-    }
-    a += kMR;
-    b += kNR;
-  }
+}
+
+// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + acc (+ bias[j] when given): the accumulators
+// of one microkernel call. `rows` x `cols` of the tile are real; a partial tile goes
+// through a local buffer.
+inline void store_tile(Vec (&acc)[kMR][kNV], float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite,
+                       const float* bias) {
   const bool full = rows == kMR && cols == kNR;
   alignas(64) float tile[kMR * kNR];
   float* out = full ? c : tile;
@@ -246,21 +250,42 @@ void microkernel(int kc, const float* __restrict a, const float* __restrict b, f
 #pragma GCC unroll 16
   for (int i = 0; i < kMR; ++i) {
     float* row = out + i * ld;
-    Vec v0 = acc[i][0], v1 = acc[i][1];
-    if (!overwrite) {
-      v0 = vadd(vloadu(row), v0);
-      v1 = vadd(vloadu(row + kW), v1);
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) {
+      Vec x = acc[i][v];
+      if (!overwrite) x = vadd(vloadu(row + v * kW), x);
+      if (bias) x = vadd(x, vloadu(bias + v * kW));
+      vstoreu(row + v * kW, x);
     }
-    if (bias) {
-      v0 = vadd(v0, vloadu(bias));
-      v1 = vadd(v1, vloadu(bias + kW));
-    }
-    vstoreu(row, v0);
-    vstoreu(row + kW, v1);
   }
   if (!full)
     for (int i = 0; i < rows; ++i)
       for (int j = 0; j < cols; ++j) c[i * ldc + j] = tile[i * kNR + j];
+}
+
+// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum_k a[k][i] * b[k][j] (+ bias[j] when given).
+void microkernel(int kc, const float* __restrict a, const float* __restrict b, float* __restrict c, int64_t ldc,
+                 int rows, int cols, bool overwrite, const float* bias) {
+  prefetch_tile(c, ldc, rows);
+  Vec acc[kMR][kNV];
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[i][v] = vzero();
+  for (int k = 0; k < kc; ++k) {
+    Vec bv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) bv[v] = vload(b + v * kW);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      const Vec ai = vbroadcast(a + i);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[i][v] = vfma(ai, bv[v], acc[i][v]);
+    }
+    a += kMR;
+    b += kNR;
+  }
+  store_tile(acc, c, ldc, rows, cols, overwrite, bias);
 }
 
 // Packs the KC x NC block of op(B) as NR-wide panels. An untransposed FP32 B is read row by
@@ -282,6 +307,130 @@ void pack_b(const View& bv, int64_t jc, int64_t nc, int64_t pc, int kc, float* d
   for (int64_t jr = 0; jr < nc; jr += kNR)
     pack_panel<kNR>(bv, jc + jr, static_cast<int>(min64(kNR, nc - jr)), pc, kc, dst + jr * kc, scratch);
 }
+
+// ---- BF16 pairs: VDPBF16PS (the avx512bf16 path) ----------------------------------------
+// When both inputs are BF16 and the CPU has AVX512-BF16, the panels hold pairs of
+// consecutive k as one 32-bit word (element 2p in the low half, 2p + 1 in the high half) and
+// VDPBF16PS does 16 lanes x 2 k per instruction: twice the FP32 FMA's work per instruction
+// (measured on the Zen 5 of 2026-12-01: 174-178 vs 87-89 GFLOP/s on one core).
+// It rounds differently from the FP32 path (Intel SDM, VDPBF16PS): each lane adds the odd
+// product and then the even one, the products exact (8-bit significands), the sums rounded
+// to nearest even; BF16 inputs below 2^-126 (subnormals) read as zero and a subnormal
+// result is flushed to zero whatever MXCSR says. Order and flushing aside it is the same
+// FP32 sum, so the tests hold it to the same bound on the FP64 reference, and one test
+// shows the flush. An odd K gets a zero high half in its last pair, in both panels.
+#if defined(BELAY_ISA_avx512bf16)
+constexpr int kKP = kKC;  // pairs per K block: 2 x 192 k, the FP32 panels' bytes
+
+// Packs rows [r0, r0 + rows) x k in [k0, k0 + kc) of a BF16 view as one panel P rows tall:
+// dst[p * P + r] = the pair (2p, 2p + 1) of row r; rows past `rows` and the high half past
+// kc are zero.
+template <int P>
+void pack_pairs(const View& v, int64_t r0, int rows, int64_t k0, int kc, uint32_t* dst) {
+  const uint16_t* x = static_cast<const uint16_t*>(v.data);
+  const int kp = (kc + 1) / 2, full_pairs = kc / 2;
+  if (v.r_contiguous) {
+    // Each k is a run of the panel's rows: two runs zero-extended to 32 bits, the second
+    // shifted into the high halves. Masked loads: rows past the edge read nothing.
+    for (int p = 0; p < kp; ++p) {
+      const uint16_t* lo = x + v.at(r0, k0 + 2 * p);
+      const uint16_t* hi = 2 * p + 1 < kc ? x + v.at(r0, k0 + 2 * p + 1) : nullptr;
+      for (int r = 0; r < P; r += 16) {
+        const int n = rows - r < 16 ? (rows - r > 0 ? rows - r : 0) : 16;
+        const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+        const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + r));
+        const __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + r)) : _mm512_setzero_si512();
+        const __m512i w = _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+        const int room = P - r < 16 ? P - r : 16;  // P = 12: the panel ends inside the vector
+        _mm512_mask_storeu_epi32(dst + p * P + r, static_cast<__mmask16>((1u << room) - 1u), w);
+      }
+    }
+    return;
+  }
+  // Each row is a run along k, so a pair is one 32-bit word in memory already: the panel is
+  // that matrix of words transposed, 4 x 4 at a time through SSE registers (bit moves only).
+  alignas(64) static const uint16_t zeros[2 * kKP + 8] = {};
+  const uint16_t* row[P];
+  for (int r = 0; r < P; ++r) row[r] = r < rows ? x + v.at(r0 + r, k0) : zeros;
+  // Four rows down all the pairs at a time, as pack_panel does (and for the same reason).
+  const int pairs4 = full_pairs / 4 * 4;
+  for (int r = 0; r < P; r += 4) {
+    for (int p = 0; p < pairs4; p += 4) {
+      if (r + 11 < rows && (p & 15) == 0)
+        for (int q = 8; q < 12; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[r + q] + 2 * p), _MM_HINT_T0);
+      __m128 w0 = _mm_loadu_ps(reinterpret_cast<const float*>(row[r] + 2 * p));
+      __m128 w1 = _mm_loadu_ps(reinterpret_cast<const float*>(row[r + 1] + 2 * p));
+      __m128 w2 = _mm_loadu_ps(reinterpret_cast<const float*>(row[r + 2] + 2 * p));
+      __m128 w3 = _mm_loadu_ps(reinterpret_cast<const float*>(row[r + 3] + 2 * p));
+      _MM_TRANSPOSE4_PS(w0, w1, w2, w3);
+      float* d = reinterpret_cast<float*>(dst + p * P + r);
+      _mm_storeu_ps(d, w0);
+      _mm_storeu_ps(d + P, w1);
+      _mm_storeu_ps(d + 2 * P, w2);
+      _mm_storeu_ps(d + 3 * P, w3);
+    }
+  }
+  for (int p = pairs4; p < kp; ++p)
+    for (int r = 0; r < P; ++r) {
+      const uint32_t lo = row[r][2 * p], hi = 2 * p + 1 < kc ? row[r][2 * p + 1] : 0u;
+      dst[p * P + r] = lo | hi << 16;
+    }
+}
+
+static_assert(kMR % 4 == 0 && kNR % 16 == 0, "the pair packing moves 4 rows and 16 columns at a time");
+
+// The KC x NC block of op(B) as NR-wide pair panels. An untransposed B goes k pair by k pair
+// across all panels (two contiguous runs of nc per pair), as the FP32 packing does.
+void pack_b_pairs(const View& bv, int64_t jc, int64_t nc, int64_t pc, int kc, uint32_t* dst) {
+  const int kp = (kc + 1) / 2;
+  if (bv.r_contiguous) {
+    const uint16_t* x = static_cast<const uint16_t*>(bv.data);
+    const int64_t full = nc / kNR * kNR;
+    for (int p = 0; p < kp; ++p) {
+      const uint16_t* lo = x + bv.at(jc, pc + 2 * p);
+      const uint16_t* hi = 2 * p + 1 < kc ? x + bv.at(jc, pc + 2 * p + 1) : nullptr;
+      for (int64_t jr = 0; jr < full; jr += kNR) {
+        uint32_t* d = dst + jr * kp + static_cast<int64_t>(p) * kNR;
+        for (int r = 0; r < kNR; r += 16) {
+          const __m512i l = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + jr + r)));
+          const __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + jr + r)))
+                               : _mm512_setzero_si512();
+          _mm512_storeu_si512(d + r, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+        }
+      }
+    }
+    if (full < nc) pack_pairs<kNR>(bv, jc + full, static_cast<int>(nc - full), pc, kc, dst + full * kp);
+    return;
+  }
+  for (int64_t jr = 0; jr < nc; jr += kNR)
+    pack_pairs<kNR>(bv, jc + jr, static_cast<int>(min64(kNR, nc - jr)), pc, kc, dst + jr * kp);
+}
+
+// The pair microkernel: kp pairs of k, 12 x 32 accumulators as in the FP32 one.
+void microkernel_pairs(int kp, const uint32_t* __restrict a, const uint32_t* __restrict b, float* __restrict c,
+                       int64_t ldc, int rows, int cols, bool overwrite, const float* bias) {
+  prefetch_tile(c, ldc, rows);
+  Vec acc[kMR][kNV];
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[i][v] = vzero();
+  for (int p = 0; p < kp; ++p) {
+    __m512bh bv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(b + v * 16));
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+    }
+    a += kMR;
+    b += kNR;
+  }
+  store_tile(acc, c, ldc, rows, cols, overwrite, bias);
+}
+#endif  // BELAY_ISA_avx512bf16
 
 // ---- Per-thread packing buffers, kept between calls ----------------------------------------
 struct Buffers {
@@ -308,26 +457,67 @@ Buffers& buffers() {
 }
 
 
+// The two kinds of panel the loops below run: FP32 (one k per entry) and, on the
+// avx512bf16 path, BF16 pairs (two k per 32-bit entry). `depth`: entries per panel row.
+struct F32Panels {
+  using Entry = float;
+  static constexpr int kBlockK = kKC;
+  static int depth(int kc) { return kc; }
+  static void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* dst, float* scratch) {
+    pack_panel<kMR>(v, r0, rows, k0, kc, dst, scratch);
+  }
+  static void pack_b(const View& v, int64_t jc, int64_t nc, int64_t pc, int kc, float* dst, float* scratch) {
+    belay::BELAY_ISA_NS::pack_b(v, jc, nc, pc, kc, dst, scratch);
+  }
+  static void micro(int kc, const float* a, const float* b, float* c, int64_t ldc, int rows, int cols, bool overwrite,
+                    const float* bias) {
+    microkernel(kc, a, b, c, ldc, rows, cols, overwrite, bias);
+  }
+};
+#if defined(BELAY_ISA_avx512bf16)
+struct PairPanels {
+  using Entry = uint32_t;
+  static constexpr int kBlockK = 2 * kKP;
+  static int depth(int kc) { return (kc + 1) / 2; }
+  static void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, uint32_t* dst, float*) {
+    pack_pairs<kMR>(v, r0, rows, k0, kc, dst);
+  }
+  static void pack_b(const View& v, int64_t jc, int64_t nc, int64_t pc, int kc, uint32_t* dst, float*) {
+    pack_b_pairs(v, jc, nc, pc, kc, dst);
+  }
+  static void micro(int kc, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
+                    bool overwrite, const float* bias) {
+    microkernel_pairs((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias);
+  }
+};
+#endif
+
 // The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
+template <class Panels>
 void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_total, int64_t n_total, int64_t m0,
                 int64_t m1, int64_t n0, int64_t n1) {
+  using Entry = typename Panels::Entry;
+  static_assert(sizeof(Entry) == sizeof(float), "both kinds of panel fill the same buffers");
   Buffers& buf = buffers();
+  Entry* a_buf = reinterpret_cast<Entry*>(buf.a);
+  Entry* b_buf = reinterpret_cast<Entry*>(buf.b);
   for (int64_t jc = n0; jc < n1; jc += kNC) {
     const int64_t nc = min64(kNC, n1 - jc);
-    for (int64_t pc = 0; pc < k_total; pc += kKC) {
-      const int kc = static_cast<int>(min64(kKC, k_total - pc));
+    for (int64_t pc = 0; pc < k_total; pc += Panels::kBlockK) {
+      const int kc = static_cast<int>(min64(Panels::kBlockK, k_total - pc));
+      const int64_t depth = Panels::depth(kc);
       const bool first = pc == 0, last = pc + kc == k_total;
-      pack_b(bv, jc, nc, pc, kc, buf.b, buf.scratch);
+      Panels::pack_b(bv, jc, nc, pc, kc, b_buf, buf.scratch);
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = min64(kMC, m1 - ic);
         for (int64_t ir = 0; ir < mc; ir += kMR)
-          pack_panel<kMR>(av, ic + ir, static_cast<int>(min64(kMR, mc - ir)), pc, kc, buf.a + ir * kc, buf.scratch);
+          Panels::pack_a(av, ic + ir, static_cast<int>(min64(kMR, mc - ir)), pc, kc, a_buf + ir * depth, buf.scratch);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int cols = static_cast<int>(min64(kNR, nc - jr));
           const float* bias = (last && g.bias) ? g.bias + jc + jr : nullptr;
           for (int64_t ir = 0; ir < mc; ir += kMR)
-            microkernel(kc, buf.a + ir * kc, buf.b + jr * kc, g.c + (ic + ir) * n_total + jc + jr, n_total,
-                        static_cast<int>(min64(kMR, mc - ir)), cols, first && !g.accumulate, bias);
+            Panels::micro(kc, a_buf + ir * depth, b_buf + jr * depth, g.c + (ic + ir) * n_total + jc + jr, n_total,
+                          static_cast<int>(min64(kMR, mc - ir)), cols, first && !g.accumulate, bias);
         }
       }
     }
@@ -350,6 +540,9 @@ void gemm_packed(const GemmF32Args& g) {
   }
   const View av{g.a, g.a_type, g.a_cols, g.trans_a};   // op(A) as M x K
   const View bv{g.b, g.b_type, g.b_cols, !g.trans_b};  // op(B) as N x K
+#if defined(BELAY_ISA_avx512bf16)
+  const bool pairs = g.a_type == GemmElem::BF16 && g.b_type == GemmElem::BF16;  // else the FP32 panels
+#endif
   // One slice per thread along the longer side, in whole panels; a product too small to
   // pay for waking the threads (under ~2 MFLOP) runs on the caller alone.
   const bool split_n = n >= m;
@@ -362,8 +555,14 @@ void gemm_packed(const GemmF32Args& g) {
   for (int64_t t = 0; t < threads; ++t) {
     const int64_t lo = t * per, hi = min64(len, lo + per);
     if (lo >= hi) continue;
-    if (split_n) gemm_slice(g, av, bv, k, n, 0, m, lo, hi);
-    else gemm_slice(g, av, bv, k, n, lo, hi, 0, n);
+    const int64_t m0 = split_n ? 0 : lo, m1 = split_n ? m : hi, n0 = split_n ? lo : 0, n1 = split_n ? hi : n;
+#if defined(BELAY_ISA_avx512bf16)
+    if (pairs) {
+      gemm_slice<PairPanels>(g, av, bv, k, n, m0, m1, n0, n1);
+      continue;
+    }
+#endif
+    gemm_slice<F32Panels>(g, av, bv, k, n, m0, m1, n0, n1);
   }
 }
 

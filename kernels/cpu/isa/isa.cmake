@@ -4,20 +4,31 @@
 # (isa_<path>) for its own code and BELAY_EIGEN_NS (Eigen_<path>) to rename Eigen, so no
 # template is shared between copies (shared/TOOLCHAIN.md: the linker keeps one copy of a
 # weak symbol, which would run AVX-512 code on an AVX2 CPU, or baseline code everywhere).
+#
+# avx512bf16 is avx512 plus VDPBF16PS: only the GEMM (its BF16 x BF16 products) and the
+# bench's peak loop differ, so only those files get that copy; the element kernels and the
+# Eigen comparison of that path are the avx512 ones (kernels/cpu/cpu_gemm.cpp, cpu_convert.cpp).
 set(BELAY_CPU_ISAS baseline avx2 avx512)
 set(BELAY_ISA_FLAGS_baseline "")
 set(BELAY_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
 set(BELAY_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c)
+set(BELAY_ISA_FLAGS_avx512bf16 ${BELAY_ISA_FLAGS_avx512} -mavx512bf16)
 # g++ 12 warns "may be used uninitialized" inside its own avx512fintrin.h (the _mm512_undefined
 # idiom, inlined into Eigen's packet code): noise from the system headers, not our code.
 set(BELAY_ISA_WARN_avx512 $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
+set(BELAY_ISA_WARN_avx512bf16 ${BELAY_ISA_WARN_avx512})
 
-# belay_add_isa_objects(<prefix> <source>...): OBJECT libraries <prefix>_<isa>; their
-# objects are listed in <prefix>_OBJECTS (a generator expression) in the caller's scope.
+# belay_add_isa_objects(<prefix> [ISAS <isa>...] SOURCES <source>...): OBJECT libraries
+# <prefix>_<isa> (every path in BELAY_CPU_ISAS unless ISAS names some); their objects are
+# listed in <prefix>_OBJECTS (a generator expression) in the caller's scope.
 function(belay_add_isa_objects prefix)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "ISAS;SOURCES")
+  if(NOT arg_ISAS)
+    set(arg_ISAS ${BELAY_CPU_ISAS})
+  endif()
   set(objects "")
-  foreach(isa IN LISTS BELAY_CPU_ISAS)
-    add_library(${prefix}_${isa} OBJECT ${ARGN})
+  foreach(isa IN LISTS arg_ISAS)
+    add_library(${prefix}_${isa} OBJECT ${arg_SOURCES})
     target_include_directories(${prefix}_${isa} PRIVATE ${PROJECT_SOURCE_DIR})
     target_link_libraries(${prefix}_${isa} PRIVATE Eigen3::Eigen OpenMP::OpenMP_CXX)
     target_compile_definitions(${prefix}_${isa} PRIVATE BELAY_ISA_NS=isa_${isa} BELAY_EIGEN_NS=Eigen_${isa}
@@ -31,7 +42,9 @@ function(belay_add_isa_objects prefix)
   set(${prefix}_OBJECTS ${objects} PARENT_SCOPE)
 endfunction()
 
-belay_add_isa_objects(belay_cpu_isa ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp
+belay_add_isa_objects(belay_cpu_isa SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp
                       ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp
                       ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/element_blocks.cpp)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_OBJECTS})
+belay_add_isa_objects(belay_cpu_isa_gemm ISAS avx512bf16 SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp)
+target_sources(belay_core PRIVATE ${belay_cpu_isa_gemm_OBJECTS})

@@ -343,6 +343,22 @@ def test_checkpoint_resume_is_bit_exact(tmp_path):
     assert state.policy_changes == ["dtype fp16 -> bf16"]
 
 
+def test_inspect_checkpoint_validates_a_file_alone(tmp_path):
+    x, y = regression()
+    path = str(tmp_path / "ck.safetensors")
+    model, opt, scaler, step = make_run()
+    for _ in range(3):
+        step.run(loss_of(model, x, y))
+    belay.save(path, model, opt, scaler, step, settings={"dtype": "fp16"})
+    info = belay.inspect_checkpoint(path)
+    assert info["state"].next_step == 3 and info["state"].settings["dtype"] == "fp16"
+    assert info["cpu_isa"] and all(isinstance(shape, tuple) for shape in info["tensors"].values())
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])  # truncated: a clear error naming the file
+    with pytest.raises(belay.UsageError, match="ck.safetensors"):
+        belay.inspect_checkpoint(path)
+
+
 def test_finfo_and_rounding():
     f16, bf16, f32 = belay.finfo("fp16"), belay.finfo(belay.bfloat16), belay.finfo(np.float32)
     assert (f16.bits, f16.max, f16.eps, f16.smallest_normal) == (16, 65504.0, 2.0 ** -10, 2.0 ** -14)

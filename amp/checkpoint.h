@@ -1,10 +1,20 @@
-// Checkpoints: one safetensors file with everything a bit-exact resume needs. Tensors: the
-// FP32 masters under the model's state-dict names ("weight", "bias", "layers.0.weight",
-// ...) and the optimizer state ("optim.<name>.exp_avg", ".exp_avg_sq", ".momentum_buffer").
-// Metadata: the step to run next, the optimizer's applied-step count (the LR schedule's
-// position), the scaler state, the data position, and the settings that must match on
-// resume. Floats are stored in hex ("%a") so they come back bit for bit.
+// Checkpoints as library API: one safetensors file with everything a bit-exact resume needs.
+// A C++ user, the `belay` CLI, the Python module and the distributed path all call these
+// functions. They live in amp/ because a checkpoint is the state of the whole step: the
+// masters (autograd's modules), the optimizer state (optim/) and the scaler (amp/), and amp
+// is the lowest room that may see all three (DESIGN.md's arrows: apps -> amp -> optim,
+// autograd -> engine); apps/ keeps only the CLI glue (which run settings to record).
+//
+// Tensors: the FP32 masters under the model's state-dict names ("weight", "bias",
+// "layers.0.weight", ...) and the optimizer state ("optim.<name>.exp_avg", ".exp_avg_sq",
+// ".momentum_buffer"). Metadata: the step to run next, the optimizer's applied-step count
+// (the LR schedule's position), the scaler state, the data position, the shared random
+// streams' states, how rank streams are derived, the CPU path that wrote it, and the
+// settings that must match on resume. Floats are stored in hex ("%a") so they come back
+// bit for bit. Written atomically (engine/safetensors.h): an error leaves the previous file.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +25,8 @@
 
 namespace belay {
 
+class Communicator;
+
 inline constexpr const char* kCheckpointFormat = "belay.checkpoint.v1";
 
 struct RunState {
@@ -23,6 +35,10 @@ struct RunState {
   ScalerState scaler;
   std::string data_position;
   std::map<std::string, std::string> settings;  // must match when resuming
+  // Shared random streams by name (stored as "rng.<name>", 64 hex digits): the state of a
+  // generator every rank holds alike (a stream that differs per rank is a rank_stream,
+  // engine/random.h, and needs no state here).
+  std::map<std::string, std::array<uint64_t, 4>> rng_states;
   // Set when a run resumed under another precision policy (--new-experiment): what changed
   // and from where. Not compared on resume; carried into every later checkpoint.
   std::string experiment;
@@ -34,6 +50,19 @@ struct RunState {
   std::vector<std::string> policy_changes;
   bool scaler_state_loaded = true;  // false when the new experiment turned the scaler on or off
 };
+
+// What a checkpoint holds, read and checked without a model: the file alone.
+struct CheckpointInfo {
+  RunState state;  // settings: as saved; policy_changes empty
+  std::string cpu_isa;  // the CPU kernels' path that wrote it ("" in older files)
+  std::map<std::string, std::vector<int64_t>> tensors;  // every tensor's shape, by name
+};
+
+// Validates `path` as a belay checkpoint: a readable safetensors file (its checksums
+// agree), the format, every metadata field present and well-formed, every tensor F32.
+// Throws UsageError naming the file and the first problem (a truncated or corrupt file, a
+// file of another kind), so that loading can check a model against it before touching it.
+CheckpointInfo inspect_checkpoint(const std::string& path);
 
 // The checkpoint's recorded setting `key` ("" when it has none, as in files written before
 // the setting existed). Throws UsageError for a file that is not a belay checkpoint.
@@ -53,10 +82,22 @@ std::vector<std::string> check_resume_settings(const std::string& path, std::map
 std::string exact_float(float x);                 // "%a"
 float parse_exact_float(const std::string& s, const std::string& what);  // throws UsageError
 
-// Atomic: a crash mid-write leaves the previous checkpoint intact.
+// Atomic: a crash or an error mid-write leaves the previous checkpoint intact.
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& state);
+// The same for a replica of a data-parallel run, called by every rank at the same step:
+// the ranks first all-reduce a checksum of their masters and scaler state (state.scaler) (replicas must
+// agree bit for bit); on agreement rank 0 alone writes, otherwise every rank throws Error
+// and nothing is written. With one process it is save_checkpoint.
+void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& state,
+                     Communicator& comm);
+// FNV-1a over the bits of every master and of the scaler state: what save_checkpoint's
+// ranks compare.
+uint64_t replica_checksum(const Module& model, const ScalerState& scaler);
+
 // Validates everything before changing anything: a bad file or other settings throw
 // UsageError naming the file and the problem, and the model and optimizer are untouched.
+// `settings`: this run's (check_resume_settings compares them). Every rank of a
+// data-parallel run loads the same file itself: any world size dividing the batch.
 RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
                          const std::map<std::string, std::string>& settings, bool new_experiment = false);
 // --init: initial FP32 weights under the state-dict names; every parameter must be present

@@ -1,12 +1,14 @@
-#include "apps/checkpoint.h"
+#include "amp/checkpoint.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
+#include "amp/communicator.h"
 #include "engine/backend.h"
 #include "engine/error.h"
+#include "engine/random.h"
 #include "engine/safetensors.h"
 
 namespace belay {
@@ -91,6 +93,12 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   meta["scaler.hysteresis_left"] = exact_float(st.scaler.hysteresis_left);
   meta["data_position"] = st.data_position;
   for (auto& [k, v] : st.records) meta["record." + k] = v;
+  for (auto& [name, words] : st.rng_states) {
+    Rng r;
+    r.set_state(words);
+    meta["rng." + name] = r.state_hex();
+  }
+  meta["rng_rank_streams"] = kRankStreamDerivation;
   // The CPU kernels' path that wrote it: each path repeats its own bits exactly, but two
   // paths may differ in the last bits (FMA or not in the products), so a resume says so.
   meta["cpu_isa"] = active_cpu_isa_name();
@@ -98,9 +106,34 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   write_safetensors(path, tensors, meta);
 }
 
-RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                         const std::map<std::string, std::string>& settings, bool new_experiment) {
-  const SafetensorsFile f = read_safetensors(path);
+uint64_t replica_checksum(const Module& model, const ScalerState& scaler) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const Var& p : model.parameters()) {
+    const std::vector<float> v = p.master().to_vector();
+    mix(v.data(), v.size() * sizeof(float));
+  }
+  for (float f : {scaler.scale, scaler.growth_tracker, scaler.hysteresis_left}) mix(&f, sizeof f);
+  return h;
+}
+
+void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& st,
+                     Communicator& comm) {
+  // Every rank takes part in the agreement (a collective), then rank 0 writes for all.
+  if (!comm.replicas_agree(replica_checksum(model, st.scaler)))
+    throw Error("the ranks' weights or scaler state disagree at step " + std::to_string(st.next_step) +
+                "; no checkpoint written");
+  if (comm.rank() == 0) save_checkpoint(path, model, opt, st);
+}
+
+namespace {
+
+// Everything a checkpoint must hold, checked on the parsed file (inspect_checkpoint and
+// load_checkpoint share it, so the file is read once per load).
+CheckpointInfo inspect_file(const SafetensorsFile& f, const std::string& path) {
   auto meta = [&](const std::string& key) -> const std::string& {
     auto it = f.metadata().find(key);
     if (it == f.metadata().end())
@@ -109,22 +142,58 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   };
   if (meta("format") != kCheckpointFormat)
     throw UsageError("checkpoint '" + path + "' has format '" + meta("format") + "', expected " + kCheckpointFormat);
-  std::map<std::string, std::string> saved;
-  for (auto& [k, v] : f.metadata())
-    if (k.rfind("setting.", 0) == 0) saved[k.substr(8)] = v;
+  CheckpointInfo info;
+  RunState& st = info.state;
+  st.next_step = parse_int(meta("next_step"), "checkpoint '" + path + "' next_step");
+  st.optimizer_steps = parse_int(meta("optimizer_steps"), "checkpoint '" + path + "' optimizer_steps");
+  st.scaler.scale = parse_exact_float(meta("scaler.scale"), "checkpoint '" + path + "' scaler.scale");
+  st.scaler.growth_tracker = parse_exact_float(meta("scaler.growth_tracker"), "checkpoint '" + path + "' scaler");
+  st.scaler.hysteresis_left = parse_exact_float(meta("scaler.hysteresis_left"), "checkpoint '" + path + "' scaler");
+  st.data_position = meta("data_position");
+  for (auto& [k, v] : f.metadata()) {
+    if (k.rfind("setting.", 0) == 0) st.settings[k.substr(8)] = v;
+    if (k.rfind("record.", 0) == 0) st.records[k.substr(7)] = v;
+    if (k.rfind("rng.", 0) == 0) {
+      Rng r;
+      if (!r.set_state_hex(v))
+        throw UsageError("checkpoint '" + path + "': random stream '" + k.substr(4) + "' is not 64 hex digits");
+      st.rng_states[k.substr(4)] = r.state();
+    }
+  }
+  if (auto it = f.metadata().find("experiment"); it != f.metadata().end()) st.experiment = it->second;
+  if (auto it = f.metadata().find("cpu_isa"); it != f.metadata().end()) info.cpu_isa = it->second;
+  // Older files lack the key: they were written before any rank stream was drawn.
+  if (auto it = f.metadata().find("rng_rank_streams"); it != f.metadata().end() && it->second != kRankStreamDerivation)
+    throw UsageError("checkpoint '" + path + "' derives its per-rank random streams as '" + it->second +
+                     "', this belay as '" + kRankStreamDerivation + "': a resume would not draw the same numbers");
+  for (const SafetensorsEntry& e : f.entries()) {
+    if (e.dtype != "F32")
+      throw UsageError("checkpoint '" + path + "': tensor '" + e.name + "' is " + e.dtype + ", expected F32");
+    info.tensors[e.name] = e.shape;
+  }
+  return info;
+}
+
+}  // namespace
+
+CheckpointInfo inspect_checkpoint(const std::string& path) { return inspect_file(read_safetensors(path), path); }
+
+RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
+                         const std::map<std::string, std::string>& settings, bool new_experiment) {
+  const SafetensorsFile f = read_safetensors(path);
+  const CheckpointInfo info = inspect_file(f, path);
+  const std::map<std::string, std::string>& saved = info.state.settings;
   const std::vector<std::string> policy_changes = check_resume_settings(path, saved, settings, new_experiment);
-  if (auto it = f.metadata().find("cpu_isa"); it != f.metadata().end() && it->second != active_cpu_isa_name())
-    std::cerr << "belay: warning: checkpoint '" << path << "' was written by the " << it->second
+  if (!info.cpu_isa.empty() && info.cpu_isa != active_cpu_isa_name())
+    std::cerr << "belay: warning: checkpoint '" << path << "' was written by the " << info.cpu_isa
               << " CPU path, this run uses " << active_cpu_isa_name()
-              << ": the run continues, but not bit for bit as it would have on " << it->second
+              << ": the run continues, but not bit for bit as it would have on " << info.cpu_isa
               << " (--cpu-isa chooses the path)\n";
-  // Check every tensor before touching anything.
+  // Check every tensor the model and the optimizer need before touching anything.
   std::vector<std::pair<const SafetensorsEntry*, Tensor*>> plan;
   auto expect = [&](const std::string& name, Tensor& dst) {
     if (!f.contains(name)) throw UsageError("checkpoint '" + path + "' has no tensor '" + name + "'");
     const SafetensorsEntry& e = f.entry(name);
-    if (e.dtype != "F32")
-      throw UsageError("checkpoint '" + path + "': tensor '" + name + "' is " + e.dtype + ", expected F32");
     if (Shape(e.shape) != dst.shape())
       throw UsageError("checkpoint '" + path + "': tensor '" + name + "' has shape " + Shape(e.shape).str() +
                        ", the model needs " + dst.shape().str());
@@ -136,18 +205,9 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
     params.push_back(p);
   }
   for (auto& [name, t] : opt.state_tensors()) expect(name, *t);
-  RunState st;
-  st.next_step = parse_int(meta("next_step"), "checkpoint '" + path + "' next_step");
-  st.optimizer_steps = parse_int(meta("optimizer_steps"), "checkpoint '" + path + "' optimizer_steps");
-  st.scaler.scale = parse_exact_float(meta("scaler.scale"), "checkpoint '" + path + "' scaler.scale");
-  st.scaler.growth_tracker = parse_exact_float(meta("scaler.growth_tracker"), "checkpoint '" + path + "' scaler");
-  st.scaler.hysteresis_left = parse_exact_float(meta("scaler.hysteresis_left"), "checkpoint '" + path + "' scaler");
-  st.data_position = meta("data_position");
-  if (auto it = f.metadata().find("experiment"); it != f.metadata().end()) st.experiment = it->second;
+  RunState st = info.state;
   st.settings = settings;
   st.policy_changes = policy_changes;
-  for (auto& [k, v] : f.metadata())
-    if (k.rfind("record.", 0) == 0) st.records[k.substr(7)] = v;
   // Loss scaling turned on or off: the saved scale belongs to the other policy.
   auto scaler_on = [](const std::map<std::string, std::string>& m) {
     auto it = m.find("scaler");
