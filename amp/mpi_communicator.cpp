@@ -108,6 +108,9 @@ void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
     require_cpu(*g, "a gradient");
     total += static_cast<size_t>(g->numel());
   }
+  // One rank (mpirun -np 1): the sum over ranks is the gradient itself, to the bit (FP16
+  // and BF16 widen to FP32 exactly and round back to themselves): nothing to move.
+  if (world_size_ == 1) return;
   f.staging.resize(total);
   size_t at = 0;
   for (const Tensor* g : bucket.grads) {
@@ -200,6 +203,7 @@ void MpiCommunicator::complete_buckets(std::vector<Bucket>& buckets) {
     for (size_t b = 0; b < buckets.size(); ++b)
       if (!flights_[b].active) ++buckets_done_in_backward_;  // as the last test saw them
   }
+  if (world_size_ == 1) return;  // start_bucket moved nothing
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!buckets[b].started) throw Error("complete_buckets: bucket " + std::to_string(b) + " was never started");
     Flight& f = flights_[b];

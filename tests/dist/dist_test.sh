@@ -251,6 +251,19 @@ bucket_pair buckets_fp16 --model mlp --in 64 --hidden 128 --layers 4 --dtype fp1
 bucket_pair buckets_bf16 --model mlp --in 64 --hidden 128 --layers 4 --dtype bf16 --steps $steps --batch 32 \
   --micro-batch 8 --seed 4
 
+# 6b. One rank (mpirun -np 1 --dist mpi) is one process, to the bit: the sum over one rank
+# is the gradient itself (FP16 gradient buffers too), the agreed norm is the rank's own.
+one_rank=(--model mlp --in 64 --hidden 128 --layers 4 --steps 10 --batch 32 --dtype fp16 --grad-dtype compute --seed 2)
+"$belay" train "${one_rank[@]}" --csv "$tmp/np0.csv" --checkpoint "$tmp/np0.ckpt" --quiet >"$tmp/out" 2>&1 &&
+  mpi 1 "$belay" train --dist mpi "${one_rank[@]}" --bucket-mb 0.05 --csv "$tmp/np1.csv" --checkpoint "$tmp/np1.ckpt" \
+    >>"$tmp/out" 2>&1 || fail "one rank: $(cat "$tmp/out")"
+if "$compare" "$tmp/np0.ckpt" "$tmp/np1.ckpt" 0 >"$tmp/cmp" 2>&1 && cmp -s "$tmp/np0.csv" "$tmp/np1.csv"; then
+  pass "one rank under mpirun = one process, bit for bit (weights, moments, scaler, the whole CSV)"
+else
+  fail "one rank under mpirun differs from one process"
+  cat "$tmp/cmp"
+fi
+
 # 7. A rank that dies or hangs: the run stops within a bounded time (timeout below is the
 # bound, far above what is needed, not a measurement), exits non-zero and says why, and the
 # last checkpoint resumes to the same bits as a run that was never interrupted.
