@@ -93,27 +93,35 @@ void MpiCommunicator::all_reduce_host(void* buffer, int count, MPI_Datatype type
   wait(&request, 1, what);
 }
 
-// Pack the bucket's gradients into its FP32 buffer (low-precision buffers widened exactly)
-// and start summing it across ranks. Each rank's gradients are already divided by the world
-// size (SafeStep), so the sum is the whole batch's mean; summing in FP32 matches what one
-// process does with an FP32 gradient buffer.
+// Large FP32 gradients are summed in place, each by its own MPI_Iallreduce (no copy in and
+// out); the others (small ones, whose calls would cost more than the copy, and FP16/BF16
+// buffers, widened exactly) are packed into the bucket's FP32 buffer and summed in one call.
+// Each rank's gradients are already divided by the world size (SafeStep), so the sum is the
+// whole batch's mean; summing in FP32 matches what one process does with an FP32 gradient
+// buffer, and the split into calls is the same on every rank (it depends on sizes only).
+namespace {
+constexpr int64_t kInPlaceMin = 4096;  // elements: 16 KB, well past MPI's latency-bound sizes
+bool in_place(const Tensor& g) { return g.dtype() == DType::F32 && g.numel() >= kInPlaceMin; }
+}  // namespace
+
 void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
   if (flights_.size() < buckets_.size()) {
     std::lock_guard<std::mutex> lock(mpi_mutex_);  // the progress thread walks flights_
     flights_.resize(buckets_.size());
   }
   Flight& f = flights_[index];  // inactive: the progress thread leaves it alone
-  size_t total = 0;
+  size_t packed = 0;
   for (const Tensor* g : bucket.grads) {
     require_cpu(*g, "a gradient");
-    total += static_cast<size_t>(g->numel());
+    if (!in_place(*g)) packed += static_cast<size_t>(g->numel());
   }
   // One rank (mpirun -np 1): the sum over ranks is the gradient itself, to the bit (FP16
   // and BF16 widen to FP32 exactly and round back to themselves): nothing to move.
   if (world_size_ == 1) return;
-  f.staging.resize(total);
+  f.staging.resize(packed);
   size_t at = 0;
   for (const Tensor* g : bucket.grads) {
+    if (in_place(*g)) continue;
     const size_t n = static_cast<size_t>(g->numel());
     if (g->dtype() == DType::F32) {
       std::memcpy(f.staging.data() + at, g->data(), n * sizeof(float));
@@ -124,14 +132,19 @@ void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
   }
   std::lock_guard<std::mutex> lock(mpi_mutex_);
   f.requests.clear();
-  const size_t chunk = size_t{1} << 30;
-  for (size_t off = 0; off < total; off += chunk) {
-    const int count = static_cast<int>(std::min(chunk, total - off));
-    f.requests.emplace_back();
-    check(MPI_Iallreduce(MPI_IN_PLACE, f.staging.data() + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                         &f.requests.back()),
-          "MPI_Iallreduce of a gradient bucket");
-  }
+  // MPI counts are int: one call per 2^30 elements at most.
+  auto all_reduce = [&f](float* data, size_t n) {
+    const size_t chunk = size_t{1} << 30;
+    for (size_t off = 0; off < n; off += chunk) {
+      f.requests.emplace_back();
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(chunk, n - off)), MPI_FLOAT, MPI_SUM,
+                           MPI_COMM_WORLD, &f.requests.back()),
+            "MPI_Iallreduce of a gradient bucket");
+    }
+  };
+  for (Tensor* g : bucket.grads)
+    if (in_place(*g)) all_reduce(g->data_as<float>(), static_cast<size_t>(g->numel()));
+  all_reduce(f.staging.data(), packed);
   f.active = true;
   ++active_flights_;
   progress_wake_.notify_one();
@@ -226,6 +239,7 @@ void MpiCommunicator::complete_buckets(std::vector<Bucket>& buckets) {
     }
     size_t at = 0;
     for (Tensor* g : buckets[b].grads) {
+      if (in_place(*g)) continue;  // already summed where it lies
       const size_t n = static_cast<size_t>(g->numel());
       if (g->dtype() == DType::F32) {
         std::memcpy(g->data(), f.staging.data() + at, n * sizeof(float));

@@ -2,8 +2,9 @@
 // rank, started by mpirun: rank and world size come from the launcher. Built only when
 // CMake finds MPI (BELAY_HAVE_MPI).
 //
-// Gradients travel in buckets (amp/bucketed_communicator.h): each packed into an FP32
-// buffer and reduced with a non-blocking MPI_Iallreduce, started from backward's hook.
+// Gradients travel in buckets (amp/bucketed_communicator.h), reduced with non-blocking
+// MPI_Iallreduce started from backward's hook: a large FP32 gradient in place, the rest of a
+// bucket (small or FP16/BF16 buffers) packed into one FP32 buffer.
 // OpenMPI has no progress thread by default: a started reduction moves when this process
 // calls into MPI, so the hook (after each parameter's gradient) and the start of each
 // further bucket test the requests in flight, and finish unpacks bucket k while bucket k+1
