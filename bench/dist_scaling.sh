@@ -7,8 +7,9 @@
 # Default PATH: build-bench/belay (built here, Release, CUDA off, if absent). Without --out
 # the JSON goes to stdout only: write it under bench/results/ only from a quiet machine.
 #
-# Threads: R ranks on C cores get C/R OpenMP threads each (at least 1), so the ranks share
-# the machine instead of fighting for it; "one process" gets all C. On a machine with few
+# Threads: 2 ranks on C cores get C/2 OpenMP threads each (at least 1), so the ranks share
+# the machine instead of fighting for it; one process (or one rank) gets all C, and once
+# more C/2 (local_1t: what each of the 2 ranks has, the base their scaling is read against). On a machine with few
 # cores, 2 ranks cannot beat one process (the same cores, plus the sync): what this then
 # shows is the price of the sync, not a speed-up. Each configuration runs `reps` times and
 # the fastest run is kept (the least disturbed by other work on the machine).
@@ -75,12 +76,13 @@ run() {
 
 threads_of() { local t=$((cores / $1)); [ $t -lt 1 ] && t=1; echo $t; }
 results=()
+# local_1t: one process on as many threads as each of 2 ranks gets (what 2 ranks scale from).
 # mpi_np2_pt: 2 ranks with --dist-progress-thread (a thread moves the buckets during backward).
-for cfg in "local 0" "mpi_np1 1" "mpi_np2 2" "mpi_np2_pt 2 --dist-progress-thread"; do
+for cfg in "local 0 all" "local_1t 0 half" "mpi_np1 1 all" "mpi_np2 2 half" "mpi_np2_pt 2 half --dist-progress-thread"; do
   set -- $cfg
-  name=$1 ranks=$2
-  shift 2
-  threads=$(threads_of $((ranks > 0 ? ranks : 1)))
+  name=$1 ranks=$2 share=$3
+  shift 3
+  threads=$(threads_of $([ "$share" = all ] && echo 1 || echo 2))
   read -r secs sync wait bytes buckets during done <<<"$(run "$name" "$ranks" "$threads" "$@")"
   sps=$(awk -v s="$secs" -v n=$((steps * batch)) 'BEGIN { printf "%.1f", n / s }')
   frac=$(awk -v a="$sync" -v s="$secs" 'BEGIN { printf "%.4f", a / s }')
