@@ -64,8 +64,10 @@ void MpiCommunicator::check_deadline(std::chrono::steady_clock::time_point since
 }
 
 // Spin first (a small reduction between processes on one machine completes within
-// microseconds), then yield, then sleep briefly: on a machine with fewer cores than ranks
-// the peer may need this core to make the progress this rank waits for.
+// microseconds), then yield between tests (on a machine with fewer cores than ranks the peer
+// may need this core), and only after 100 ms sleep between them: OpenMPI moves a large
+// message only while this process tests it, so sleeping early would slow the transfer, but
+// a peer that is busy for long (writing a checkpoint) or gone should not cost a core.
 void MpiCommunicator::wait(MPI_Request* requests, int count, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
   for (long polls = 0;; ++polls) {
@@ -77,7 +79,7 @@ void MpiCommunicator::wait(MPI_Request* requests, int count, const char* what) {
     if (done) return;
     if (polls < 2000) continue;
     check_deadline(t0, what);
-    if (polls < 20000)
+    if (seconds_since(t0) < 0.1)
       sched_yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(50));
