@@ -14,30 +14,9 @@
 namespace belay::bench::BELAY_ISA_NS {
 namespace {
 
-#if defined(BELAY_ISA_avx512bf16)
-// VDPBF16PS, the BF16 dot product of the avx512bf16 GEMM: each lane adds two products per
-// instruction (4 flops). `m` and `a` become the pairs (a, -a) and (m, m) with m = 1 here,
-// so a lane gains -a and then a back (odd product first): exactly x0 again, every time.
+#if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
 using V = __m512;
-constexpr int kLanes = 16, kChains = 24, kFlopsPerLane = 4;
-inline __m512bh pair_splat(float lo, float hi) {
-  uint32_t l, h;
-  __builtin_memcpy(&l, &lo, 4);
-  __builtin_memcpy(&h, &hi, 4);
-  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>((l >> 16) | (h >> 16) << 16)));
-}
-inline V splat(float f) { return _mm512_set1_ps(f); }
-inline float lane_sum(V v) {
-  alignas(64) float lanes[kLanes];
-  _mm512_store_ps(lanes, v);
-  float s = 0.0f;
-  for (float l : lanes) s += l;
-  return s;
-}
-#elif defined(BELAY_ISA_avx512)
-using V = __m512;
-constexpr int kLanes = 16, kChains = 24, kFlopsPerLane = 2;
-inline V madd(V x, V m, V a) { return _mm512_fmadd_ps(x, m, a); }
+constexpr int kLanes = 16, kChains = 24;
 inline V splat(float f) { return _mm512_set1_ps(f); }
 inline float lane_sum(V v) {  // once per accumulator after the loop: plain code is fine
   alignas(64) float lanes[kLanes];
@@ -46,6 +25,21 @@ inline float lane_sum(V v) {  // once per accumulator after the loop: plain code
   for (float l : lanes) s += l;
   return s;
 }
+#if defined(BELAY_ISA_avx512bf16)
+// VDPBF16PS, the BF16 dot product of the avx512bf16 GEMM: each lane adds two products per
+// instruction (4 flops). `a` becomes the pair (a, -a), multiplied by the pair (1, 1): a
+// lane gains -a and then a back (odd product first), exactly x0 again, every time.
+constexpr int kFlopsPerLane = 4;
+inline __m512bh pair_splat(float lo, float hi) {
+  uint32_t l, h;
+  __builtin_memcpy(&l, &lo, 4);
+  __builtin_memcpy(&h, &hi, 4);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>((l >> 16) | (h >> 16) << 16)));
+}
+#else
+constexpr int kFlopsPerLane = 2;
+inline V madd(V x, V m, V a) { return _mm512_fmadd_ps(x, m, a); }
+#endif
 #elif defined(BELAY_ISA_avx2)
 using V = __m256;
 constexpr int kLanes = 8, kChains = 12, kFlopsPerLane = 2;

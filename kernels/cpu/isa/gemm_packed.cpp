@@ -263,24 +263,35 @@ inline void store_tile(Vec (&acc)[kMR][kNV], float* __restrict c, int64_t ldc, i
       for (int j = 0; j < cols; ++j) c[i * ldc + j] = tile[i * kNR + j];
 }
 
-// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum_k a[k][i] * b[k][j] (+ bias[j] when given).
-void microkernel(int kc, const float* __restrict a, const float* __restrict b, float* __restrict c, int64_t ldc,
-                 int rows, int cols, bool overwrite, const float* bias) {
+// The multiply-add of one panel entry (one k) on FP32 panels: FMA (SSE2: multiply, add).
+struct F32Step {
+  using Entry = float;
+  using Operand = Vec;
+  static Operand load_b(const float* b) { return vload(b); }
+  static Operand broadcast_a(const float* a) { return vbroadcast(a); }
+  static Vec multiply_add(Vec acc, Operand a, Operand b) { return vfma(a, b, acc); }
+};
+
+// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum over the `depth` panel entries of
+// a[entry][i] * b[entry][j] (+ bias[j] when given), one Step per entry.
+template <class Step>
+void microkernel(int depth, const typename Step::Entry* __restrict a, const typename Step::Entry* __restrict b,
+                 float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite, const float* bias) {
   prefetch_tile(c, ldc, rows);
   Vec acc[kMR][kNV];
 #pragma GCC unroll 16
   for (int i = 0; i < kMR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) acc[i][v] = vzero();
-  for (int k = 0; k < kc; ++k) {
-    Vec bv[kNV];
+  for (int k = 0; k < depth; ++k) {
+    typename Step::Operand bv[kNV];
 #pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) bv[v] = vload(b + v * kW);
+    for (int v = 0; v < kNV; ++v) bv[v] = Step::load_b(b + v * kW);
 #pragma GCC unroll 16
     for (int i = 0; i < kMR; ++i) {
-      const Vec ai = vbroadcast(a + i);
+      const typename Step::Operand ai = Step::broadcast_a(a + i);
 #pragma GCC unroll 4
-      for (int v = 0; v < kNV; ++v) acc[i][v] = vfma(ai, bv[v], acc[i][v]);
+      for (int v = 0; v < kNV; ++v) acc[i][v] = Step::multiply_add(acc[i][v], ai, bv[v]);
     }
     a += kMR;
     b += kNR;
@@ -406,30 +417,16 @@ void pack_b_pairs(const View& bv, int64_t jc, int64_t nc, int64_t pc, int kc, ui
     pack_pairs<kNR>(bv, jc + jr, static_cast<int>(min64(kNR, nc - jr)), pc, kc, dst + jr * kp);
 }
 
-// The pair microkernel: kp pairs of k, 12 x 32 accumulators as in the FP32 one.
-void microkernel_pairs(int kp, const uint32_t* __restrict a, const uint32_t* __restrict b, float* __restrict c,
-                       int64_t ldc, int rows, int cols, bool overwrite, const float* bias) {
-  prefetch_tile(c, ldc, rows);
-  Vec acc[kMR][kNV];
-#pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) acc[i][v] = vzero();
-  for (int p = 0; p < kp; ++p) {
-    __m512bh bv[kNV];
-#pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(b + v * 16));
-#pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
-      const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
-#pragma GCC unroll 4
-      for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
-    }
-    a += kMR;
-    b += kNR;
+// One pair entry: VDPBF16PS adds both of the pair's products to each lane.
+struct PairStep {
+  using Entry = uint32_t;
+  using Operand = __m512bh;
+  static Operand load_b(const uint32_t* b) { return reinterpret_cast<__m512bh>(_mm512_load_si512(b)); }
+  static Operand broadcast_a(const uint32_t* a) {
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(*a)));
   }
-  store_tile(acc, c, ldc, rows, cols, overwrite, bias);
-}
+  static Vec multiply_add(Vec acc, Operand a, Operand b) { return _mm512_dpbf16_ps(acc, a, b); }
+};
 #endif  // BELAY_ISA_avx512bf16
 
 // ---- Per-thread packing buffers, kept between calls ----------------------------------------
@@ -471,7 +468,7 @@ struct F32Panels {
   }
   static void micro(int kc, const float* a, const float* b, float* c, int64_t ldc, int rows, int cols, bool overwrite,
                     const float* bias) {
-    microkernel(kc, a, b, c, ldc, rows, cols, overwrite, bias);
+    microkernel<F32Step>(kc, a, b, c, ldc, rows, cols, overwrite, bias);
   }
 };
 #if defined(BELAY_ISA_avx512bf16)
@@ -487,7 +484,7 @@ struct PairPanels {
   }
   static void micro(int kc, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
                     bool overwrite, const float* bias) {
-    microkernel_pairs((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias);
+    microkernel<PairStep>((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias);
   }
 };
 #endif
