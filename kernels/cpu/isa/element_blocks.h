@@ -2,9 +2,9 @@
 // kernels/cpu/isa/isa.cmake with that path's -m flags and -ffp-contract=off): the 16-bit
 // conversions, unscale-and-check, the AdamW update of one block and the activations (GELU
 // through belay's own erf and exp, erf_exp.h, so they vectorize too). Every path does the same
-// IEEE operations in the same order as kernels/common/element_math.h (no FMA contraction,
-// sqrt and division correctly rounded), so the paths agree bit for bit; only the width
-// differs. tests/kernels/test_cpu_isa.cpp checks that on every path this CPU has.
+// IEEE operations in the same order as kernels/common/element_math.h (GELU: its formula,
+// with erf_exp.h's erf and exp in place of libm's; no FMA contraction, sqrt and division
+// correctly rounded), so the paths agree bit for bit; only the width differs. tests/kernels/test_cpu_isa.cpp checks that on every path this CPU has.
 #pragma once
 #include <cstdint>
 
