@@ -10,8 +10,8 @@
 // element_blocks.cpp, and the tests) keeps its own, so no copy built with wider -m flags is
 // shared by name (the one-definition rule, shared/TOOLCHAIN.md).
 //
-// The polynomials were fitted offline (Chebyshev least squares in FP64, near minimax) and
-// their errors measured with the kernel emulated in FP32 over a dense sweep of inputs:
+// The polynomials were fitted offline (tools/fit_erf.py: Chebyshev least squares in FP64,
+// near minimax) and their errors measured with the kernel emulated in FP32 over a dense sweep:
 //   erf:  |error| <= 1.2e-7 absolute over all finite inputs (GELU adds erf to 1, so absolute
 //         accuracy is what it needs; the float rounding of results near 0.8 is 2 ulps of it).
 //   exp:  <= 1.2 ulps relative where the result is normal; 0 below e^-104, inf above e^89.
