@@ -11,6 +11,7 @@
 #include <iterator>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -345,6 +346,43 @@ TEST_CASE("cpu isa avx2: element kernels bit for bit the baseline's", "[kernels]
 }
 TEST_CASE("cpu isa avx512: element kernels bit for bit the baseline's", "[kernels][cpu][isa]") {
   element_suite(CpuIsa::Avx512);
+}
+
+TEST_CASE("cpu isa: the backend's activations run the element kernels, the baseline's bits on every path",
+          "[kernels][cpu][isa]") {
+  IsaRestore restore;
+  const int64_t n = 5003;  // several 1024-element blocks and a tail
+  std::vector<float> xv = element_inputs(n, 31), gv = element_inputs(n, 32);
+  Rng rng(33);
+  for (size_t i = 0; i < xv.size(); i += 2) xv[i] = rng.uniform(-6.0f, 6.0f);  // half in GELU's curved range
+  for (const DType d : {DType::F32, DType::F16, DType::BF16}) {
+    const Tensor x = Tensor::from_vector(xv, Shape{n}).to(d), dy = Tensor::from_vector(gv, Shape{n}).to(d);
+    auto run = [&](CpuIsa isa, Activation act) {
+      force_cpu_isa(isa);
+      Tensor y = Tensor::empty(Shape{n}, d), dx = Tensor::empty(Shape{n}, d);
+      cpu_backend().activation(act, x, y);
+      cpu_backend().activation_backward(act, x, dy, dx);
+      return std::make_pair(bits_of(y), bits_of(dx));
+    };
+    for (const Activation act : {Activation::Gelu, Activation::Relu}) {
+      const auto base = run(CpuIsa::Baseline, act);
+      for (const CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16}) {
+        if (!cpu_isa_available(isa)) continue;
+        INFO(dtype_name(d) << ", path " << cpu_isa_name(isa) << (act == Activation::Gelu ? ", gelu" : ", relu"));
+        const auto wide = run(isa, act);
+        CHECK(wide.first == base.first);
+        CHECK(wide.second == base.second);
+      }
+      if (d == DType::F32) {  // and they are the element kernels' results
+        const ElementBlocks& k = cpu_element_blocks(CpuIsa::Baseline);
+        std::vector<float> y(xv.size()), dx(xv.size());
+        (act == Activation::Gelu ? k.gelu : k.relu)(xv.data(), y.data(), n);
+        (act == Activation::Gelu ? k.gelu_grad : k.relu_grad)(xv.data(), gv.data(), dx.data(), n);
+        CHECK(bits_of(y) == base.first);
+        CHECK(bits_of(dx) == base.second);
+      }
+    }
+  }
 }
 
 namespace {
