@@ -3,17 +3,26 @@
 // products at batch 256 through that path (belay's gemm forced onto it), as GFLOP/s and as a
 // fraction of the same path's peak and of the widest path's peak (the machine's limit).
 // 4096 also under --quick: it is the target shape, and a few seconds per path.
+// Also per path: GELU forward + backward on 1M FP32 elements on one thread (the element
+// kernels, kernels/cpu/isa/erf_exp.h), beside the scalar loop over glibc's erff/expf that
+// the CPU backend ran before (kernels/common/element_math.h, still the CUDA kernels' code).
 //
 // Checks: every lane of the peak loop ends at exactly 1 (x = 0.75 x + 0.25 from 1), so a
 // loop the compiler removed or cut short cannot report; the GEMMs as in bench/gemm.cpp.
 #include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "bench/fma_peak.h"
 #include "bench/sections.h"
 #include "engine/backend.h"
 #include "engine/random.h"
+#include "kernels/common/element_math.h"
+#include "kernels/cpu/cpu_convert.h"
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/isa/element_blocks.h"
 
 namespace belay::bench {
 namespace {
@@ -35,6 +44,32 @@ double peak_gflops(const std::string& what, const Timing& t, const PeakRun& run)
   return run.flops / (t.median_ms * 1e6);
 }
 
+// GELU inputs over the range where erf is neither +-1 nor linear, and a random dy.
+struct GeluData {
+  static constexpr int64_t n = 1 << 20;
+  std::vector<float> x, dy, y, dx;
+  GeluData() : x(n), dy(n), y(n), dx(n) {
+    Rng rng(1 << 20);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = rng.uniform(-5.0f, 5.0f);
+      dy[i] = rng.uniform(-1.0f, 1.0f);
+    }
+  }
+  // Forward then backward through fwd(x, y, n) and bwd(x, dy, dx, n); then a check of a few
+  // elements against FP64 (the bound of tests/kernels/test_cpu_isa.cpp, loosely: 1e-6 of
+  // |x| or of 1 + |x| pdf), so a loop that computed nothing cannot report.
+  Json time(const std::string& what, int reps, const std::function<void()>& fwd_bwd) {
+    const Timing t = time_it(1, reps, fwd_bwd);
+    for (int64_t i = 0; i < n; i += 4099) {
+      const double v = x[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0)), pdf = std::exp(-0.5 * v * v) / 2.5066282746310002;
+      require(std::fabs(y[i] - v * cdf) <= 1e-6 * (std::fabs(v) + 1e-30) &&
+                  std::fabs(dx[i] - dy[i] * (cdf + v * pdf)) <= 1e-6 * (1.0 + std::fabs(v) * pdf),
+              what + ": GELU off at x = " + std::to_string(v));
+    }
+    return Json{{"time", to_json(t)}, {"ns_per_element", t.median_ms * 1e6 / static_cast<double>(n)}};
+  }
+};
+
 }  // namespace
 
 Json bench_isa(const Options& o) {
@@ -52,6 +87,13 @@ Json bench_isa(const Options& o) {
   const char* names[3] = {"forward", "dX", "dW"};
   const Tensor x16 = x.to(DType::BF16), w16 = w.to(DType::BF16), dy16 = dy.to(DType::BF16);
   const Tensor low[3][2] = {{x16, w16}, {dy16, w16}, {dy16, x16}};  // each product's inputs in BF16
+
+  GeluData gd;
+  const int gelu_reps = o.quick ? 5 : 11;
+  const Json gelu_glibc = gd.time("gelu glibc", gelu_reps, [&] {
+    for (int64_t i = 0; i < gd.n; ++i) gd.y[i] = gelu_f32(gd.x[i]);
+    for (int64_t i = 0; i < gd.n; ++i) gd.dx[i] = gd.dy[i] * gelu_grad_f32(gd.x[i]);
+  });
 
   Json paths = Json::array();
   double widest_peak = NAN;
@@ -103,6 +145,12 @@ Json bench_isa(const Options& o) {
       cpu_gemm_on(isa, op);
       check_product(low[i][0], op.trans_a, low[i][1], op.trans_b, *op.c, std::string("isa bf16 ") + names[i] + tag);
     }
+    const ElementBlocks& blocks = cpu_element_blocks(isa);
+    p["gelu_1m"] = gd.time(std::string("gelu ") + cpu_isa_name(isa), gelu_reps, [&] {
+      blocks.gelu(gd.x.data(), gd.y.data(), gd.n);
+      blocks.gelu_grad(gd.x.data(), gd.dy.data(), gd.dx.data(), gd.n);
+    });
+    p["gelu_1m"]["vs_glibc"] = gelu_glibc["time"]["median_ms"].get<double>() / p["gelu_1m"]["time"]["median_ms"].get<double>();
     paths.push_back(p);
   }
   for (Json& p : paths)
@@ -110,7 +158,7 @@ Json bench_isa(const Options& o) {
       for (const char* op : names)
         p["gemm_fp32"][op]["fraction_of_widest_peak"] = p["gemm_fp32"][op]["gflops"].get<double>() / widest_peak;
   return Json{{"threads", max_threads()}, {"batch", batch}, {"n", n}, {"cpu_isa", cpu_isa_report()},
-              {"paths", paths}};
+              {"paths", paths}, {"gelu_1m_glibc", gelu_glibc}};
 }
 
 }  // namespace belay::bench

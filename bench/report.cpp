@@ -174,6 +174,15 @@ int main(int argc, char** argv) {
                "), fraction of the in-run FMA peak (worst product)",
            widest_worst, ">=", 0.8);
     std::printf("\n");
+    if (is.contains("gelu_1m_glibc")) {
+      std::printf("GELU forward + backward, 1M FP32 elements, one thread (median ms): glibc erff/expf loop %s",
+                  fmt(num(is["gelu_1m_glibc"]["time"]["median_ms"]), 2).c_str());
+      for (const Json& p : is["paths"])
+        if (p.contains("gelu_1m"))
+          std::printf("; %s %s (%sx)", p["isa"].get<std::string>().c_str(),
+                      fmt(num(p["gelu_1m"]["time"]["median_ms"]), 2).c_str(), fmt(num(p["gelu_1m"]["vs_glibc"]), 1).c_str());
+      std::printf("\n\n");
+    }
   }
   if (doc.contains("train")) {
     std::printf("### Training step, batch 256 (AdamW; belts = fused guard + clip 1.0 + loss scaling for fp16)\n\n");

@@ -13,7 +13,9 @@ BELAY_HD bool is_finite_f32(float x) {
   return (f32_bits(x) & 0x7f800000u) != 0x7f800000u;
 }
 
-// GELU, the exact (erf) form that PyTorch uses by default.
+// GELU, the exact (erf) form that PyTorch uses by default. The CUDA kernels use these (CUDA's
+// erff/expf are already vector code there); the CPU backend uses the same formula through
+// its own erf and exp (kernels/cpu/isa/erf_exp.h), since glibc's erff/expf do not vectorize.
 BELAY_HD float gelu_f32(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
 BELAY_HD float gelu_grad_f32(float x) {

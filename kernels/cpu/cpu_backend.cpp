@@ -277,14 +277,14 @@ class CpuBackend final : public Backend {
     const void* px = x.data();
     void* py = y.data();
     const DType dx = x.dtype(), dy = y.dtype();
+    // The FP32 math of a block on the active ISA path (kernels/cpu/isa/element_blocks.cpp):
+    // GELU through belay's own erf (erf_exp.h), the same bits on every path.
+    const ElementBlocks& blocks = cpu_element_blocks();
     parallel_blocks(x.numel(), [&](int64_t i0, int64_t len) {
       alignas(64) float bx[kBlock], bo[kBlock];
       const float* v = load_block(px, dx, i0, len, bx);
       float* r = out_block(py, dy, i0, bo);
-      if (act == Activation::Relu)
-        for (int64_t j = 0; j < len; ++j) r[j] = v[j] > 0.0f ? v[j] : 0.0f;
-      else
-        for (int64_t j = 0; j < len; ++j) r[j] = gelu_f32(v[j]);
+      (act == Activation::Relu ? blocks.relu : blocks.gelu)(v, r, len);
       store_block(py, dy, i0, len, r);
     });
   }
@@ -296,15 +296,13 @@ class CpuBackend final : public Backend {
     const void *px = x.data(), *pdy = dy.data();
     void* pdx = dx.data();
     const DType tx = x.dtype(), tdy = dy.dtype(), tdx = dx.dtype();
+    const ElementBlocks& blocks = cpu_element_blocks();
     parallel_blocks(x.numel(), [&](int64_t i0, int64_t len) {
       alignas(64) float bx[kBlock], bg[kBlock], bo[kBlock];
       const float* v = load_block(px, tx, i0, len, bx);
       const float* g = load_block(pdy, tdy, i0, len, bg);
       float* r = out_block(pdx, tdx, i0, bo);
-      if (act == Activation::Relu)
-        for (int64_t j = 0; j < len; ++j) r[j] = v[j] > 0.0f ? g[j] : 0.0f;
-      else
-        for (int64_t j = 0; j < len; ++j) r[j] = g[j] * gelu_grad_f32(v[j]);
+      (act == Activation::Relu ? blocks.relu_grad : blocks.gelu_grad)(v, g, r, len);
       store_block(pdx, tdx, i0, len, r);
     });
   }

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -21,6 +22,7 @@
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/isa/element_blocks.h"
+#include "kernels/cpu/isa/erf_exp.h"
 #include "tests/kernels/gemm_case.h"
 #include "tests/tolerance.h"
 
@@ -291,6 +293,50 @@ void element_suite(CpuIsa isa) {
       CHECK(bits_of(pb) != bits_of(p0));  // the update did something
     }
   }
+  // The activations on: a stride through all 2^32 bit patterns (every binade, subnormals,
+  // +-inf, NaNs with payloads and both signs), the usual inputs with the specials, and the
+  // values at and around the branch points of erf_exp.h (|x| / sqrt 2 = 0.875 and 4, the
+  // GELU select at -8, the gradient's at 16, exp's clamp at -104 (x^2 / 2 = 104 at |x| = 14.42)
+  // and the pdf's underflow to subnormals (13.34)).
+  std::vector<float> x;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) x.push_back(f32_from_bits(static_cast<uint32_t>(u)));
+  for (const float v : element_inputs(4099, 990)) x.push_back(v);
+  for (const float b : {0.875f * 1.41421356f, 4.0f * 1.41421356f, 8.0f, 16.0f, 14.4222f, 13.34f, 1.0f})
+    for (int k = -64; k <= 64; ++k) {  // b and its neighbours a few ulps apart, both signs
+      x.push_back(b + static_cast<float>(k) * std::ldexp(b, -23));
+      x.push_back(-x.back());
+    }
+  for (int k = -64; k <= 64; ++k) x.push_back(std::ldexp(static_cast<float>(k), -149));  // subnormals
+  for (const float v : {INFINITY, -INFINITY, NAN, -NAN, 0.0f, -0.0f, 1e-45f, -1e-45f, 3.4e38f, -3.4e38f})
+    x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy = element_inputs(n, 991);  // NaN, inf and 0 among them
+  std::vector<float> yb(x.size()), yw(x.size());
+  INFO("activations, n = " << n);
+  base.gelu(x.data(), yb.data(), n);
+  wide.gelu(x.data(), yw.data(), n);
+  CHECK(bits_of(yb) == bits_of(yw));
+  std::vector<float> inplace = x;  // y may be x
+  wide.gelu(inplace.data(), inplace.data(), n);
+  CHECK(bits_of(inplace) == bits_of(yb));
+  base.gelu_grad(x.data(), dy.data(), yb.data(), n);
+  wide.gelu_grad(x.data(), dy.data(), yw.data(), n);
+  CHECK(bits_of(yb) == bits_of(yw));
+  inplace = dy;  // dx may be dy
+  wide.gelu_grad(x.data(), inplace.data(), inplace.data(), n);
+  CHECK(bits_of(inplace) == bits_of(yb));
+  base.relu(x.data(), yb.data(), n);
+  wide.relu(x.data(), yw.data(), n);
+  CHECK(bits_of(yb) == bits_of(yw));
+  base.relu_grad(x.data(), dy.data(), yb.data(), n);
+  wide.relu_grad(x.data(), dy.data(), yw.data(), n);
+  CHECK(bits_of(yb) == bits_of(yw));
+  // Odd lengths: the vector bodies and the scalar tails.
+  for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{33}}) {
+    base.gelu_grad(x.data() + 5, dy.data(), yb.data(), m);
+    wide.gelu_grad(x.data() + 5, dy.data(), yw.data(), m);
+    CHECK(std::memcmp(yb.data(), yw.data(), static_cast<size_t>(m) * 4) == 0);
+  }
 }
 
 }  // namespace
@@ -300,6 +346,174 @@ TEST_CASE("cpu isa avx2: element kernels bit for bit the baseline's", "[kernels]
 }
 TEST_CASE("cpu isa avx512: element kernels bit for bit the baseline's", "[kernels][cpu][isa]") {
   element_suite(CpuIsa::Avx512);
+}
+
+TEST_CASE("cpu isa: the backend's activations run the element kernels, the baseline's bits on every path",
+          "[kernels][cpu][isa]") {
+  IsaRestore restore;
+  const int64_t n = 5003;  // several 1024-element blocks and a tail
+  std::vector<float> xv = element_inputs(n, 31), gv = element_inputs(n, 32);
+  Rng rng(33);
+  for (size_t i = 0; i < xv.size(); i += 2) xv[i] = rng.uniform(-6.0f, 6.0f);  // half in GELU's curved range
+  for (const DType d : {DType::F32, DType::F16, DType::BF16}) {
+    const Tensor x = Tensor::from_vector(xv, Shape{n}).to(d), dy = Tensor::from_vector(gv, Shape{n}).to(d);
+    auto run = [&](CpuIsa isa, Activation act) {
+      force_cpu_isa(isa);
+      Tensor y = Tensor::empty(Shape{n}, d), dx = Tensor::empty(Shape{n}, d);
+      cpu_backend().activation(act, x, y);
+      cpu_backend().activation_backward(act, x, dy, dx);
+      return std::make_pair(bits_of(y), bits_of(dx));
+    };
+    for (const Activation act : {Activation::Gelu, Activation::Relu}) {
+      const auto base = run(CpuIsa::Baseline, act);
+      for (const CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16}) {
+        if (!cpu_isa_available(isa)) continue;
+        INFO(dtype_name(d) << ", path " << cpu_isa_name(isa) << (act == Activation::Gelu ? ", gelu" : ", relu"));
+        const auto wide = run(isa, act);
+        CHECK(wide.first == base.first);
+        CHECK(wide.second == base.second);
+      }
+      if (d == DType::F32) {  // and they are the element kernels' results
+        const ElementBlocks& k = cpu_element_blocks(CpuIsa::Baseline);
+        std::vector<float> y(xv.size()), dx(xv.size());
+        (act == Activation::Gelu ? k.gelu : k.relu)(xv.data(), y.data(), n);
+        (act == Activation::Gelu ? k.gelu_grad : k.relu_grad)(xv.data(), gv.data(), dx.data(), n);
+        CHECK(bits_of(y) == base.first);
+        CHECK(bits_of(dx) == base.second);
+      }
+    }
+  }
+}
+
+namespace {
+// Dense inputs for the accuracy checks: every 1/1024 in [-lim, lim], then random values over
+// many binades (both signs, 2^-40 to 2^7, and a few subnormals).
+std::vector<float> accuracy_inputs(float lim) {
+  std::vector<float> x;
+  for (int i = -static_cast<int>(lim * 1024); i <= static_cast<int>(lim * 1024); ++i) x.push_back(i / 1024.0f);
+  Rng rng(4242);
+  for (int i = 0; i < 200000; ++i) {
+    const float v = rng.uniform(1.0f, 2.0f) * std::ldexp(1.0f, static_cast<int>(rng.next_u64() % 48) - 40);
+    x.push_back(rng.next_u64() % 2 ? v : -v);
+  }
+  for (int k = 1; k < 100; ++k) x.push_back(std::ldexp(static_cast<float>(k * 997), -149));
+  return x;
+}
+}  // namespace
+
+TEST_CASE("cpu erf, exp, GELU and GELU' against FP64", "[kernels][cpu][isa]") {
+  const double u = test::unit_roundoff(DType::F32);  // 2^-24
+  // erf (kernels/cpu/isa/erf_exp.h): an absolute bound, because GELU adds erf to 1. The
+  // polynomials' own error is below 1e-9 (fitted in FP64); the rest is FP32 rounding in
+  // Horner forms whose terms sum to at most ~1.5x the result (|x| < 0.875) or to a small Q
+  // subtracted from 1 (the result's rounding, u at most, dominates): together at most 2.5 u
+  // (1.5e-7; the offline sweep's worst was 1.13e-7 at |x| = 0.87). Beyond 4, erf is +-1
+  // and the true value is within 1.5e-8 = 0.26 u of it.
+  {
+    std::vector<float> x = accuracy_inputs(6.0f), got(x.size());
+    std::vector<double> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      got[i] = cpu_math::erf_f32(x[i]);
+      want[i] = std::erf(static_cast<double>(x[i]));
+    }
+    INFO("erf");
+    test::check_close(got, want, test::Tolerance{0.0, 2.5 * u});
+    CHECK(cpu_math::erf_f32(INFINITY) == 1.0f);
+    CHECK(cpu_math::erf_f32(-INFINITY) == -1.0f);
+    CHECK(std::isnan(cpu_math::erf_f32(NAN)));
+    CHECK(f32_bits(cpu_math::erf_f32(-0.0f)) == 0x80000000u);
+  }
+  // exp: 1.5 ulps relative, i.e. 3 u of the result (an ulp is at most 2 u of it). The
+  // Taylor polynomial's truncation is 0.1 ulp, k ln2 is subtracted exactly (kLn2Hi has 16
+  // trailing zero bits) and only k * kLn2Lo rounds (1e-7 of r's ulp), the Horner steps on
+  // |r| <= 0.35 add well under an ulp, and the scale by 2^k is exact; the final product
+  // rounds once more to a subnormal, so add one subnormal's worth absolutely.
+  {
+    std::vector<float> x;
+    for (float v = -110.0f; v <= 90.0f; v += 1.0f / 512.0f) x.push_back(v);
+    for (const float v : accuracy_inputs(1.0f)) x.push_back(v);
+    std::vector<float> got(x.size());
+    std::vector<double> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      got[i] = cpu_math::exp_f32(x[i]);
+      // The FP32 result: inf where FP64 exceeds FLT_MAX (overflow), as the kernel rounds.
+      const double e = std::exp(static_cast<double>(x[i]));
+      want[i] = e > 3.4028234663852886e38 ? INFINITY : e;
+    }
+    std::vector<float> finite_got;
+    std::vector<double> finite_want;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isinf(want[i])) {
+        CHECK(std::isinf(got[i]));
+        continue;
+      }
+      finite_got.push_back(got[i]);
+      finite_want.push_back(want[i]);
+    }
+    INFO("exp");
+    test::check_close(finite_got, finite_want, test::Tolerance{3.0 * u, std::ldexp(1.0, -149)});
+    CHECK(cpu_math::exp_f32(-INFINITY) == 0.0f);
+    CHECK(cpu_math::exp_f32(INFINITY) == INFINITY);
+    CHECK(cpu_math::exp_f32(0.0f) == 1.0f);
+    CHECK(std::isnan(cpu_math::exp_f32(NAN)));
+  }
+  // GELU and GELU' through the element kernels of every path this CPU has (their bits are
+  // the baseline's, element_suite, but run them all anyway).
+  const std::vector<float> x = accuracy_inputs(10.0f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<float> ones(x.size(), 1.0f);
+  std::vector<double> want(x.size()), mag(x.size()), dwant(x.size()), dmag(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    want[i] = v * cdf;
+    dwant[i] = cdf + v * pdf;
+    // GELU = 0.5 x (1 + erf(x / sqrt 2)): erf's 2.5 u (absolute) times 0.5 |x| is 1.25 u |x|;
+    // the argument's two roundings (the constant and the product) move erf by at most
+    // 2 u |x / sqrt 2| * erf' <= 0.6 u |x| before the 0.5 |x| factor, under 0.25 u |x|;
+    // 1 + erf and the final product round once each, u |GELU| <= u |x| each: 3.5 u |x|,
+    // bound 4 u |x|. Relative to |x|, not to |GELU|: for x < -4 the result is a difference
+    // 1 + erf of nearly equal numbers, as in PyTorch's formula and glibc's erff. For a
+    // subnormal x, 0.5 x and the product each round to the subnormal grid: one subnormal
+    // absolutely (Tolerance::abs below).
+    mag[i] = std::fabs(v);
+    // GELU' = cdf + x pdf: cdf carries erf's 1.25 u and two roundings (<= u each, cdf <= 1);
+    // x pdf carries exp's 3 u, the 1/sqrt(2 pi) constant and two products (3 u), and the
+    // rounding of x^2 / 2 moves exp's argument by u x^2 / 2, a relative error of that size;
+    // the sum rounds once (u of at most 1 + |x| pdf). Altogether under
+    // 6 u (1 + |x| pdf (1 + x^2 / 2)).
+    dmag[i] = 1.0 + std::fabs(v) * pdf * (1.0 + 0.5 * v * v);
+  }
+  for (const CpuIsa isa : {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512}) {
+    if (!cpu_isa_available(isa)) {
+      WARN("the " << cpu_isa_name(isa) << " path needs " << missing_list(isa) << ": not run here");
+      continue;
+    }
+    INFO("path " << cpu_isa_name(isa));
+    const ElementBlocks& k = cpu_element_blocks(isa);
+    std::vector<float> y(x.size()), dx(x.size());
+    k.gelu(x.data(), y.data(), n);
+    k.gelu_grad(x.data(), ones.data(), dx.data(), n);
+    test::check_close(y, want, test::Tolerance{4.0 * u, std::ldexp(1.0, -149)}, mag);
+    test::check_close(dx, dwant, test::Tolerance{6.0 * u, 0.0}, dmag);
+    // The limits at the infinities (PyTorch gives NaN at both, an open bug of theirs), and
+    // the exact values at 0.
+    const float specials[] = {INFINITY, -INFINITY, 0.0f, -0.0f, NAN};
+    float ys[5], ds[5];
+    const float one5[5] = {1, 1, 1, 1, 1};
+    k.gelu(specials, ys, 5);
+    k.gelu_grad(specials, one5, ds, 5);
+    CHECK(ys[0] == INFINITY);
+    CHECK(f32_bits(ys[1]) == 0x80000000u);  // -0: GELU of every x below -5.7 is -0 too
+    CHECK(f32_bits(ys[2]) == 0u);
+    CHECK(f32_bits(ys[3]) == 0x80000000u);
+    CHECK(std::isnan(ys[4]));
+    CHECK(ds[0] == 1.0f);
+    CHECK(ds[1] == 0.0f);
+    CHECK(ds[2] == 0.5f);
+    CHECK(ds[3] == 0.5f);
+    CHECK(std::isnan(ds[4]));
+  }
 }
 
 TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count", "[kernels][cpu][isa]") {

@@ -13,6 +13,7 @@
 
 #include "engine/half_bits.h"
 #include "kernels/common/element_math.h"
+#include "kernels/cpu/isa/erf_exp.h"
 
 namespace belay::BELAY_ISA_NS {
 namespace {
@@ -38,6 +39,26 @@ int unscale(const float* v, float* r, int64_t n, float inv) {
     bad |= is_finite_f32(r[j]) ? 0 : 1;
   }
   return bad;
+}
+
+// The activations: plain loops the vectorizer widens (erf_exp.h has no call and no branch).
+void gelu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = cpu_math::gelu(x[i]);
+}
+
+// dx = dy * gelu'(x); a NaN x passes through as it is. (When x and dy are both NaN, which
+// one a product returns depends on which operand sits in which register, and that differs
+// between the SSE and AVX code: the select keeps every path's bits the baseline's.)
+void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = cpu_math::select_f32(x[i] != x[i], x[i], dy[i] * cpu_math::gelu_grad(x[i]));
+}
+
+void relu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_grad(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 // adamw_element on every element, left to the compiler's vectorizer (the baseline's SSE2).
@@ -142,6 +163,7 @@ bool adamw(const AdamWBlock& b) {
 
 }  // namespace
 
-extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw};
+extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
+                                             gelu,       gelu_grad,  relu,        relu_grad};
 
 }  // namespace belay::BELAY_ISA_NS

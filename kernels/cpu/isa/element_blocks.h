@@ -1,9 +1,10 @@
 // The CPU element kernels' inner loops, once per vector ISA (element_blocks.cpp, built by
 // kernels/cpu/isa/isa.cmake with that path's -m flags and -ffp-contract=off): the 16-bit
-// conversions, unscale-and-check and the AdamW update of one block. Every path does the same
-// IEEE operations in the same order as kernels/common/element_math.h (no FMA contraction,
-// sqrt and division correctly rounded), so the paths agree bit for bit; only the width
-// differs. tests/kernels/test_cpu_isa.cpp checks that on every path this CPU has.
+// conversions, unscale-and-check, the AdamW update of one block and the activations (GELU
+// through belay's own erf and exp, erf_exp.h, so they vectorize too). Every path does the same
+// IEEE operations in the same order as kernels/common/element_math.h (GELU: its formula,
+// with erf_exp.h's erf and exp in place of libm's; no FMA contraction, sqrt and division
+// correctly rounded), so the paths agree bit for bit; only the width differs. tests/kernels/test_cpu_isa.cpp checks that on every path this CPU has.
 #pragma once
 #include <cstdint>
 
@@ -30,6 +31,13 @@ struct ElementBlocks {
   int (*unscale)(const float* v, float* r, int64_t n, float inv);
   // Returns whether it wrote w16 (the wider paths do; baseline leaves it to the caller).
   bool (*adamw)(const AdamWBlock& b);
+  // The activations of one block: y = f(x) and dx = dy * f'(x). y may be x and dx may be dy
+  // (each element is read before it is written). ReLU keeps the backend's convention:
+  // x > 0 ? x : 0, so NaN gives 0 (as the CUDA kernels do).
+  void (*gelu)(const float* x, float* y, int64_t n);
+  void (*gelu_grad)(const float* x, const float* dy, float* dx, int64_t n);
+  void (*relu)(const float* x, float* y, int64_t n);
+  void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n);
 };
 
 namespace isa_baseline { extern const ElementBlocks element_blocks; }

@@ -1,0 +1,140 @@
+// belay's own FP32 erf and exp for the CPU element kernels (GELU and its gradient), written
+// with basic IEEE operations only: add, multiply, compare-and-select, a float -> int
+// conversion of a value already integral, and integer bit manipulation for the 2^n scale.
+// No libm call and no branch, so a plain loop over them vectorizes; and since every path
+// (element_blocks.cpp, built per ISA with -ffp-contract=off) does the same operations in the
+// same order, every path gives the baseline's bits. glibc's erff/expf cost ~6-12 ms per
+// million elements on one core because they do not vectorize.
+//
+// Every function is `static inline`: each translation unit (each ISA's copy of
+// element_blocks.cpp, and the tests) keeps its own, so no copy built with wider -m flags is
+// shared by name (the one-definition rule, shared/TOOLCHAIN.md).
+//
+// The polynomials were fitted offline (tools/fit_erf.py: Chebyshev least squares in FP64,
+// near minimax) and their errors measured with the kernel emulated in FP32 over a dense sweep:
+//   erf:  |error| <= 1.2e-7 absolute over all finite inputs (GELU adds erf to 1, so absolute
+//         accuracy is what it needs; the float rounding of results near 0.8 is 2 ulps of it).
+//   exp:  <= 1.2 ulps relative where the result is normal; 0 below e^-104, inf above e^89.
+// tests/kernels/test_cpu_isa.cpp checks these bounds against FP64 std::erf/std::exp.
+#pragma once
+#include <cstdint>
+
+#include "engine/half_bits.h"
+
+namespace belay::cpu_math {
+
+static inline float abs_f32(float x) { return f32_from_bits(f32_bits(x) & 0x7fffffffu); }
+
+// c ? a : b, as a bit mask: both a and b are always computed and used, so the compiler has
+// no branch to make. (Written as ?:, g++ moves a long polynomial used only on one side into
+// a branch, and under its default -ftrapping-math it may not compute it on every lane again,
+// so the AVX2 loop stays scalar; AVX-512 gets by with masked operations.)
+static inline float select_f32(bool c, float a, float b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
+}
+
+// e^x. Range reduction x = k ln2 + r with k = round(x / ln2), |r| <= ln2 / 2: ln2 in two
+// parts (Cody and Waite), the high part with 16 trailing zero bits, so k * kLn2Hi is exact
+// for |k| < 2^8 and x - k * kLn2Hi is exact; e^r by its Taylor polynomial of degree 7
+// (truncation error 0.35^8 / 8! = 5e-9 relative, under 0.1 ulp; the rest is rounding).
+static inline float exp_f32(float x) {
+  // Clamp first: below -104 the result rounds to 0 (e^-104 < 2^-150), above 89 it is inf
+  // (e^89 > FLT_MAX), and the clamped values keep k within the integer conversion's range.
+  // NaN is replaced by 0 for the arithmetic (no float -> int conversion of NaN) and put
+  // back at the end.
+  float xc = select_f32(x < -104.0f, -104.0f, x);
+  xc = select_f32(xc > 89.0f, 89.0f, xc);
+  xc = select_f32(x != x, 0.0f, xc);
+  // Round to nearest (even) by adding and subtracting 1.5 * 2^23: at that size the float's
+  // last mantissa bit is worth 1, so the addition rounds away the fraction (|x/ln2| < 2^22).
+  const float kRound = 12582912.0f;
+  const float k = (xc * 1.44269504088896341f + kRound) - kRound;
+  const float kLn2Hi = 0.693145751953125f;       // 0x3f317200
+  const float kLn2Lo = 1.42860682030941723212e-6f;  // ln2 - kLn2Hi
+  const float r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // p * 2^k, with 2^k as two normal powers of two 2^a * 2^b (k in [-150, 129]: a and b in
+  // [-75, 65]): p * 2^a is exact, and the second product rounds once, to a subnormal or to
+  // inf where the true result is one.
+  const int32_t n = static_cast<int32_t>(k);
+  const int32_t a = n / 2, b = n - a;
+  const float scale_a = f32_from_bits(static_cast<uint32_t>(a + 127) << 23);
+  const float scale_b = f32_from_bits(static_cast<uint32_t>(b + 127) << 23);
+  const float y = p * scale_a * scale_b;
+  return select_f32(x != x, x, y);
+}
+
+// erf(x), odd: computed on |x| and the sign put back.
+//   |x| < 0.875:       x * P(x^2), P of degree 5 (erf(x)/x is even and smooth there).
+//   0.875 <= |x| < 4:  1 - Q(|x| - 2.4375), Q of degree 15 fitted to erfc on [0.875, 4]:
+//                      Q is small (<= 0.22), so its rounding errors are small in absolute
+//                      terms, and the shifted variable (|t| <= 1.57) keeps Horner stable.
+//   |x| >= 4:          +-1 (erfc(4) = 1.5e-8, a quarter of an ulp below 1).
+// NaN propagates through the polynomial (every comparison with it is false), +-inf gives
+// +-1, -0 gives -0, subnormals give x * 1.128... (the first branch).
+static inline float erf_f32(float x) {
+  const float ax = abs_f32(x);
+  const float s = x * x;
+  float ps = -6.218503113e-04f;
+  ps = ps * s + 5.035122391e-03f;
+  ps = ps * s + -2.679345198e-02f;
+  ps = ps * s + 1.128251031e-01f;
+  ps = ps * s + -3.761255443e-01f;
+  ps = ps * s + 1.128379107e+00f;
+  const float small = x * ps;
+
+  const float t = ax - 2.4375f;
+  float q = 3.037208103e-07f;
+  q = q * t + -1.164749506e-06f;
+  q = q * t + -2.163861154e-06f;
+  q = q * t + 1.777209764e-05f;
+  q = q * t + -2.169865365e-05f;
+  q = q * t + -7.031443965e-05f;
+  q = q * t + 3.034582769e-04f;
+  q = q * t + -4.167796578e-04f;
+  q = q * t + -3.788192407e-04f;
+  q = q * t + 3.003260354e-03f;
+  q = q * t + -7.205594331e-03f;
+  q = q * t + 1.070188079e-02f;
+  q = q * t + -1.075886097e-02f;
+  q = q * t + 7.229083218e-03f;
+  q = q * t + -2.965739695e-03f;
+  q = q * t + 5.665420904e-04f;
+  float big = 1.0f - q;
+  big = select_f32(ax >= 4.0f, 1.0f, big);
+  big = f32_from_bits(f32_bits(big) | (f32_bits(x) & 0x80000000u));  // big >= 0: OR in x's sign
+  return select_f32(ax < 0.875f, small, big);
+}
+
+// GELU, the exact form PyTorch uses by default (approximate='none'), in the order of
+// kernels/common/element_math.h: 0.5 x (1 + erf(x / sqrt 2)). Below x = -8, erf is -1
+// exactly, so the product is already -0 for every finite x; the select only changes
+// x = -inf, where the formula gives -inf * 0 = NaN, to its limit -0 (PyTorch returns NaN
+// there, an open bug on their side; +inf gives +inf here as the formula does).
+static inline float gelu(float x) {
+  const float y = 0.5f * x * (1.0f + erf_f32(x * 0.70710678118654752f));
+  return select_f32(x < -8.0f, -0.0f, y);
+}
+
+// GELU's derivative cdf(x) + x pdf(x), pdf(x) = e^(-x^2/2) / sqrt(2 pi). For |x| > 16 the
+// pdf underflows to 0 and the formula already gives 1 (x > 0) or 0 (x < 0) for every finite
+// x; the select makes x = +-inf the same (inf * 0 would be NaN). A NaN x is returned as it
+// is: inside, -0.5 x and x are NaNs of opposite signs, and which one a product keeps depends
+// on the operands' registers, which differ between the SSE and AVX code.
+static inline float gelu_grad(float x) {
+  const float cdf = 0.5f * (1.0f + erf_f32(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * exp_f32(-0.5f * x * x);
+  const float g = cdf + x * pdf;
+  const float limit = select_f32(x > 0.0f, 1.0f, 0.0f);
+  return select_f32(x != x, x, select_f32(abs_f32(x) > 16.0f, limit, g));
+}
+
+}  // namespace belay::cpu_math
