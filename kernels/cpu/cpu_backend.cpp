@@ -101,8 +101,11 @@ decltype(auto) with_dtype(DType dt, F&& f) {
 // Sum of f(i) for i in [0, n), deterministic whatever the number of threads: chunk c sums
 // its elements in index order in double, the chunk sums are added in chunk order. A thread
 // works on kReduceLanes chunks at once, each with its own accumulator.
-template <class F>
-double deterministic_sum(int64_t n, F&& f) {
+// `group(base, out)` sums the kReduceLanes whole chunks starting at element `base` into
+// out[0..kReduceLanes) (deterministic_sum below: f element by element; the guard: the
+// element kernel of the active ISA, same order, same bits).
+template <class F, class Group>
+double deterministic_sum_grouped(int64_t n, F&& f, Group&& group) {
   const int64_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
   const int64_t full = n / kReduceChunk;  // chunks of exactly kReduceChunk elements
   const int64_t groups = (chunks + kReduceLanes - 1) / kReduceLanes;
@@ -113,11 +116,7 @@ double deterministic_sum(int64_t n, F&& f) {
   for (int64_t grp = 0; grp < groups; ++grp) {
     const int64_t c0 = grp * kReduceLanes;
     if (c0 + kReduceLanes <= full) {
-      double acc[kReduceLanes] = {};
-      const int64_t base = c0 * kReduceChunk;
-      for (int64_t j = 0; j < kReduceChunk; ++j)
-        for (int64_t k = 0; k < kReduceLanes; ++k) acc[k] += f(base + k * kReduceChunk + j);
-      for (int64_t k = 0; k < kReduceLanes; ++k) out[c0 + k] = acc[k];
+      group(c0 * kReduceChunk, out + c0);
     } else {
       for (int64_t c = c0; c < std::min(chunks, c0 + kReduceLanes); ++c) {
         double s = 0.0;
@@ -130,6 +129,16 @@ double deterministic_sum(int64_t n, F&& f) {
   double total = 0.0;
   for (int64_t c = 0; c < chunks; ++c) total += out[c];
   return total;
+}
+
+template <class F>
+double deterministic_sum(int64_t n, F&& f) {
+  return deterministic_sum_grouped(n, f, [&](int64_t base, double* out) {
+    double acc[kReduceLanes] = {};
+    for (int64_t j = 0; j < kReduceChunk; ++j)
+      for (int64_t k = 0; k < kReduceLanes; ++k) acc[k] += f(base + k * kReduceChunk + j);
+    for (int64_t k = 0; k < kReduceLanes; ++k) out[k] = acc[k];
+  });
 }
 
 // AdamW's numbers for one step as the block loops use them: the hyper-parameters, and the
@@ -427,6 +436,8 @@ class CpuBackend final : public Backend {
     check_scalar("guard", found_inf);
     check_scalar("guard", norm);
     const float inv = scalar_value(inv_scale);
+    const ElementBlocks& blocks_isa = cpu_element_blocks();
+    static_assert(kReduceLanes == 8, "sum_squares_8 sums 8 chunks side by side");
     double total = 0.0;
     bool nonfinite = false;
     for (const Tensor* g : grads) {
@@ -435,12 +446,22 @@ class CpuBackend final : public Backend {
       // One read per element: the finite check and the square of the unscaled value together.
       // A non-finite element makes its square non-finite, so the sum carries the flag.
       // (The square of a float is exact in double, so the sum is the same fused or not.)
+      // Whole groups of 8 chunks go to the active ISA's element kernel (the same sums, the
+      // same bits, read 8 elements of each chunk at a time instead of one).
+      const int elem = g->dtype() == DType::F32 ? kGradF32 : g->dtype() == DType::F16 ? kGradF16 : kGradBF16;
+      const size_t elem_bytes = g->dtype() == DType::F32 ? 4 : 2;
       const double s = with_dtype(g->dtype(), [&](auto tag) {
         constexpr DType D = decltype(tag)::value;
-        return deterministic_sum(g->numel(), [&](int64_t i) {
-          const float u = ld<D>(pg, i) * inv;
-          return (double)u * (double)u;
-        });
+        return deterministic_sum_grouped(
+            g->numel(),
+            [&](int64_t i) {
+              const float u = ld<D>(pg, i) * inv;
+              return (double)u * (double)u;
+            },
+            [&](int64_t base, double* out) {
+              blocks_isa.sum_squares_8(static_cast<const char*>(pg) + base * elem_bytes, elem, kReduceChunk,
+                                       kReduceChunk, inv, out);
+            });
       });
       if (!std::isfinite(s)) nonfinite = true;
       total += s;

@@ -293,6 +293,40 @@ void element_suite(CpuIsa isa) {
       CHECK(bits_of(pb) != bits_of(p0));  // the update did something
     }
   }
+  // The guard's sums of squares: 8 chunks of 1000 elements 1003 apart, in FP32/FP16/BF16,
+  // over many binades (the squares' sum must be the baseline's to the bit), and with an
+  // inf in one chunk (a non-finite sum in that lane, on every path; NaN payloads aside).
+  auto dbits = [](double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, 8);
+    return u;
+  };
+  for (const int elem : {kGradF32, kGradF16, kGradBF16}) {
+    INFO("sum_squares_8, element type " << elem);
+    const int64_t stride = 1003, len = 1000;
+    std::vector<float> x = element_inputs(8 * stride, 990 + static_cast<uint64_t>(elem));
+    for (float& e : x)
+      if (!std::isfinite(e)) e = 0.5f;
+    std::vector<uint16_t> h(x.size());
+    if (elem == kGradF16) cvt_f32_to_f16(x.data(), h.data(), static_cast<int64_t>(x.size()));
+    if (elem == kGradBF16) cvt_f32_to_bf16(x.data(), h.data(), static_cast<int64_t>(x.size()));
+    const void* data = elem == kGradF32 ? static_cast<const void*>(x.data()) : static_cast<const void*>(h.data());
+    for (const float inv : {1.0f, 1.0f / 65536.0f, 3.1e-5f}) {
+      double sb[8], sw[8];
+      base.sum_squares_8(data, elem, stride, len, inv, sb);
+      wide.sum_squares_8(data, elem, stride, len, inv, sw);
+      for (int k = 0; k < 8; ++k) CHECK(dbits(sb[k]) == dbits(sw[k]));
+      CHECK(sb[3] > 0.0);
+    }
+    if (elem == kGradF32) {
+      x[5 * stride + 17] = INFINITY;
+      double sb[8], sw[8];
+      base.sum_squares_8(x.data(), elem, stride, len, 1.0f, sb);
+      wide.sum_squares_8(x.data(), elem, stride, len, 1.0f, sw);
+      CHECK((std::isinf(sb[5]) && std::isinf(sw[5])));
+      CHECK(dbits(sb[4]) == dbits(sw[4]));
+    }
+  }
   // The activations on: a stride through all 2^32 bit patterns (every binade, subnormals,
   // +-inf, NaNs with payloads and both signs), the usual inputs with the specials, and the
   // values at and around the branch points of erf_exp.h (|x| / sqrt 2 = 0.875 and 4, the

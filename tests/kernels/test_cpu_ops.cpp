@@ -417,7 +417,8 @@ TEST_CASE("cross_entropy is stable for logits of 1e4", "[kernels][cpu]") {
 TEST_CASE("guard: the norm of the unscaled gradients, nothing written", "[kernels][cpu][amp]") {
   for (DType d : {DType::F32, DType::F16, DType::BF16}) {
     INFO(name(d));
-    const Tensor g1 = random_tensor(Shape{300, 200}, d, 71, -1000.0f, 1000.0f);
+    // 210000 elements: 12 reduction chunks, the first 8 through the ISA's grouped kernel.
+    const Tensor g1 = random_tensor(Shape{700, 300}, d, 71, -1000.0f, 1000.0f);
     const Tensor g2 = random_tensor(Shape{77}, d, 72, -1000.0f, 1000.0f);
     const std::vector<float> before1 = g1.to_vector();
     const float inv = 1.0f / 1024.0f;
@@ -458,7 +459,7 @@ TEST_CASE("guard: the norm of the unscaled gradients, nothing written", "[kernel
 }
 
 TEST_CASE("guard: found_inf for inf, -inf and NaN placed first, middle or last", "[kernels][cpu][amp]") {
-  const int64_t n = 40001;  // three reduction chunks, run in parallel
+  const int64_t n = 140001;  // nine reduction chunks, run in parallel: 8 grouped, 1 alone
   for (DType d : {DType::F32, DType::F16, DType::BF16}) {
     const Tensor a0 = random_tensor(Shape{n}, d, 81), b0 = random_tensor(Shape{n}, d, 82);
     for (float bad : {INFINITY, -INFINITY, NAN})

@@ -41,6 +41,94 @@ int unscale(const float* v, float* r, int64_t n, float inv) {
   return bad;
 }
 
+// ---- The guard's sums of squares ------------------------------------------------------------
+// Element j of chunk k, as FP32.
+inline float grad_at(const void* x, int elem, int64_t i) {
+  if (elem == kGradF32) return static_cast<const float*>(x)[i];
+  const uint16_t h = static_cast<const uint16_t*>(x)[i];
+  return elem == kGradF16 ? f16_bits_to_f32(h) : f32_from_bits(static_cast<uint32_t>(h) << 16);
+}
+
+#if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
+// Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
+inline __m256 load8(const void* x, int elem, int64_t i) {
+  if (elem == kGradF32) return _mm256_loadu_ps(static_cast<const float*>(x) + i);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
+  if (elem == kGradF16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// r[i][j] -> r[j][i] for 8 x 8 floats (bit moves only).
+inline void transpose8(__m256 (&r)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Reading the 8 chunks 8 elements at a time (one stream each, a whole line per two loads),
+// then transposing, turns 8 strided scalar sums into one vector of 8 in-order sums.
+void sum_squares_8(const void* x, int elem, int64_t stride, int64_t len, float inv, double* out) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+#if defined(BELAY_ISA_avx512)
+  __m512d acc = _mm512_setzero_pd();
+#else
+  __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
+#endif
+  for (int64_t j = 0; j < len; j += 8) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j), vinv);
+    transpose8(r);  // r[jj]: element j + jj of chunks 0..7
+    for (int jj = 0; jj < 8; ++jj) {
+#if defined(BELAY_ISA_avx512)
+      const __m512d d = _mm512_cvtps_pd(r[jj]);
+      acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
+#else
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(r[jj]));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(r[jj], 1));
+      acc_lo = _mm256_add_pd(acc_lo, _mm256_mul_pd(lo, lo));
+      acc_hi = _mm256_add_pd(acc_hi, _mm256_mul_pd(hi, hi));
+#endif
+    }
+  }
+#if defined(BELAY_ISA_avx512)
+  _mm512_storeu_pd(out, acc);
+#else
+  _mm256_storeu_pd(out, acc_lo);
+  _mm256_storeu_pd(out + 4, acc_hi);
+#endif
+}
+#else
+template <int Elem>
+void sum_squares_8_of(const void* x, int64_t stride, int64_t len, float inv, double* out) {
+  double acc[8] = {};
+  for (int64_t j = 0; j < len; ++j)
+    for (int k = 0; k < 8; ++k) {
+      const float u = grad_at(x, Elem, k * stride + j) * inv;
+      acc[k] += (double)u * (double)u;
+    }
+  for (int k = 0; k < 8; ++k) out[k] = acc[k];
+}
+
+// One loop per element type (the type's test hoisted out of the loop).
+void sum_squares_8(const void* x, int elem, int64_t stride, int64_t len, float inv, double* out) {
+  if (elem == kGradF32) sum_squares_8_of<kGradF32>(x, stride, len, inv, out);
+  else if (elem == kGradF16) sum_squares_8_of<kGradF16>(x, stride, len, inv, out);
+  else sum_squares_8_of<kGradBF16>(x, stride, len, inv, out);
+}
+#endif
+
 // The activations: plain loops the vectorizer widens (erf_exp.h has no call and no branch).
 void gelu(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = cpu_math::gelu(x[i]);
@@ -164,6 +252,7 @@ bool adamw(const AdamWBlock& b) {
 }  // namespace
 
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
-                                             gelu,       gelu_grad,  relu,        relu_grad};
+                                             gelu,       gelu_grad,  relu,        relu_grad,
+                                             sum_squares_8};
 
 }  // namespace belay::BELAY_ISA_NS

@@ -22,6 +22,9 @@ struct AdamWBlock {
   bool stream;  // the working copy with non-temporal stores (tensors far larger than the caches)
 };
 
+// The stored type of a gradient for ElementBlocks::sum_squares_8.
+inline constexpr int kGradF32 = 0, kGradF16 = 1, kGradBF16 = 2;
+
 struct ElementBlocks {
   void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
@@ -38,6 +41,14 @@ struct ElementBlocks {
   void (*gelu_grad)(const float* x, const float* dy, float* dx, int64_t n);
   void (*relu)(const float* x, float* y, int64_t n);
   void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n);
+  // The guard's sums of squares for 8 chunks side by side, in the backend's fixed order
+  // (cpu_backend.cpp, deterministic_sum): chunk k starts at element k * stride of x, and
+  // out[k] = the sum over j in [0, len), in index order, in double, of u * u with
+  // u = (float)(x[k * stride + j] * inv) rounded to FP32 first. elem: kGradF32, kGradF16 or
+  // kGradBF16. len is a multiple of 8. The wider paths read 8 elements of each chunk and
+  // transpose them, so each lane still adds its own chunk's squares in order: the
+  // baseline's bits (the square of a float is exact in double).
+  void (*sum_squares_8)(const void* x, int elem, int64_t stride, int64_t len, float inv, double* out);
 };
 
 namespace isa_baseline { extern const ElementBlocks element_blocks; }
