@@ -21,25 +21,16 @@
 #include "engine/safetensors.h"
 #include "optim/adamw.h"
 #include "tolerance.h"
+#include "tests/files.h"
 
 using namespace belay;
+using belay::test::slurp;
+using belay::test::spit;
 using belay::test::bits_of;
 
 namespace {
 
-std::string tmp(const std::string& name) { return "/tmp/belay_amp_ckpt_" + std::to_string(::getpid()) + "_" + name; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+std::string tmp(const std::string& name) { return test::temp_path("amp_ckpt", name); }
 
 // One FP16 training loop with loss scaling, as a user writes it: its whole state is the
 // model, the optimizer, the scaler and the step index.

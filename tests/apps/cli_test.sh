@@ -3,11 +3,7 @@
 # Usage: cli_test.sh path/to/belay
 set -u
 belay=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_test_lib.sh"
 
 # expect_error NAME EXIT_CODE ARGS...: stderr is exactly one line starting "belay: error: ".
 expect_error() {

@@ -12,24 +12,15 @@
 #include "apps/train.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
+#include "tests/files.h"
 
 using namespace belay;
+using belay::test::slurp;
+using belay::test::spit;
 
 namespace {
 
-std::string tmp(const std::string& name) { return "/tmp/belay_ckpt_test_" + std::to_string(::getpid()) + "_" + name; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+std::string tmp(const std::string& name) { return test::temp_path("ckpt_test", name); }
 
 // A run that exercises every piece of resumable state: an MLP, accumulation (2 x 8), a
 // warmup + cosine schedule, clipping, and skipped steps on both sides of the checkpoint.

@@ -11,20 +11,20 @@
 #include "apps/plot.h"
 #include "apps/train.h"
 #include "engine/error.h"
+#include "tests/files.h"
 
 using namespace belay;
+using belay::test::spit;
 
 namespace {
 
-std::string tmp(const std::string& name) { return "/tmp/belay_plot_test_" + std::to_string(::getpid()) + "_" + name; }
+std::string tmp(const std::string& name) { return test::temp_path("plot_test", name); }
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
 }
-
-void spit(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 }  // namespace
 

@@ -16,19 +16,14 @@
 #include "apps/train.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
+#include "tests/files.h"
 
 using namespace belay;
+using belay::test::slurp;
 
 namespace {
 
-std::string tmp(const std::string& name) { return "/tmp/belay_rollback_test_" + std::to_string(::getpid()) + "_" + name; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string tmp(const std::string& name) { return test::temp_path("rollback_test", name); }
 
 std::vector<std::string> lines_of(const std::string& path) {
   std::ifstream in(path);

@@ -15,11 +15,7 @@ set -u
 belay=$1
 compare=$2
 have_mpi=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_test_lib.sh"
 
 # expect_error NAME ARGS...: exit 2, one line on stderr naming the problem (any build).
 expect_error() {

@@ -6,11 +6,7 @@
 set -u
 belay=$1
 have_mpi=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_test_lib.sh"
 
 # expect_error NAME PATTERN ARGS...: exit 2, one line on stderr matching PATTERN.
 expect_error() {
