@@ -1,5 +1,6 @@
 #include "apps/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -15,35 +16,53 @@ class SyntheticRegression final : public Dataset {
   SyntheticRegression(int64_t in, int64_t out, uint64_t seed) : in_(in), out_(out), rng_(seed * 2 + 1) {
     Rng teacher(seed * 2 + 2);
     const float s = 1.0f / std::sqrt(static_cast<float>(in));
-    teacher_w_.resize(static_cast<size_t>(in * out));
+    // Drawn as W[out][in] (the stream's order), kept transposed: W^T[i][o], so the outputs
+    // a loop runs side by side are adjacent in memory.
+    teacher_wt_.resize(static_cast<size_t>(in * out));
     teacher_b_.resize(static_cast<size_t>(out));
-    for (float& w : teacher_w_) w = s * teacher.normal();
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) teacher_wt_[static_cast<size_t>(i * out + o)] = s * teacher.normal();
     for (float& b : teacher_b_) b = 0.1f * teacher.normal();
   }
 
   Batch next(int64_t batch, Device device) override {
     std::vector<float> x(static_cast<size_t>(batch * in_)), y(static_cast<size_t>(batch * out_));
     for (float& v : x) v = rng_.normal();
-    // The teacher's outputs: each a sum over i in index order, in double. Eight outputs run
-    // side by side (eight independent add chains instead of one waiting on the last) and
-    // rows in parallel; every sum keeps its order, so the data are the same bits as a plain
-    // loop's. The noise is drawn after, in (row, output) order, from the one stream.
+    // The teacher's outputs: each a sum over i in index order, in double, so the data are
+    // the same bits as a plain loop's whatever the blocking. Eight adjacent outputs of four
+    // rows run side by side (32 independent add chains), and the threads take blocks of
+    // outputs: a block's strip of W^T (in x 8 floats) stays in cache for every row, so the
+    // teacher is read from memory once per batch, not once per row. The noise is drawn
+    // after, in (row, output) order, from the one stream.
     std::vector<double> clean(y.size());
+    constexpr int64_t kOut = 8, kRows = 4;
+    const int64_t out_blocks = (out_ + kOut - 1) / kOut;
 #pragma omp parallel for schedule(static) if (batch * out_ * in_ > (1 << 20))
-    for (int64_t r = 0; r < batch; ++r) {
-      const float* xr = x.data() + r * in_;
-      int64_t o = 0;
-      for (; o + 8 <= out_; o += 8) {
-        double acc[8];
-        for (int k = 0; k < 8; ++k) acc[k] = teacher_b_[o + k];
-        for (int64_t i = 0; i < in_; ++i)
-          for (int k = 0; k < 8; ++k) acc[k] += (double)xr[i] * teacher_w_[(o + k) * in_ + i];
-        for (int k = 0; k < 8; ++k) clean[r * out_ + o + k] = acc[k];
+    for (int64_t ob = 0; ob < out_blocks; ++ob) {
+      const int64_t o = ob * kOut;
+      if (o + kOut > out_) {  // the last few outputs, one by one
+        for (int64_t r = 0; r < batch; ++r)
+          for (int64_t oo = o; oo < out_; ++oo) {
+            double acc = teacher_b_[oo];
+            for (int64_t i = 0; i < in_; ++i) acc += (double)x[r * in_ + i] * teacher_wt_[i * out_ + oo];
+            clean[r * out_ + oo] = acc;
+          }
+        continue;
       }
-      for (; o < out_; ++o) {
-        double acc = teacher_b_[o];
-        for (int64_t i = 0; i < in_; ++i) acc += (double)xr[i] * teacher_w_[o * in_ + i];
-        clean[r * out_ + o] = acc;
+      for (int64_t r0 = 0; r0 < batch; r0 += kRows) {
+        const int64_t rows = std::min(kRows, batch - r0);
+        double acc[kRows][kOut];
+        for (int64_t r = 0; r < kRows; ++r)
+          for (int64_t k = 0; k < kOut; ++k) acc[r][k] = teacher_b_[o + k];
+        for (int64_t i = 0; i < in_; ++i) {
+          const float* w = teacher_wt_.data() + i * out_ + o;
+          for (int64_t r = 0; r < kRows; ++r) {
+            const double xi = r < rows ? (double)x[(r0 + r) * in_ + i] : 0.0;
+            for (int64_t k = 0; k < kOut; ++k) acc[r][k] += xi * (double)w[k];
+          }
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t k = 0; k < kOut; ++k) clean[(r0 + r) * out_ + o + k] = acc[r][k];
       }
     }
     for (size_t j = 0; j < y.size(); ++j) y[j] = static_cast<float>(clean[j]) + 0.01f * rng_.normal();
@@ -62,7 +81,7 @@ class SyntheticRegression final : public Dataset {
 
  private:
   int64_t in_, out_;
-  std::vector<float> teacher_w_, teacher_b_;
+  std::vector<float> teacher_wt_, teacher_b_;  // the teacher's W^T [in][out] and bias
   Rng rng_;
 };
 
