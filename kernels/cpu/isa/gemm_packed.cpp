@@ -8,6 +8,8 @@
 // packing is where the inputs' layout and dtype stop mattering: op() (transposed or not)
 // and FP16/BF16 are read there, widened exactly to FP32, so every product, in every
 // layout and dtype, runs the same microkernel on FP32 panels and accumulates in FP32.
+// (One exception: on the avx512bf16 path a BF16 x BF16 product packs pairs of k and runs
+// VDPBF16PS instead; see "BF16 pairs" below.)
 //
 // Summation order: for each output, the K products are summed in FP32 one KC block at a
 // time (k ascending inside a block), each block's sum added to C. Accumulation (beta = 1)
