@@ -6,12 +6,6 @@
 
 namespace belay {
 
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 // Slots in layout order; a bucket closes before the slot that would take it past the size.
 void BucketedCommunicator::lay_out(const std::vector<int64_t>& numels) {
   layout_numels_ = numels;

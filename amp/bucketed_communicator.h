@@ -52,6 +52,11 @@ class BucketedCommunicator : public Communicator {
 
   std::vector<Bucket> buckets_;
 
+  // Wall seconds from t0 to now (the sync and wait counters, the collectives' deadline).
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
  private:
   void lay_out(const std::vector<int64_t>& numels);
   void start_ready_buckets();
@@ -67,7 +72,6 @@ class BucketedCommunicator : public Communicator {
   size_t layout_bucket_bytes_ = 0;
   size_t next_bucket_ = 0;
   bool in_backward_ = false;
-  std::chrono::steady_clock::time_point sync_start_;
 };
 
 }  // namespace belay

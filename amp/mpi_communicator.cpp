@@ -26,9 +26,6 @@ void require_cpu(const Tensor& t, const char* what) {
     throw UsageError(std::string("--dist mpi works on CPU tensors; ") + what + " is on " + t.device().str() +
                      " (use --dist nccl for GPUs)");
 }
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 }  // namespace
 
 MpiCommunicator::MpiCommunicator() {

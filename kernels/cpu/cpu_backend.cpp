@@ -448,8 +448,8 @@ class CpuBackend final : public Backend {
       // (The square of a float is exact in double, so the sum is the same fused or not.)
       // Whole groups of 8 chunks go to the active ISA's element kernel (the same sums, the
       // same bits, read 8 elements of each chunk at a time instead of one).
-      const int elem = g->dtype() == DType::F32 ? kGradF32 : g->dtype() == DType::F16 ? kGradF16 : kGradBF16;
-      const size_t elem_bytes = g->dtype() == DType::F32 ? 4 : 2;
+      const GemmElem elem = gemm_elem_of(g->dtype());
+      const size_t elem_bytes = dtype_size(g->dtype());
       const double s = with_dtype(g->dtype(), [&](auto tag) {
         constexpr DType D = decltype(tag)::value;
         return deterministic_sum_grouped(

@@ -28,14 +28,6 @@ void run_packed(CpuIsa isa, const GemmF32Args& g) {
   }
 }
 
-GemmElem elem_of(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::F32: return GemmElem::F32;
-    case DType::F16: return GemmElem::F16;
-    case DType::BF16: return GemmElem::BF16;
-    default: throw Error("gemm: no CPU product for " + t.describe());
-  }
-}
 
 void require_path(CpuIsa isa) {
   if (!cpu_isa_available(isa))
@@ -57,12 +49,12 @@ void run_gemm(CpuIsa isa, const GemmArgs& args) {
 
   GemmF32Args g;
   g.a = a.data();
-  g.a_type = elem_of(a);
+  g.a_type = gemm_elem_of(a.dtype());
   g.a_rows = a.dim(0);
   g.a_cols = a.dim(1);
   g.trans_a = args.trans_a;
   g.b = b.data();
-  g.b_type = elem_of(b);
+  g.b_type = gemm_elem_of(b.dtype());
   g.b_rows = b.dim(0);
   g.b_cols = b.dim(1);
   g.trans_b = args.trans_b;
@@ -74,6 +66,15 @@ void run_gemm(CpuIsa isa, const GemmArgs& args) {
 }
 
 }  // namespace
+
+GemmElem gemm_elem_of(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return GemmElem::F32;
+    case DType::F16: return GemmElem::F16;
+    case DType::BF16: return GemmElem::BF16;
+    default: throw Error(std::string("no CPU product or element kernel for dtype ") + dtype_name(dtype));
+  }
+}
 
 void cpu_gemm(const GemmArgs& args) { run_gemm(active_cpu_isa(), args); }
 

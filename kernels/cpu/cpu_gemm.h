@@ -12,6 +12,9 @@ namespace belay {
 void cpu_gemm(const GemmArgs& args);                // on the active path
 void cpu_gemm_on(CpuIsa isa, const GemmArgs& args); // on the given path (tests, bench); Error if unavailable
 struct GemmF32Args;
+enum class GemmElem : int;
+// The GemmElem of an FP32/FP16/BF16 tensor's dtype; Error for any other dtype.
+GemmElem gemm_elem_of(DType dtype);
 // The path's FP32 Eigen product on raw pointers, no checks or widening: what belay's wrapper
 // adds is measured against it (bench/gemm.cpp). Error if the path cannot run here.
 void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args);

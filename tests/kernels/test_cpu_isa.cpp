@@ -301,16 +301,16 @@ void element_suite(CpuIsa isa) {
     std::memcpy(&u, &d, 8);
     return u;
   };
-  for (const int elem : {kGradF32, kGradF16, kGradBF16}) {
-    INFO("sum_squares_8, element type " << elem);
+  for (const GemmElem elem : {GemmElem::F32, GemmElem::F16, GemmElem::BF16}) {
+    INFO("sum_squares_8, element type " << static_cast<int>(elem));
     const int64_t stride = 1003, len = 1000;
     std::vector<float> x = element_inputs(8 * stride, 990 + static_cast<uint64_t>(elem));
     for (float& e : x)
       if (!std::isfinite(e)) e = 0.5f;
     std::vector<uint16_t> h(x.size());
-    if (elem == kGradF16) cvt_f32_to_f16(x.data(), h.data(), static_cast<int64_t>(x.size()));
-    if (elem == kGradBF16) cvt_f32_to_bf16(x.data(), h.data(), static_cast<int64_t>(x.size()));
-    const void* data = elem == kGradF32 ? static_cast<const void*>(x.data()) : static_cast<const void*>(h.data());
+    if (elem == GemmElem::F16) cvt_f32_to_f16(x.data(), h.data(), static_cast<int64_t>(x.size()));
+    if (elem == GemmElem::BF16) cvt_f32_to_bf16(x.data(), h.data(), static_cast<int64_t>(x.size()));
+    const void* data = elem == GemmElem::F32 ? static_cast<const void*>(x.data()) : static_cast<const void*>(h.data());
     for (const float inv : {1.0f, 1.0f / 65536.0f, 3.1e-5f}) {
       double sb[8], sw[8];
       base.sum_squares_8(data, elem, stride, len, inv, sb);
@@ -318,7 +318,7 @@ void element_suite(CpuIsa isa) {
       for (int k = 0; k < 8; ++k) CHECK(dbits(sb[k]) == dbits(sw[k]));
       CHECK(sb[3] > 0.0);
     }
-    if (elem == kGradF32) {
+    if (elem == GemmElem::F32) {
       x[5 * stride + 17] = INFINITY;
       double sb[8], sw[8];
       base.sum_squares_8(x.data(), elem, stride, len, 1.0f, sb);

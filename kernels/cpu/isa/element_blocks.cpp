@@ -43,18 +43,18 @@ int unscale(const float* v, float* r, int64_t n, float inv) {
 
 // ---- The guard's sums of squares ------------------------------------------------------------
 // Element j of chunk k, as FP32.
-inline float grad_at(const void* x, int elem, int64_t i) {
-  if (elem == kGradF32) return static_cast<const float*>(x)[i];
+inline float grad_at(const void* x, GemmElem elem, int64_t i) {
+  if (elem == GemmElem::F32) return static_cast<const float*>(x)[i];
   const uint16_t h = static_cast<const uint16_t*>(x)[i];
-  return elem == kGradF16 ? f16_bits_to_f32(h) : f32_from_bits(static_cast<uint32_t>(h) << 16);
+  return elem == GemmElem::F16 ? f16_bits_to_f32(h) : f32_from_bits(static_cast<uint32_t>(h) << 16);
 }
 
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
-inline __m256 load8(const void* x, int elem, int64_t i) {
-  if (elem == kGradF32) return _mm256_loadu_ps(static_cast<const float*>(x) + i);
+inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
+  if (elem == GemmElem::F32) return _mm256_loadu_ps(static_cast<const float*>(x) + i);
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
-  if (elem == kGradF16) return _mm256_cvtph_ps(h);
+  if (elem == GemmElem::F16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
@@ -79,7 +79,7 @@ inline void transpose8(__m256 (&r)[8]) {
 
 // Reading the 8 chunks 8 elements at a time (one stream each, a whole line per two loads),
 // then transposing, turns 8 strided scalar sums into one vector of 8 in-order sums.
-void sum_squares_8(const void* x, int elem, int64_t stride, int64_t len, float inv, double* out) {
+void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out) {
   const __m256 vinv = _mm256_set1_ps(inv);
 #if defined(BELAY_ISA_avx512)
   __m512d acc = _mm512_setzero_pd();
@@ -110,7 +110,7 @@ void sum_squares_8(const void* x, int elem, int64_t stride, int64_t len, float i
 #endif
 }
 #else
-template <int Elem>
+template <GemmElem Elem>
 void sum_squares_8_of(const void* x, int64_t stride, int64_t len, float inv, double* out) {
   double acc[8] = {};
   for (int64_t j = 0; j < len; ++j)
@@ -122,10 +122,10 @@ void sum_squares_8_of(const void* x, int64_t stride, int64_t len, float inv, dou
 }
 
 // One loop per element type (the type's test hoisted out of the loop).
-void sum_squares_8(const void* x, int elem, int64_t stride, int64_t len, float inv, double* out) {
-  if (elem == kGradF32) sum_squares_8_of<kGradF32>(x, stride, len, inv, out);
-  else if (elem == kGradF16) sum_squares_8_of<kGradF16>(x, stride, len, inv, out);
-  else sum_squares_8_of<kGradBF16>(x, stride, len, inv, out);
+void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out) {
+  if (elem == GemmElem::F32) sum_squares_8_of<GemmElem::F32>(x, stride, len, inv, out);
+  else if (elem == GemmElem::F16) sum_squares_8_of<GemmElem::F16>(x, stride, len, inv, out);
+  else sum_squares_8_of<GemmElem::BF16>(x, stride, len, inv, out);
 }
 #endif
 

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/isa/gemm_f32.h"  // GemmElem: an input's element type as stored
+
 namespace belay {
 
 // One AdamW block: g (the stored gradient, FP32), the master p and the moments m, v updated
@@ -21,9 +23,6 @@ struct AdamWBlock {
   float lr, beta1, beta2, eps, bias_correction1, bias_correction2, weight_decay;
   bool stream;  // the working copy with non-temporal stores (tensors far larger than the caches)
 };
-
-// The stored type of a gradient for ElementBlocks::sum_squares_8.
-inline constexpr int kGradF32 = 0, kGradF16 = 1, kGradBF16 = 2;
 
 struct ElementBlocks {
   void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
@@ -44,11 +43,10 @@ struct ElementBlocks {
   // The guard's sums of squares for 8 chunks side by side, in the backend's fixed order
   // (cpu_backend.cpp, deterministic_sum): chunk k starts at element k * stride of x, and
   // out[k] = the sum over j in [0, len), in index order, in double, of u * u with
-  // u = (float)(x[k * stride + j] * inv) rounded to FP32 first. elem: kGradF32, kGradF16 or
-  // kGradBF16. len is a multiple of 8. The wider paths read 8 elements of each chunk and
+  // u = (float)(x[k * stride + j] * inv) rounded to FP32 first, x of type elem. len is a multiple of 8. The wider paths read 8 elements of each chunk and
   // transpose them, so each lane still adds its own chunk's squares in order: the
   // baseline's bits (the square of a float is exact in double).
-  void (*sum_squares_8)(const void* x, int elem, int64_t stride, int64_t len, float inv, double* out);
+  void (*sum_squares_8)(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out);
 };
 
 namespace isa_baseline { extern const ElementBlocks element_blocks; }
