@@ -38,6 +38,14 @@ std::string missing_list(CpuIsa isa) {
   return s;
 }
 
+// False, with the CTEST_SKIP warning naming what the CPU lacks, when the path cannot run here.
+bool runs_here(CpuIsa isa) {
+  if (cpu_isa_available(isa)) return true;
+  WARN("CTEST_SKIP: the " << cpu_isa_name(isa) << " path needs " << missing_list(isa)
+                          << ", which this CPU lacks (it has: " << cpu_features_string() << ")");
+  return false;
+}
+
 // Restores the active path when a test that forces one ends.
 struct IsaRestore {
   CpuIsa saved = active_cpu_isa();
@@ -45,11 +53,7 @@ struct IsaRestore {
 };
 
 void gemm_suite(CpuIsa isa) {
-  if (!cpu_isa_available(isa)) {
-    WARN("CTEST_SKIP: the " << cpu_isa_name(isa) << " path needs " << missing_list(isa)
-                            << ", which this CPU lacks (it has: " << cpu_features_string() << ")");
-    return;
-  }
+  if (!runs_here(isa)) return;
   INFO("path " << cpu_isa_name(isa));
   auto gemm = [isa](const GemmArgs& a) { cpu_gemm_on(isa, a); };
   // 1, 7, 129, 1000 in every role; K never a multiple of 32.
@@ -93,11 +97,7 @@ TEST_CASE("cpu isa avx512bf16: gemm against the FP64 reference, odd shapes, all 
 }
 
 TEST_CASE("cpu isa avx512bf16: BF16 x BF16 runs VDPBF16PS, which flushes subnormal inputs", "[kernels][cpu][isa]") {
-  if (!cpu_isa_available(CpuIsa::Avx512Bf16)) {
-    WARN("CTEST_SKIP: the avx512bf16 path needs " << missing_list(CpuIsa::Avx512Bf16)
-                                                  << ", which this CPU lacks (it has: " << cpu_features_string() << ")");
-    return;
-  }
+  if (!runs_here(CpuIsa::Avx512Bf16)) return;
   auto product = [](CpuIsa isa, const Tensor& a, const Tensor& b) {
     Tensor c = Tensor::empty(Shape{a.dim(0), b.dim(0)});
     GemmArgs args;
@@ -225,11 +225,7 @@ std::vector<float> element_inputs(int64_t n, uint64_t seed) {
 }
 
 void element_suite(CpuIsa isa) {
-  if (!cpu_isa_available(isa)) {
-    WARN("CTEST_SKIP: the " << cpu_isa_name(isa) << " path needs " << missing_list(isa)
-                            << ", which this CPU lacks (it has: " << cpu_features_string() << ")");
-    return;
-  }
+  if (!runs_here(isa)) return;
   INFO("path " << cpu_isa_name(isa) << " vs baseline");
   const ElementBlocks& base = cpu_element_blocks(CpuIsa::Baseline);
   const ElementBlocks& wide = cpu_element_blocks(isa);
