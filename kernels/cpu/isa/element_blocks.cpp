@@ -42,13 +42,6 @@ int unscale(const float* v, float* r, int64_t n, float inv) {
 }
 
 // ---- The guard's sums of squares ------------------------------------------------------------
-// Element j of chunk k, as FP32.
-inline float grad_at(const void* x, GemmElem elem, int64_t i) {
-  if (elem == GemmElem::F32) return static_cast<const float*>(x)[i];
-  const uint16_t h = static_cast<const uint16_t*>(x)[i];
-  return elem == GemmElem::F16 ? f16_bits_to_f32(h) : f32_from_bits(static_cast<uint32_t>(h) << 16);
-}
-
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
 inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
@@ -110,6 +103,13 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
 #endif
 }
 #else
+// Element i of x, as FP32 (exact).
+inline float grad_at(const void* x, GemmElem elem, int64_t i) {
+  if (elem == GemmElem::F32) return static_cast<const float*>(x)[i];
+  const uint16_t h = static_cast<const uint16_t*>(x)[i];
+  return elem == GemmElem::F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
+}
+
 template <GemmElem Elem>
 void sum_squares_8_of(const void* x, int64_t stride, int64_t len, float inv, double* out) {
   double acc[8] = {};
