@@ -17,6 +17,24 @@
 
 namespace belay {
 
+// Everything a communicator counts, as one value: a run that shares the communicator with
+// others (belay sweep) takes a snapshot before and subtracts it after.
+struct CommCounters {
+  int64_t gradient_syncs = 0, gradient_buckets = 0, buckets_during_backward = 0, buckets_done_in_backward = 0;
+  int64_t gradient_bytes = 0, agreements = 0;
+  double gradient_sync_seconds = 0.0, gradient_wait_seconds = 0.0;
+  CommCounters operator-(const CommCounters& o) const {
+    return {gradient_syncs - o.gradient_syncs,
+            gradient_buckets - o.gradient_buckets,
+            buckets_during_backward - o.buckets_during_backward,
+            buckets_done_in_backward - o.buckets_done_in_backward,
+            gradient_bytes - o.gradient_bytes,
+            agreements - o.agreements,
+            gradient_sync_seconds - o.gradient_sync_seconds,
+            gradient_wait_seconds - o.gradient_wait_seconds};
+  }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -85,6 +103,10 @@ class Communicator {
   // part of it spent waiting for the reduction to complete. The belts' collectives are not in it.
   double gradient_sync_seconds() const { return gradient_sync_seconds_; }
   double gradient_wait_seconds() const { return gradient_wait_seconds_; }
+  CommCounters counters() const {
+    return {gradient_syncs_, gradient_buckets_, buckets_during_backward_, buckets_done_in_backward_,
+            gradient_bytes_, agreements_, gradient_sync_seconds_, gradient_wait_seconds_};
+  }
 
  protected:
   const std::vector<Var>* sync_params_ = nullptr;

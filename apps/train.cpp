@@ -277,11 +277,7 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   const int rank = comm.rank(), world = comm.world_size();
   // The communicator may outlive this run (belay sweep trains every point on one): count
   // this run's calls alone.
-  const int64_t syncs_before = comm.gradient_syncs(), bytes_before = comm.gradient_bytes();
-  const int64_t agreements_before = comm.agreements();
-  const int64_t buckets_before = comm.gradient_buckets(), during_before = comm.buckets_during_backward();
-  const int64_t done_before = comm.buckets_done_in_backward();
-  const double sync_seconds_before = comm.gradient_sync_seconds(), wait_seconds_before = comm.gradient_wait_seconds();
+  const CommCounters counters_before = comm.counters();
   if (rank != 0) c.quiet = true;  // rank 0 speaks for the run (errors are still printed by any rank)
   // After the gradient all-reduce: an inf planted on one rank reaches only the belts' agreement.
   step.after_backward = [&](int64_t s, Optimizer& o) {
@@ -613,12 +609,12 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   }
   drain(0);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.gradient_syncs = comm.gradient_syncs() - syncs_before;
-  result.gradient_bytes = comm.gradient_bytes() - bytes_before;
-  result.gradient_buckets = comm.gradient_buckets() - buckets_before;
-  result.gradient_sync_seconds = comm.gradient_sync_seconds() - sync_seconds_before;
-  result.gradient_wait_seconds = comm.gradient_wait_seconds() - wait_seconds_before;
-  const int64_t during = comm.buckets_during_backward() - during_before, done_early = comm.buckets_done_in_backward() - done_before;
+  const CommCounters run_counters = comm.counters() - counters_before;
+  result.gradient_syncs = run_counters.gradient_syncs;
+  result.gradient_bytes = run_counters.gradient_bytes;
+  result.gradient_buckets = run_counters.gradient_buckets;
+  result.gradient_sync_seconds = run_counters.gradient_sync_seconds;
+  result.gradient_wait_seconds = run_counters.gradient_wait_seconds;
   result.scale = scale_monitor.summary();
   if (result.clipped > 0) result.mean_clip_cosine = cosine_sum / static_cast<double>(result.clipped);
   progress.finish();
@@ -644,12 +640,13 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     out << "\n";
     if (world > 1 || comm.name() != "local") {
       out << "dist " << comm.name() << ": " << world << " ranks; per rank " << result.gradient_syncs
-          << " gradient all-reduces, " << result.gradient_bytes << " bytes, " << comm.agreements() - agreements_before
+          << " gradient all-reduces, " << result.gradient_bytes << " bytes, " << run_counters.agreements
           << " small collectives of the belts\n";
       out << "dist " << comm.name() << ": " << result.gradient_buckets << " buckets "
           << (comm.bucket_bytes() == 0 ? std::string("(one per step)")
                                        : "of <= " + short_count(static_cast<double>(comm.bucket_bytes()) / 1048576.0) + " MB")
-          << " (" << during << " started during backward, " << done_early << " done before it ended); gradient sync "
+          << " (" << run_counters.buckets_during_backward << " started during backward, "
+          << run_counters.buckets_done_in_backward << " done before it ended); gradient sync "
           << short_count(result.gradient_sync_seconds) << " s, of which waiting " << short_count(result.gradient_wait_seconds)
           << " s (" << short_count(100.0 * result.gradient_sync_seconds / std::max(result.seconds, 1e-9))
           << "% of the run)\n";
