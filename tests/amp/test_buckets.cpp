@@ -4,7 +4,6 @@
 // and that any bucket size gives the flat all-reduce's bits. tests/dist/ runs real ranks.
 #include <catch2/catch.hpp>
 
-#include <cstring>
 
 #include "amp/autocast.h"
 #include "amp/bucketed_communicator.h"
@@ -12,6 +11,7 @@
 #include "autograd/modules.h"
 #include "engine/backend.h"
 #include "optim/adamw.h"
+#include "tests/amp/master_bits.h"
 
 using namespace belay;
 
@@ -53,17 +53,6 @@ class TwinFlat final : public Communicator {
     ++gradient_syncs_;
   }
 };
-
-std::vector<uint32_t> bits(const Module& m) {
-  std::vector<uint32_t> out;
-  for (const Var& p : m.parameters())
-    for (float f : p.master().to_vector()) {
-      uint32_t b;
-      std::memcpy(&b, &f, 4);
-      out.push_back(b);
-    }
-  return out;
-}
 
 struct Run {
   Rng rng{7};
@@ -113,7 +102,7 @@ TEST_CASE("buckets: any bucket size gives the flat all-reduce's bits", "[amp][di
     comm.set_bucket_bytes(bytes);
     Run run(&comm, 2);
     run.steps(3);
-    CHECK(bits(run.model) == bits(reference.model));
+    CHECK(test::master_bits(run.model) == test::master_bits(reference.model));
     CHECK(comm.gradient_syncs() == 3);
   }
 }

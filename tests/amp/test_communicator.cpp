@@ -5,13 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstring>
 
 #include "amp/safe_step.h"
 #include "autograd/modules.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "optim/adamw.h"
+#include "tests/amp/master_bits.h"
 
 using namespace belay;
 
@@ -43,19 +43,6 @@ class PeerCommunicator final : public Communicator {
   }
 };
 
-std::vector<uint32_t> master_bits(const Module& m) {
-  std::vector<uint32_t> out;
-  for (const Var& p : m.parameters()) {
-    const std::vector<float> v = p.master().to_vector();
-    for (float f : v) {
-      uint32_t b;
-      std::memcpy(&b, &f, 4);
-      out.push_back(b);
-    }
-  }
-  return out;
-}
-
 struct TwoRunner {
   Rng rng{11};
   Linear model{8, 3, rng};
@@ -82,7 +69,7 @@ TEST_CASE("agreeing replicas: the agreed norm is each rank's own, the step bit f
       CHECK(a.grad_l2_post_clip == b.grad_l2_post_clip);
       CHECK_FALSE(b.skipped);
     }
-    CHECK(master_bits(local.model) == master_bits(two.model));
+    CHECK(test::master_bits(local.model) == test::master_bits(two.model));
     CHECK(peer.agreements() == 4);
   }
 }
@@ -91,7 +78,7 @@ TEST_CASE("an overflow on the peer alone skips this rank's step and backs its sc
   PeerCommunicator peer;
   TwoRunner two(&peer, INFINITY);
   two.run();
-  const std::vector<uint32_t> before = master_bits(two.model);
+  const std::vector<uint32_t> before = test::master_bits(two.model);
   const float scale = two.scaler.scale();
   peer.peer_found_inf = 1.0f;
   peer.peer_norm = INFINITY;
@@ -99,7 +86,7 @@ TEST_CASE("an overflow on the peer alone skips this rank's step and backs its sc
   CHECK(row.skipped);
   CHECK(row.skip_reason == "nonfinite_grad");
   CHECK(std::isinf(row.grad_l2_pre_clip));  // the agreed norm, not this rank's finite one
-  CHECK(master_bits(two.model) == before);
+  CHECK(test::master_bits(two.model) == before);
   CHECK(two.scaler.scale() == scale * 0.5f);
   CHECK(two.opt.step_count() == 1);  // the LR schedule and bias corrections did not advance
 }
