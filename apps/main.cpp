@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   // subcommands added below).
   std::string cpu_isa;
   app.add_option("--cpu-isa", cpu_isa,
-                 "vector ISA of the CPU kernels: baseline | avx2 | avx512 (default: the widest this CPU has, "
-                 "or BELAY_CPU_ISA); one the CPU lacks is an error");
+                 "vector ISA of the CPU kernels: baseline | avx2 | avx512 | avx512bf16 | amx (default: the widest "
+                 "this CPU has, amx only when asked for, or BELAY_CPU_ISA); one the CPU lacks is an error");
   app.fallthrough();
 
   belay::TrainConfig tc;

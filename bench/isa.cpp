@@ -32,7 +32,8 @@ PeakRun run_peak(CpuIsa isa, int64_t iters) {
     case CpuIsa::Baseline: return isa_baseline::fma_peak(iters, 0.75f, 0.25f, 1.0f);
     case CpuIsa::Avx2: return isa_avx2::fma_peak(iters, 0.75f, 0.25f, 1.0f);
     case CpuIsa::Avx512:
-    case CpuIsa::Avx512Bf16: return isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f);  // the same FP32 FMAs
+    case CpuIsa::Avx512Bf16:
+    case CpuIsa::Amx: return isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f);  // the same FP32 FMAs
   }
   return {};
 }
@@ -122,12 +123,18 @@ Json bench_isa(const Options& o) {
     check_product(dy, false, w, false, dx, "isa dX" + tag);
     check_product(dy, true, x, false, dw, "isa dW" + tag);
     // The same products on BF16 inputs (FP32 out): widened to FP32 while packing on every
-    // path but avx512bf16, whose VDPBF16PS limit is its own loop (4 flops per lane).
+    // path but avx512bf16, whose VDPBF16PS limit is its own loop (4 flops per lane), and
+    // amx, whose TDPBF16PS limit is its tile loop.
     double bf16_limit = peak;
     if (isa == CpuIsa::Avx512Bf16) {
       const Timing td = time_it(1, reps, [&] { run = isa_avx512bf16::fma_peak(iters, 1.0f, 0.25f, 1.0f); });
       bf16_limit = peak_gflops("vdpbf16ps peak", td, run);
       p["dot_peak"] = Json{{"time", to_json(td)}, {"gflops", bf16_limit}, {"flops", run.flops}};
+    }
+    if (isa == CpuIsa::Amx) {
+      const Timing td = time_it(1, reps, [&] { run = isa_amx::tile_peak(4'000'000); });
+      bf16_limit = peak_gflops("tdpbf16ps peak", td, run);
+      p["tile_peak"] = Json{{"time", to_json(td)}, {"gflops", bf16_limit}, {"flops", run.flops}};
     }
     for (int i = 0; i < 3; ++i) {
       GemmArgs op = ops[i];

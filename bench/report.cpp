@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
     std::printf("### CPU ISA paths: FMA peak, fp32 and bf16 GEMM, Linear(%lld) products at batch %lld, %d threads "
                 "(in use: %s)\n\n"
                 "bf16: both operands BF16, FP32 out; its limit is the FMA peak, or the VDPBF16PS peak on "
-                "avx512bf16 (the GEMM of every other path widens BF16 to FP32 while packing)\n\n",
+                "avx512bf16, or the TDPBF16PS peak on amx (the GEMM of every other path widens BF16 to FP32 "
+                "while packing)\n\n",
                 static_cast<long long>(is["n"].get<int64_t>()), static_cast<long long>(is["batch"].get<int64_t>()),
                 is["threads"].get<int>(), is["cpu_isa"].get<std::string>().c_str());
     print_header({"path", "FMA peak GFLOP/s", "product", "GEMM GFLOP/s", "of its peak", "of the widest peak",
@@ -160,13 +161,14 @@ int main(int argc, char** argv) {
       for (const char* op : {"forward", "dX", "dW"}) {
         const Json& g = p["gemm_fp32"][op];
         const Json& h = p.contains("gemm_bf16") ? p["gemm_bf16"][op] : Json();
-        const double limit = num(p.contains("dot_peak") ? p["dot_peak"]["gflops"] : p["peak"]["gflops"]);
+        const char* limit_key = p.contains("tile_peak") ? "tile_peak" : p.contains("dot_peak") ? "dot_peak" : "peak";
+        const double limit = num(p[limit_key]["gflops"]);
         widest_worst = std::fmin(widest_worst, num(g["fraction_of_peak"]));
         print_row({p["isa"], fmt(num(p["peak"]["gflops"])), op, fmt(num(g["gflops"])), fmt(num(g["fraction_of_peak"]), 2),
                    fmt(num(g["fraction_of_widest_peak"]), 2), fmt(limit), fmt(num(h["gflops"])),
                    fmt(num(h["fraction_of_limit"]), 2), fmt(num(h["vs_own_fp32"]), 2)});
         // Issue 13: on a CPU with BF16 arithmetic the BF16 products must beat the FP32 ones.
-        if (p.contains("dot_peak")) target("bf16 / fp32 GEMM GFLOP/s, " + std::string(op) + " (" + p["isa"].get<std::string>() + ")",
+        if (p.contains("dot_peak") || p.contains("tile_peak")) target("bf16 / fp32 GEMM GFLOP/s, " + std::string(op) + " (" + p["isa"].get<std::string>() + ")",
                                            num(h["vs_own_fp32"]), ">", 1.0);
       }
     }
@@ -215,8 +217,9 @@ int main(int argc, char** argv) {
           if (std::string(dt) != "fp32") target(std::string(dt) + " / fp32 " + m + " step time", vs, "<=", 1.5);
           // Issue 13: faster than fp32 where the CPU has the dtype's arithmetic (VDPBF16PS).
           const std::string isa = doc.value("cpu_isa", Json("")).get<std::string>();
-          if (std::string(dt) == "bf16" && isa.rfind("avx512bf16", 0) == 0)
-            target("bf16 / fp32 " + m + " step time on avx512bf16", vs, "<", 1.0);
+          for (const char* bf16_path : {"avx512bf16", "amx"})
+            if (std::string(dt) == "bf16" && isa.rfind(std::string(bf16_path) + " ", 0) == 0)
+              target("bf16 / fp32 " + m + " step time on " + bf16_path, vs, "<", 1.0);
         }
       }
     }

@@ -9,7 +9,8 @@ const ElementBlocks& cpu_element_blocks(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::Avx2: return isa_avx2::element_blocks;
     case CpuIsa::Avx512:
-    case CpuIsa::Avx512Bf16: return isa_avx512::element_blocks;  // no element kernel uses VDPBF16PS
+    case CpuIsa::Avx512Bf16:
+    case CpuIsa::Amx: return isa_avx512::element_blocks;  // no element kernel uses VDPBF16PS or tiles
     case CpuIsa::Baseline: break;
   }
   return isa_baseline::element_blocks;

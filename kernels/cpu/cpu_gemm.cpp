@@ -15,9 +15,12 @@ void run_eigen(CpuIsa isa, const GemmF32Args& g) {
     case CpuIsa::Baseline: isa_baseline::gemm_f32(g); break;
     case CpuIsa::Avx2: isa_avx2::gemm_f32(g); break;
     case CpuIsa::Avx512:
-    case CpuIsa::Avx512Bf16: isa_avx512::gemm_f32(g); break;  // the same Eigen: it has no BF16 product
+    case CpuIsa::Avx512Bf16:
+    case CpuIsa::Amx: isa_avx512::gemm_f32(g); break;  // the same Eigen: it has no BF16 product
   }
 }
+
+bool both_bf16(const GemmF32Args& g) { return g.a_type == GemmElem::BF16 && g.b_type == GemmElem::BF16; }
 
 void run_packed(CpuIsa isa, const GemmF32Args& g) {
   switch (isa) {
@@ -25,7 +28,18 @@ void run_packed(CpuIsa isa, const GemmF32Args& g) {
     case CpuIsa::Avx2: isa_avx2::gemm_packed(g); break;
     case CpuIsa::Avx512: isa_avx512::gemm_packed(g); break;
     case CpuIsa::Avx512Bf16: isa_avx512bf16::gemm_packed(g); break;
+    case CpuIsa::Amx:  // tiles for BF16 x BF16; every other product is avx512bf16's
+      if (both_bf16(g))
+        isa_amx::gemm_amx(g);
+      else
+        isa_avx512bf16::gemm_packed(g);
+      break;
   }
+}
+
+void run_amx_emulated(const GemmF32Args& g) {
+  if (!both_bf16(g)) throw Error("gemm: the AMX emulator runs BF16 x BF16 products only");
+  isa_amx_emulated::gemm_amx(g);
 }
 
 
@@ -34,7 +48,9 @@ void require_path(CpuIsa isa) {
     throw Error(std::string("gemm: the ") + cpu_isa_name(isa) + " path cannot run on this CPU");
 }
 
-void run_gemm(CpuIsa isa, const GemmArgs& args) {
+// Checks the arguments, widens the bias, runs `product` (FP32 C) and rounds to C's dtype.
+template <class Product>
+void run_gemm(const GemmArgs& args, Product&& product) {
   check_gemm(args);
   if (!args.a->device().is_cpu()) throw Error("gemm: CPU backend given " + args.a->describe());
   const Tensor& a = *args.a;
@@ -61,7 +77,7 @@ void run_gemm(CpuIsa isa, const GemmArgs& args) {
   g.c = scratch.data_as<float>();
   g.accumulate = args.beta == 1.0f;
   g.bias = args.bias ? bias32.data_as<float>() : nullptr;
-  run_packed(isa, g);
+  product(g);
   if (!direct) c.copy_from(scratch);
 }
 
@@ -76,12 +92,20 @@ GemmElem gemm_elem_of(DType dtype) {
   }
 }
 
-void cpu_gemm(const GemmArgs& args) { run_gemm(active_cpu_isa(), args); }
+void cpu_gemm(const GemmArgs& args) {
+  const CpuIsa isa = active_cpu_isa();
+  run_gemm(args, [isa](const GemmF32Args& g) { run_packed(isa, g); });
+}
 
 void cpu_gemm_on(CpuIsa isa, const GemmArgs& args) {
   require_path(isa);
-  run_gemm(isa, args);
+  run_gemm(args, [isa](const GemmF32Args& g) { run_packed(isa, g); });
 }
+
+void cpu_gemm_amx_emulated(const GemmArgs& args) { run_gemm(args, run_amx_emulated); }
+int amx_emulator_faults() { return isa_amx_emulated::amx_faults(); }
+std::string amx_emulator_first_fault() { return isa_amx_emulated::amx_first_fault(); }
+void amx_emulator_reset_faults() { isa_amx_emulated::amx_reset_faults(); }
 
 void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args) {
   require_path(isa);

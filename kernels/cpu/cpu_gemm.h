@@ -4,6 +4,8 @@
 // once on output: the numerics of a tensor core. Moves (M*K + K*N + M*N) elements, does
 // 2*M*N*K flops.
 #pragma once
+#include <string>
+
 #include "engine/backend.h"
 #include "kernels/cpu/cpu_isa.h"
 
@@ -11,6 +13,14 @@ namespace belay {
 
 void cpu_gemm(const GemmArgs& args);                // on the active path
 void cpu_gemm_on(CpuIsa isa, const GemmArgs& args); // on the given path (tests, bench); Error if unavailable
+// The amx path's BF16 x BF16 product (kernels/cpu/isa/gemm_amx.cpp) run on the emulator of
+// the tile instructions (kernels/cpu/isa/amx_tiles.h), on any x86-64 CPU: for tests. Error
+// for other dtypes. The emulator counts what hardware would fault on (a bad tile shape or
+// configuration); the tests require none after a product.
+void cpu_gemm_amx_emulated(const GemmArgs& args);
+int amx_emulator_faults();
+std::string amx_emulator_first_fault();
+void amx_emulator_reset_faults();
 struct GemmF32Args;
 enum class GemmElem : int;
 // The GemmElem of an FP32/FP16/BF16 tensor's dtype; Error for any other dtype.

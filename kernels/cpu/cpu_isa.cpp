@@ -9,7 +9,10 @@
 #include "engine/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <asm/prctl.h>
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define BELAY_ISA_X86 1
 #else
 #define BELAY_ISA_X86 0
@@ -35,6 +38,17 @@ uint64_t xcr0() {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 bool bit(unsigned v, int i) { return (v >> i) & 1u; }
+
+// Linux keeps the AMX tile data (8 KB of state) off until a process asks for it; the first
+// tile instruction without it faults (SIGILL). Asked once, for the whole process, and only on
+// a CPU and OS with AMX. 18: XFEATURE_XTILEDATA.
+bool request_amx_permission() {
+#if defined(__linux__) && defined(ARCH_REQ_XCOMP_PERM)
+  return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, 18) == 0;
+#else
+  return false;
+#endif
+}
 #endif
 
 CpuFeatures detect() {
@@ -63,6 +77,7 @@ CpuFeatures detect() {
     f.amx_tile = bit(l7.d, 24);
     if (l7.a >= 1) f.avx512_bf16 = bit(cpuid(7, 1).a, 5);
   }
+  if (f.amx_tile && f.amx_bf16 && f.os_amx) f.amx_permitted = request_amx_permission();
 #endif
   return f;
 }
@@ -100,6 +115,7 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::Avx2: return "avx2";
     case CpuIsa::Avx512: return "avx512";
     case CpuIsa::Avx512Bf16: return "avx512bf16";
+    case CpuIsa::Amx: return "amx";
   }
   return "?";
 }
@@ -107,7 +123,7 @@ const char* cpu_isa_name(CpuIsa isa) {
 CpuIsa parse_cpu_isa(const std::string& name) {
   for (CpuIsa i : kAllCpuIsas)
     if (name == cpu_isa_name(i)) return i;
-  throw UsageError("unknown cpu isa '" + name + "': use baseline, avx2, avx512 or avx512bf16");
+  throw UsageError("unknown cpu isa '" + name + "': use baseline, avx2, avx512, avx512bf16 or amx");
 }
 
 std::vector<std::string> cpu_isa_missing(CpuIsa isa) {
@@ -135,15 +151,23 @@ std::vector<std::string> cpu_isa_missing(CpuIsa isa) {
     if (m.empty()) need(f.os_zmm, "OS support of the ZMM/opmask state (xgetbv)");
   }
   if (isa >= CpuIsa::Avx512Bf16) need(f.avx512_bf16, "avx512_bf16");
+  if (isa >= CpuIsa::Amx) {
+    need(f.amx_tile, "amx_tile");
+    need(f.amx_bf16, "amx_bf16");
+    if (m.empty()) need(f.os_amx, "OS support of the AMX tile state (xgetbv)");
+    if (m.empty()) need(f.amx_permitted, "Linux's permission for the AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM)");
+  }
   return m;
 }
 
 bool cpu_isa_available(CpuIsa isa) { return cpu_isa_missing(isa).empty(); }
 
+bool cpu_isa_automatic(CpuIsa isa) { return isa != CpuIsa::Amx; }
+
 CpuIsa best_cpu_isa() {
   CpuIsa best = CpuIsa::Baseline;
   for (CpuIsa i : kAllCpuIsas)
-    if (cpu_isa_available(i)) best = i;
+    if (cpu_isa_automatic(i) && cpu_isa_available(i)) best = i;
   return best;
 }
 

@@ -1,8 +1,10 @@
 // Which x86 vector ISA the CPU kernels run: detected once (cpuid for what the CPU has,
 // xgetbv for what the OS saves on a context switch), at first use, and overridable by
-// BELAY_CPU_ISA=baseline|avx2|avx512|avx512bf16 or `belay --cpu-isa` (engine/backend.h's
+// BELAY_CPU_ISA=baseline|avx2|avx512|avx512bf16|amx or `belay --cpu-isa` (engine/backend.h's
 // select_cpu_isa). Every path is compiled into every binary (kernels/cpu/isa/), so one
 // binary runs the widest path the machine in hand allows; no -march=native anywhere.
+// Except amx: it is chosen only when asked for, until it has run on AMX hardware (no machine
+// here has had AMX yet; its code is tested under an emulator of the tile instructions).
 #pragma once
 #include <string>
 #include <vector>
@@ -11,9 +13,11 @@ namespace belay {
 
 // Ordered: a path needs everything the paths before it need. Avx512Bf16 is Avx512 whose
 // BF16 x BF16 products run VDPBF16PS (kernels/cpu/isa/gemm_packed.cpp); everything else
-// on it is the Avx512 code.
-enum class CpuIsa { Baseline = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
-inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16};
+// on it is the Avx512 code. Amx is Avx512Bf16 whose BF16 x BF16 products run on AMX tiles
+// (TDPBF16PS, kernels/cpu/isa/gemm_amx.cpp).
+enum class CpuIsa { Baseline = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Amx = 4 };
+inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16,
+                                         CpuIsa::Amx};
 
 // What cpuid and xgetbv report. The os_* flags: the OS saves that register state (XCR0).
 struct CpuFeatures {
@@ -21,14 +25,16 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_bf16 = false, avx512_fp16 = false, amx_tile = false, amx_bf16 = false;
   bool os_ymm = false, os_zmm = false, os_amx = false;
+  bool amx_permitted = false;  // Linux granted the tile data (arch_prctl ARCH_REQ_XCOMP_PERM)
 };
 const CpuFeatures& cpu_features();  // detected once
 
-const char* cpu_isa_name(CpuIsa isa);               // "baseline", "avx2", "avx512", "avx512bf16"
+const char* cpu_isa_name(CpuIsa isa);               // "baseline", "avx2", "avx512", "avx512bf16", "amx"
 CpuIsa parse_cpu_isa(const std::string& name);      // UsageError naming the choices
 std::vector<std::string> cpu_isa_missing(CpuIsa isa);  // features this CPU/OS lacks for it; empty: runnable
 bool cpu_isa_available(CpuIsa isa);
-CpuIsa best_cpu_isa();                              // the widest available path
+CpuIsa best_cpu_isa();                              // the widest available path chosen by itself
+bool cpu_isa_automatic(CpuIsa isa);                 // false for amx: used only when asked for
 
 // The path the kernels use: decided once, at first use, from BELAY_CPU_ISA or else the
 // widest available; throws UsageError if the variable names an unknown or unavailable path.

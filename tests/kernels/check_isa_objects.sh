@@ -11,10 +11,13 @@
 #      an unoptimised sanitizer build), listed as a note;
 #   2. the instructions are the ISA's: baseline has no VEX/EVEX instruction at all, avx2
 #      has FMAs on ymm and no zmm or opmask register, avx512 has FMAs on zmm, avx512bf16
-#      has VDPBF16PS on zmm (its GEMM's BF16 pairs; the bench's peak loop); the element
+#      has VDPBF16PS on zmm (its GEMM's BF16 pairs; the bench's peak loop), amx has
+#      TDPBF16PS (its GEMM's tiles; the bench's tile loop), amx_emulated (the same GEMM on
+#      the tile emulator, for any x86-64 CPU) has no VEX/EVEX and no tile instruction; the element
 #      kernels (element_blocks*) have no FMA at all on any path (their bits must be the
 #      baseline's) and use ymm registers on avx2/avx512.
-#   usage: check_isa_objects.sh ISA=OBJ[:OBJ...] ...   (ISA: baseline, avx2, avx512, avx512bf16)
+#   usage: check_isa_objects.sh ISA=OBJ[:OBJ...] ...
+#          (ISA: baseline, avx2, avx512, avx512bf16, amx, amx_emulated)
 set -u
 fail=0
 say() { echo "check_isa_objects: $*"; }
@@ -47,6 +50,8 @@ for arg in "$@"; do
     fma_ymm=$(grep -cE 'vfn?m(add|sub)[0-9]+ps.*%ymm' <<<"$asm")
     fma_zmm=$(grep -cE 'vfn?m(add|sub)[0-9]+ps.*%zmm' <<<"$asm")
     dot_zmm=$(grep -cE 'vdpbf16ps.*%zmm' <<<"$asm")
+    tile_dot=$(grep -cE 'tdpbf16ps' <<<"$asm")
+    tile_any=$(grep -cE '(tdp[a-z0-9]+|tile[a-z]+|ldtilecfg)\s' <<<"$asm")
     vex=$(grep -cE '^\s+[0-9a-f]+:\s+v[a-z0-9]+\s' <<<"$asm")
     zmm=$(grep -cE '%zmm|%k[0-7]' <<<"$asm")
     ymm=$(grep -cE '%ymm' <<<"$asm")
@@ -69,9 +74,12 @@ for arg in "$@"; do
             [ "$zmm" -eq 0 ] || { say "$name: $zmm instructions use zmm/opmask registers"; fail=1; } ;;
       avx512) [ "$fma_zmm" -gt 0 ] || { say "$name: no FMA on zmm registers"; fail=1; } ;;
       avx512bf16) [ "$dot_zmm" -gt 0 ] || { say "$name: no VDPBF16PS on zmm registers"; fail=1; } ;;
+      amx) [ "$tile_dot" -gt 0 ] || { say "$name: no TDPBF16PS"; fail=1; } ;;
+      amx_emulated) [ "$vex" -eq 0 ] || { say "$name: $vex VEX/EVEX instructions in the emulated copy"; fail=1; }
+                    [ "$tile_any" -eq 0 ] || { say "$name: $tile_any tile instructions in the emulated copy"; fail=1; } ;;
       *) say "unknown ISA '$isa'"; fail=1 ;;
     esac
-    say "$name: $n_syms global/weak symbols ($n_leaked outside its namespaces, $n_neutral ISA-neutral shared); VEX/EVEX instructions $vex, FMA on ymm $fma_ymm, on zmm $fma_zmm, VDPBF16PS $dot_zmm"
+    say "$name: $n_syms global/weak symbols ($n_leaked outside its namespaces, $n_neutral ISA-neutral shared); VEX/EVEX instructions $vex, FMA on ymm $fma_ymm, on zmm $fma_zmm, VDPBF16PS $dot_zmm, TDPBF16PS $tile_dot, tile instructions $tile_any"
   done
 done
 [ $# -gt 0 ] || { say "usage: check_isa_objects.sh ISA=OBJ ..."; exit 2; }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <iterator>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,21 +53,19 @@ struct IsaRestore {
   ~IsaRestore() { force_cpu_isa(saved); }
 };
 
-void gemm_suite(CpuIsa isa) {
-  if (!runs_here(isa)) return;
-  INFO("path " << cpu_isa_name(isa));
-  auto gemm = [isa](const GemmArgs& a) { cpu_gemm_on(isa, a); };
+// The odd-shape suite through `gemm`, for inputs of the given dtypes.
+void gemm_cases(const std::function<void(const GemmArgs&)>& gemm, const std::vector<DType>& dtypes) {
   // 1, 7, 129, 1000 in every role; K never a multiple of 32.
   // {600, 7, 300}: whole MC x KC blocks of A (288 rows per thread, K past one block), so a
   // panel written past its end runs off the packing buffer (found by ASan in the bench).
   const GemmCase shapes[] = {{1, 1, 1},    {7, 129, 1},     {129, 7, 13},   {1, 129, 7},     {7, 7, 1000},
                              {33, 1, 1023}, {1000, 7, 129}, {129, 1000, 33}, {600, 7, 300}};
   uint64_t seed = 700;
-  for (DType in : {DType::F32, DType::F16, DType::BF16})
+  for (DType in : dtypes)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (const GemmCase& gc : shapes) test::run_gemm_case(gc, ta, tb, in, in, false, false, seed += 10, gemm);
-  for (DType in : {DType::F32, DType::F16, DType::BF16}) {
+  for (DType in : dtypes) {
     for (DType out : {DType::F32, DType::F16, DType::BF16}) {
       test::run_gemm_case({7, 129, 1000}, false, true, in, out, true, false, seed += 10, gemm);  // forward + bias
       test::run_gemm_case({129, 7, 13}, true, false, in, out, true, false, seed += 10, gemm);
@@ -78,6 +77,12 @@ void gemm_suite(CpuIsa isa) {
         test::run_gemm_case({1, 1, 1}, ta, tb, in, DType::F32, true, true, seed += 10, gemm);
       }
   }
+}
+
+void gemm_suite(CpuIsa isa) {
+  if (!runs_here(isa)) return;
+  INFO("path " << cpu_isa_name(isa));
+  gemm_cases([isa](const GemmArgs& a) { cpu_gemm_on(isa, a); }, {DType::F32, DType::F16, DType::BF16});
 }
 
 }  // namespace
@@ -127,6 +132,55 @@ TEST_CASE("cpu isa avx512bf16: BF16 x BF16 runs VDPBF16PS, which flushes subnorm
   const Tensor huge = Tensor::full(Shape{1, 3}, std::ldexp(1.0f, 100), DType::BF16);
   CHECK(product(CpuIsa::Avx512, tiny, huge).to_vector()[0] == std::ldexp(3.0f, -30));
   CHECK(product(CpuIsa::Avx512Bf16, tiny, huge).to_vector()[0] == 0.0f);
+}
+
+TEST_CASE("cpu isa amx: gemm against the FP64 reference, odd shapes, all layouts", "[kernels][cpu][isa]") {
+  gemm_suite(CpuIsa::Amx);
+}
+
+// The amx path's own code (kernels/cpu/isa/gemm_amx.cpp: packing into tiles, the tile
+// loop, the edges, the K blocks, the threads) on the emulator of the tile instructions, on
+// every CPU: BF16 x BF16, the only products that path sends to tiles. The emulator counts
+// anything the hardware would fault on; none may happen.
+TEST_CASE("cpu isa amx (emulated tiles): BF16 gemm against the FP64 reference, odd shapes, all layouts",
+          "[kernels][cpu][isa]") {
+  amx_emulator_reset_faults();
+  gemm_cases(cpu_gemm_amx_emulated, {DType::BF16});
+  INFO("first fault: " << amx_emulator_first_fault());
+  CHECK(amx_emulator_faults() == 0);
+  // Past one K block (512) and one N block (1024) per thread, with accumulation: the blocks'
+  // sums chain through C.
+  test::run_gemm_case({70, 2100, 1100}, false, true, DType::BF16, DType::F32, true, true, 9001,
+                      cpu_gemm_amx_emulated);
+  CHECK(amx_emulator_faults() == 0);
+  // Another dtype is refused, not widened silently.
+  const Tensor a = test::gemm_random_tensor(Shape{4, 4}, DType::F32, 1);
+  Tensor c = Tensor::empty(Shape{4, 4});
+  GemmArgs args;
+  args.a = &a;
+  args.b = &a;
+  args.c = &c;
+  CHECK_THROWS_WITH(cpu_gemm_amx_emulated(args), Catch::Contains("BF16 x BF16"));
+}
+
+TEST_CASE("cpu isa amx (emulated tiles): the thread count does not change a bit", "[kernels][cpu][isa]") {
+  const Tensor a = test::gemm_random_tensor(Shape{300, 700}, DType::BF16, 41);
+  const Tensor b = test::gemm_random_tensor(Shape{90, 700}, DType::BF16, 42);
+  auto product = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor c = Tensor::empty(Shape{300, 90});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &b;
+    args.trans_b = true;
+    args.c = &c;
+    cpu_gemm_amx_emulated(args);
+    omp_set_num_threads(saved);
+    return bits_of(c);
+  };
+  CHECK(product(1) == product(2));
+  CHECK(product(1) == product(3));
 }
 
 TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernels][cpu][isa]") {
@@ -188,11 +242,14 @@ TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernel
 
 TEST_CASE("cpu isa: unknown names and paths the CPU lacks are UsageErrors", "[kernels][cpu][isa]") {
   CHECK_THROWS_AS(parse_cpu_isa("sse9"), UsageError);
-  CHECK_THROWS_WITH(parse_cpu_isa("AVX2"), Catch::Contains("baseline, avx2, avx512 or avx512bf16"));
+  CHECK_THROWS_WITH(parse_cpu_isa("AVX2"), Catch::Contains("baseline, avx2, avx512, avx512bf16 or amx"));
   CHECK_THROWS_AS(select_cpu_isa("avx1024"), UsageError);
   for (CpuIsa isa : kAllCpuIsas) CHECK(parse_cpu_isa(cpu_isa_name(isa)) == isa);
   CHECK(cpu_isa_available(CpuIsa::Baseline));
   CHECK(cpu_isa_available(best_cpu_isa()));
+  // amx runs only when asked for (it has not yet run on AMX hardware): never picked by itself.
+  CHECK_FALSE(cpu_isa_automatic(CpuIsa::Amx));
+  CHECK(best_cpu_isa() != CpuIsa::Amx);
   // The report names the path in use and what the CPU has.
   CHECK_THAT(cpu_isa_report(), Catch::StartsWith(cpu_isa_name(active_cpu_isa())));
   CHECK_THAT(cpu_isa_line(), Catch::Contains("cpu has: "));

@@ -38,5 +38,14 @@ namespace isa_avx2 { void gemm_packed(const GemmF32Args& args); }
 namespace isa_avx512 { void gemm_packed(const GemmF32Args& args); }
 // avx512 plus VDPBF16PS for BF16 x BF16 (other inputs: the avx512 FP32 panels).
 namespace isa_avx512bf16 { void gemm_packed(const GemmF32Args& args); }
+// BF16 x BF16 only, on AMX tiles (gemm_amx.cpp): the real instructions, and the same source
+// on kernels/cpu/isa/amx_tiles.h's emulator (any x86-64 CPU; tests).
+namespace isa_amx { void gemm_amx(const GemmF32Args& args); }
+namespace isa_amx_emulated {
+void gemm_amx(const GemmF32Args& args);
+int amx_faults();                // what the emulator caught since the last reset (amx_tiles.h)
+const char* amx_first_fault();
+void amx_reset_faults();
+}  // namespace isa_amx_emulated
 
 }  // namespace belay

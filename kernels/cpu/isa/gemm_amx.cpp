@@ -1,0 +1,283 @@
+// The BF16 x BF16 product on AMX tiles, C (+)= op(A) op(B) (+ bias) with FP32 C: the amx
+// path's GEMM for two BF16 inputs (every other product on that path is avx512bf16's,
+// kernels/cpu/cpu_gemm.cpp). Built twice from this one source (kernels/cpu/isa/isa.cmake):
+//   - isa_amx: the real instructions (-mamx-tile -mamx-bf16, on top of the avx512bf16 flags);
+//   - isa_amx_emulated: kernels/cpu/isa/amx_tiles.h's emulator, baseline x86-64 flags, so
+//     this file's logic runs (and is tested) on every CPU.
+// Nothing here needs more than SSE2 besides the tile operations.
+//
+// A tile is 16 rows x 64 bytes: 16 x 16 FP32 of C, or 16 rows x 16 BF16 pairs of A or B.
+// TDPBF16PS C, A, B adds, to each C[m][n], the 16 pair products of A's row m and B's
+// column n, where B's row p holds pair p (k = 2p, 2p + 1) of 16 columns side by side (the
+// "VNNI" layout). So:
+//   - A: rows of op(A) along k, as stored when A is not transposed: a tile loads 16 rows of
+//     32 k straight from the packed block (row stride: the block's padded depth);
+//   - B: panels 32 columns wide, pair p of the 32 columns at [p][32] (the pair layout of the
+//     avx512bf16 path's VDPBF16PS panels); a tile is 16 pairs x 16 columns of a panel;
+//   - the microkernel holds a 32 x 32 block of C in four tiles (0-3) and walks k 32 at a
+//     time: two A tiles (4, 5), two B tiles (6, 7), four TDPBF16PS.
+// Edges: packed rows past M, columns past N and k past K are zeros (in both operands, so no
+// NaN can come from padding), and a C block past the edge goes through a local 32 x 32.
+//
+// Summation order, for each output: C starts at 0 (or the old C when accumulating), then
+// each K block of kKC adds its pairs in k order, pair by pair (amx_tiles.h: even product,
+// then odd); the bias is added after the last block. Threads split the longer of M and N in
+// whole 32-wide blocks, so the result does not depend on the thread count.
+//
+// Speed: nothing here has run on AMX hardware yet (no machine lent so far had it), which
+// is why the amx path is opt-in (kernels/cpu/cpu_isa.h). Blocking follows the FP32 packed
+// GEMM's: a K block of A and one of B (kKC x kNC: 1 MB, half of a Sapphire Rapids L2).
+#if !defined(BELAY_ISA_NS)
+#error "kernels/cpu/isa/gemm_amx.cpp is built once per copy by isa.cmake"
+#endif
+#include <emmintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/isa/amx_tiles.h"
+#include "kernels/cpu/isa/gemm_f32.h"
+
+namespace belay::BELAY_ISA_NS {
+namespace {
+
+constexpr int kBlock = 32;      // the microkernel's C block: 2 x 2 tiles of 16 x 16
+constexpr int kTileK = 32;      // BF16 k per tile row (16 pairs)
+constexpr int kKC = 512;        // k per K block (a multiple of kTileK)
+constexpr int kMC = 128;        // rows of A per block
+constexpr int kNC = 1024;       // columns of B per block
+static_assert(kKC % kTileK == 0 && kMC % kBlock == 0 && kNC % kBlock == 0, "blocks are whole tiles");
+
+int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// A view of op(X) as R x K of BF16: element (r, k). `r_contiguous`: consecutive r are
+// adjacent in memory (op(A) of a transposed A; op(B) of an untransposed B).
+struct View {
+  const uint16_t* data;
+  int64_t ld;
+  bool r_contiguous;
+  int64_t at(int64_t r, int64_t k) const { return r_contiguous ? k * ld + r : r * ld + k; }
+};
+
+// Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) into dst[r * depth + k], depth = kc
+// rounded up to whole tiles; rows up to a whole block and k past kc are zero.
+void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, uint16_t* dst) {
+  const int padded_rows = static_cast<int>(round_up(rows, kBlock));
+  for (int r = 0; r < padded_rows; ++r) {
+    uint16_t* d = dst + static_cast<int64_t>(r) * depth;
+    int filled = 0;
+    if (r < rows && !v.r_contiguous) {  // a run along k: copy it
+      memcpy(d, v.data + v.at(r0 + r, k0), static_cast<size_t>(kc) * 2);
+      filled = kc;
+    } else if (r < rows) {  // one element per source row (dW's dY^T): gathered
+      for (int k = 0; k < kc; ++k) d[k] = v.data[v.at(r0 + r, k0 + k)];
+      filled = kc;
+    }
+    memset(d + filled, 0, static_cast<size_t>(depth - filled) * 2);
+  }
+}
+
+// Columns [c0, c0 + cols) x k [k0, k0 + kc) of op(B) as one panel of kBlock columns in pair
+// layout: dst[p * kBlock + c] = k 2p in the low half, 2p + 1 in the high half, for
+// p < depth / 2; columns past `cols` and k past kc are zero.
+void pack_b_panel(const View& v, int64_t c0, int cols, int64_t k0, int kc, int depth, uint32_t* dst) {
+  const int pairs = depth / 2;
+  auto element = [&](int c, int k) -> uint32_t { return c < cols && k < kc ? v.data[v.at(c0 + c, k0 + k)] : 0u; };
+  int p_fast = 0;
+  if (cols == kBlock && v.r_contiguous) {
+    // Each k is a run of the 32 columns: interleave the runs of k = 2p and 2p + 1 (SSE2
+    // unpack: low halves from the first, high halves from the second).
+    p_fast = kc / 2;
+    for (int p = 0; p < p_fast; ++p) {
+      const uint16_t* lo = v.data + v.at(c0, k0 + 2 * p);
+      const uint16_t* hi = v.data + v.at(c0, k0 + 2 * p + 1);
+      uint32_t* d = dst + static_cast<int64_t>(p) * kBlock;
+      for (int c = 0; c < kBlock; c += 8) {
+        const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + c));
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + c));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c), _mm_unpacklo_epi16(l, h));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c + 4), _mm_unpackhi_epi16(l, h));
+      }
+    }
+  } else if (cols == kBlock) {
+    // Each column is a run along k, so its pairs are consecutive 32-bit words already: the
+    // panel is that matrix of words transposed, 4 x 4 at a time through SSE registers.
+    p_fast = kc / 8 * 4;
+    for (int c = 0; c < kBlock; c += 4) {
+      const uint16_t* col[4];
+      for (int q = 0; q < 4; ++q) col[q] = v.data + v.at(c0 + c + q, k0);
+      for (int p = 0; p < p_fast; p += 4) {
+        __m128 w0 = _mm_loadu_ps(reinterpret_cast<const float*>(col[0] + 2 * p));
+        __m128 w1 = _mm_loadu_ps(reinterpret_cast<const float*>(col[1] + 2 * p));
+        __m128 w2 = _mm_loadu_ps(reinterpret_cast<const float*>(col[2] + 2 * p));
+        __m128 w3 = _mm_loadu_ps(reinterpret_cast<const float*>(col[3] + 2 * p));
+        _MM_TRANSPOSE4_PS(w0, w1, w2, w3);
+        float* d = reinterpret_cast<float*>(dst + static_cast<int64_t>(p) * kBlock + c);
+        _mm_storeu_ps(d, w0);
+        _mm_storeu_ps(d + kBlock, w1);
+        _mm_storeu_ps(d + 2 * kBlock, w2);
+        _mm_storeu_ps(d + 3 * kBlock, w3);
+      }
+    }
+  }
+  for (int p = p_fast; p < pairs; ++p)  // the edges, element by element
+    for (int c = 0; c < kBlock; ++c)
+      dst[static_cast<int64_t>(p) * kBlock + c] = element(c, 2 * p) | element(c, 2 * p + 1) << 16;
+}
+
+// Per-thread packing buffers, kept between calls (grown never; sized for whole blocks).
+struct Buffers {
+  uint16_t* a = nullptr;  // kMC x kKC BF16
+  uint32_t* b = nullptr;  // kKC / 2 x kNC pair words
+};
+thread_local Buffers tls_buffers;
+
+void* aligned_bytes(size_t n) {
+  void* p = aligned_alloc(64, (n + 63) / 64 * 64);
+  if (!p) abort();  // the product cannot run without them; about 1 MB per thread
+  return p;
+}
+
+Buffers& buffers() {
+  Buffers& b = tls_buffers;
+  if (!b.a) {
+    b.a = static_cast<uint16_t*>(aligned_bytes(static_cast<size_t>(kMC) * kKC * 2));
+    b.b = static_cast<uint32_t*>(aligned_bytes(static_cast<size_t>(kKC / 2) * kNC * 4));
+  }
+  return b;
+}
+
+// Every tile 16 rows x 64 bytes: C (0-3) 16 x 16 FP32, A (4, 5) 16 rows x 16 pairs, B (6, 7)
+// 16 pairs x 16 columns. So each TDPBF16PS chains: C rows = A rows, A pairs = B rows.
+amx::TileConfig tile_config() {
+  amx::TileConfig cfg;
+  for (int t = 0; t < amx::kTiles; ++t) {
+    cfg.rows[t] = amx::kMaxRows;
+    cfg.colsb[t] = amx::kMaxColsb;
+  }
+  return cfg;
+}
+
+// C[0:32, 0:32] (ldc floats) = (overwrite ? 0 : C) + the packed A block rows (32 x depth,
+// row stride depth) times the packed B panel (depth / 2 pairs x 32).
+void microkernel(int depth, const uint16_t* a, const uint32_t* b, float* c, int64_t ldc, bool overwrite) {
+  const int64_t c_stride = ldc * 4, a_stride = static_cast<int64_t>(depth) * 2, b_stride = kBlock * 4;
+  if (overwrite) {
+    amx::zero<0>();
+    amx::zero<1>();
+    amx::zero<2>();
+    amx::zero<3>();
+  } else {
+    amx::load<0>(c, c_stride);
+    amx::load<1>(c + 16, c_stride);
+    amx::load<2>(c + 16 * ldc, c_stride);
+    amx::load<3>(c + 16 * ldc + 16, c_stride);
+  }
+  for (int k = 0; k < depth; k += kTileK) {
+    const uint32_t* bp = b + static_cast<int64_t>(k / 2) * kBlock;  // pair k / 2, column 0
+    amx::load<4>(a + k, a_stride);
+    amx::load<5>(a + 16 * static_cast<int64_t>(depth) + k, a_stride);
+    amx::load<6>(bp, b_stride);
+    amx::load<7>(bp + 16, b_stride);
+    amx::dot_bf16<0, 4, 6>();
+    amx::dot_bf16<1, 4, 7>();
+    amx::dot_bf16<2, 5, 6>();
+    amx::dot_bf16<3, 5, 7>();
+  }
+  amx::store<0>(c, c_stride);
+  amx::store<1>(c + 16, c_stride);
+  amx::store<2>(c + 16 * ldc, c_stride);
+  amx::store<3>(c + 16 * ldc + 16, c_stride);
+}
+
+// The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
+void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_total, int64_t n_total, int64_t m0,
+                int64_t m1, int64_t n0, int64_t n1) {
+  Buffers& buf = buffers();
+  alignas(64) float edge[kBlock * kBlock];  // a C block that crosses the edge of C
+  for (int64_t jc = n0; jc < n1; jc += kNC) {
+    const int64_t nc = min64(kNC, n1 - jc);
+    for (int64_t pc = 0; pc < k_total; pc += kKC) {
+      const int kc = static_cast<int>(min64(kKC, k_total - pc));
+      const int depth = static_cast<int>(round_up(kc, kTileK));
+      const bool overwrite = pc == 0 && !g.accumulate;
+      for (int64_t jr = 0; jr < nc; jr += kBlock)
+        pack_b_panel(bv, jc + jr, static_cast<int>(min64(kBlock, nc - jr)), pc, kc, depth,
+                     buf.b + jr / 2 * depth);
+      for (int64_t ic = m0; ic < m1; ic += kMC) {
+        const int64_t mc = min64(kMC, m1 - ic);
+        pack_a(av, ic, static_cast<int>(mc), pc, kc, depth, buf.a);
+        for (int64_t jr = 0; jr < nc; jr += kBlock) {
+          const int cols = static_cast<int>(min64(kBlock, nc - jr));
+          for (int64_t ir = 0; ir < mc; ir += kBlock) {
+            const int rows = static_cast<int>(min64(kBlock, mc - ir));
+            float* c = g.c + (ic + ir) * n_total + jc + jr;
+            const uint16_t* a = buf.a + ir * depth;
+            const uint32_t* b = buf.b + jr / 2 * depth;
+            if (rows == kBlock && cols == kBlock) {
+              microkernel(depth, a, b, c, n_total, overwrite);
+              continue;
+            }
+            if (!overwrite)
+              for (int i = 0; i < kBlock; ++i)
+                for (int j = 0; j < kBlock; ++j) edge[i * kBlock + j] = i < rows && j < cols ? c[i * n_total + j] : 0.0f;
+            microkernel(depth, a, b, edge, kBlock, overwrite);
+            for (int i = 0; i < rows; ++i) memcpy(c + i * n_total, edge + i * kBlock, static_cast<size_t>(cols) * 4);
+          }
+        }
+      }
+    }
+  }
+  if (g.bias)
+    for (int64_t i = m0; i < m1; ++i)
+      for (int64_t j = n0; j < n1; ++j) g.c[i * n_total + j] += g.bias[j];
+}
+
+}  // namespace
+
+// Both inputs BF16 (the caller, kernels/cpu/cpu_gemm.cpp, sends nothing else).
+void gemm_amx(const GemmF32Args& g) {
+  const int64_t m = g.trans_a ? g.a_cols : g.a_rows, k = g.trans_a ? g.a_rows : g.a_cols;
+  const int64_t n = g.trans_b ? g.b_rows : g.b_cols;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // the empty sum: C = (accumulate ? C : 0) + bias
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float& c = g.c[i * n + j];
+        c = (g.accumulate ? c : 0.0f) + (g.bias ? g.bias[j] : 0.0f);
+      }
+    return;
+  }
+  const View av{static_cast<const uint16_t*>(g.a), g.a_cols, g.trans_a};   // op(A) as M x K
+  const View bv{static_cast<const uint16_t*>(g.b), g.b_cols, !g.trans_b};  // op(B) as N x K
+  // One slice per thread along the longer side, in whole blocks; a product under ~2 MFLOP
+  // runs on the caller alone.
+  const bool split_n = n >= m;
+  const int64_t len = split_n ? n : m;
+  int64_t threads = omp_get_max_threads();
+  if (2.0 * static_cast<double>(m) * n * k < 2e6) threads = 1;
+  threads = min64(threads, (len + kBlock - 1) / kBlock);
+  const int64_t per = round_up((len + threads - 1) / threads, kBlock);
+  const amx::TileConfig cfg = tile_config();
+#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(static, 1) if (threads > 1)
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t lo = t * per, hi = min64(len, lo + per);
+    if (lo >= hi) continue;
+    amx::load_config(cfg);  // tile state is per thread
+    if (split_n)
+      gemm_slice(g, av, bv, k, n, 0, m, lo, hi);
+    else
+      gemm_slice(g, av, bv, k, n, lo, hi, 0, n);
+    amx::release();
+  }
+}
+
+#if defined(BELAY_AMX_EMULATED)
+int amx_faults() { return amx::faults(); }
+const char* amx_first_fault() { return amx::first_fault(); }
+void amx_reset_faults() { amx::reset_faults(); }
+#endif
+
+}  // namespace belay::BELAY_ISA_NS
