@@ -221,7 +221,13 @@ std::string cpu_features_string() {
 }
 
 std::string cpu_isa_report() {
-  return std::string(cpu_isa_name(active_cpu_isa())) + " (cpu has: " + cpu_features_string() + ")";
+  const CpuIsa active = active_cpu_isa();
+  std::string s = std::string(cpu_isa_name(active)) + " (cpu has: " + cpu_features_string() + ")";
+  // A path this CPU runs that is never picked by itself: say how to ask for it.
+  for (CpuIsa i : kAllCpuIsas)
+    if (i != active && !cpu_isa_automatic(i) && cpu_isa_available(i))
+      s += std::string("; ") + cpu_isa_name(i) + " runs here when asked for (--cpu-isa " + cpu_isa_name(i) + ")";
+  return s;
 }
 
 // engine/backend.h's doors for the CLI.
