@@ -566,6 +566,7 @@ class CpuBackend final : public Backend {
     if (scalar_value(*sc.found_inf) != 0.0f) return;
     const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
     const float lr = scalar_value(*sc.lr);
+    const ElementBlocks& blocks_isa = cpu_element_blocks();
     for (const SgdSlot& s : slots) {
       float* p = s.master->data_as<float>();
       float* buf = s.momentum && s.momentum->defined() ? s.momentum->data_as<float>() : nullptr;
@@ -578,16 +579,7 @@ class CpuBackend final : public Backend {
         alignas(64) float bg[kBlock];
         const float* gb = load_block(g, dg, i0, len, bg);
         float* pp = p + i0;
-        if (buf) {
-          float* bb = buf + i0;
-          for (int64_t j = 0; j < len; ++j)
-            sgd_element(effective_grad(gb[j], inv, coef), pp[j], bb[j], lr, momentum, wd, true);
-        } else {
-          for (int64_t j = 0; j < len; ++j) {
-            float dummy = 0.0f;
-            sgd_element(effective_grad(gb[j], inv, coef), pp[j], dummy, lr, momentum, wd, false);
-          }
-        }
+        blocks_isa.sgd(SgdBlock{gb, pp, buf ? buf + i0 : nullptr, len, inv, coef, lr, momentum, wd});
         if (w) store_block(w, dw, i0, len, pp);
       });
     }

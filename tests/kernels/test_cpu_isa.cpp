@@ -345,6 +345,31 @@ void element_suite(CpuIsa isa) {
       CHECK(w_b == w_w);
       CHECK(bits_of(pb) != bits_of(p0));  // the update did something
     }
+    // SGD: master and momentum buffer, with and without momentum.
+    for (const bool with_momentum : {false, true}) {
+      std::vector<float> g = element_inputs(n, 960 + static_cast<uint64_t>(n));
+      for (float& e : g)
+        if (!std::isfinite(e)) e = 1.0f;
+      std::vector<float> p0(x.size()), buf0(x.size());
+      Rng rng(78);
+      for (size_t i = 0; i < x.size(); ++i) {
+        p0[i] = rng.uniform(-1.0f, 1.0f);
+        buf0[i] = rng.uniform(-1e-2f, 1e-2f);
+      }
+      auto run = [&](const ElementBlocks& k, std::vector<float>& p, std::vector<float>& buf) {
+        p = p0, buf = buf0;
+        k.sgd(SgdBlock{g.data(), p.data(), with_momentum ? buf.data() : nullptr, n, 1.0f / 1024.0f, 0.75f, 1e-2f,
+                       0.9f, 0.01f});
+      };
+      std::vector<float> pb, bb, pw, bw;
+      run(base, pb, bb);
+      run(wide, pw, bw);
+      INFO("momentum " << with_momentum);
+      CHECK(bits_of(pb) == bits_of(pw));
+      CHECK(bits_of(bb) == bits_of(bw));
+      CHECK(bits_of(pb) != bits_of(p0));
+      CHECK((bits_of(bb) != bits_of(buf0)) == with_momentum);  // the buffer moves only with momentum
+    }
   }
   // The guard's sums of squares: 8 chunks of 1000 elements 1003 apart, in FP32/FP16/BF16,
   // over many binades (the squares' sum must be the baseline's to the bit), and with an

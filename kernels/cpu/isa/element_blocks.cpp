@@ -160,6 +160,25 @@ void adamw_scalar(const AdamWBlock& b, int64_t from) {
                   b.weight_decay, b.bias_correction1, b.bias_correction2);
 }
 
+// sgd_element on every element, left to the compiler's vectorizer at this path's width (the
+// same operations in the same order on every path: -ffp-contract=off).
+void sgd(const SgdBlock& b) {
+  const float* __restrict g = b.g;
+  float* __restrict p = b.p;
+  float* __restrict buf = b.buf;
+  if (buf) {
+    for (int64_t j = 0; j < b.len; ++j)
+      sgd_element(effective_grad(g[j], b.inv_scale, b.clip_coef), p[j], buf[j], b.lr, b.momentum, b.weight_decay,
+                  true);
+    return;
+  }
+  for (int64_t j = 0; j < b.len; ++j) {
+    float unused = 0.0f;
+    sgd_element(effective_grad(g[j], b.inv_scale, b.clip_coef), p[j], unused, b.lr, b.momentum, b.weight_decay,
+                false);
+  }
+}
+
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // F16C: eight at a time, nearest even given in the instruction (MXCSR's mode does not
 // matter); the tail through half_bits.h.
@@ -252,7 +271,7 @@ bool adamw(const AdamWBlock& b) {
 }  // namespace
 
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
-                                             gelu,       gelu_grad,  relu,        relu_grad,
+                                             sgd,        gelu,       gelu_grad,   relu,        relu_grad,
                                              sum_squares_8};
 
 }  // namespace belay::BELAY_ISA_NS

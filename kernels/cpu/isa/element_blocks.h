@@ -1,6 +1,6 @@
 // The CPU element kernels' inner loops, once per vector ISA (element_blocks.cpp, built by
 // kernels/cpu/isa/isa.cmake with that path's -m flags and -ffp-contract=off): the 16-bit
-// conversions, unscale-and-check, the AdamW update of one block and the activations (GELU
+// conversions, unscale-and-check, the AdamW and SGD updates of one block and the activations (GELU
 // through belay's own erf and exp, erf_exp.h, so they vectorize too). Every path does the same
 // IEEE operations in the same order as kernels/common/element_math.h (GELU: its formula,
 // with erf_exp.h's erf and exp in place of libm's; no FMA contraction, sqrt and division
@@ -24,6 +24,16 @@ struct AdamWBlock {
   bool stream;  // the working copy with non-temporal stores (tensors far larger than the caches)
 };
 
+// One SGD block: g (the stored gradient, FP32) and the master p updated in place, with the
+// momentum buffer buf when not null (sgd_element of element_math.h on each element).
+struct SgdBlock {
+  const float* g;
+  float *p, *buf;
+  int64_t len;
+  float inv_scale, clip_coef;  // effective gradient = g * inv_scale * clip_coef
+  float lr, momentum, weight_decay;
+};
+
 struct ElementBlocks {
   void (*f32_to_f16)(const float* src, uint16_t* dst, int64_t n);
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
@@ -33,6 +43,7 @@ struct ElementBlocks {
   int (*unscale)(const float* v, float* r, int64_t n, float inv);
   // Returns whether it wrote w16 (the wider paths do; baseline leaves it to the caller).
   bool (*adamw)(const AdamWBlock& b);
+  void (*sgd)(const SgdBlock& b);
   // The activations of one block: y = f(x) and dx = dy * f'(x). y may be x and dx may be dy
   // (each element is read before it is written). ReLU keeps the backend's convention:
   // x > 0 ? x : 0, so NaN gives 0 (as the CUDA kernels do).
