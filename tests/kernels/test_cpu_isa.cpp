@@ -163,26 +163,6 @@ TEST_CASE("cpu isa amx (emulated tiles): BF16 gemm against the FP64 reference, o
   CHECK_THROWS_WITH(cpu_gemm_amx_emulated(args), Catch::Contains("BF16 x BF16"));
 }
 
-TEST_CASE("cpu isa amx (emulated tiles): the thread count does not change a bit", "[kernels][cpu][isa]") {
-  const Tensor a = test::gemm_random_tensor(Shape{300, 700}, DType::BF16, 41);
-  const Tensor b = test::gemm_random_tensor(Shape{90, 700}, DType::BF16, 42);
-  auto product = [&](int threads) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    Tensor c = Tensor::empty(Shape{300, 90});
-    GemmArgs args;
-    args.a = &a;
-    args.b = &b;
-    args.trans_b = true;
-    args.c = &c;
-    cpu_gemm_amx_emulated(args);
-    omp_set_num_threads(saved);
-    return bits_of(c);
-  };
-  CHECK(product(1) == product(2));
-  CHECK(product(1) == product(3));
-}
-
 TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernels][cpu][isa]") {
   const CpuIsa best = best_cpu_isa();
   if (best == CpuIsa::Baseline) {
@@ -631,26 +611,31 @@ TEST_CASE("cpu erf, exp, GELU and GELU' against FP64", "[kernels][cpu][isa]") {
 TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count", "[kernels][cpu][isa]") {
   // Each output's K products are summed in the same order whichever thread computes it
   // (threads take whole slices of C), so a resume with another OMP_NUM_THREADS repeats.
-  // BF16 inputs too: on the avx512bf16 path they take the pair kernel.
-  for (DType in : {DType::F32, DType::BF16}) {
-  INFO("inputs " << dtype_name(in) << ", path " << cpu_isa_name(active_cpu_isa()));
-  const Tensor a = test::gemm_random_tensor(Shape{300, 701}, in, 21);
-  const Tensor b = test::gemm_random_tensor(Shape{500, 701}, in, 22);
-  const int saved = omp_get_max_threads();
-  auto product = [&](int threads) {
-    omp_set_num_threads(threads);
-    Tensor c = Tensor::empty(Shape{300, 500});
-    GemmArgs args;
-    args.a = &a;
-    args.b = &b;
-    args.trans_b = true;
-    args.c = &c;
-    cpu_gemm_on(active_cpu_isa(), args);
-    return bits_of(c);
-  };
-  const std::vector<uint32_t> one = product(1), two = product(2), three = product(3);
-  omp_set_num_threads(saved);
-  CHECK(one == two);
-  CHECK(one == three);
+  // BF16 inputs too: on the avx512bf16 path they take the pair kernel; and the amx path's
+  // tile product, on the emulator.
+  const std::function<void(const GemmArgs&)> active = [](const GemmArgs& a) { cpu_gemm_on(active_cpu_isa(), a); };
+  const std::pair<DType, std::function<void(const GemmArgs&)>> runs[] = {
+      {DType::F32, active}, {DType::BF16, active}, {DType::BF16, cpu_gemm_amx_emulated}};
+  for (const auto& [in, gemm] : runs) {
+    INFO("inputs " << dtype_name(in) << ", path " << cpu_isa_name(active_cpu_isa())
+                   << (gemm.target<void (*)(const GemmArgs&)>() ? " (amx emulated)" : ""));
+    const Tensor a = test::gemm_random_tensor(Shape{300, 701}, in, 21);
+    const Tensor b = test::gemm_random_tensor(Shape{500, 701}, in, 22);
+    const int saved = omp_get_max_threads();
+    auto product = [&](int threads) {
+      omp_set_num_threads(threads);
+      Tensor c = Tensor::empty(Shape{300, 500});
+      GemmArgs args;
+      args.a = &a;
+      args.b = &b;
+      args.trans_b = true;
+      args.c = &c;
+      gemm(args);
+      return bits_of(c);
+    };
+    const std::vector<uint32_t> one = product(1), two = product(2), three = product(3);
+    omp_set_num_threads(saved);
+    CHECK(one == two);
+    CHECK(one == three);
   }
 }
