@@ -2,7 +2,8 @@
 // (kernels/cpu/isa/isa.cmake: exactly that path's -m flags, BELAY_ISA_NS = isa_<path>).
 //
 // The classic packed design (Goto & van de Geijn; BLIS): for each block of KC rows of
-// op(B) and NC of its columns, B is copied into contiguous panels NR columns wide; for each
+// op(B) and NC of its columns, B is copied into contiguous panels NR columns wide (a
+// transposed B a panel at a time, as the first block of A reaches it: see gemm_slice); for each
 // block of MC rows of op(A), A into panels MR rows tall; then a register-resident MR x NR
 // microkernel runs down the KC dimension, one FMA per (row, vector of columns, k). The
 // packing is where the inputs' layout and dtype stop mattering: op() (transposed or not)
@@ -234,10 +235,11 @@ inline void prefetch_tile(const float* c, int64_t ldc, int rows) {
 // C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + acc (+ bias[j] when given): the accumulators
 // of one microkernel call. `rows` x `cols` of the tile are real; a partial tile goes
 // through a local buffer.
-inline void store_tile(Vec (&acc)[kMR][kNV], float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite,
+template <int MR>
+inline void store_tile(Vec (&acc)[MR][kNV], float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite,
                        const float* bias) {
-  const bool full = rows == kMR && cols == kNR;
-  alignas(64) float tile[kMR * kNR];
+  const bool full = rows == MR && cols == kNR;
+  alignas(64) float tile[MR * kNR];
   float* out = full ? c : tile;
   const int64_t ld = full ? ldc : kNR;
   if (!full) memset(tile, 0, sizeof tile);  // the lanes past the edge: computed, never stored
@@ -250,7 +252,7 @@ inline void store_tile(Vec (&acc)[kMR][kNV], float* __restrict c, int64_t ldc, i
     bias = bias_row;
   }
 #pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) {
+  for (int i = 0; i < MR; ++i) {
     float* row = out + i * ld;
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) {
@@ -274,23 +276,47 @@ struct F32Step {
   static Vec multiply_add(Vec acc, Operand a, Operand b) { return vfma(a, b, acc); }
 };
 
+// Memory a microkernel call prefetches while it runs: `rows` runs of `lines` cache lines, the
+// first line of run r at first + r * stride bytes. None (rows = 0) for most calls.
+struct Ahead {
+  const char* first = nullptr;
+  int64_t stride = 0;
+  int rows = 0, lines = 0;
+};
+
 // C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum over the `depth` panel entries of
-// a[entry][i] * b[entry][j] (+ bias[j] when given), one Step per entry.
-template <class Step>
+// a[entry][i] * b[entry][j] (+ bias[j] when given), one Step per entry. The A panel is kMR
+// rows tall whatever MR is: a short edge tile (MR < kMR) reads only its first MR rows.
+// The lines of `ahead` are prefetched one every few k, among the FMAs: the same prefetches as
+// a burst before the call stalled the thread (each row of a weight is a new page, so a
+// prefetch can wait on a table walk, and few misses fit in flight) about as long as they
+// saved in the pack. PREFETCHT0 left the pack a little less to wait for than T1 or T2 (Zen 5,
+// the forward product: its share of the samples 0.38-0.41 of the old pack's, T1 0.49).
+template <class Step, int MR>
 void microkernel(int depth, const typename Step::Entry* __restrict a, const typename Step::Entry* __restrict b,
-                 float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite, const float* bias) {
+                 float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite, const float* bias,
+                 const Ahead& ahead) {
   prefetch_tile(c, ldc, rows);
-  Vec acc[kMR][kNV];
+  int left = ahead.rows * ahead.lines, line = 0, countdown = 0;
+  const int every = left > 0 && depth > left ? depth / left : 1;
+  const char* run = ahead.first;
+  Vec acc[MR][kNV];
 #pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i)
+  for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) acc[i][v] = vzero();
   for (int k = 0; k < depth; ++k) {
+    if (left > 0 && --countdown <= 0) {
+      countdown = every;
+      _mm_prefetch(run + line * 64, _MM_HINT_T0);
+      if (++line == ahead.lines) line = 0, run += ahead.stride;
+      --left;
+    }
     typename Step::Operand bv[kNV];
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) bv[v] = Step::load_b(b + v * kW);
 #pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
+    for (int i = 0; i < MR; ++i) {
       const typename Step::Operand ai = Step::broadcast_a(a + i);
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) acc[i][v] = Step::multiply_add(acc[i][v], ai, bv[v]);
@@ -298,7 +324,28 @@ void microkernel(int depth, const typename Step::Entry* __restrict a, const type
     a += kMR;
     b += kNR;
   }
-  store_tile(acc, c, ldc, rows, cols, overwrite, bias);
+  for (; left > 0; --left) {  // more lines than k: the rest now
+    _mm_prefetch(run + line * 64, _MM_HINT_T0);
+    if (++line == ahead.lines) line = 0, run += ahead.stride;
+  }
+  store_tile<MR>(acc, c, ldc, rows, cols, overwrite, bias);
+}
+
+// One tile of `rows` (1..kMR) rows: the microkernel with the fewest rows of accumulators,
+// in thirds of kMR, that covers them. An edge tile of M = 256 has 4 rows (256 = 21 x 12 + 4
+// on avx512): the full 12-row kernel spent 12 rows' FMAs on it, 3% of the product; the
+// 4-row one keeps 8 accumulators, enough to cover the FMA latency on both ports (avx2 and
+// baseline: 2, 4 or 6 rows). Each output is summed exactly as in the tall kernel.
+static_assert(kMR % 3 == 0, "edge tiles come in thirds of kMR");
+template <class Step>
+void run_tile(int depth, const typename Step::Entry* a, const typename Step::Entry* b, float* c, int64_t ldc,
+              int rows, int cols, bool overwrite, const float* bias, const Ahead& ahead) {
+  if (rows <= kMR / 3)
+    microkernel<Step, kMR / 3>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
+  else if (rows <= 2 * kMR / 3)
+    microkernel<Step, 2 * kMR / 3>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
+  else
+    microkernel<Step, kMR>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
 }
 
 // Packs the KC x NC block of op(B) as NR-wide panels. An untransposed FP32 B is read row by
@@ -456,6 +503,20 @@ Buffers& buffers() {
 }
 
 
+// Rows [lo, hi) of a panel of a k-contiguous view (its rows from r0, k in [k0, k0 + kc)) as
+// the lines a microkernel call prefetches.
+Ahead rows_ahead(const View& v, int64_t r0, int64_t lo, int64_t hi, int64_t k0, int kc) {
+  if (lo >= hi) return Ahead{};
+  const int64_t size = v.type == GemmElem::F32 ? 4 : 2;
+  const uintptr_t p = reinterpret_cast<uintptr_t>(v.data) + static_cast<uintptr_t>(v.at(r0 + lo, k0) * size);
+  const int64_t stride = v.ld * size;
+  // A row that starts inside a line spans one more; rows a multiple of 64 bytes apart all
+  // start where the first does.
+  const bool skew = ((p | static_cast<uintptr_t>(stride)) & 63) != 0;
+  return Ahead{reinterpret_cast<const char*>(p & ~uintptr_t{63}), stride, static_cast<int>(hi - lo),
+               static_cast<int>((kc * size + 63) / 64 + (skew ? 1 : 0))};
+}
+
 // The two kinds of panel the loops below run: FP32 (one k per entry) and, on the
 // avx512bf16 path, BF16 pairs (two k per 32-bit entry). `depth`: entries per panel row.
 struct F32Panels {
@@ -468,9 +529,12 @@ struct F32Panels {
   static void pack_b(const View& v, int64_t jc, int64_t nc, int64_t pc, int kc, float* dst, float* scratch) {
     belay::BELAY_ISA_NS::pack_b(v, jc, nc, pc, kc, dst, scratch);
   }
+  static void pack_b_panel(const View& v, int64_t j0, int cols, int64_t pc, int kc, float* dst, float* scratch) {
+    pack_panel<kNR>(v, j0, cols, pc, kc, dst, scratch);
+  }
   static void micro(int kc, const float* a, const float* b, float* c, int64_t ldc, int rows, int cols, bool overwrite,
-                    const float* bias) {
-    microkernel<F32Step>(kc, a, b, c, ldc, rows, cols, overwrite, bias);
+                    const float* bias, const Ahead& ahead) {
+    run_tile<F32Step>(kc, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
   }
 };
 #if defined(BELAY_ISA_avx512bf16)
@@ -484,9 +548,12 @@ struct PairPanels {
   static void pack_b(const View& v, int64_t jc, int64_t nc, int64_t pc, int kc, uint32_t* dst, float*) {
     pack_b_pairs(v, jc, nc, pc, kc, dst);
   }
+  static void pack_b_panel(const View& v, int64_t j0, int cols, int64_t pc, int kc, uint32_t* dst, float*) {
+    pack_pairs<kNR>(v, j0, cols, pc, kc, dst);
+  }
   static void micro(int kc, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
-                    bool overwrite, const float* bias) {
-    microkernel<PairStep>((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias);
+                    bool overwrite, const float* bias, const Ahead& ahead) {
+    run_tile<PairStep>((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
   }
 };
 #endif
@@ -500,23 +567,37 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
   Buffers& buf = buffers();
   Entry* a_buf = reinterpret_cast<Entry*>(buf.a);
   Entry* b_buf = reinterpret_cast<Entry*>(buf.b);
+  // A k-contiguous op(B) (the row-major weight of the forward product, transposed) is packed
+  // a panel at a time, just before the first block of A uses it, and the microkernel calls
+  // on the panel before prefetch its rows. Packing the whole block first, the thread waited
+  // on DRAM with no FMA to overlap: 12-16% of the forward product's time. (An untransposed
+  // B is still packed a block at a time, its rows read across all panels: see pack_b.)
+  const bool by_panel = !bv.r_contiguous;
   for (int64_t jc = n0; jc < n1; jc += kNC) {
     const int64_t nc = min64(kNC, n1 - jc);
     for (int64_t pc = 0; pc < k_total; pc += Panels::kBlockK) {
       const int kc = static_cast<int>(min64(Panels::kBlockK, k_total - pc));
       const int64_t depth = Panels::depth(kc);
       const bool first = pc == 0, last = pc + kc == k_total;
-      Panels::pack_b(bv, jc, nc, pc, kc, b_buf, buf.scratch);
+      if (!by_panel) Panels::pack_b(bv, jc, nc, pc, kc, b_buf, buf.scratch);
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = min64(kMC, m1 - ic);
         for (int64_t ir = 0; ir < mc; ir += kMR)
           Panels::pack_a(av, ic + ir, static_cast<int>(min64(kMR, mc - ir)), pc, kc, a_buf + ir * depth, buf.scratch);
+        const int64_t tiles = (mc + kMR - 1) / kMR;
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int cols = static_cast<int>(min64(kNR, nc - jr));
           const float* bias = (last && g.bias) ? g.bias + jc + jr : nullptr;
-          for (int64_t ir = 0; ir < mc; ir += kMR)
-            Panels::micro(kc, a_buf + ir * depth, b_buf + jr * depth, g.c + (ic + ir) * n_total + jc + jr, n_total,
-                          static_cast<int>(min64(kMR, mc - ir)), cols, first && !g.accumulate, bias);
+          Entry* panel = b_buf + jr * depth;
+          if (by_panel && ic == m0) Panels::pack_b_panel(bv, jc + jr, cols, pc, kc, panel, buf.scratch);
+          // The next panel's rows, a share per microkernel call (tile t of `tiles`).
+          const int64_t next = by_panel && ic == m0 ? min64(kNR, nc - jr - kNR) : 0;
+          for (int64_t ir = 0, t = 0; ir < mc; ir += kMR, ++t) {
+            const Ahead ahead =
+                next > 0 ? rows_ahead(bv, jc + jr + kNR, next * t / tiles, next * (t + 1) / tiles, pc, kc) : Ahead{};
+            Panels::micro(kc, a_buf + ir * depth, panel, g.c + (ic + ir) * n_total + jc + jr, n_total,
+                          static_cast<int>(min64(kMR, mc - ir)), cols, first && !g.accumulate, bias, ahead);
+          }
         }
       }
     }
