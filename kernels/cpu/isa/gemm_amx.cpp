@@ -38,6 +38,7 @@
 
 #include "kernels/cpu/isa/amx_tiles.h"
 #include "kernels/cpu/isa/gemm_f32.h"
+#include "kernels/cpu/isa/gemm_slices.h"
 
 namespace belay::BELAY_ISA_NS {
 namespace {
@@ -49,8 +50,6 @@ constexpr int kMC = 128;        // rows of A per block
 constexpr int kNC = 1024;       // columns of B per block
 static_assert(kKC % kTileK == 0 && kMC % kBlock == 0 && kNC % kBlock == 0, "blocks are whole tiles");
 
-int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // A view of op(X) as R x K of BF16: element (r, k). `r_contiguous`: consecutive r are
 // adjacent in memory (op(A) of a transposed A; op(B) of an untransposed B).
@@ -265,37 +264,18 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
 
 // Both inputs BF16 (the caller, kernels/cpu/cpu_gemm.cpp, sends nothing else).
 void gemm_amx(const GemmF32Args& g) {
-  const int64_t m = g.trans_a ? g.a_cols : g.a_rows, k = g.trans_a ? g.a_rows : g.a_cols;
-  const int64_t n = g.trans_b ? g.b_rows : g.b_cols;
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // the empty sum: C = (accumulate ? C : 0) + bias
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        float& c = g.c[i * n + j];
-        c = (g.accumulate ? c : 0.0f) + (g.bias ? g.bias[j] : 0.0f);
-      }
-    return;
-  }
+  const GemmShape shape = gemm_shape(g);
+  if (gemm_done_without_sums(g, shape)) return;
   const View av{static_cast<const uint16_t*>(g.a), g.a_cols, g.trans_a};   // op(A) as M x K
   const View bv{static_cast<const uint16_t*>(g.b), g.b_cols, !g.trans_b};  // op(B) as N x K
-  // One slice per thread along the longer side, in whole blocks; a product under ~2 MFLOP
-  // runs on the caller alone.
-  const bool split_n = n >= m;
-  const int64_t len = split_n ? n : m;
-  int64_t threads = omp_get_max_threads();
-  if (2.0 * static_cast<double>(m) * n * k < 2e6) threads = 1;
-  threads = min64(threads, (len + kBlock - 1) / kBlock);
-  const int64_t per = round_up((len + threads - 1) / threads, kBlock);
+  const ThreadSlices slices = thread_slices(shape, kBlock, kBlock);  // in whole 32 x 32 blocks
   const amx::TileConfig cfg = tile_config();
-#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(static, 1) if (threads > 1)
-  for (int64_t t = 0; t < threads; ++t) {
-    const int64_t lo = t * per, hi = min64(len, lo + per);
-    if (lo >= hi) continue;
+#pragma omp parallel for num_threads(static_cast<int>(slices.threads)) schedule(static, 1) if (slices.threads > 1)
+  for (int64_t t = 0; t < slices.threads; ++t) {
+    int64_t m0, m1, n0, n1;
+    if (!slices.slice(t, m0, m1, n0, n1)) continue;
     amx::load_config(cfg);  // tile state is per thread
-    if (split_n)
-      gemm_slice(g, av, bv, k, n, 0, m, lo, hi);
-    else
-      gemm_slice(g, av, bv, k, n, lo, hi, 0, n);
+    gemm_slice(g, av, bv, shape.k, shape.n, m0, m1, n0, n1);
     amx::release();
   }
 }

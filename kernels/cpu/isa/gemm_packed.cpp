@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "kernels/cpu/isa/gemm_f32.h"
+#include "kernels/cpu/isa/gemm_slices.h"
 
 namespace belay::BELAY_ISA_NS {
 namespace {
@@ -84,8 +85,6 @@ constexpr int kMC = 288;
 constexpr int kNC = 4096;  // columns of B per block: KC x NC floats, 3-4 MB, in L3
 static_assert(kMC % kMR == 0 && kNC % kNR == 0, "blocks are whole panels");
 
-int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 
 // ---- Reading the inputs: any layout, any dtype, widened to FP32 --------------------------
 
@@ -607,42 +606,25 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
 }  // namespace
 
 void gemm_packed(const GemmF32Args& g) {
-  const int64_t m = g.trans_a ? g.a_cols : g.a_rows, k = g.trans_a ? g.a_rows : g.a_cols;
-  const int64_t n = g.trans_b ? g.b_rows : g.b_cols;
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // the empty sum: C = (accumulate ? C : 0) + bias
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        float& c = g.c[i * n + j];
-        c = (g.accumulate ? c : 0.0f) + (g.bias ? g.bias[j] : 0.0f);
-      }
-    return;
-  }
+  const GemmShape shape = gemm_shape(g);
+  if (gemm_done_without_sums(g, shape)) return;
   const View av{g.a, g.a_type, g.a_cols, g.trans_a};   // op(A) as M x K
   const View bv{g.b, g.b_type, g.b_cols, !g.trans_b};  // op(B) as N x K
 #if defined(BELAY_ISA_avx512bf16)
   const bool pairs = g.a_type == GemmElem::BF16 && g.b_type == GemmElem::BF16;  // else the FP32 panels
 #endif
-  // One slice per thread along the longer side, in whole panels; a product too small to
-  // pay for waking the threads (under ~2 MFLOP) runs on the caller alone.
-  const bool split_n = n >= m;
-  const int64_t unit = split_n ? kNR : kMR, len = split_n ? n : m;
-  int64_t threads = omp_get_max_threads();
-  if (2.0 * static_cast<double>(m) * n * k < 2e6) threads = 1;
-  threads = min64(threads, (len + unit - 1) / unit);
-  const int64_t per = round_up((len + threads - 1) / threads, unit);
-#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(static, 1) if (threads > 1)
-  for (int64_t t = 0; t < threads; ++t) {
-    const int64_t lo = t * per, hi = min64(len, lo + per);
-    if (lo >= hi) continue;
-    const int64_t m0 = split_n ? 0 : lo, m1 = split_n ? m : hi, n0 = split_n ? lo : 0, n1 = split_n ? hi : n;
+  const ThreadSlices slices = thread_slices(shape, kMR, kNR);  // in whole panels
+#pragma omp parallel for num_threads(static_cast<int>(slices.threads)) schedule(static, 1) if (slices.threads > 1)
+  for (int64_t t = 0; t < slices.threads; ++t) {
+    int64_t m0, m1, n0, n1;
+    if (!slices.slice(t, m0, m1, n0, n1)) continue;
 #if defined(BELAY_ISA_avx512bf16)
     if (pairs) {
-      gemm_slice<PairPanels>(g, av, bv, k, n, m0, m1, n0, n1);
+      gemm_slice<PairPanels>(g, av, bv, shape.k, shape.n, m0, m1, n0, n1);
       continue;
     }
 #endif
-    gemm_slice<F32Panels>(g, av, bv, k, n, m0, m1, n0, n1);
+    gemm_slice<F32Panels>(g, av, bv, shape.k, shape.n, m0, m1, n0, n1);
   }
 }
 
