@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
     std::printf("### Memory bandwidth (%d threads, %.0f MiB arrays)\n\n", s["threads"].get<int>(),
                 num(s["copy"]["array_bytes"]) / 1048576.0);
     print_header({"kernel", "GB/s (median)", "GB/s (best)", "time", });
-    // copy_nt: non-temporal stores, no read-for-ownership of the destination (older runs lack it).
-    for (const char* k : {"copy", "copy_nt", "triad"})
+    // copy_nt: non-temporal stores, no read-for-ownership of the destination; read: a sum,
+    // reads only (older runs lack them).
+    for (const char* k : {"copy", "copy_nt", "triad", "read"})
       if (s.contains(k))
         print_row({k, fmt(num(s[k]["gb_per_s"])), fmt(num(s[k]["gb_per_s_best"])), pm(s[k]["time"])});
     std::printf("\n");

@@ -1,5 +1,6 @@
 // The machine's memory limit, measured the STREAM way: copy (b = a) and triad
-// (a = b + s*c) over float arrays far larger than the last-level cache. Bytes counted as
+// (a = b + s*c) over float arrays far larger than the last-level cache, and a read-only sum
+// (the limit of a pass that only reads, as the guard's over the gradients). Bytes counted as
 // STREAM counts them (reads + writes, no write-allocate), so the AMP-step numbers, counted
 // the same way, compare with them directly.
 //
@@ -11,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <cstdint>
 #include <memory>
@@ -57,6 +59,29 @@ void copy_nt(float* __restrict dst, const float* __restrict src, int64_t n) {
   }
 }
 
+// The sum of a, read once: each thread its own range, four independent SSE accumulators (so
+// the adds' latency does not bound it), summed in double at the end.
+double read_sum(const float* a, int64_t n) {
+  double total = 0.0;
+#pragma omp parallel reduction(+ : total)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t per = (n / nt + 15) / 16 * 16;
+    const int64_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
+    __m128 acc[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+    int64_t i = lo;
+    for (; i + 16 <= hi; i += 16)
+      for (int q = 0; q < 4; ++q) acc[q] = _mm_add_ps(acc[q], _mm_load_ps(a + i + 4 * q));
+    alignas(16) float lanes[4];
+    for (int q = 0; q < 4; ++q) {
+      _mm_store_ps(lanes, acc[q]);
+      for (float l : lanes) total += l;
+    }
+    for (; i < hi; ++i) total += a[i];
+  }
+  return total;
+}
+
 void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
@@ -93,6 +118,12 @@ Json bench_stream(const Options& o) {
   std::fill(b.get(), b.get() + n, 2.0f);
   const Timing tt = time_it(2, reps, [&] { triad(a.get(), b.get(), c.get(), 3.0f, ni); });
   for (size_t i : {size_t{0}, n / 2, n - 1}) require(a[i] == b[i] + 3.0f * c[i], "stream triad result");
+  // c holds 3 + (i & 1023): its sum in double, against which the FP32 partial sums (each of
+  // about n / 16 / threads values near 500) must agree to 1e-3.
+  double sum = 0.0;
+  const Timing tr = time_it(2, reps, [&] { sum = read_sum(c.get(), ni); });
+  const double want = static_cast<double>(n / 1024) * (3.0 * 1024 + 1023.0 * 1024 / 2);
+  require(n % 1024 == 0 && std::abs(sum / want - 1.0) < 1e-3, "stream read result");
 
   auto row = [&](const char* name, const Timing& t, double moved) {
     return Json{{"name", name},
@@ -105,7 +136,8 @@ Json bench_stream(const Options& o) {
   return Json{{"threads", max_threads()},
               {"copy", row("copy", tc, 2.0 * static_cast<double>(bytes))},
               {"copy_nt", row("copy_nt", tn, 2.0 * static_cast<double>(bytes))},
-              {"triad", row("triad", tt, 3.0 * static_cast<double>(bytes))}};
+              {"triad", row("triad", tt, 3.0 * static_cast<double>(bytes))},
+              {"read", row("read", tr, static_cast<double>(bytes))}};
 }
 
 }  // namespace belay::bench
