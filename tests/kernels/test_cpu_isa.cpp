@@ -616,7 +616,9 @@ TEST_CASE("cpu isa: the packed product's bits do not depend on the thread count"
   const std::function<void(const GemmArgs&)> active = [](const GemmArgs& a) { cpu_gemm_on(active_cpu_isa(), a); };
   const std::pair<DType, std::function<void(const GemmArgs&)>> runs[] = {
       {DType::F32, active}, {DType::BF16, active}, {DType::BF16, cpu_gemm_amx_emulated}};
-  for (const auto& [in, gemm] : runs) {
+  for (const auto& run : runs) {  // not a structured binding: clang 14 cannot capture one in a lambda
+    const DType in = run.first;
+    const std::function<void(const GemmArgs&)>& gemm = run.second;
     INFO("inputs " << dtype_name(in) << ", path " << cpu_isa_name(active_cpu_isa())
                    << (gemm.target<void (*)(const GemmArgs&)>() ? " (amx emulated)" : ""));
     const Tensor a = test::gemm_random_tensor(Shape{300, 701}, in, 21);
