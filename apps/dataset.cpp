@@ -3,13 +3,74 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
 
 namespace belay {
 namespace {
+
+// The teacher's outputs for rows [r0, r0 + rows) (rows <= Rows) and the Out outputs from o:
+// clean[r][o + k] = bias[o + k] + the sum over i in index order, in double, of
+// x[r][i] * W^T[i][o + k]. Each product of two floats is exact in double, so a fused
+// multiply-add rounds exactly as a multiply and an add: the same bits at every width and
+// tile shape. Inlined into one copy per ISA below, each compiled for it by a target attribute
+// (the rest of apps/ is baseline x86-64), and chosen at run time with the kernels' path.
+// Rows x Out accumulators: enough independent chains of adds to cover the FMA latency on
+// both ports (AVX-512: 8 x 16 doubles = 16 zmm; 4 x 8 = 4 zmm measured 0.75 s per
+// Linear(4096) batch, latency-bound), few enough to stay in registers (AVX2, SSE2: 4 x 8).
+struct TeacherTile {
+  const float* x;      // [batch][in]
+  const float* wt;     // [in][out]
+  const float* bias;   // [out]
+  double* clean;       // [batch][out]
+  int64_t in, out, r0, rows, o;
+};
+template <int64_t Rows, int64_t Out>
+[[gnu::always_inline]] inline void teacher_tile_body(const TeacherTile& t) {
+  // Rows past t.rows read the last real row again: computed, never stored (no branch inside).
+  const float* xr[Rows];
+  for (int64_t r = 0; r < Rows; ++r) xr[r] = t.x + (t.r0 + std::min(r, t.rows - 1)) * t.in;
+  double acc[Rows][Out];
+  for (int64_t r = 0; r < Rows; ++r)
+    for (int64_t k = 0; k < Out; ++k) acc[r][k] = t.bias[t.o + k];
+  for (int64_t i = 0; i < t.in; ++i) {
+    const float* w = t.wt + i * t.out + t.o;
+#pragma GCC unroll 8
+    for (int64_t r = 0; r < Rows; ++r) {
+      const double xi = xr[r][i];
+#pragma GCC unroll 16
+      for (int64_t k = 0; k < Out; ++k) acc[r][k] += xi * (double)w[k];
+    }
+  }
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t k = 0; k < Out; ++k) t.clean[(t.r0 + r) * t.out + t.o + k] = acc[r][k];
+}
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void teacher_tile_avx512(const TeacherTile& t) { teacher_tile_body<8, 16>(t); }
+__attribute__((target("avx2,fma"))) void teacher_tile_avx2(const TeacherTile& t) { teacher_tile_body<4, 8>(t); }
+#endif
+void teacher_tile_baseline(const TeacherTile& t) { teacher_tile_body<4, 8>(t); }
+
+struct TeacherKernel {
+  void (*tile)(const TeacherTile&);
+  int64_t rows, out;  // the tile's shape
+};
+// The copy for the CPU kernels' path in use (BELAY_CPU_ISA / --cpu-isa lower it as they do
+// the kernels; the bits are the same whichever runs).
+TeacherKernel teacher_kernel_for_active_isa() {
+#if defined(__x86_64__)
+  const std::string isa = active_cpu_isa_name();
+  if (isa == "baseline") return {teacher_tile_baseline, 4, 8};
+  if (isa == "avx2") return {teacher_tile_avx2, 4, 8};
+  return {teacher_tile_avx512, 8, 16};  // avx512 and every path above it
+#else
+  return {teacher_tile_baseline, 4, 8};
+#endif
+}
 
 class SyntheticRegression final : public Dataset {
  public:
@@ -29,18 +90,18 @@ class SyntheticRegression final : public Dataset {
     std::vector<float> x(static_cast<size_t>(batch * in_)), y(static_cast<size_t>(batch * out_));
     for (float& v : x) v = rng_.normal();
     // The teacher's outputs: each a sum over i in index order, in double, so the data are
-    // the same bits as a plain loop's whatever the blocking. Eight adjacent outputs of four
-    // rows run side by side (32 independent add chains), and the threads take blocks of
-    // outputs: a block's strip of W^T (in x 8 floats) stays in cache for every row, so the
-    // teacher is read from memory once per batch, not once per row. The noise is drawn
+    // the same bits as a plain loop's whatever the blocking. A tile of adjacent outputs of a
+    // few rows runs side by side (teacher_tile_body), and the threads take blocks of
+    // outputs: a block's strip of W^T (in x 8 or 16 floats) stays in cache for every row, so
+    // the teacher is read from memory once per batch, not once per row. The noise is drawn
     // after, in (row, output) order, from the one stream.
     std::vector<double> clean(y.size());
-    constexpr int64_t kOut = 8, kRows = 4;
-    const int64_t out_blocks = (out_ + kOut - 1) / kOut;
+    const TeacherKernel kernel = teacher_kernel_for_active_isa();
+    const int64_t out_blocks = (out_ + kernel.out - 1) / kernel.out;
 #pragma omp parallel for schedule(static) if (batch * out_ * in_ > (1 << 20))
     for (int64_t ob = 0; ob < out_blocks; ++ob) {
-      const int64_t o = ob * kOut;
-      if (o + kOut > out_) {  // the last few outputs, one by one
+      const int64_t o = ob * kernel.out;
+      if (o + kernel.out > out_) {  // the last few outputs, one by one
         for (int64_t r = 0; r < batch; ++r)
           for (int64_t oo = o; oo < out_; ++oo) {
             double acc = teacher_b_[oo];
@@ -49,21 +110,9 @@ class SyntheticRegression final : public Dataset {
           }
         continue;
       }
-      for (int64_t r0 = 0; r0 < batch; r0 += kRows) {
-        const int64_t rows = std::min(kRows, batch - r0);
-        double acc[kRows][kOut];
-        for (int64_t r = 0; r < kRows; ++r)
-          for (int64_t k = 0; k < kOut; ++k) acc[r][k] = teacher_b_[o + k];
-        for (int64_t i = 0; i < in_; ++i) {
-          const float* w = teacher_wt_.data() + i * out_ + o;
-          for (int64_t r = 0; r < kRows; ++r) {
-            const double xi = r < rows ? (double)x[(r0 + r) * in_ + i] : 0.0;
-            for (int64_t k = 0; k < kOut; ++k) acc[r][k] += xi * (double)w[k];
-          }
-        }
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t k = 0; k < kOut; ++k) clean[(r0 + r) * out_ + o + k] = acc[r][k];
-      }
+      for (int64_t r0 = 0; r0 < batch; r0 += kernel.rows)
+        kernel.tile(TeacherTile{x.data(), teacher_wt_.data(), teacher_b_.data(), clean.data(), in_, out_, r0,
+                                std::min(kernel.rows, batch - r0), o});
     }
     for (size_t j = 0; j < y.size(); ++j) y[j] = static_cast<float>(clean[j]) + 0.01f * rng_.normal();
     return {Tensor::from_vector(x, Shape{batch, in_}, DType::F32, device),
