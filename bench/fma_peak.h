@@ -22,7 +22,7 @@ namespace isa_avx512 { PeakRun fma_peak(int64_t iters, float m, float a, float x
 // adds -a and then a, so it ends at exactly x0 (bench/fma_peak.cpp).
 namespace isa_avx512bf16 { PeakRun fma_peak(int64_t iters, float m, float a, float x0); }
 // TDPBF16PS on four register-resident C tiles (bench/tile_peak.cpp): 16384 flops per
-// instruction; every element ends at exactly iters (iters <= 2^24), sum counts elements.
+// instruction; every element ends at exactly 32 iters (iters <= 2^19), sum counts elements.
 namespace isa_amx { PeakRun tile_peak(int64_t iters); }
 
 }  // namespace belay::bench

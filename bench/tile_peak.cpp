@@ -2,10 +2,12 @@
 // threads (built only for the amx copy: bench/CMakeLists.txt). Four independent C tiles
 // per iteration, so the next instruction never waits on the last one's result.
 //
-// Check: A holds BF16 1.0 and B BF16 1/32 everywhere, so each TDPBF16PS adds 32 products of
-// 1/32 (every partial sum a multiple of 1/32: exact) to every element: after `iters`
-// iterations each element is exactly iters (iters <= 2^24), and the sum over every element
-// of every tile of every thread, each divided by iters, is the number of elements.
+// Check: A and B hold BF16 1.0 everywhere, so each TDPBF16PS adds 32 products of 1 to every
+// element: after `iters` iterations each element is exactly 32 iters, whatever order the
+// hardware adds the products in, as long as every partial sum is an integer below 2^24
+// (iters <= 2^19). The sum over every element of every tile of every thread, each divided by
+// 32 iters, is then the number of elements. (Products of 1/32, tried first, lose their
+// increments once C passes 2^19 if the hardware adds them to C one by one.)
 #if !defined(BELAY_ISA_NS) || !defined(BELAY_ISA_amx)
 #error "bench/tile_peak.cpp is built for the amx copy only"
 #endif
@@ -33,14 +35,11 @@ PeakRun tile_peak(int64_t iters) {
       cfg.rows[t] = amx::kMaxRows;
       cfg.colsb[t] = amx::kMaxColsb;
     }
-    alignas(64) uint16_t ones[16 * 32], thirty_seconds[16 * 32];
-    for (int i = 0; i < 16 * 32; ++i) {
-      ones[i] = 0x3f80;            // 1.0
-      thirty_seconds[i] = 0x3d00;  // 2^-5
-    }
+    alignas(64) uint16_t ones[16 * 32];
+    for (uint16_t& o : ones) o = 0x3f80;  // BF16 1.0
     amx::load_config(cfg);
     amx::load<4>(ones, 64);
-    amx::load<6>(thirty_seconds, 64);
+    amx::load<6>(ones, 64);
     amx::zero<0>();
     amx::zero<1>();
     amx::zero<2>();
@@ -59,7 +58,7 @@ PeakRun tile_peak(int64_t iters) {
     amx::release();
     double s = 0.0;
     for (const auto& tile : c)
-      for (float x : tile) s += static_cast<double>(x) / static_cast<double>(iters);
+      for (float x : tile) s += static_cast<double>(x) / (32.0 * static_cast<double>(iters));
     total += s;
   }
   PeakRun r;
