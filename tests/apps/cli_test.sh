@@ -9,15 +9,7 @@ belay=$1
 expect_error() {
   local name=$1 code=$2
   shift 2
-  "$belay" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  local lines
-  lines=$(wc -l <"$tmp/err")
-  if [ "$rc" -eq "$code" ] && [ "$lines" -eq 1 ] && grep -q '^belay: error: ' "$tmp/err"; then
-    pass "$name (exit $rc: $(cat "$tmp/err"))"
-  else
-    fail "$name: exit $rc (want $code), stderr: $(cat "$tmp/err")"
-  fi
+  expect_one_line_error "$name" "$code" "" "$@"
 }
 
 expect_error "zero steps" 2 train --steps 0

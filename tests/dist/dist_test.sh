@@ -21,13 +21,7 @@ have_mpi=$3
 expect_error() {
   local name=$1
   shift
-  "$belay" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q '^belay: error: ' "$tmp/err"; then
-    pass "$name: $(cat "$tmp/err")"
-  else
-    fail "$name: exit $rc, $(cat "$tmp/err")"
-  fi
+  expect_one_line_error "$name" 2 "" "$@"
 }
 expect_error "unknown --dist" train --dist tcp --steps 1
 expect_error "--dist nccl" train --dist nccl --steps 1

@@ -12,13 +12,7 @@ have_mpi=$2
 expect_error() {
   local name=$1 pattern=$2
   shift 2
-  "$belay" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^belay: error: .*$pattern" "$tmp/err"; then
-    pass "$name: $(cat "$tmp/err")"
-  else
-    fail "$name: exit $rc, $(cat "$tmp/err")"
-  fi
+  expect_one_line_error "$name" 2 "$pattern" "$@"
 }
 expect_error "--ranks 0" "--ranks must be at least 1" sweep --ranks 0 --steps 1
 expect_error "--ranks with --dist" "drop --dist" sweep --ranks 2 --dist mpi --steps 1
