@@ -17,6 +17,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "amp/checkpoint.h"
 #include "apps/svg.h"
 #include "engine/error.h"
 
@@ -39,14 +40,6 @@ std::vector<std::string> split(const std::string& line) {
   }
   out.push_back(cur);
   return out;
-}
-
-// As the log wrote it: an FP32 value ("inf" and "nan" included; one past FP32's range reads as inf).
-float parse_number(const std::string& s, const std::string& where) {
-  char* end = nullptr;
-  const float v = std::strtof(s.c_str(), &end);
-  if (s.empty() || *end != '\0') throw UsageError(where + ": '" + s + "' is not a number");
-  return v;
 }
 
 // --- axes -------------------------------------------------------------------------------
@@ -229,14 +222,16 @@ RunLog read_step_log(const std::string& path) {
     if (f[0].empty() || *end != '\0' || step < 0 || errno == ERANGE)
       throw UsageError(where + ": step '" + f[0] + "' is not a count");
     r.step = step;
-    r.lr = parse_number(f[1], where);
-    r.grad_l2_pre_clip = parse_number(f[2], where);
-    r.grad_l2_post_clip = parse_number(f[3], where);
-    r.loss = parse_number(f[4], where);
+    // As the log wrote them: FP32 values ("inf" and "nan" included; one past FP32's range
+    // reads as inf), parsed as checkpoints parse theirs.
+    r.lr = parse_exact_float(f[1], where);
+    r.grad_l2_pre_clip = parse_exact_float(f[2], where);
+    r.grad_l2_post_clip = parse_exact_float(f[3], where);
+    r.loss = parse_exact_float(f[4], where);
     if (f[5] != "0" && f[5] != "1") throw UsageError(where + ": skipped must be 0 or 1, got '" + f[5] + "'");
     r.skipped = f[5] == "1";
     r.skip_reason = f[6];
-    r.scaler_scale = parse_number(f[7], where);
+    r.scaler_scale = parse_exact_float(f[7], where);
     log.rows.push_back(r);
     if (policy) log.policy.push_back(f[8]);
   }
