@@ -8,23 +8,17 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "apps/dataset.h"
 #include "engine/backend.h"
 #include "engine/random.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "tests/tolerance.h"
 
 using namespace belay;
 
 namespace {
-
-std::vector<uint32_t> bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * 4);
-  return b;
-}
 
 // The definition, one batch after another from the same streams.
 class Reference {
@@ -74,8 +68,8 @@ TEST_CASE("synthetic data: every ISA path gives the definition's bits, tiles and
     for (int b = 0; b < 3; ++b) {
       const Batch got = d->next(batch, Device::cpu());
       ref.next(batch, x, y);
-      CHECK(bits(got.x.to_vector()) == bits(x));
-      CHECK(bits(got.y.to_vector()) == bits(y));
+      CHECK(test::bits_of(got.x) == test::bits_of(x));
+      CHECK(test::bits_of(got.y) == test::bits_of(y));
     }
   }
   force_cpu_isa(saved);

@@ -10,27 +10,18 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "engine/half_bits.h"
 #include "engine/random.h"
 
 namespace amx = belay::amx_emulator_test::amx;
 
 namespace {
 
-uint16_t bf16_of(float f) {  // truncation: the test picks values that are BF16 already
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return static_cast<uint16_t>(b >> 16);
-}
-float f32_of(uint16_t h) {
-  const uint32_t b = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+// The test's values are BF16 already, so taking FP32's top half is exact.
+uint16_t bf16_of(float f) { return static_cast<uint16_t>(belay::f32_bits(f) >> 16); }
 
 // rows x colsb for tiles 0..7 (0: unconfigured).
 amx::TileConfig config(std::initializer_list<std::pair<int, int>> shapes) {
@@ -80,7 +71,7 @@ TEST_CASE("amx emulator: TDPBF16PS on chained shapes against a plain reference, 
     for (int n = 0; n < 3; ++n) {
       double want = c0[m * 7 + n];  // small integers and eighths: every sum is exact
       for (int p = 0; p < 4; ++p)
-        for (int h = 0; h < 2; ++h) want += f32_of(a[m * 20 + 2 * p + h]) * static_cast<double>(f32_of(b[p * 10 + 2 * n + h]));
+        for (int h = 0; h < 2; ++h) want += belay::bf16_bits_to_f32(a[m * 20 + 2 * p + h]) * static_cast<double>(belay::bf16_bits_to_f32(b[p * 10 + 2 * n + h]));
       CHECK(out[m * 7 + n] == want);
     }
     for (int n = 3; n < 7; ++n) CHECK(out[m * 7 + n] == 99.0f);  // past colsb: untouched
