@@ -10,6 +10,7 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/safetensors.h"
+#include "engine/whole_lines.h"
 
 namespace belay {
 
@@ -185,10 +186,10 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   const std::map<std::string, std::string>& saved = info.state.settings;
   const std::vector<std::string> policy_changes = check_resume_settings(path, saved, settings, new_experiment);
   if (!info.cpu_isa.empty() && info.cpu_isa != active_cpu_isa_name())
-    std::cerr << "belay: warning: checkpoint '" << path << "' was written by the " << info.cpu_isa
-              << " CPU path, this run uses " << active_cpu_isa_name()
-              << ": the run continues, but not bit for bit as it would have on " << info.cpu_isa
-              << " (--cpu-isa chooses the path)\n";
+    print_line(std::cerr, "belay: warning: checkpoint '" + path + "' was written by the " + info.cpu_isa +
+                              " CPU path, this run uses " + active_cpu_isa_name() +
+                              ": the run continues, but not bit for bit as it would have on " + info.cpu_isa +
+                              " (--cpu-isa chooses the path)");
   // Check every tensor the model and the optimizer need before touching anything.
   std::vector<std::pair<const SafetensorsEntry*, Tensor*>> plan;
   auto expect = [&](const std::string& name, Tensor& dst) {

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 
 namespace belay {
@@ -50,16 +51,10 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through,
       if (step <= keep_rows_through) kept.push_back(line);
     }
   }
-  // Rewrite through a temporary file so a failure never leaves a half-written log.
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) throw UsageError("cannot write step log '" + path + "': " + std::strerror(errno));
-  std::fprintf(f, "%s\n", columns.c_str());
-  for (const std::string& line : kept) std::fprintf(f, "%s\n", line.c_str());
-  if (std::fflush(f) != 0 || std::fclose(f) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw UsageError("cannot write step log '" + path + "': " + std::strerror(errno));
-  }
+  // Rewritten through a temporary file, so a failure never leaves a half-written log.
+  std::string text = columns + "\n";
+  for (const std::string& line : kept) text += line + "\n";
+  write_file_atomically(path, text);
   file_ = std::fopen(path.c_str(), "a");
   if (!file_) throw UsageError("cannot append to step log '" + path + "': " + std::strerror(errno));
 }

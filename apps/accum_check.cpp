@@ -16,6 +16,7 @@
 #include "amp/safe_step.h"
 #include "apps/dataset.h"
 #include "autograd/modules.h"
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "optim/adamw.h"
 
@@ -107,27 +108,6 @@ int run_accum_check(const AccumCheckConfig& c, std::ostream& out) {
   out << buf;
   out << (ok ? "accum-check: passed\n" : "accum-check: FAILED, a difference is above the bound\n");
   return ok ? 0 : 1;
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw UsageError("cannot write '" + path + "': " + std::strerror(errno));
-  bool good = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  good = (::close(fd) == 0) && good;
-  if (!good || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw Error("writing '" + path + "' failed: " + why);
-  }
-}
-
-void check_writable(const std::string& path) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0) throw UsageError("cannot write '" + path + "': " + std::strerror(errno));
-  ::close(fd);
-  std::remove(tmp.c_str());
 }
 
 int run_sweep(const SweepConfig& s, std::ostream& out_all) {

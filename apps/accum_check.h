@@ -33,9 +33,4 @@ struct SweepConfig {
 
 int run_sweep(const SweepConfig& config, std::ostream& out);
 
-// Writes `text` to `path` atomically (temporary file in the same directory, fsync, rename).
-void write_file_atomically(const std::string& path, const std::string& text);
-// Throws UsageError if a file cannot be created next to `path`; leaves nothing behind.
-void check_writable(const std::string& path);
-
 }  // namespace belay

@@ -21,6 +21,7 @@
 #include "apps/validate.h"
 #include "engine/backend.h"
 #include "engine/error.h"
+#include "engine/whole_lines.h"
 
 namespace {
 
@@ -50,9 +51,19 @@ std::pair<int64_t, float> parse_spike(const std::string& s) {
   }
 }
 
+// A usage error is the same on every rank (all read the same options and files), so under
+// mpirun only rank 0 says it; every rank exits 2, and mpirun reports one failure. Before
+// the communicator exists (it may be what failed), the launcher's rank decides.
+bool speaks_for_all_ranks(const belay::Communicator* comm) {
+  if (comm) return comm->rank() == 0;
+  const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  return !launcher_rank || std::atoi(launcher_rank) == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  belay::print_whole_lines();
   CLI::App app{"belay: mixed-precision training with its safety belts (FP32 masters, FP16/BF16 compute)"};
   app.set_version_flag("--version", version_string());
   app.require_subcommand(1);
@@ -178,11 +189,15 @@ int main(int argc, char** argv) {
   validate->add_option("--data", vc.data, "the set: x [N, in], y (I64 labels [N] or targets [N, out]), optional I64 kind [N]");
   validate->add_option("--rows", vc.rows, "ordinary rows of the generated set (and rows/4 of each other kind)")->capture_default_str();
   validate->add_option("--save-set", vc.save_set, "write the generated set here");
-  validate->add_option("--rtol", vc.rtol, "score tolerance relative to the row's max |ref| (default 16 u of the dtype)");
-  validate->add_option("--atol", vc.atol, "absolute score tolerance (default u of the dtype)");
+  // Unset unless given: the defaults are the dtype's, and no typed value stands for them.
+  validate->add_option_function<double>("--rtol", [&vc](const double& v) { vc.rtol = v; },
+                                        "score tolerance relative to the row's max |ref| (default 16 u of the dtype)");
+  validate->add_option_function<double>("--atol", [&vc](const double& v) { vc.atol = v; },
+                                        "absolute score tolerance (default u of the dtype)");
   validate->add_option("--max-flips", vc.max_flips, "changed decisions allowed")->capture_default_str();
   validate->add_option("--min-quality", vc.min_quality, "minimum accuracy (labels) or R^2 (targets), for both runs");
-  validate->add_option("--tie-margin", vc.tie_margin, "reference top-2 margin under which a row is a near-tie (default 64 u)");
+  validate->add_option_function<double>("--tie-margin", [&vc](const double& v) { vc.tie_margin = v; },
+                                        "reference top-2 margin under which a row is a near-tie (default 64 u)");
   validate->add_option("--fp32-ops", validate_fp32_ops, "op classes autocast leaves in FP32, e.g. linear,gelu");
   validate->add_option("--json", vc.json, "also write the report here (atomically)");
   validate->add_option("--train", vc.train_steps, "first train N steps in fp32 and under AMP from the same init and data");
@@ -243,7 +258,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "belay: error: " << e.what() << " (see belay --help)\n";
+    if (speaks_for_all_ranks(nullptr)) std::cerr << "belay: error: " << e.what() << " (see belay --help)\n";
     return 2;
   }
 
@@ -351,12 +366,8 @@ int main(int argc, char** argv) {
     }
     return belay::run_training(tc, std::cout).exit_code;
   } catch (const belay::UsageError& e) {
-    // The same on every rank (all read the same options and files): rank 0 says it once.
     std::cout.flush();
-    // Before the communicator exists (it may be what failed), the launcher's rank decides.
-    const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    const bool speaks = comm ? comm->rank() == 0 : (!launcher_rank || std::atoi(launcher_rank) == 0);
-    if (speaks) std::cerr << "belay: error: " << e.what() << "\n";
+    if (speaks_for_all_ranks(comm.get())) std::cerr << "belay: error: " << e.what() << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
     // What a part of belay that names its allocations did not catch.

@@ -19,6 +19,7 @@
 
 #include "amp/checkpoint.h"
 #include "apps/svg.h"
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 
 extern char** environ;
@@ -356,16 +357,6 @@ std::string find_rsvg_convert() {
   return "";
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw UsageError("cannot write '" + path + "': " + std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(path.c_str());
-    throw Error("writing '" + path + "' failed: " + std::strerror(errno));
-  }
-}
-
 }  // namespace
 
 void write_plot(const std::vector<RunLog>& logs, const std::string& out) {
@@ -380,13 +371,21 @@ void write_plot(const std::vector<RunLog>& logs, const std::string& out) {
   }
   const std::string svg = plot_svg(logs);
   // Written beside the target and renamed over it: a reader never sees half a picture.
-  const std::string tmp = out + ".tmp." + std::to_string(::getpid());
+  AtomicFile file(out);
   if (ext == ".svg") {
-    write_text_file(tmp, svg);
+    file.write(svg);
   } else {
-    const std::string tmp_svg = tmp + ".svg";
-    write_text_file(tmp_svg, svg);
-    std::vector<std::string> args{rsvg, "--format", "png", "--output", tmp, tmp_svg};
+    // rsvg-convert writes the PNG into the temporary by name, from an SVG beside it.
+    const std::string tmp_svg = file.temp_path() + ".svg";
+    {
+      std::ofstream svg_file(tmp_svg, std::ios::binary);
+      svg_file << svg;
+      if (!svg_file.flush()) {
+        std::remove(tmp_svg.c_str());
+        throw Error("cannot write '" + out + "': writing its SVG source failed");
+      }
+    }
+    std::vector<std::string> args{rsvg, "--format", "png", "--output", file.temp_path(), tmp_svg};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -395,17 +394,11 @@ void write_plot(const std::vector<RunLog>& logs, const std::string& out) {
     const int spawned = ::posix_spawn(&pid, rsvg.c_str(), nullptr, nullptr, argv.data(), environ);
     const bool ran = spawned == 0 && ::waitpid(pid, &status, 0) == pid;
     std::remove(tmp_svg.c_str());
-    if (!ran || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::remove(tmp.c_str());
+    if (!ran || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
       throw Error("rsvg-convert could not render '" + out + "'" +
                   (spawned != 0 ? std::string(": ") + std::strerror(spawned) : std::string()));
-    }
   }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw Error("cannot write '" + out + "': " + std::strerror(err));
-  }
+  file.commit();
 }
 
 int run_plot(const std::vector<std::string>& csvs, std::string out, std::ostream& os) {

@@ -22,6 +22,7 @@
 #include "apps/progress.h"
 #include "autograd/modules.h"
 #include "engine/backend.h"
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -94,6 +95,12 @@ void validate(const TrainConfig& c) {
   if (!(c.weight_decay >= 0.0f)) throw UsageError("--weight-decay must be >= 0");
   if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) throw UsageError("--momentum must be in [0, 1)");
   if (c.warmup < 0) throw UsageError("--warmup must be >= 0");
+  // A warmup the schedule ignores, or one that never ends, would run without a word.
+  if (c.warmup > 0 && c.schedule == "constant")
+    throw UsageError("--warmup " + std::to_string(c.warmup) + " needs --schedule cosine (the constant schedule has no warmup)");
+  if (c.schedule == "cosine" && c.warmup >= c.steps)
+    throw UsageError("--warmup " + std::to_string(c.warmup) + " is as long as the run (--steps " +
+                     std::to_string(c.steps) + "): the learning rate would never leave warmup; give a warmup below --steps");
   if (std::isnan(c.max_norm) || c.max_norm <= 0.0f) throw UsageError("--clip must be > 0");
   if (c.clip_mode == ClipMode::Value && std::isinf(c.max_norm))
     throw UsageError("--clip-mode value needs --clip VALUE (the bound each gradient element is clamped to)");
@@ -329,6 +336,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
   // A resumed run keeps the rows up to the checkpoint, so the file reads as one run.
   std::optional<StepLogWriter> log;
   if (!c.csv.empty() && rank == 0) log.emplace(c.csv, c.resume.empty() ? -1 : first_step - 1, policy_column);
+  // Rank 0 writes the checkpoint: a path it cannot write fails now, not after the run.
+  if (!c.checkpoint.empty() && rank == 0) check_writable(c.checkpoint);
 
   auto checkpoint_now = [&](int64_t next_step) {
     RunState st;

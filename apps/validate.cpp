@@ -14,6 +14,7 @@
 #include "apps/dataset.h"
 #include "apps/train.h"
 #include "autograd/modules.h"
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/safetensors.h"
@@ -24,7 +25,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-enum RowKind : int64_t { kOrdinary = 0, kLarge = 1, kNearZero = 2, kNearTie = 3, kGiven = 4 };
+enum RowKind : int64_t { kOrdinary = 0, kLarge = 1, kNearZero = 2, kNearTie = 3 };
 const char* kind_name(int64_t k) {
   switch (k) {
     case kOrdinary:
@@ -36,7 +37,7 @@ const char* kind_name(int64_t k) {
     case kNearTie:
       return "near_tie";
     default:
-      return "row";
+      return "other";
   }
 }
 // Large rows: ordinary rows times 2^8, near-zero rows times 2^-16 (under FP16's smallest
@@ -49,10 +50,17 @@ struct EvalSet {
   std::vector<float> y;  // labels (classification) or targets [N * out]
   bool classification = true;
   int64_t outputs = 0;  // classes, or regression outputs
-  std::vector<int64_t> kind;
+  std::vector<int64_t> kind;  // empty: a set from --data without a `kind` tensor
   std::string source;
   int64_t rows() const { return x.dim(0); }
 };
+
+// The kind column of a row's line ("large     "), or nothing when the set names no kinds.
+std::string kind_cell(const EvalSet& set, int64_t r) {
+  if (set.kind.empty()) return "";
+  std::string k = kind_name(set.kind[static_cast<size_t>(r)]);
+  return " " + k + std::string(k.size() < 10 ? 10 - k.size() : 0, ' ');
+}
 
 struct Thresholds {
   double rtol, atol, tie_margin, min_quality;
@@ -68,9 +76,17 @@ struct Thresholds {
 // generated near-ties lie in [32u, 64u): as close as the tolerance lets a decision be kept.
 Thresholds resolve(const ValidateConfig& c) {
   const double u = 0.5 * static_cast<double>(finfo(c.dtype).eps);
-  Thresholds t{c.rtol >= 0 ? c.rtol : 16.0 * u, c.atol >= 0 ? c.atol : u, c.tie_margin >= 0 ? c.tie_margin : 64.0 * u,
-               c.min_quality, c.max_flips};
+  Thresholds t{c.rtol.value_or(16.0 * u), c.atol.value_or(u), c.tie_margin.value_or(64.0 * u), c.min_quality,
+               c.max_flips};
   return t;
+}
+
+void check_threshold(const char* option, const std::optional<double>& value) {
+  if (!value || (std::isfinite(*value) && *value >= 0.0)) return;
+  std::ostringstream got;
+  got << *value;
+  throw UsageError(std::string(option) + " must be a finite number >= 0, got " + got.str() +
+                   " (leave it out for the dtype's default)");
 }
 
 TrainConfig model_config(const ValidateConfig& c) {
@@ -280,7 +296,6 @@ EvalSet load_set(const std::string& path, int64_t model_in, int64_t model_out) {
     set.classification = false;
   }
   set.outputs = model_out;
-  set.kind.assign(static_cast<size_t>(n), kGiven);
   if (f.contains("kind")) {
     const std::vector<int64_t> k = f.int64s("kind");
     if (static_cast<int64_t>(k.size()) != n)
@@ -343,6 +358,16 @@ Quality quality_of(const EvalSet& set, const std::vector<float>& s) {
   return q;
 }
 
+// How many rows hold a non-finite AMP score; those whose reference is not finite either are
+// listed with the baseline's failures, so the count says where each one is.
+std::string amp_nonfinite_detail(int64_t all, size_t amp_only) {
+  std::string d = std::to_string(all) + " rows with non-finite AMP scores";
+  if (all > static_cast<int64_t>(amp_only))
+    d += ", " + std::to_string(all - static_cast<int64_t>(amp_only)) +
+         " of them with a non-finite reference too (listed as baseline failures)";
+  return d;
+}
+
 // Compares the AMP scores with the reference on the set, prints the tables, and returns the
 // comparison's part of the report with `pass` set. The thresholds were printed before.
 Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vector<float>& amp, const Thresholds& t,
@@ -353,6 +378,7 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
   std::vector<double> max_abs(k, 0.0), max_rel(k, 0.0), ref_ext(k, 0.0), amp_ext(k, 0.0);
   std::vector<int64_t> ref_bad(k, 0), amp_bad(k, 0);
   std::vector<int64_t> baseline_rows, nonfinite_rows, tol_rows;
+  int64_t amp_nonfinite_rows = 0;  // every row with a non-finite AMP score, the reference's failures too
   for (int64_t r = 0; r < n; ++r) {
     double scale = 0;
     for (int64_t c = 0; c < k; ++c)
@@ -370,6 +396,7 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
       if (scale > 0) max_rel[c] = std::max(max_rel[c], err / scale);
       if (!(err <= t.atol + t.rtol * scale)) in_tol = false;
     }
+    amp_nonfinite_rows += !amp_ok;
     if (!ref_ok)
       baseline_rows.push_back(r);
     else if (!amp_ok)
@@ -396,19 +423,18 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
   j["outputs"] = outputs;
 
   auto row_json = [&](int64_t r) {
-    return Json{{"row", r},
-                {"kind", kind_name(set.kind[r])},
-                {"ref", vec_json(&ref[r * k], k)},
-                {"amp", vec_json(&amp[r * k], k)}};
+    Json row{{"row", r}, {"ref", vec_json(&ref[r * k], k)}, {"amp", vec_json(&amp[r * k], k)}};
+    if (!set.kind.empty()) row["kind"] = kind_name(set.kind[r]);
+    return row;
   };
+  const int amp_indent = set.kind.empty() ? 15 : 26;  // "amp [" under "ref ["
   auto list_rows = [&](const char* title, const std::vector<int64_t>& rows) {
     Json a = Json::array();
     if (rows.empty()) return a;
     out << "\n" << title << " (" << rows.size() << "):\n";
     for (int64_t r : rows) {
-      out << "  row " << std::setw(4) << r << " " << std::left << std::setw(10) << kind_name(set.kind[r]) << std::right
-          << " ref " << vec_str(&ref[r * k], k) << "\n"
-          << std::setw(22) << "amp " << vec_str(&amp[r * k], k) << "\n";
+      out << "  row " << std::setw(4) << r << kind_cell(set, r) << " ref " << vec_str(&ref[r * k], k) << "\n"
+          << std::setw(amp_indent) << "amp " << vec_str(&amp[r * k], k) << "\n";
       a.push_back(row_json(r));
     }
     return a;
@@ -432,8 +458,7 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
       if (dr == da) continue;
       ++flips;
       near_tie_flips += near;
-      flips_text << "  row " << std::setw(4) << r << " " << std::left << std::setw(10) << kind_name(set.kind[r])
-                 << std::right << " ref -> " << dr << ", amp -> "
+      flips_text << "  row " << std::setw(4) << r << kind_cell(set, r) << " ref -> " << dr << ", amp -> "
                  << (da < 0 ? std::string("none (non-finite)") : std::to_string(da)) << ", ref margin "
                  << std::setprecision(4) << mg << (near ? " (near-tie)" : "") << "\n"
                  << "       ref " << vec_str(&ref[r * k], k) << "\n       amp " << vec_str(&amp[r * k], k) << "\n";
@@ -471,8 +496,7 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
   std::vector<Check> checks{
       {"baseline: FP32 reference finite", baseline_rows.empty(),
        std::to_string(baseline_rows.size()) + " rows with non-finite reference scores"},
-      {"amp: no non-finite value", nonfinite_rows.empty(),
-       std::to_string(nonfinite_rows.size()) + " rows with non-finite AMP scores"},
+      {"amp: no non-finite value", amp_nonfinite_rows == 0, amp_nonfinite_detail(amp_nonfinite_rows, nonfinite_rows.size())},
       {"scores within tolerance", tol_rows.empty(), std::to_string(tol_rows.size()) + " rows outside"},
       {"changed decisions <= max-flips", flips <= t.max_flips,
        std::to_string(flips) + " changed, at most " + std::to_string(t.max_flips) + " allowed"},
@@ -535,7 +559,10 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
     throw UsageError("--save-set writes a generated set; with --data there is none");
   if (c.max_flips < 0) throw UsageError("--max-flips must be >= 0");
   if (c.train_steps < 0) throw UsageError("--train must be >= 0");
-  if (c.rtol == 0 && c.atol == 0) throw UsageError("--rtol and --atol are both 0: no rounding would pass");
+  check_threshold("--rtol", c.rtol);
+  check_threshold("--atol", c.atol);
+  check_threshold("--tie-margin", c.tie_margin);
+  if (c.rtol == 0.0 && c.atol == 0.0) throw UsageError("--rtol and --atol are both 0: no rounding would pass");
   if (!c.json.empty()) check_writable(c.json);
   const TrainConfig mc = model_config(c);
   {
@@ -581,10 +608,10 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
   out << "belay validate: " << mc.model << " " << model->parameter_count() << " parameters (" << model_from << "), "
       << dtype_name(c.dtype) << " autocast vs fp32";
   if (c.fp32_ops) out << ", fp32 ops " << fp32_ops_names(c.fp32_ops);
-  out << "\nset: " << set.source << ", " << set.rows() << " rows (";
+  out << "\nset: " << set.source << ", " << set.rows() << " rows";
   bool first = true;
-  for (auto& [k, v] : kinds) out << (first ? "" : ", ") << v << " " << k, first = false;
-  out << "), " << (set.classification ? "class labels" : "regression targets") << "\n";
+  for (auto& [k, v] : kinds) out << (first ? " (" : ", ") << v << " " << k, first = false;
+  out << (kinds.empty() ? "" : ")") << ", " << (set.classification ? "class labels" : "regression targets") << "\n";
   out << "thresholds (fixed before the runs): |amp - ref| <= atol " << t.atol << " + rtol " << t.rtol
       << " * max|ref| of the row; no non-finite value; changed decisions <= " << t.max_flips << "; near-tie margin "
       << t.tie_margin << "; min quality "

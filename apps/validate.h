@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -33,12 +34,13 @@ struct ValidateConfig {
   std::string data;
   int64_t rows = 64;
   std::string save_set;  // write the generated set here (safetensors)
-  // Thresholds; negative: the dtype's default (validate.cpp says how it is derived).
-  double rtol = -1.0;  // |amp - ref| <= atol + rtol * max|ref| of the row
-  double atol = -1.0;
+  // Thresholds; unset: the dtype's default (validate.cpp says how it is derived). Given, each
+  // must be a finite number >= 0: no value a user can type means "the default".
+  std::optional<double> rtol;  // |amp - ref| <= atol + rtol * max|ref| of the row
+  std::optional<double> atol;
   int64_t max_flips = 0;
   double min_quality = -std::numeric_limits<double>::infinity();  // accuracy (labels) or R^2
-  double tie_margin = -1.0;  // reference top-2 margin under which a row is a near-tie
+  std::optional<double> tie_margin;  // reference top-2 margin under which a row is a near-tie
   uint32_t fp32_ops = 0;
   std::string json;  // also write the report here
   // --train N: N steps in FP32 and under AMP first (AdamW, this lr and batch).

@@ -10,6 +10,7 @@
 
 #include "bench/sections.h"
 #include "engine/error.h"
+#include "engine/whole_lines.h"
 #include "kernels/cpu/cpu_isa.h"
 
 using namespace belay::bench;
@@ -26,6 +27,7 @@ std::set<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  belay::print_whole_lines();  // every line in one write()
   Options o;
   std::string json_path;
   std::set<std::string> only{"stream", "amp", "gemm", "isa", "train", "threads", "anomaly"};

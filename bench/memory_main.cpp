@@ -22,6 +22,7 @@
 #include "autograd/modules.h"
 #include "engine/allocator.h"
 #include "engine/random.h"
+#include "engine/whole_lines.h"
 #include "optim/adamw.h"
 
 using namespace belay;
@@ -40,6 +41,7 @@ double status_bytes(const std::string& field) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  belay::print_whole_lines();  // every line in one write()
   DType dtype = DType::BF16;
   bool low_grads = false;
   int64_t n = 4096;

@@ -1,21 +1,19 @@
 #include "engine/safetensors.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 
 namespace belay {
@@ -502,50 +500,7 @@ Prepared prepare(const NamedTensors& tensors, const std::map<std::string, std::s
   return p;
 }
 
-bool write_all(int fd, const void* data, size_t size) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(size, size_t{1} << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w == 0) errno = EIO;
-    if (w <= 0) return false;
-    p += w;
-    size -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-std::atomic<uint64_t> g_temp_counter{0};
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 }  // namespace
-
-int remove_stale_temporaries(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  const std::string prefix = p.filename().string() + ".tmp.";
-  int removed = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = name.substr(prefix.size());  // PID.N and nothing else
-    const size_t dot = rest.find('.');
-    if (dot == std::string::npos || !all_digits(rest.substr(0, dot)) || !all_digits(rest.substr(dot + 1))) continue;
-    const long long pid = std::stoll(rest.substr(0, dot));
-    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) continue;
-    // Only a process that is gone (ESRCH) leaves an orphan; a live one (EPERM: someone
-    // else's) may be writing it right now.
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm;
-    if (fs::remove(it->path(), rm)) ++removed;
-  }
-  return removed;
-}
 
 std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata,
                                            const NamedInt64s& int64s) {
@@ -561,44 +516,10 @@ std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const st
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata, const NamedInt64s& int64s) {
   const Prepared p = prepare(tensors, metadata, int64s);  // bad input throws before any file is touched
-  remove_stale_temporaries(path);  // what a killed writer left beside this file
-
-  namespace fs = std::filesystem;
-  const fs::path parent = fs::path(path).parent_path();
-  const std::string dir = parent.empty() ? "." : parent.string();
-  std::string temp;
-  int fd = -1;
-  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-    temp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_temp_counter++);
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) throw Error("cannot write '" + path + "': cannot create a temporary file beside it: " + std::strerror(errno));
-
-  const auto fail = [&](const std::string& step) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(temp.c_str());
-    throw Error("cannot write '" + path + "': " + step + ": " + std::strerror(err) + " (the previous file, if any, is unchanged)");
-  };
-  if (!write_all(fd, p.head.data(), p.head.size())) fail("writing the header");
-  for (const auto& c : p.chunks)
-    if (!write_all(fd, c.ptr, c.size)) fail("writing the tensor data");
-  if (::fsync(fd) != 0) fail("fsync");
-  const int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) fail("close");
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail("renaming the temporary file over it");
-
-  // The rename is durable only once the directory is on disk too.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    const int synced = ::fsync(dfd);
-    const int err = errno;
-    ::close(dfd);
-    if (synced != 0 && err != EINVAL && err != EROFS)
-      throw Error("wrote '" + path + "' but could not fsync its directory '" + dir + "': " + std::strerror(err));
-  }
+  AtomicFile file(path);
+  file.write(p.head.data(), p.head.size(), "writing the header");
+  for (const auto& c : p.chunks) file.write(c.ptr, c.size, "writing the tensor data");
+  file.commit();
 }
 
 }  // namespace belay

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/atomic_file.h"  // remove_stale_temporaries, which the writer calls first
 #include "engine/tensor.h"
 
 namespace belay {
@@ -80,10 +81,6 @@ using NamedInt64s = std::vector<std::pair<std::string, std::vector<int64_t>>>;  
 // The data and header checksums are added to the metadata.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {}, const NamedInt64s& int64s = {});
-// The temporary files of writes to `path` that a killed process left behind
-// ("<path>.tmp.<pid>.<n>" whose pid no longer runs) are removed; write_safetensors calls it
-// first. Returns how many. Files of a live process (this one included) are kept.
-int remove_stale_temporaries(const std::string& path);
 // The bytes write_safetensors would write (tests, fuzz seeds, in-memory round trips).
 std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors,
                                            const std::map<std::string, std::string>& metadata = {},

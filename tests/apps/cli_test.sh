@@ -20,6 +20,11 @@ expect_error "negative in" 2 train --in -1
 expect_error "zero out" 2 train --out 0
 expect_error "non-numeric steps" 2 train --steps many
 expect_error "unknown dtype" 2 train --dtype fp8
+# A warmup the schedule would ignore, or one as long as the run, is refused.
+expect_one_line_error "warmup as long as the run" 2 "--warmup 500 is as long as the run (--steps 10)" \
+  train --schedule cosine --warmup 500 --steps 10
+expect_one_line_error "warmup equal to the run" 2 "--warmup 10 is as long as the run" train --schedule cosine --warmup 10 --steps 10
+expect_one_line_error "warmup without the cosine schedule" 2 "--warmup 5 needs --schedule cosine" train --warmup 5 --steps 10
 expect_error "unknown model" 2 train --model transformer
 expect_error "unknown device" 2 train --device tpu
 # Only where no CUDA device is there: a GPU, or the emulated one of a BELAY_CUDA_EMULATION
@@ -235,6 +240,24 @@ if command -v rsvg-convert >/dev/null; then
 else
   fail "plot: rsvg-convert missing (third_party/install_deps.sh installs librsvg2-bin)"
 fi
+# Every file written atomically names the path the user gave when it cannot be written,
+# never its temporary, and leaves nothing behind.
+for ext in svg png; do
+  expect_one_line_error "plot -o into a missing folder ($ext)" 2 "cannot write '$tmp/nodir/p.$ext': No such file or directory (its folder '$tmp/nodir' does not exist)\$" \
+    plot "$tmp/amp.csv" -o "$tmp/nodir/p.$ext"
+done
+"$belay" train --steps 2 --checkpoint "$tmp/ck.ckpt" --quiet
+expect_one_line_error "export into a missing folder" 2 "cannot write '$tmp/nodir/w.safetensors': No such file" \
+  export --checkpoint "$tmp/ck.ckpt" --out "$tmp/nodir/w.safetensors"
+expect_one_line_error "validate --json into a missing folder" 2 "cannot write '$tmp/nodir/v.json': No such file" \
+  validate --json "$tmp/nodir/v.json"
+expect_one_line_error "train --checkpoint into a missing folder" 2 "cannot write '$tmp/nodir/c.ckpt': No such file" \
+  train --steps 2 --checkpoint "$tmp/nodir/c.ckpt"
+[ ! -s "$tmp/out" ] && pass "train --checkpoint into a missing folder: refused before the first step" ||
+  fail "train --checkpoint into a missing folder trained first: $(cat "$tmp/out")"
+expect_one_line_error "train --csv into a missing folder" 2 "cannot write '$tmp/nodir/r.csv': No such file" \
+  train --steps 2 --csv "$tmp/nodir/r.csv"
+[ ! -e "$tmp/nodir" ] && pass "nothing written for a missing folder" || fail "something was written: $(ls -R "$tmp/nodir")"
 expect_error "plot: not a step log" 2 plot "$tmp/cv.out" -o "$tmp/x.svg"
 expect_error "plot: unknown picture format" 2 plot "$tmp/amp.csv" -o "$tmp/x.gif"
 expect_error "plot: a missing log" 2 plot "$tmp/none.csv"
@@ -330,6 +353,20 @@ write_set "$tmp/nan.safetensors" 9 nan
 "$belay" validate --data "$tmp/nan.safetensors" >"$tmp/v.out" 2>&1
 [ $? -eq 1 ] && grep -q 'FAIL  baseline: FP32 reference finite' "$tmp/v.out" && pass "validate: a NaN in the reference is a baseline failure" ||
   fail "validate baseline NaN"
+# The verdict counts the rows it shows: the NaN row's AMP scores are not finite either (listed
+# with the baseline's failures), so the AMP check fails and says where the row is.
+grep -q '^  FAIL  amp: no non-finite value (1 rows with non-finite AMP scores, 1 of them with a non-finite reference too' \
+  "$tmp/v.out" && pass "validate: the AMP check counts the NaN row it shows" ||
+  fail "validate NaN row: the AMP verdict disagrees with the rows shown: $(grep 'amp: no non-finite' "$tmp/v.out")"
+# A set without a kind tensor has no kind column: no made-up kind "row".
+grep -q '^set: .*, 24 rows, class labels$' "$tmp/v.out" && grep -q '^  row    9 ref \[' "$tmp/v.out" &&
+  ! grep -q '[0-9] row)\|row    9 row' "$tmp/v.out" && pass "validate: no kind column for a set without kinds" ||
+  fail "validate: kind column on a set without kinds: $(grep -m2 '^set:\|row    9' "$tmp/v.out")"
+# Tolerances: a given value is finite and >= 0; no typed value means "the default".
+for opt in --rtol --atol --tie-margin; do
+  expect_one_line_error "validate $opt -1" 2 "$opt must be a finite number >= 0, got -1" validate $opt -1
+done
+expect_one_line_error "validate --rtol nan" 2 "--rtol must be a finite number >= 0" validate --rtol nan
 "$belay" validate --train 10 --rtol 0.05 >"$tmp/v.out" 2>&1 && grep -q 'fp16: 10 applied' "$tmp/v.out" &&
   pass "validate --train 10" || fail "validate --train: $(cat "$tmp/v.out")"
 expect_error "validate in fp32" 2 validate --dtype fp32

@@ -77,17 +77,14 @@ for a, b in zip(one, two):
 PY
 
 # An unwritable --json stops every rank before any work, said once, exit 2.
-"$belay" sweep --ranks 2 --mpirun "$launcher" --steps 1 --json "$tmp/no/dir/s.json" >"$tmp/out" 2>"$tmp/err"
-rc=$?
-if [ $rc -ne 0 ] && [ "$(grep -c '^belay: error: ' "$tmp/err")" -eq 1 ] && grep -q "cannot write" "$tmp/err"; then
-  pass "unwritable --json on 2 ranks: exit $rc, $(grep '^belay: error: ' "$tmp/err")"
-else
-  fail "unwritable --json on 2 ranks: exit $rc, $(cat "$tmp/err")"
-fi
-# Under mpirun already, --ranks would start mpirun in every rank: refused.
-mpirun --allow-run-as-root --oversubscribe -np 2 "$belay" sweep --ranks 2 --steps 1 >"$tmp/out" 2>"$tmp/err"
-grep -q "^belay: error: sweep --ranks 2 starts mpirun itself; under mpirun give --dist mpi instead" "$tmp/err" &&
-  pass "--ranks under mpirun is refused" || fail "--ranks under mpirun: $(cat "$tmp/err")"
+# (sweep itself starts mpirun here: mpi_cmd is empty, the command line is belay's.)
+mpi_cmd=()
+expect_mpirun_error "unwritable --json on 2 ranks" 2 "cannot write '$tmp/no/dir/s.json'" \
+  "$belay" sweep --ranks 2 --mpirun "$launcher" --steps 1 --json "$tmp/no/dir/s.json"
+# Under mpirun already, --ranks would start mpirun in every rank: refused, once, whole.
+mpi_cmd=(mpirun --allow-run-as-root --oversubscribe -np)
+expect_mpirun_error "--ranks under mpirun" 2 'sweep --ranks 2 starts mpirun itself; under mpirun give --dist mpi instead$' \
+  2 "$belay" sweep --ranks 2 --steps 1
 
 [ $fails -eq 0 ] && echo "sweep --ranks: all passed" || echo "sweep --ranks: $fails failed"
 exit $((fails > 0))

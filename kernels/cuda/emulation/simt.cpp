@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/whole_lines.h"
 #include "kernels/cuda/emulation/simt_internal.h"
 #include "kernels/cuda/emulation/warp_matrix.h"
 
@@ -178,8 +179,7 @@ size_t g_main_stack_size = 0;
 #endif
 
 [[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "belay-emu: %s\n", what.c_str());
-  std::fflush(stderr);
+  write_all(2, "belay-emu: " + what + "\n");
   std::abort();
 }
 
@@ -197,7 +197,7 @@ void fault(const std::string& what) {
   ++b->faults;
   if (b->fault.empty()) {
     b->fault = "in " + b->launch->name + " block " + dim_text(b->idx) + ": " + what;
-    std::fprintf(stderr, "belay-emu: %s\n", b->fault.c_str());
+    write_all(2, "belay-emu: " + b->fault + "\n");
     std::fflush(stderr);
   }
 }
