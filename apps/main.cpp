@@ -3,11 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -51,13 +54,33 @@ std::pair<int64_t, float> parse_spike(const std::string& s) {
   }
 }
 
+// The rank of this process under mpirun (0 when not started by mpirun). Before the
+// communicator exists (it may be what failed), the launcher's environment says it.
+int launcher_rank(const belay::Communicator* comm) {
+  if (comm) return comm->rank();
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  return rank ? std::atoi(rank) : 0;
+}
+
 // A usage error is the same on every rank (all read the same options and files), so under
-// mpirun only rank 0 says it; every rank exits 2, and mpirun reports one failure. Before
-// the communicator exists (it may be what failed), the launcher's rank decides.
-bool speaks_for_all_ranks(const belay::Communicator* comm) {
-  if (comm) return comm->rank() == 0;
-  const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  return !launcher_rank || std::atoi(launcher_rank) == 0;
+// mpirun rank 0 alone says it and exits 2. The other ranks must not end first: mpirun stops
+// the job at the first rank that exits with an error, and under load it killed rank 0
+// before its line was out (the line lost, or cut by mpirun's banner). So they wait to be
+// ended by mpirun once rank 0 has failed (no rank calls MPI_Finalize, which would wait for
+// them all), and mpirun reports one failure, rank 0's exit 2.
+// An error that only this rank met is said, naming the rank, after the wait.
+constexpr int kSilentRankWaitSeconds = 10;
+int usage_error_exit(const std::string& message, const belay::Communicator* comm) {
+  const int rank = launcher_rank(comm);
+  if (rank == 0) {
+    std::cerr << "belay: error: " << message << "\n";
+    return 2;
+  }
+  std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM ends this process at once
+  std::signal(SIGINT, SIG_DFL);
+  std::this_thread::sleep_for(std::chrono::seconds(kSilentRankWaitSeconds));
+  std::cerr << "belay: error: rank " << rank << ": " << message << "\n";
+  return 2;
 }
 
 }  // namespace
@@ -258,8 +281,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (speaks_for_all_ranks(nullptr)) std::cerr << "belay: error: " << e.what() << " (see belay --help)\n";
-    return 2;
+    return usage_error_exit(std::string(e.what()) + " (see belay --help)", nullptr);
   }
 
   // Outlives the handlers below: an error on one rank of a distributed run must end them all.
@@ -367,8 +389,11 @@ int main(int argc, char** argv) {
     return belay::run_training(tc, std::cout).exit_code;
   } catch (const belay::UsageError& e) {
     std::cout.flush();
-    if (speaks_for_all_ranks(comm.get())) std::cerr << "belay: error: " << e.what() << "\n";
-    return 2;
+    const int code = usage_error_exit(e.what(), comm.get());
+    // No MPI_Finalize: it waits for every rank, and this exit is what tells mpirun to end
+    // the ranks that wait (see usage_error_exit). The process ends here anyway.
+    (void)comm.release();
+    return code;
   } catch (const std::bad_alloc&) {
     // What a part of belay that names its allocations did not catch.
     std::cout.flush();

@@ -184,6 +184,11 @@ expect_mpirun_error "mpirun without --dist mpi" 2 'started by mpirun with 2 proc
   2 "$belay" train --steps 1 --csv "$tmp/twice.csv"
 [ ! -e "$tmp/twice.csv" ] && pass "mpirun without --dist mpi: nothing written" || fail "mpirun without --dist mpi wrote a CSV"
 expect_mpirun_error "inject-rank out of range" 2 '--inject-rank 2 is not a rank' 2 "$belay" train --dist mpi --inject-rank 2 --steps 1
+# A usage error that only rank 1 meets (its own BELAY_CPU_ISA): rank 0 has nothing to say
+# and waits in the first collective; rank 1 waits 10 s for a rank 0 that would speak for it,
+# then says it, naming itself, and mpirun ends the job.
+expect_mpirun_error "a usage error on rank 1 alone" 2 'rank 1: BELAY_CPU_ISA: unknown cpu isa' \
+  1 "$belay" train --dist mpi --steps 1000 : -np 1 env BELAY_CPU_ISA=bogus "$belay" train --dist mpi --steps 1000
 # An option CLI11 itself refuses, before belay's own checks: said once too.
 expect_mpirun_error "unknown option on 2 ranks" 2 'The following argument was not expected: --no-such-option' \
   2 "$belay" train --dist mpi --no-such-option --steps 1

@@ -20,7 +20,13 @@ for test in sweep_ranks dist; do
     else
       bash "$here/sweep_ranks_test.sh" "$build/belay" ON >"/tmp/stress_$test.log" 2>&1
     fi
-    if [ $? -eq 0 ]; then ok=$((ok + 1)); else failed=$((failed + 1)); grep '^FAIL' "/tmp/stress_$test.log" | sed "s/^/run $i: /"; fi
+    if [ $? -eq 0 ]; then
+      ok=$((ok + 1))
+    else
+      failed=$((failed + 1))
+      cp "/tmp/stress_$test.log" "/tmp/stress_${test}_failed_$i.log"
+      grep '^FAIL' "/tmp/stress_$test.log" | sed "s/^/run $i: /"
+    fi
   done
   echo "$test: $ok of $n passed beside two busy loops"
 done
