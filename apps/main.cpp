@@ -390,9 +390,9 @@ int main(int argc, char** argv) {
   } catch (const belay::UsageError& e) {
     std::cout.flush();
     const int code = usage_error_exit(e.what(), comm.get());
-    // No MPI_Finalize: it waits for every rank, and this exit is what tells mpirun to end
-    // the ranks that wait (see usage_error_exit). The process ends here anyway.
-    (void)comm.release();
+    // With peers, no MPI_Finalize: it waits for every rank, and this exit is what tells
+    // mpirun to end the ranks that wait (see usage_error_exit). The process ends here anyway.
+    if (comm && comm->world_size() > 1) (void)comm.release();
     return code;
   } catch (const std::bad_alloc&) {
     // What a part of belay that names its allocations did not catch.
