@@ -15,8 +15,11 @@
 
 #include <cmath>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -28,6 +31,7 @@
 #include "apps/train.h"
 #include "autograd/modules.h"
 #include "autograd/ops.h"
+#include "engine/allocator.h"
 #include "engine/error.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -259,6 +263,12 @@ PYBIND11_MODULE(_belay, m) {
       PyErr_SetString(usage_error, e.what());
     } catch (const Error& e) {
       PyErr_SetString(error, e.what());
+    } catch (const std::bad_alloc&) {
+      // A host container that the caching allocator does not serve (its own failures are a
+      // belay::Error with the size): as PyTorch reports an allocation, a RuntimeError.
+      PyErr_SetString(error, "cannot allocate memory: a host allocation failed (std::bad_alloc); use smaller sizes");
+    } catch (const std::length_error& e) {
+      PyErr_SetString(error, (std::string("cannot allocate memory: ") + e.what() + "; use smaller sizes").c_str());
     }
   });
 
@@ -448,6 +458,7 @@ PYBIND11_MODULE(_belay, m) {
   py::class_<Linear, Module>(m, "Linear")
       .def(py::init([](int64_t in, int64_t out, uint64_t seed, bool bias, const std::string& device) {
         Rng rng(seed);
+        AllocationPurpose purpose("the parameters of Linear(" + std::to_string(in) + ", " + std::to_string(out) + ")");
         return std::make_unique<Linear>(in, out, rng, bias, to_device(device));
       }), py::arg("in_features"), py::arg("out_features"), py::arg("seed") = 0, py::arg("bias") = true,
          py::arg("device") = "cpu", "PyTorch's init (uniform in +-1/sqrt(in)) from a seeded generator")
@@ -458,6 +469,8 @@ PYBIND11_MODULE(_belay, m) {
                        const std::string& device) {
         if (act != "gelu" && act != "relu") throw UsageError("Mlp: unknown activation '" + act + "': use gelu or relu");
         Rng rng(seed);
+        AllocationPurpose purpose("the parameters of Mlp(" + std::to_string(in) + ", " + std::to_string(hidden) + ", " +
+                                  std::to_string(out) + ")");
         return std::make_unique<Mlp>(in, hidden, out, rng, layers, act == "gelu" ? Activation::Gelu : Activation::Relu,
                                      to_device(device));
       }), py::arg("in_features"), py::arg("hidden"), py::arg("out_features"), py::arg("layers") = 2,

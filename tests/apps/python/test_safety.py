@@ -1,0 +1,95 @@
+"""Issue 27, crashes and silent errors: each case as a PyTorch user would meet it, and what
+it does now. Anything that could crash or hang the interpreter runs in a subprocess, so that
+a segfault or a hang fails the test instead of killing pytest."""
+import importlib.metadata
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import belay
+
+
+def run_python(code, *args, timeout=120):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def raises_in_subprocess(statement, exception, pattern, timeout=120):
+    """Runs `statement` in a fresh interpreter: it must raise `exception` (a name, e.g.
+    ValueError or belay.Error) with a message that matches `pattern`."""
+    code = f"""
+import re, sys
+import belay
+try:
+    {statement}
+except {exception} as e:
+    print(type(e).__name__ + ": " + str(e))
+    sys.exit(0 if re.search({pattern!r}, str(e)) else 4)
+print("no exception")
+sys.exit(3)
+"""
+    r = run_python(code, timeout=timeout)
+    assert r.returncode == 0, f"{statement}: exit {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr[-3000:]}"
+    return r.stdout
+
+
+def regression(n=64, d_in=16, d_out=4, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d_in), dtype=np.float32)
+    teacher = rng.standard_normal((d_out, d_in), dtype=np.float32) * 0.5
+    return x, (x @ teacher.T).astype(np.float32)
+
+
+def loss_of(model, x, y, dtype="fp16"):
+    def loss_fn(k):
+        with belay.autocast(dtype, enabled=dtype != "fp32"):
+            return belay.mse_loss(model(x), y)
+    return loss_fn
+
+
+# ---- crashes: sizes that overflow, or that no memory holds
+
+def test_a_shape_whose_size_overflows_is_a_value_error_not_a_segfault():
+    # Each of these segfaulted, or made a tensor whose numel or nbytes had wrapped.
+    for shape in ("[1 << 62]", "[1 << 31, 1 << 31]", "[(1 << 63) - 1]", "[1 << 61]"):
+        raises_in_subprocess(f"belay.zeros({shape})", "ValueError", r"needs more than 2\^63 bytes")
+    for shape in ("[1 << 32, 1 << 32]", "[3, 1 << 62]", "[1 << 62, 1 << 62, 0]"):
+        raises_in_subprocess(f"belay.zeros({shape})", "belay.UsageError", r"more elements than fit in 64 bits")
+    # Counts that fit, in more bytes than any address space: an out-of-memory belay.Error.
+    raises_in_subprocess("belay.zeros([1 << 60])", "belay.Error",
+                         r"^out of memory allocating 4611686018427387904 bytes for a tensor")
+    t = belay.zeros([0, 1 << 60])  # no elements; every stride (up to 2^62 bytes) still fits
+    assert t.numel == 0 and t.nbytes == 0 and t.shape == (0, 1 << 60)
+    assert belay.zeros([3, 5], dtype="fp16").nbytes == 30
+
+
+def test_set_element_and_memoryview_stay_inside_the_tensor():
+    # zeros([(1 << 63) - 1]) is refused above; on a tensor that exists, indexes are checked.
+    raises_in_subprocess("belay.zeros([1000]).set_element(10**9, 1.0)", "belay.Error",
+                         r"set_element: index 1000000000 out of range for fp32\[1000\]")
+    raises_in_subprocess("memoryview(belay.zeros([1000]))[10**9]", "IndexError", "")
+    raises_in_subprocess("belay.zeros([1000]).set_element(-1, 1.0)", "belay.Error", "out of range")
+
+
+def test_a_linear_too_large_is_refused_before_any_work():
+    # 1 << 32 squared wraps to 0 elements: this ran on with memory growing past 3.8 GB.
+    raises_in_subprocess("belay.Linear(1 << 32, 1 << 32)", "ValueError",
+                         r"shape \[4294967296, 4294967296\] has more elements than fit", timeout=60)
+    # 2^62 fp32 elements: "cannot create std::vector larger than max_size()" before.
+    raises_in_subprocess("belay.Linear(2**31, 2**31)", "ValueError",
+                         r"shape \[2147483648, 2147483648\] of 4-byte elements needs more than 2\^63 bytes",
+                         timeout=60)
+    # A size that can be counted but not allocated (1 PiB): the bytes, and what they were for.
+    raises_in_subprocess("belay.Linear(1 << 24, 1 << 24)", "belay.Error",
+                         r"^out of memory allocating 1125899906842624 bytes for the parameters of "
+                         r"Linear\(16777216, 16777216\)", timeout=60)
+    raises_in_subprocess("belay.Mlp(1 << 24, 1 << 24, 4)", "belay.Error",
+                         r"out of memory allocating \d+ bytes for the parameters of Mlp\(16777216, 16777216, 4\)",
+                         timeout=60)
