@@ -321,8 +321,10 @@ PYBIND11_MODULE(_belay, m) {
       .def_property_readonly("numel", &Tensor::numel)
       .def_property_readonly("nbytes", &Tensor::nbytes)
       .def("numpy", [](py::object self) { return to_numpy(self.cast<const Tensor&>(), self); },
-           "A NumPy array over this tensor's memory (no copy on the CPU); BF16 as ml_dtypes.bfloat16 if installed, "
-           "else uint16 bits")
+           "A NumPy array over this tensor's memory (no copy on the CPU); BF16 as ml_dtypes.bfloat16 (an error "
+           "without ml_dtypes: never the bits as numbers)")
+      .def("numpy_bits", [](py::object self) { return python::to_numpy_bits(self.cast<const Tensor&>(), self); },
+           "The raw bits over this tensor's memory: uint16 for fp16/bf16, uint32 for fp32 (no copy on the CPU)")
       .def("tolist", [](const Tensor& t) { return t.to_vector(); }, "The values as floats, flattened")
       .def("item", &Tensor::item)
       .def("to", [](const Tensor& t, py::handle target) {
@@ -362,7 +364,10 @@ PYBIND11_MODULE(_belay, m) {
       .def_property_readonly("dtype", &Var::dtype)
       .def_property_readonly("requires_grad", &Var::requires_grad)
       .def_property_readonly("is_parameter", &Var::is_parameter)
-      .def("numpy", [](const Var& v) { return to_numpy(v.value(), py::cast(v.value())); })
+      .def("numpy", [](const Var& v) { return to_numpy(v.value(), py::cast(v.value())); },
+           "The value as a NumPy array sharing its memory (see Tensor.numpy)")
+      .def("numpy_bits", [](const Var& v) { return python::to_numpy_bits(v.value(), py::cast(v.value())); },
+           "The value's raw bits (see Tensor.numpy_bits)")
       .def("item", [](const Var& v) { return v.value().item(); })
       .def("backward", [](const Var& v, float seed) { v.backward(seed); }, py::arg("seed") = 1.0f)
       .def("zero_grad", &Var::zero_grad, py::arg("set_to_none") = true)

@@ -93,3 +93,96 @@ def test_a_linear_too_large_is_refused_before_any_work():
     raises_in_subprocess("belay.Mlp(1 << 24, 1 << 24, 4)", "belay.Error",
                          r"out of memory allocating \d+ bytes for the parameters of Mlp\(16777216, 16777216, 4\)",
                          timeout=60)
+
+
+# ---- silently wrong: byte order and read-only arrays
+
+def test_big_endian_arrays_are_read_as_their_numbers():
+    values = [1.0, 2.0, -3.5, 0.1]
+    big = np.array(values, ">f4")
+    assert belay.tensor(big).tolist() == belay.tensor(np.array(values, "<f4")).tolist()
+    assert belay.tensor(big).tolist()[:3] == [1.0, 2.0, -3.5]
+    assert belay.tensor(np.array(values, ">f2")).tolist() == belay.tensor(np.array(values, "<f2")).tolist()
+    assert belay.tensor(np.array(values, ">f8")).tolist() == belay.tensor(np.array(values, "<f4")).tolist()
+    assert belay.tensor(big, dtype="fp16").tolist() == belay.tensor(np.array(values, "<f4"), dtype="fp16").tolist()
+    bits = np.array([0x3F80, 0xC000], np.uint16)
+    assert belay.tensor(bits.astype(">u2"), dtype="bf16").tolist() == [1.0, -2.0]
+    assert belay.Var(big).value.tolist() == belay.tensor(big).tolist()
+    assert belay.parameter(big, "p").master.tolist() == belay.tensor(big).tolist()
+    # from_numpy shares memory, which it cannot do in the other byte order: refused, saying how.
+    with pytest.raises(belay.UsageError, match=r"big-endian byte order.*\.astype\('<f4'\).*belay\.tensor\(\) copies"):
+        belay.from_numpy(big)
+    with pytest.raises(belay.UsageError, match=r"\.astype\('<f2'\)"):
+        belay.from_numpy(np.array(values, ">f2"))
+    with pytest.raises(belay.UsageError, match="byte order"):
+        belay.from_numpy(bits.astype(">u2"), dtype="bf16")
+
+    # A model's input, a loss target, a state dict.
+    x, y = regression(n=8, d_in=4, d_out=3)
+    model = belay.Linear(4, 3, seed=0)
+    np.testing.assert_array_equal(model(x.astype(">f4")).numpy(), model(x).numpy())
+    assert belay.mse_loss(model(x), y.astype(">f4")).item() == belay.mse_loss(model(x), y).item()
+    state = model.state_dict()
+    other = belay.Linear(4, 3, seed=1)
+    other.load_state_dict({k: v.astype(">f4") for k, v in state.items()})
+    for k, v in other.state_dict().items():
+        np.testing.assert_array_equal(v, state[k], err_msg=k)
+    labels = np.array([0, 2, 1, 1, 0, 2, 2, 1], ">f4")
+    assert (belay.cross_entropy(model(x), labels).item() ==
+            belay.cross_entropy(model(x), labels.astype("<f4")).item())
+
+
+def test_from_numpy_refuses_a_read_only_array_and_copies_never_write_it():
+    a = np.arange(4, dtype=np.float32)
+    a.flags.writeable = False
+    with pytest.raises(belay.UsageError, match=r"read-only \(flags\.writeable is False\).*belay\.tensor\(\) copies"):
+        belay.from_numpy(a)
+    t = belay.tensor(a)
+    t.fill(7.0)
+    v = belay.Var(a)
+    v.numpy()[0] = 9.0
+    p = belay.parameter(a, "p")
+    p.master.fill(5.0)
+    b = np.broadcast_to(np.float32(2.0), (3, 4))  # read-only and not contiguous
+    assert belay.tensor(b).tolist() == [2.0] * 12
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0]
+    # a writable array is still shared without a copy
+    w = np.zeros(3, np.float32)
+    belay.from_numpy(w).fill(1.0)
+    assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+# ---- silently wrong: BF16 as NumPy
+
+def test_ml_dtypes_is_a_dependency_and_bf16_numpy_is_numbers():
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # installed with belay: a dependency now
+    assert any(re.match(r"ml[-_]dtypes", r) for r in importlib.metadata.requires("belay"))
+    t = belay.tensor(np.array([1.0, -2.0, 3.0], np.float32), dtype="bf16")
+    arr = t.numpy()
+    assert arr.dtype == ml_dtypes.bfloat16 and int(np.argmax(arr)) == 2
+    bits = t.numpy_bits()
+    assert bits.dtype == np.uint16 and bits.tolist() == [0x3F80, 0xC000, 0x4040]
+    assert np.shares_memory(bits, arr)
+    assert int(np.argmax(bits)) == 1  # why bits must never pass for numbers
+    assert belay.tensor([1.0], dtype="fp16").numpy_bits().tolist() == [0x3C00]
+    assert belay.tensor([1.0]).numpy_bits().dtype == np.uint32
+
+
+def test_bf16_numpy_without_ml_dtypes_is_refused_saying_what_to_do():
+    r = run_python("""
+        import sys
+        sys.modules["ml_dtypes"] = None  # as if it were not installed
+        import numpy as np
+        import belay
+        t = belay.tensor(np.array([1.0, -2.0, 3.0], np.float32), dtype="bf16")
+        for numpy_of in (t.numpy, belay.Var(t).numpy):
+            try:
+                numpy_of()
+                sys.exit("numpy() returned something")
+            except belay.UsageError as e:
+                assert "pip install ml_dtypes" in str(e) and ".numpy_bits()" in str(e), str(e)
+        assert t.numpy_bits().dtype == np.uint16 and t.numpy_bits().tolist() == [0x3F80, 0xC000, 0x4040]
+        assert t.to("fp32").numpy().tolist() == [1.0, -2.0, 3.0]
+        print("ok")
+    """)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
