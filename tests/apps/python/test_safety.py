@@ -152,6 +152,46 @@ def test_from_numpy_refuses_a_read_only_array_and_copies_never_write_it():
     assert w.tolist() == [1.0, 1.0, 1.0]
 
 
+# ---- silently wrong: optimizer settings
+
+def test_an_lr_that_is_nan_negative_or_infinite_is_refused_everywhere():
+    model = belay.Linear(4, 2, seed=0)
+    opt = belay.SGD(model, lr=0.1, momentum=0.0)
+    for bad in (math.nan, -1.0, math.inf):
+        with pytest.raises(belay.UsageError, match="lr must be a finite number >= 0"):
+            opt.set_lr(bad)
+        with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
+            opt.set_schedule(belay.LrSchedule.constant(bad))
+        with pytest.raises(belay.UsageError, match="lr must be a finite number >= 0"):
+            belay.LrSchedule.warmup_cosine(bad, 2, 10)
+        with pytest.raises(belay.UsageError, match="lr must be a finite number >= 0"):
+            belay.LrSchedule.warmup_cosine(0.1, 2, 10, min_lr=bad)
+        with pytest.raises(belay.UsageError, match="lr must be a finite number >= 0"):
+            belay.SGD(model, lr=bad)
+        with pytest.raises(belay.UsageError, match="lr must be a finite number >= 0"):
+            belay.AdamW(model, lr=bad)
+    # The optimizer kept its LR: a step descends, and no weight became NaN.
+    assert opt.schedule.peak_lr == np.float32(0.1)
+    x, y = regression(d_in=4, d_out=2)
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = belay.mse_loss(model(x), y)
+        losses.append(loss.item())
+        loss.backward()
+        opt.step()
+    assert losses[2] < losses[1] < losses[0]
+    assert all(np.isfinite(v).all() for v in model.state_dict().values())
+
+
+def test_a_parameter_listed_twice_is_refused_naming_it():
+    model = belay.Linear(4, 2, seed=0)
+    with pytest.raises(belay.UsageError, match=r"parameter 'weight' is listed twice \(at 0 and 2\)"):
+        belay.SGD(model.parameters() + [model.weight])
+    with pytest.raises(belay.UsageError, match="'bias' is listed twice"):
+        belay.AdamW([model.bias, model.weight, model.bias])
+
+
 # ---- silently wrong: BF16 as NumPy
 
 def test_ml_dtypes_is_a_dependency_and_bf16_numpy_is_numbers():
