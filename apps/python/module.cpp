@@ -81,14 +81,47 @@ std::vector<std::string> as_strings(py::handle value) {
   return value.cast<std::vector<std::string>>();
 }
 
+// Parameters whose FP32 master Python has been handed (Var.master). Python may have written it
+// since (through .numpy(), fill, set_element), and an FP16/BF16 working copy, refreshed only by
+// the optimizer's pass, would not show it: the forward would read the old weights until the
+// next step. So the working copy of such a parameter is refreshed from its master before every
+// forward that reads it (one cast pass, which autocast costs PyTorch every forward anyway), and
+// a forward sees what the master holds, as model.weight does in PyTorch. Touched with the GIL.
+std::unordered_map<const Node*, std::weak_ptr<Node>>& masters_handed_out() {
+  static auto* handed = new std::unordered_map<const Node*, std::weak_ptr<Node>>();
+  return *handed;
+}
+
+const Tensor& hand_out_master(const Var& v) {
+  masters_handed_out()[v.node()] = v.node_ptr();
+  return v.master();
+}
+
+void refresh_working_copy(const Var& p) {
+  if (!p.is_parameter()) return;
+  auto& handed = masters_handed_out();
+  const auto it = handed.find(p.node());
+  if (it == handed.end()) return;
+  if (it->second.lock().get() != p.node()) {  // another node, at the address of one gone
+    handed.erase(it);
+    return;
+  }
+  Tensor& working = p.node()->value;
+  if (working.data() != p.master().data()) working.copy_from(p.master());  // rounds as the optimizer's refresh
+}
+
 // An op's input: a Var as it is; a Tensor or anything array-like as a constant (no grad).
 Var as_var(py::handle o) {
-  if (py::isinstance<Var>(o)) return o.cast<Var>();
+  if (py::isinstance<Var>(o)) {
+    Var v = o.cast<Var>();
+    refresh_working_copy(v);
+    return v;
+  }
   return Var(to_tensor(o, std::nullopt, Device::cpu(), false));
 }
 // A Var's device decides where a constant goes (a model on the GPU, data from NumPy).
 Var as_var_on(py::handle o, Device device) {
-  if (py::isinstance<Var>(o)) return o.cast<Var>();
+  if (py::isinstance<Var>(o)) return as_var(o);
   return Var(to_tensor(o, std::nullopt, device, false));
 }
 Tensor as_target(py::handle o, Device device) { return to_tensor(o, DType::F32, device, false); }
@@ -358,7 +391,8 @@ PYBIND11_MODULE(_belay, m) {
       }), py::arg("value"), py::arg("requires_grad") = false)
       .def_property_readonly("value", &Var::value)
       .def_property_readonly("grad", [](const Var& v) { return optional_tensor(v.grad()); })
-      .def_property_readonly("master", [](const Var& v) { return v.is_parameter() ? py::cast(v.master()) : py::none(); })
+      .def_property_readonly("master", [](const Var& v) { return v.is_parameter() ? py::cast(hand_out_master(v)) : py::none(); },
+                             "A parameter's FP32 master (sharing its memory; a forward sees what is written to it), else None")
       .def_property_readonly("name", &Var::name)
       .def_property_readonly("shape", [](const Var& v) { return py::tuple(py::cast(v.shape().dims())); })
       .def_property_readonly("dtype", &Var::dtype)
@@ -392,6 +426,8 @@ PYBIND11_MODULE(_belay, m) {
   m.def("cast", [](py::handle x, py::handle d) { return cast(as_var(x), to_dtype(d)); });
   m.def("matmul", [](py::handle a, py::handle b) { return matmul(as_var(a), as_var(b)); });
   m.def("linear", [](py::handle x, const Var& w, std::optional<Var> b) {
+    refresh_working_copy(w);
+    if (b) refresh_working_copy(*b);
     return linear(as_var_on(x, w.device()), w, b.value_or(Var()));
   }, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("add", [](py::handle a, py::handle b) { return add(as_var(a), as_var(b)); });
@@ -426,9 +462,13 @@ PYBIND11_MODULE(_belay, m) {
   py::class_<Module>(m, "Module")
       .def("__call__", [](Module& mod, py::handle x) {
         const auto params = mod.parameters();
+        for (const Var& p : params) refresh_working_copy(p);
         return mod(as_var_on(x, params.empty() ? Device::cpu() : params[0].device()));
       })
-      .def("forward", [](Module& mod, py::handle x) { return mod.forward(as_var(x)); })
+      .def("forward", [](Module& mod, py::handle x) {
+        for (const Var& p : mod.parameters()) refresh_working_copy(p);
+        return mod.forward(as_var(x));
+      })
       .def("parameters", &Module::parameters)
       .def("named_parameters", &Module::named_parameters)
       .def_property_readonly("parameter_count", &Module::parameter_count)

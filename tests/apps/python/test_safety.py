@@ -226,3 +226,27 @@ def test_bf16_numpy_without_ml_dtypes_is_refused_saying_what_to_do():
         print("ok")
     """)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+# ---- silently wrong: the FP16 working copy and writes to the master
+
+def test_a_write_to_the_fp32_master_is_seen_by_the_next_forward():
+    model = belay.Linear(4, 2, seed=0, bias=False)
+    model.set_working_dtype("fp16")
+    x = np.ones((1, 4), np.float32)
+    w = model.weight.master.numpy()  # the FP32 master, shared
+    w[...] = 0.5
+    with belay.autocast("fp16"):
+        np.testing.assert_array_equal(model(x).numpy(), [[2.0, 2.0]])
+        model.weight.master.fill(0.25)
+        np.testing.assert_array_equal(model(x).numpy(), [[1.0, 1.0]])
+        np.testing.assert_array_equal(belay.linear(x, model.weight).numpy(), [[1.0, 1.0]])
+        w[0, 0] = 1.0 / 3.0  # rounds in the working copy as the optimizer's refresh does
+        assert model.weight.numpy()[0, 0] == np.float16(0.25)  # not read until a forward
+        model(x)
+        assert model.weight.numpy()[0, 0] == np.float16(w[0, 0])
+    # Training goes on from the written weights: the step's refresh agrees with the master.
+    opt = belay.SGD(model, lr=0.1, momentum=0.0)
+    step = belay.SafeStep(opt, belay.GradScaler(enabled=False))
+    step.run(loss_of(model, x, np.zeros((1, 2), np.float32)))
+    np.testing.assert_array_equal(model.weight.numpy(), w.astype(np.float16))
