@@ -593,15 +593,18 @@ PYBIND11_MODULE(_belay, m) {
       .def("found_inf", &GradScaler::found_inf);
   py::class_<SafeStep>(m, "SafeStep")
       .def(py::init([](Optimizer& opt, GradScaler& scaler, std::optional<LrSchedule> schedule, float max_norm,
-                       int accum_steps, bool fused, const std::string& clip_mode) {
-        return std::make_unique<SafeStep>(opt, scaler, schedule.value_or(opt.schedule()),
-                                          SafeStepOptions{max_norm, accum_steps, fused, parse_clip_mode(clip_mode)});
+                       int accum_steps, bool fused, const std::string& clip_mode, bool unscale_grads) {
+        return std::make_unique<SafeStep>(
+            opt, scaler, schedule.value_or(opt.schedule()),
+            SafeStepOptions{max_norm, accum_steps, fused, parse_clip_mode(clip_mode), unscale_grads});
       }), py::arg("optimizer"), py::arg("scaler"), py::arg("schedule") = py::none(),
          py::arg("max_norm") = INFINITY, py::arg("accum_steps") = 1, py::arg("fused") = true,
-         py::arg("clip_mode") = "norm",
+         py::arg("clip_mode") = "norm", py::arg("unscale_grads") = true,
          py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
          "The whole mixed-precision step in the right order; max_norm=inf measures without clipping; "
-         "clip_mode='value' clamps each element to +-max_norm instead")
+         "clip_mode='value' clamps each element to +-max_norm instead. After run(), p.grad holds the true "
+         "gradient (unscaled, and clipped as the step applied it), fused or not, as after PyTorch's scaler.step; "
+         "unscale_grads=False leaves a fused step's gradients scaled and saves two passes over them")
       .def("run", &run_step, py::arg("loss_fn"),
            "One step: loss_fn(k) returns micro-batch k's FP32 loss (a Var). Returns the StepRow")
       .def_property("next_step", &SafeStep::next_step, &SafeStep::set_next_step)

@@ -250,3 +250,83 @@ def test_a_write_to_the_fp32_master_is_seen_by_the_next_forward():
     step = belay.SafeStep(opt, belay.GradScaler(enabled=False))
     step.run(loss_of(model, x, np.zeros((1, 2), np.float32)))
     np.testing.assert_array_equal(model.weight.numpy(), w.astype(np.float16))
+
+
+# ---- silently wrong: SafeStep
+
+def one_step(fused, max_norm, unscale_grads=True, dtype="fp16"):
+    x, y = regression()
+    model = belay.Linear(16, 4, seed=0)
+    model.set_working_dtype(dtype)
+    opt = belay.AdamW(model, lr=1e-2, weight_decay=0.0)
+    scaler = belay.GradScaler(enabled=dtype == "fp16", init_scale=1024.0)
+    step = belay.SafeStep(opt, scaler, max_norm=max_norm, fused=fused, unscale_grads=unscale_grads)
+    row = step.run(loss_of(model, x, y, dtype))
+    return row, [p.grad.numpy().copy() for p in model.parameters()], model.state_dict()
+
+
+FP16_EPS = 2.0 ** -10
+
+
+def reference_grads(dtype="fp16"):
+    """The gradient of the same loss, by a plain backward: no scale, no clip."""
+    x, y = regression()
+    model = belay.Linear(16, 4, seed=0)
+    model.set_working_dtype(dtype)
+    loss = loss_of(model, x, y, dtype)(0)
+    loss.backward()
+    return [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def test_after_a_fused_step_grad_is_the_true_gradient_as_after_an_unfused_one():
+    ref = reference_grads()
+    for max_norm in (math.inf, 0.5):
+        row_f, fused, state_f = one_step(True, max_norm)
+        row_u, unfused, state_u = one_step(False, max_norm)
+        assert row_f.scaler_scale == row_u.scaler_scale == 1024.0 and not row_f.skipped
+        for a, b in zip(fused, unfused):
+            np.testing.assert_array_equal(a, b)
+        # Against a plain backward (seed 1, no scale): the true gradient, not 1024 times it. The
+        # two backwards round differently on the way through FP16 activations, so they agree to
+        # FP16's epsilon (2^-10 relative), not bit for bit. Clipped: times the coefficient the
+        # step applied (post / pre from the row; its rounding is far below that bound).
+        coef = 1.0
+        if not math.isinf(max_norm):
+            assert row_f.grad_l2_pre_clip > max_norm  # the clip acts
+            coef = row_f.grad_l2_post_clip / row_f.grad_l2_pre_clip
+        for a, r in zip(fused, ref):
+            np.testing.assert_allclose(a, r * np.float32(coef), rtol=FP16_EPS, atol=0)
+    # unscale_grads=False: a fused step leaves them scaled (two passes saved), as before.
+    _, scaled, _ = one_step(True, math.inf, unscale_grads=False)
+    for a, r in zip(scaled, ref):
+        np.testing.assert_allclose(a, r * np.float32(1024.0), rtol=FP16_EPS, atol=0)
+    # BF16 (no loss scaling), clipped: the two paths agree too.
+    _, fused, _ = one_step(True, 0.5, dtype="bf16")
+    _, unfused, _ = one_step(False, 0.5, dtype="bf16")
+    for a, b in zip(fused, unfused):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_step_run_inside_the_loss_function_is_refused():
+    x, y = regression()
+    model = belay.Linear(16, 4, seed=0)
+    model.set_working_dtype("fp16")
+    opt = belay.AdamW(model, lr=1e-2)
+    scaler = belay.GradScaler()
+    step = belay.SafeStep(opt, scaler, max_norm=1.0)
+    step.run(loss_of(model, x, y))
+    before = ({k: v.copy() for k, v in model.state_dict().items()}, opt.step_count, scaler.scale, step.next_step)
+
+    def nested(k):
+        step.run(loss_of(model, x, y))  # a second step from inside the first
+        return loss_of(model, x, y)(k)
+
+    with pytest.raises(belay.UsageError, match=r"run\(\) called again while a step of the same SafeStep is running"):
+        step.run(nested)
+    after = ({k: v.copy() for k, v in model.state_dict().items()}, opt.step_count, scaler.scale, step.next_step)
+    assert before[1:] == after[1:]
+    for k in before[0]:
+        np.testing.assert_array_equal(before[0][k], after[0][k])
+    # The SafeStep is usable again: the next row is step 1, one step on from the first.
+    row = step.run(loss_of(model, x, y))
+    assert row.step == 1 and opt.step_count == 2
