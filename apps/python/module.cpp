@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <csignal>
 #include <memory>
 #include <new>
 #include <optional>
@@ -667,16 +668,48 @@ PYBIND11_MODULE(_belay, m) {
 
   // ---- belay train
   m.def("train", [](py::kwargs kw) {
-    const TrainConfig c = train_config(kw);
+    TrainConfig c = train_config(kw);
+    // Ctrl-C: Python's handler only sets a flag while the run holds no GIL. Between steps the
+    // run asks (with the GIL) whether a signal handler raised; if so it stops after the step
+    // as the CLI does on SIGINT (checkpoint written if asked), and the exception is raised here.
+    py::object raised_type, raised_value, raised_trace;  // what the handler raised, if it did
+    c.stop_requested = [&]() -> int {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) return 0;
+      PyObject *type, *value, *trace;
+      PyErr_Fetch(&type, &value, &trace);
+      PyErr_NormalizeException(&type, &value, &trace);
+      raised_type = py::reinterpret_steal<py::object>(type);
+      raised_value = py::reinterpret_steal<py::object>(value);
+      raised_trace = py::reinterpret_steal<py::object>(trace);
+      return SIGINT;
+    };
     std::ostringstream out;
     TrainResult result;
     {
       py::gil_scoped_release nogil;
       result = run_training(c, out);
     }
+    c.stop_requested = nullptr;
     if (!c.quiet) py::print(out.str(), py::arg("end") = "");
     py::list rows;
     for (const StepRow& r : result.rows) rows.append(to_py(r));
+    if (raised_type) {  // a KeyboardInterrupt (or what the user's handler raised), with the rows run
+      if (raised_value && PyObject_SetAttrString(raised_value.ptr(), "rows", rows.ptr()) != 0) PyErr_Clear();
+      PyErr_Restore(raised_type.release().ptr(), raised_value.release().ptr(), raised_trace.release().ptr());
+      throw py::error_already_set();
+    }
+    if (result.exit_code != 0) {  // the skip-rate stop or a stopping rollback: the CLI exits 1
+      py::object e = py::handle(error)(py::str(result.stop_reason.empty() ? "the run stopped early (exit code " +
+                                                                                std::to_string(result.exit_code) + ")"
+                                                                          : result.stop_reason));
+      e.attr("rows") = rows;
+      e.attr("exit_code") = result.exit_code;
+      PyErr_SetObject(error, e.ptr());
+      throw py::error_already_set();
+    }
     return rows;
-  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows");
+  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows. "
+     "A run that stops early (max_skip_rate, a stopping rollback) raises belay.Error with the reason, its rows "
+     "in .rows; Ctrl-C stops after the step (checkpointing if asked) and raises KeyboardInterrupt, rows in .rows");
 }

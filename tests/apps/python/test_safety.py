@@ -330,3 +330,65 @@ def test_step_run_inside_the_loss_function_is_refused():
     # The SafeStep is usable again: the next row is step 1, one step on from the first.
     row = step.run(loss_of(model, x, y))
     assert row.step == 1 and opt.step_count == 2
+
+
+# ---- silently wrong: belay.train that stops early, and Ctrl-C
+
+def test_train_stopped_by_the_skip_rate_raises_with_its_rows():
+    with pytest.raises(belay.Error, match=r"^skip rate stayed above 50% for 3 consecutive steps") as info:
+        belay.train(steps=30, inject_inf=[0, 1, 2, 3, 4], max_skip_rate=0.5, skip_patience=3, quiet=True,
+                    **{"in": 8, "out": 2})
+    e = info.value
+    assert not isinstance(e, ValueError) and e.exit_code == 1
+    assert 0 < len(e.rows) < 30 and all(r.skipped for r in e.rows)
+    assert isinstance(e.rows[0], belay.StepRow)
+
+
+def test_train_stopped_by_a_rollback_raises_with_its_rows(tmp_path):
+    with pytest.raises(belay.Error, match=r"^rollback: skip-rate: 6 of the last 10 steps skipped.*stopping") as info:
+        belay.train(dtype="fp16", steps=40, rollback_on="skip-rate", rollback_every=5, rollback_skip_window=10,
+                    rollback_skip_rate=0.5, inject_inf=list(range(12, 31)), csv=str(tmp_path / "rb.csv"),
+                    quiet=True)
+    assert info.value.exit_code == 1 and len(info.value.rows) < 40
+    assert (tmp_path / "rb.rollback.json").exists()
+    # a run that completes still returns its rows
+    assert len(belay.train(steps=3, quiet=True, **{"in": 8, "out": 2})) == 3
+
+
+def test_ctrl_c_during_train_stops_after_the_step_checkpoints_and_raises(tmp_path):
+    checkpoint = tmp_path / "run.safetensors"
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        import belay
+        try:
+            belay.train(steps=1000000, batch=64, checkpoint=sys.argv[1], checkpoint_every=20, quiet=True,
+                        **{"in": 256, "out": 256})
+        except KeyboardInterrupt as e:
+            print("KeyboardInterrupt after", len(e.rows), "steps", flush=True)
+            sys.exit(0)
+        print("the run was not interrupted", flush=True)
+        sys.exit(5)
+    """), str(checkpoint)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The first checkpoint (step 20) says the run is under way inside belay.train: Ctrl-C then.
+        for _ in range(1200):
+            if checkpoint.exists() or child.poll() is not None:
+                break
+            try:
+                child.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        assert checkpoint.exists(), "no checkpoint was written"
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)  # a run that ignored it would go on for hours
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, out + err
+    m = re.match(r"KeyboardInterrupt after (\d+) steps", out.strip())
+    assert m, out + err
+    steps = int(m.group(1))
+    assert 20 <= steps < 1000000
+    # The final checkpoint holds every step run: the run can resume from it.
+    assert belay.inspect_checkpoint(str(checkpoint))["state"].next_step == steps
