@@ -376,7 +376,8 @@ PYBIND11_MODULE(_belay, m) {
   m.def("from_numpy", [](const py::array& a, py::object dtype) {
     return python::from_numpy(a, dtype.is_none() ? std::nullopt : std::optional<DType>(to_dtype(dtype)));
   }, py::arg("array"), py::arg("dtype") = py::none(),
-     "A tensor over the array's memory, no copy: C-contiguous float32, float16, bfloat16 (or uint16 with dtype='bf16')");
+     "A tensor over the array's memory, no copy: C-contiguous, writable, in this machine's byte order, float32, "
+     "float16, bfloat16 (or uint16 with dtype='bf16'); belay.tensor() copies anything else");
   m.def("tensor", [](py::handle data, py::object dtype, const std::string& device) {
     return to_tensor(data, dtype.is_none() ? std::nullopt : std::optional<DType>(to_dtype(dtype)), to_device(device), true);
   }, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
