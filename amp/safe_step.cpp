@@ -53,6 +53,17 @@ SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, Safe
 }
 
 PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
+  // A loss function (or after_backward) that runs a step of its own would merge two steps
+  // into one row and zero the outer step's gradients: refused, and the outer step is then
+  // abandoned like any step whose loss function throws.
+  if (running_)
+    throw UsageError("SafeStep: run() called again while a step of the same SafeStep is running (from its loss "
+                     "function or after_backward hook); run one step at a time, outside the loss function");
+  running_ = true;
+  struct Running {
+    bool& flag;
+    ~Running() { flag = false; }
+  } running{running_};
   const int64_t step = step_;
   const Device device = opt_.device();
   const Backend& be = backend_for(device);
@@ -117,6 +128,16 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   const Tensor found_inf = scaler_.found_inf_tensor(opt_);
   const Tensor nonfinite_loss = scaler_.nonfinite_loss_tensor(opt_);
   scaler_.step(opt_);  // a no-op under found_inf, decided on the device
+  if (options_.unscale_grads && options_.fused && !by_value) {
+    // The unfused step's passes, with this step's scale (update() has not changed it yet) and
+    // clip coefficient: the same numbers as unscale_ then clip_grad_norm_ in place.
+    const Tensor one = Tensor::full(Shape{1}, 1.0f, DType::F32, device);
+    Tensor inv_scale = Tensor::empty(Shape{1}, DType::F32, device), ignored = Tensor::zeros(Shape{1}, DType::F32, device);
+    if (scaler_.enabled()) be.binary(BinaryOp::Div, one, scaler_.scale_tensor(), inv_scale);
+    else inv_scale.fill(1.0f);
+    be.unscale_inplace(opt_.mutable_grads(), inv_scale, ignored);
+    if (!std::isinf(options_.max_norm)) be.scale_inplace(opt_.mutable_grads(), clip_coef);
+  }
   scaler_.update();
 
   std::vector<const Tensor*> values{&loss_mean, &nonfinite_loss, &found_inf, &norm,

@@ -38,6 +38,11 @@ struct SafeStepOptions {
   int accum_steps = 1;
   bool fused = true;  // false: unscale_ in place, clip_grad_norm_, step (PyTorch's order)
   ClipMode clip_mode = ClipMode::Norm;
+  // The fused step reads the gradients scaled and never writes them, so after it they still
+  // hold loss scale x gradient. true: two more passes leave what the unfused step leaves (the
+  // gradient unscaled, and clipped by norm when max_norm is finite), as PyTorch's p.grad
+  // after scaler.step; the Python module asks for it, the CLI does not need it.
+  bool unscale_grads = false;
 };
 
 // A step that has been enqueued, and its log row on its way to the host.
@@ -83,6 +88,7 @@ class SafeStep {
   LocalCommunicator local_comm_;
   Communicator* comm_;
   int64_t step_ = 0;
+  bool running_ = false;  // inside enqueue: a second step from the loss function is refused
 };
 
 }  // namespace belay

@@ -9,6 +9,7 @@
 #include <new>
 #include <stdexcept>
 #include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -448,8 +449,11 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (v.stop && !skip_stop) {
       skip_stop = true;
       progress.finish();
-      out << "belay: error: skip rate stayed above " << 100.0 * c.skip.max_rate << "% for " << c.skip.patience
-          << " consecutive steps (through step " << row.step << "); stopping\n";
+      std::ostringstream why;
+      why << "skip rate stayed above " << 100.0 * c.skip.max_rate << "% for " << c.skip.patience
+          << " consecutive steps (through step " << row.step << "); stopping";
+      result.stop_reason = why.str();
+      out << "belay: error: " << result.stop_reason << "\n";
       result.exit_code = 1;
     }
   };
@@ -513,7 +517,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
     if (go_on) {
       if (!c.quiet) out << what << "; " << action << "\n";
     } else {
-      out << "belay: error: " << what << "; stopping" << (c.rollback.continues() ? " (--max-rollbacks)" : "") << "\n";
+      result.stop_reason = what + "; stopping" + (c.rollback.continues() ? " (--max-rollbacks)" : "");
+      out << "belay: error: " << result.stop_reason << "\n";
       result.exit_code = 1;
     }
     rollback_reason.reset();
@@ -596,7 +601,8 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) {
       }
       if (skip_stop) break;
       // Taken together: a signal seen by one rank stops every rank after the same step.
-      const int sig = world > 1 ? comm.max_over_ranks(g_stop_signal) : static_cast<int>(g_stop_signal);
+      int sig = world > 1 ? comm.max_over_ranks(g_stop_signal) : static_cast<int>(g_stop_signal);
+      if (sig == 0 && c.stop_requested) sig = c.stop_requested();
       if (sig != 0) {
         drain(0);
         progress.finish();

@@ -70,6 +70,9 @@ struct TrainConfig {
   bool sync_each_step = false;
   bool quiet = false;
   bool handle_signals = false;  // the CLI: SIGINT/SIGTERM finish the step, checkpoint, exit 130/143
+  // Polled between steps when set (the Python module: Ctrl-C as PyErr_CheckSignals sees it): a
+  // nonzero signal number stops the run after the step as that signal does with handle_signals.
+  std::function<int()> stop_requested;
   // --detect-anomaly: stop at the first non-finite value (autograd/anomaly.h) with a report,
   // thrown as AnomalyError; a scaled gradient's overflow is reported as a scaler event.
   bool detect_anomaly = false;
@@ -87,6 +90,7 @@ struct TrainConfig {
 
 struct TrainResult {
   int exit_code = 0;  // 0; 1 when the skip-rate stop or a stopping rollback fired; 130/143 after SIGINT/SIGTERM
+  std::string stop_reason;  // with exit_code 1: why, the line printed after "belay: error: "
   std::vector<StepRow> rows;  // the rows this invocation ran
   float first_loss = 0.0f;
   float final_loss = 0.0f;  // last applied step's loss

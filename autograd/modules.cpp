@@ -34,18 +34,24 @@ void Module::set_grad_dtype(DType dtype) {
   }
 }
 
+// Drawn straight into the tensor's own storage: a size the allocator refuses is a belay::Error
+// saying how many bytes, before any value is drawn (no host vector to fail first).
 static Tensor uniform_tensor(const Shape& shape, float bound, Rng& rng, Device device) {
-  std::vector<float> v(static_cast<size_t>(shape.numel()));
-  for (float& x : v) x = rng.uniform(-bound, bound);
-  return Tensor::from_vector(v, shape, DType::F32, device);
+  Tensor host = Tensor::empty(shape, DType::F32, Device::cpu());
+  float* v = host.data_as<float>();
+  for (int64_t i = 0; i < host.numel(); ++i) v[i] = rng.uniform(-bound, bound);
+  return device.is_cpu() ? host : host.to(device);
 }
 
 Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Device device, const std::string& prefix)
     : prefix_(prefix), path_(prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1)) {
   if (in <= 0 || out <= 0)
     throw UsageError("Linear: sizes must be positive, got in=" + std::to_string(in) + " out=" + std::to_string(out));
+  // A weight whose size overflows is a UsageError from Shape, one the allocator cannot give an
+  // Error naming the bytes (uniform_tensor allocates before it draws): never a hang or a crash.
+  const Shape weight_shape{out, in};
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
-  weight = Var::parameter(uniform_tensor(Shape{out, in}, bound, rng, device), prefix + "weight");
+  weight = Var::parameter(uniform_tensor(weight_shape, bound, rng, device), prefix + "weight");
   if (with_bias) bias = Var::parameter(uniform_tensor(Shape{out}, bound, rng, device), prefix + "bias");
 }
 

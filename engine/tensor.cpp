@@ -25,7 +25,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape.bytes(dtype_size(dtype))), device);
   return t;
 }
 
@@ -38,7 +38,7 @@ Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, std::shared_p
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(shape.numel()) * dtype_size(dtype), std::move(owner));
+  t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(shape.bytes(dtype_size(dtype))), std::move(owner));
   return t;
 }
 

@@ -19,12 +19,21 @@ Optimizer::Optimizer(std::vector<Var> params, float lr) : params_(std::move(para
     if (!p.is_parameter()) throw Error("optimizer: '" + p.name() + "' is not a parameter (no FP32 master)");
     if (p.device() != device_) throw Error("optimizer: parameters live on different devices");
   }
+  // A parameter listed twice would be updated twice a step (and its state kept twice).
+  for (size_t i = 0; i < params_.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (params_[i].node() == params_[j].node())
+        throw UsageError("optimizer: parameter '" + params_[i].name() + "' is listed twice (at " + std::to_string(j) +
+                         " and " + std::to_string(i) + "); give each parameter once");
   lr_now_ = Tensor::scalar(lr, DType::F32, device_);
   applied_steps_ = Tensor::scalar(0.0f, DType::F32, device_);
   set_lr(lr);
 }
 
 void Optimizer::set_schedule(const LrSchedule& schedule) {
+  // Every way an LR reaches an optimizer (constructor, set_lr, set_schedule, SafeStep's
+  // schedule) passes here: a struct filled by hand is held to the factories' check too.
+  schedule.check();
   // Constant: one entry. Warmup + cosine: every step up to the later of the warmup's end and
   // the cosine's end, after which lr_at is the floor for good (held by the lookup's clamp).
   const int64_t n = schedule.kind == LrSchedule::Kind::Constant

@@ -14,9 +14,13 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <csignal>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -28,6 +32,7 @@
 #include "apps/train.h"
 #include "autograd/modules.h"
 #include "autograd/ops.h"
+#include "engine/allocator.h"
 #include "engine/error.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -77,14 +82,47 @@ std::vector<std::string> as_strings(py::handle value) {
   return value.cast<std::vector<std::string>>();
 }
 
+// Parameters whose FP32 master Python has been handed (Var.master). Python may have written it
+// since (through .numpy(), fill, set_element), and an FP16/BF16 working copy, refreshed only by
+// the optimizer's pass, would not show it: the forward would read the old weights until the
+// next step. So the working copy of such a parameter is refreshed from its master before every
+// forward that reads it (one cast pass, which autocast costs PyTorch every forward anyway), and
+// a forward sees what the master holds, as model.weight does in PyTorch. Touched with the GIL.
+std::unordered_map<const Node*, std::weak_ptr<Node>>& masters_handed_out() {
+  static auto* handed = new std::unordered_map<const Node*, std::weak_ptr<Node>>();
+  return *handed;
+}
+
+const Tensor& hand_out_master(const Var& v) {
+  masters_handed_out()[v.node()] = v.node_ptr();
+  return v.master();
+}
+
+void refresh_working_copy(const Var& p) {
+  if (!p.is_parameter()) return;
+  auto& handed = masters_handed_out();
+  const auto it = handed.find(p.node());
+  if (it == handed.end()) return;
+  if (it->second.lock().get() != p.node()) {  // another node, at the address of one gone
+    handed.erase(it);
+    return;
+  }
+  Tensor& working = p.node()->value;
+  if (working.data() != p.master().data()) working.copy_from(p.master());  // rounds as the optimizer's refresh
+}
+
 // An op's input: a Var as it is; a Tensor or anything array-like as a constant (no grad).
 Var as_var(py::handle o) {
-  if (py::isinstance<Var>(o)) return o.cast<Var>();
+  if (py::isinstance<Var>(o)) {
+    Var v = o.cast<Var>();
+    refresh_working_copy(v);
+    return v;
+  }
   return Var(to_tensor(o, std::nullopt, Device::cpu(), false));
 }
 // A Var's device decides where a constant goes (a model on the GPU, data from NumPy).
 Var as_var_on(py::handle o, Device device) {
-  if (py::isinstance<Var>(o)) return o.cast<Var>();
+  if (py::isinstance<Var>(o)) return as_var(o);
   return Var(to_tensor(o, std::nullopt, device, false));
 }
 Tensor as_target(py::handle o, Device device) { return to_tensor(o, DType::F32, device, false); }
@@ -259,6 +297,12 @@ PYBIND11_MODULE(_belay, m) {
       PyErr_SetString(usage_error, e.what());
     } catch (const Error& e) {
       PyErr_SetString(error, e.what());
+    } catch (const std::bad_alloc&) {
+      // A host container that the caching allocator does not serve (its own failures are a
+      // belay::Error with the size): as PyTorch reports an allocation, a RuntimeError.
+      PyErr_SetString(error, "cannot allocate memory: a host allocation failed (std::bad_alloc); use smaller sizes");
+    } catch (const std::length_error& e) {
+      PyErr_SetString(error, (std::string("cannot allocate memory: ") + e.what() + "; use smaller sizes").c_str());
     }
   });
 
@@ -311,8 +355,10 @@ PYBIND11_MODULE(_belay, m) {
       .def_property_readonly("numel", &Tensor::numel)
       .def_property_readonly("nbytes", &Tensor::nbytes)
       .def("numpy", [](py::object self) { return to_numpy(self.cast<const Tensor&>(), self); },
-           "A NumPy array over this tensor's memory (no copy on the CPU); BF16 as ml_dtypes.bfloat16 if installed, "
-           "else uint16 bits")
+           "A NumPy array over this tensor's memory (no copy on the CPU); BF16 as ml_dtypes.bfloat16 (an error "
+           "without ml_dtypes: never the bits as numbers)")
+      .def("numpy_bits", [](py::object self) { return python::to_numpy_bits(self.cast<const Tensor&>(), self); },
+           "The raw bits over this tensor's memory: uint16 for fp16/bf16, uint32 for fp32 (no copy on the CPU)")
       .def("tolist", [](const Tensor& t) { return t.to_vector(); }, "The values as floats, flattened")
       .def("item", &Tensor::item)
       .def("to", [](const Tensor& t, py::handle target) {
@@ -330,7 +376,8 @@ PYBIND11_MODULE(_belay, m) {
   m.def("from_numpy", [](const py::array& a, py::object dtype) {
     return python::from_numpy(a, dtype.is_none() ? std::nullopt : std::optional<DType>(to_dtype(dtype)));
   }, py::arg("array"), py::arg("dtype") = py::none(),
-     "A tensor over the array's memory, no copy: C-contiguous float32, float16, bfloat16 (or uint16 with dtype='bf16')");
+     "A tensor over the array's memory, no copy: C-contiguous, writable, in this machine's byte order, float32, "
+     "float16, bfloat16 (or uint16 with dtype='bf16'); belay.tensor() copies anything else");
   m.def("tensor", [](py::handle data, py::object dtype, const std::string& device) {
     return to_tensor(data, dtype.is_none() ? std::nullopt : std::optional<DType>(to_dtype(dtype)), to_device(device), true);
   }, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
@@ -346,13 +393,17 @@ PYBIND11_MODULE(_belay, m) {
       }), py::arg("value"), py::arg("requires_grad") = false)
       .def_property_readonly("value", &Var::value)
       .def_property_readonly("grad", [](const Var& v) { return optional_tensor(v.grad()); })
-      .def_property_readonly("master", [](const Var& v) { return v.is_parameter() ? py::cast(v.master()) : py::none(); })
+      .def_property_readonly("master", [](const Var& v) { return v.is_parameter() ? py::cast(hand_out_master(v)) : py::none(); },
+                             "A parameter's FP32 master (sharing its memory; a forward sees what is written to it), else None")
       .def_property_readonly("name", &Var::name)
       .def_property_readonly("shape", [](const Var& v) { return py::tuple(py::cast(v.shape().dims())); })
       .def_property_readonly("dtype", &Var::dtype)
       .def_property_readonly("requires_grad", &Var::requires_grad)
       .def_property_readonly("is_parameter", &Var::is_parameter)
-      .def("numpy", [](const Var& v) { return to_numpy(v.value(), py::cast(v.value())); })
+      .def("numpy", [](const Var& v) { return to_numpy(v.value(), py::cast(v.value())); },
+           "The value as a NumPy array sharing its memory (see Tensor.numpy)")
+      .def("numpy_bits", [](const Var& v) { return python::to_numpy_bits(v.value(), py::cast(v.value())); },
+           "The value's raw bits (see Tensor.numpy_bits)")
       .def("item", [](const Var& v) { return v.value().item(); })
       .def("backward", [](const Var& v, float seed) { v.backward(seed); }, py::arg("seed") = 1.0f)
       .def("zero_grad", &Var::zero_grad, py::arg("set_to_none") = true)
@@ -377,6 +428,8 @@ PYBIND11_MODULE(_belay, m) {
   m.def("cast", [](py::handle x, py::handle d) { return cast(as_var(x), to_dtype(d)); });
   m.def("matmul", [](py::handle a, py::handle b) { return matmul(as_var(a), as_var(b)); });
   m.def("linear", [](py::handle x, const Var& w, std::optional<Var> b) {
+    refresh_working_copy(w);
+    if (b) refresh_working_copy(*b);
     return linear(as_var_on(x, w.device()), w, b.value_or(Var()));
   }, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("add", [](py::handle a, py::handle b) { return add(as_var(a), as_var(b)); });
@@ -411,9 +464,13 @@ PYBIND11_MODULE(_belay, m) {
   py::class_<Module>(m, "Module")
       .def("__call__", [](Module& mod, py::handle x) {
         const auto params = mod.parameters();
+        for (const Var& p : params) refresh_working_copy(p);
         return mod(as_var_on(x, params.empty() ? Device::cpu() : params[0].device()));
       })
-      .def("forward", [](Module& mod, py::handle x) { return mod.forward(as_var(x)); })
+      .def("forward", [](Module& mod, py::handle x) {
+        for (const Var& p : mod.parameters()) refresh_working_copy(p);
+        return mod.forward(as_var(x));
+      })
       .def("parameters", &Module::parameters)
       .def("named_parameters", &Module::named_parameters)
       .def_property_readonly("parameter_count", &Module::parameter_count)
@@ -448,6 +505,7 @@ PYBIND11_MODULE(_belay, m) {
   py::class_<Linear, Module>(m, "Linear")
       .def(py::init([](int64_t in, int64_t out, uint64_t seed, bool bias, const std::string& device) {
         Rng rng(seed);
+        AllocationPurpose purpose("the parameters of Linear(" + std::to_string(in) + ", " + std::to_string(out) + ")");
         return std::make_unique<Linear>(in, out, rng, bias, to_device(device));
       }), py::arg("in_features"), py::arg("out_features"), py::arg("seed") = 0, py::arg("bias") = true,
          py::arg("device") = "cpu", "PyTorch's init (uniform in +-1/sqrt(in)) from a seeded generator")
@@ -458,6 +516,8 @@ PYBIND11_MODULE(_belay, m) {
                        const std::string& device) {
         if (act != "gelu" && act != "relu") throw UsageError("Mlp: unknown activation '" + act + "': use gelu or relu");
         Rng rng(seed);
+        AllocationPurpose purpose("the parameters of Mlp(" + std::to_string(in) + ", " + std::to_string(hidden) + ", " +
+                                  std::to_string(out) + ")");
         return std::make_unique<Mlp>(in, hidden, out, rng, layers, act == "gelu" ? Activation::Gelu : Activation::Relu,
                                      to_device(device));
       }), py::arg("in_features"), py::arg("hidden"), py::arg("out_features"), py::arg("layers") = 2,
@@ -535,15 +595,18 @@ PYBIND11_MODULE(_belay, m) {
       .def("found_inf", &GradScaler::found_inf);
   py::class_<SafeStep>(m, "SafeStep")
       .def(py::init([](Optimizer& opt, GradScaler& scaler, std::optional<LrSchedule> schedule, float max_norm,
-                       int accum_steps, bool fused, const std::string& clip_mode) {
-        return std::make_unique<SafeStep>(opt, scaler, schedule.value_or(opt.schedule()),
-                                          SafeStepOptions{max_norm, accum_steps, fused, parse_clip_mode(clip_mode)});
+                       int accum_steps, bool fused, const std::string& clip_mode, bool unscale_grads) {
+        return std::make_unique<SafeStep>(
+            opt, scaler, schedule.value_or(opt.schedule()),
+            SafeStepOptions{max_norm, accum_steps, fused, parse_clip_mode(clip_mode), unscale_grads});
       }), py::arg("optimizer"), py::arg("scaler"), py::arg("schedule") = py::none(),
          py::arg("max_norm") = INFINITY, py::arg("accum_steps") = 1, py::arg("fused") = true,
-         py::arg("clip_mode") = "norm",
+         py::arg("clip_mode") = "norm", py::arg("unscale_grads") = true,
          py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
          "The whole mixed-precision step in the right order; max_norm=inf measures without clipping; "
-         "clip_mode='value' clamps each element to +-max_norm instead")
+         "clip_mode='value' clamps each element to +-max_norm instead. After run(), p.grad holds the true "
+         "gradient (unscaled, and clipped as the step applied it), fused or not, as after PyTorch's scaler.step; "
+         "unscale_grads=False leaves a fused step's gradients scaled and saves two passes over them")
       .def("run", &run_step, py::arg("loss_fn"),
            "One step: loss_fn(k) returns micro-batch k's FP32 loss (a Var). Returns the StepRow")
       .def_property("next_step", &SafeStep::next_step, &SafeStep::set_next_step)
@@ -606,16 +669,48 @@ PYBIND11_MODULE(_belay, m) {
 
   // ---- belay train
   m.def("train", [](py::kwargs kw) {
-    const TrainConfig c = train_config(kw);
+    TrainConfig c = train_config(kw);
+    // Ctrl-C: Python's handler only sets a flag while the run holds no GIL. Between steps the
+    // run asks (with the GIL) whether a signal handler raised; if so it stops after the step
+    // as the CLI does on SIGINT (checkpoint written if asked), and the exception is raised here.
+    py::object raised_type, raised_value, raised_trace;  // what the handler raised, if it did
+    c.stop_requested = [&]() -> int {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) return 0;
+      PyObject *type, *value, *trace;
+      PyErr_Fetch(&type, &value, &trace);
+      PyErr_NormalizeException(&type, &value, &trace);
+      raised_type = py::reinterpret_steal<py::object>(type);
+      raised_value = py::reinterpret_steal<py::object>(value);
+      raised_trace = py::reinterpret_steal<py::object>(trace);
+      return SIGINT;
+    };
     std::ostringstream out;
     TrainResult result;
     {
       py::gil_scoped_release nogil;
       result = run_training(c, out);
     }
+    c.stop_requested = nullptr;
     if (!c.quiet) py::print(out.str(), py::arg("end") = "");
     py::list rows;
     for (const StepRow& r : result.rows) rows.append(to_py(r));
+    if (raised_type) {  // a KeyboardInterrupt (or what the user's handler raised), with the rows run
+      if (raised_value && PyObject_SetAttrString(raised_value.ptr(), "rows", rows.ptr()) != 0) PyErr_Clear();
+      PyErr_Restore(raised_type.release().ptr(), raised_value.release().ptr(), raised_trace.release().ptr());
+      throw py::error_already_set();
+    }
+    if (result.exit_code != 0) {  // the skip-rate stop or a stopping rollback: the CLI exits 1
+      py::object e = py::handle(error)(py::str(result.stop_reason.empty() ? "the run stopped early (exit code " +
+                                                                                std::to_string(result.exit_code) + ")"
+                                                                          : result.stop_reason));
+      e.attr("rows") = rows;
+      e.attr("exit_code") = result.exit_code;
+      PyErr_SetObject(error, e.ptr());
+      throw py::error_already_set();
+    }
     return rows;
-  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows");
+  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows. "
+     "A run that stops early (max_skip_rate, a stopping rollback) raises belay.Error with the reason, its rows "
+     "in .rows; Ctrl-C stops after the step (checkpointing if asked) and raises KeyboardInterrupt, rows in .rows");
 }

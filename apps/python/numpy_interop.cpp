@@ -31,6 +31,10 @@ std::string describe(const py::array& a) {
   return py::str("{} array of shape {}").format(a.dtype(), py::tuple(a.attr("shape"))).cast<std::string>();
 }
 
+// Byte order, in one place: belay's kernels read the machine's order. A '>f4' array on a
+// little-endian machine (or '<f4' on a big-endian one) holds the same numbers in swapped bytes.
+bool native_order(const py::dtype& dt) { return dt.attr("isnative").cast<bool>(); }
+
 }  // namespace
 
 DType to_dtype(py::handle obj) {
@@ -60,6 +64,16 @@ Tensor from_numpy(const py::array& a, std::optional<DType> want) {
   if (!(a.flags() & py::array::c_style))
     throw UsageError("from_numpy: a " + describe(a) +
                      " that is not C-contiguous cannot be shared; numpy.ascontiguousarray() or belay.tensor() copies it");
+  if (!native_order(dt))
+    throw UsageError("from_numpy: a " + describe(a) + " is in " +
+                     (dt.attr("byteorder").cast<std::string>() == ">" ? "big" : "little") +
+                     "-endian byte order, not this machine's, and cannot be shared; .astype('" +
+                     (dt.attr("byteorder").cast<std::string>() == ">" ? "<" : ">") + dt.attr("str").cast<std::string>().substr(1) +
+                     "') converts it, or belay.tensor() copies it");
+  if (!a.writeable())
+    throw UsageError("from_numpy: a " + describe(a) +
+                     " that is read-only (flags.writeable is False) cannot be shared: belay would write through it "
+                     "(an optimizer step, fill, set_element, .numpy()); belay.tensor() copies it");
   std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
   // The tensor holds a reference to the array. The last tensor may let go of it on a thread
   // without the GIL (inside a step), so the release takes the GIL.
@@ -84,10 +98,13 @@ Tensor to_tensor(py::handle obj, std::optional<DType> want, Device device, bool 
     const py::dtype dt = a.dtype();
     const bool bf16_bits = dt.kind() == 'u' && dt.itemsize() == 2 && want == DType::BF16;
     const bool has_dtype = (dt.kind() == 'f' && (dt.itemsize() == 4 || dt.itemsize() == 2)) || is_bfloat16(dt) || bf16_bits;
-    if (!has_dtype)  // float64, integers, lists: converted through float32 into a new array
+    if (!has_dtype)  // float64, integers, lists: converted through float32 into a new array (native order)
       a = py::array_t<float, py::array::c_style | py::array::forcecast>(a);
-    else if (!(a.flags() & py::array::c_style))
-      a = py::module_::import("numpy").attr("ascontiguousarray")(a);
+    else if (!(a.flags() & py::array::c_style) || !native_order(dt) || !a.writeable())
+      // A copy in this machine's byte order, C order, of its own (a read-only array is copied
+      // rather than borrowed: a tensor over it could be written, or handed back writable).
+      a = py::module_::import("numpy").attr("array")(a, py::arg("dtype") = dt.attr("newbyteorder")("="),
+                                                     py::arg("order") = "C", py::arg("copy") = true);
     else
       borrowed = true;
     t = from_numpy(a, bf16_bits ? want : std::nullopt);
@@ -100,19 +117,18 @@ Tensor to_tensor(py::handle obj, std::optional<DType> want, Device device, bool 
   return copy && borrowed ? t.clone() : t;
 }
 
-py::array to_numpy(const Tensor& tensor, py::object base) {
-  check_defined("numpy()", tensor);
-  Tensor host = tensor;
-  if (!tensor.device().is_cpu()) {
-    host = tensor.to(Device::cpu());
-    base = py::cast(host);
-  }
-  py::object dt;
-  switch (host.dtype()) {
-    case DType::F32: dt = py::dtype("float32"); break;
-    case DType::F16: dt = py::dtype("float16"); break;
-    case DType::BF16: dt = bfloat16_dtype().is_none() ? py::object(py::dtype("uint16")) : bfloat16_dtype(); break;
-  }
+namespace {
+
+// The tensor on the host (a device tensor is copied, and the copy becomes `base`).
+Tensor on_host(const Tensor& tensor, py::object& base) {
+  if (tensor.device().is_cpu()) return tensor;
+  Tensor host = tensor.to(Device::cpu());
+  base = py::cast(host);
+  return host;
+}
+
+// An array of dtype `dt` over the host tensor's storage, row-major; `base` keeps it alive.
+py::array array_over(const Tensor& host, py::object dt, py::object base) {
   std::vector<py::ssize_t> shape(host.shape().dims().begin(), host.shape().dims().end());
   std::vector<py::ssize_t> strides(shape.size());
   py::ssize_t stride = static_cast<py::ssize_t>(dtype_size(host.dtype()));
@@ -121,6 +137,32 @@ py::array to_numpy(const Tensor& tensor, py::object base) {
     stride *= shape[i];
   }
   return py::array(py::reinterpret_borrow<py::dtype>(dt), shape, strides, host.data(), base);
+}
+
+}  // namespace
+
+py::array to_numpy(const Tensor& tensor, py::object base) {
+  check_defined("numpy()", tensor);
+  py::object dt;
+  switch (tensor.dtype()) {
+    case DType::F32: dt = py::dtype("float32"); break;
+    case DType::F16: dt = py::dtype("float16"); break;
+    case DType::BF16:
+      // Never the bits in disguise: as numbers, uint16 bits compare and argmax wrongly.
+      if (bfloat16_dtype().is_none())
+        throw UsageError("numpy() of a BF16 tensor needs ml_dtypes (pip install ml_dtypes) for NumPy's bfloat16; "
+                         ".numpy_bits() gives the raw bits as uint16, .to('fp32').numpy() the values as float32");
+      dt = bfloat16_dtype();
+      break;
+  }
+  const Tensor host = on_host(tensor, base);
+  return array_over(host, std::move(dt), base);
+}
+
+py::array to_numpy_bits(const Tensor& tensor, py::object base) {
+  check_defined("numpy_bits()", tensor);
+  const Tensor host = on_host(tensor, base);
+  return array_over(host, dtype_size(host.dtype()) == 2 ? py::dtype("uint16") : py::dtype("uint32"), base);
 }
 
 }  // namespace belay::python

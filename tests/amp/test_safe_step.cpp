@@ -29,10 +29,10 @@ struct Run {
   DType dtype;
 
   Run(DType compute, bool fused, float max_norm, GradScalerOptions so = {}, LrSchedule sched = LrSchedule::constant(1e-2f),
-      DType grad_dtype = DType::F32)
+      DType grad_dtype = DType::F32, bool unscale_grads = false)
       : opt(model.parameters(), AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, false}),
         scaler(Device::cpu(), so),
-        step(opt, scaler, sched, SafeStepOptions{max_norm, 1, fused}),
+        step(opt, scaler, sched, SafeStepOptions{max_norm, 1, fused, ClipMode::Norm, unscale_grads}),
         dtype(compute) {
     model.set_working_dtype(compute);
     model.set_grad_dtype(grad_dtype);
@@ -97,6 +97,50 @@ TEST_CASE("fused and unfused paths give bitwise equal weights with FP32 gradient
       }
     }
   }
+}
+
+TEST_CASE("unscale_grads: after a fused step the gradients are the unfused step's, bit for bit", "[amp][fused]") {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (float max_norm : {INFINITY, 0.05f}) {  // 0.05 clips every step here
+      INFO(dtype_name(dt) << " max_norm " << max_norm);
+      GradScalerOptions so;
+      so.enabled = dt == DType::F16;
+      so.init_scale = 1024.0f;
+      Run fused(dt, true, max_norm, so, LrSchedule::constant(1e-2f), DType::F32, true);
+      Run unfused(dt, false, max_norm, so);
+      Run scaled(dt, true, max_norm, so);  // unscale_grads off: the gradients stay as the guard read them
+      for (int s = 0; s < 3; ++s) {
+        fused.run();
+        unfused.run();
+        scaled.run();
+      }
+      const auto pf = fused.model.parameters(), pu = unfused.model.parameters(), ps = scaled.model.parameters();
+      for (size_t i = 0; i < pf.size(); ++i) {
+        CHECK(bits_of(pf[i].grad()) == bits_of(pu[i].grad()));
+        if (dt == DType::F16 && std::isinf(max_norm)) {  // scaled by 1024, a power of two: exact
+          const std::vector<float> g = pf[i].grad().to_vector(), gs = ps[i].grad().to_vector();
+          for (size_t k = 0; k < g.size(); ++k) CHECK(gs[k] == g[k] * 1024.0f);
+        }
+      }
+      CHECK(fused.state_bits() == scaled.state_bits());  // the step itself does not depend on it
+    }
+  }
+}
+
+TEST_CASE("a step run from inside its own loss function is refused, and the outer step abandoned", "[amp][skip]") {
+  Run r(DType::F16, true, 1.0f);
+  r.run();
+  const std::vector<uint32_t> before = r.state_bits();
+  const float scale = r.scaler.scale();
+  const int64_t next = r.step.next_step();
+  CHECK_THROWS_AS(r.step.run([&](int) { return r.run(), Var(); }), UsageError);
+  CHECK_THROWS_WITH(r.step.run([&](int) { return r.run(), Var(); }),
+                    Catch::Contains("run() called again while a step of the same SafeStep is running"));
+  CHECK(r.state_bits() == before);
+  CHECK(r.scaler.scale() == scale);
+  CHECK(r.step.next_step() == next);
+  for (const Var& p : r.model.parameters()) CHECK_FALSE(p.grad().defined());
+  CHECK(r.run().step == next);  // usable again, as if nothing had happened
 }
 
 TEST_CASE("fused and unfused agree within rounding with FP16 gradient buffers", "[amp][fused]") {

@@ -56,6 +56,42 @@ TEST_CASE("bad shapes are Errors that say what is wrong", "[engine][tensor]") {
   CHECK_THROWS_WITH(matmul(a, a), Contains("inner sizes differ"));
 }
 
+TEST_CASE("a shape whose element or byte count overflows is a UsageError, never a wrapped size", "[engine][tensor]") {
+  const int64_t big = int64_t{1} << 62;
+  // Element counts: every one of these wrapped (to 0, or negative) before it was checked.
+  CHECK_THROWS_AS(Shape({int64_t{1} << 32, int64_t{1} << 32}), UsageError);
+  CHECK_THROWS_WITH(Shape({3, big}), Contains("[3, 4611686018427387904]") && Contains("more elements than fit"));
+  CHECK_THROWS_AS(Shape(std::vector<int64_t>{big, big, 0}), UsageError);  // a zero does not excuse the rest
+  CHECK(Shape{0, big, 1}.numel() == 0);
+  CHECK(Shape{big}.numel() == big);
+  CHECK(Shape{INT64_MAX}.numel() == INT64_MAX);
+  // Byte counts: 2^62 fp32 elements (2^64 bytes), 2^63 - 1 of them; every stride fits too.
+  CHECK_THROWS_WITH(Shape{big}.bytes(4), Contains("[4611686018427387904]") && Contains("more than 2^63 bytes"));
+  CHECK_THROWS_AS(Tensor::zeros(Shape{big}), UsageError);
+  CHECK_THROWS_AS(Tensor::zeros(Shape{INT64_MAX}), UsageError);
+  CHECK_THROWS_AS(Tensor::zeros(Shape{int64_t{1} << 31, int64_t{1} << 31}), UsageError);
+  CHECK_THROWS_AS(Shape({0, big, 1}).bytes(2), UsageError);  // a stride of 2^63 bytes
+  CHECK(Shape{0, int64_t{1} << 61}.bytes(2) == 0);
+  CHECK(Shape{3, 5}.bytes(2) == 30);
+}
+
+TEST_CASE("a size that fits in 64 bits but not in memory is an Error with its bytes, not a crash",
+          "[engine][tensor][allocator]") {
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("CTEST_SKIP: ASan aborts on an impossible allocation instead of failing it");
+  return;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  WARN("CTEST_SKIP: ASan aborts on an impossible allocation instead of failing it");
+  return;
+#endif
+#endif
+  // 2^60 fp32 elements, 2^62 bytes: the counts fit, no address space does.
+  CHECK_THROWS_AS(Tensor::zeros(Shape{int64_t{1} << 60}), Error);
+  CHECK_THROWS_WITH(Tensor::zeros(Shape{int64_t{1} << 60}),
+                    Contains("out of memory allocating 4611686018427387904 bytes for a tensor"));
+}
+
 TEST_CASE("dtype mismatch is an Error naming both dtypes", "[engine][tensor]") {
   const Tensor h = Tensor::zeros(Shape{2, 2}, DType::F16);
   CHECK_THROWS_AS(check_dtype("op", h, DType::F32), Error);

@@ -349,6 +349,44 @@ TEST_CASE("parameters without a gradient are left alone; bad options are UsageEr
   CHECK_THROWS_WITH(AdamW({Var(Tensor::zeros(Shape{2}), true)}), Catch::Contains("not a parameter"));
 }
 
+TEST_CASE("an LR that is negative, NaN or infinite is refused everywhere, with one message", "[optim][schedule]") {
+  TwoParams ps;
+  const auto refused = Catch::Contains("lr must be a finite number >= 0");
+  for (float lr : {-1.0f, NAN, INFINITY, -INFINITY}) {
+    AdamWOptions a;
+    a.lr = lr;
+    CHECK_THROWS_AS(AdamW(ps.list(), a), UsageError);
+    CHECK_THROWS_WITH(AdamW(ps.list(), a), refused);
+    SgdOptions sg;
+    sg.lr = lr;
+    CHECK_THROWS_WITH(Sgd(ps.list(), sg), refused);
+    CHECK_THROWS_WITH(LrSchedule::constant(lr), refused);
+    CHECK_THROWS_WITH(LrSchedule::warmup_cosine(lr, 1, 10), refused);
+    CHECK_THROWS_WITH(LrSchedule::warmup_cosine(0.1f, 1, 10, lr), refused);
+    // set_lr and set_schedule (a struct filled by hand too) leave the optimizer as it was.
+    Sgd opt(ps.list(), SgdOptions{0.5f, 0.0f, 0.0f, false});
+    CHECK_THROWS_WITH(opt.set_lr(lr), refused);
+    LrSchedule by_hand;
+    by_hand.peak_lr = by_hand.min_lr = lr;
+    CHECK_THROWS_WITH(opt.set_schedule(by_hand), refused);
+    CHECK(opt.schedule().peak_lr == 0.5f);
+    const Tensor w0 = ps.w.master().clone();
+    set_grad(ps.w, grad_at(1, 0, 6));
+    opt.step();  // descends at 0.5: w - 0.5 g
+    const std::vector<float> w = ps.w.master().to_vector(), w_before = w0.to_vector(), g = ps.w.grad().to_vector();
+    for (size_t i = 0; i < w.size(); ++i) CHECK(w[i] == w_before[i] - 0.5f * g[i]);
+  }
+  CHECK(LrSchedule::constant(0.0f).lr_at(3) == 0.0f);  // 0 is allowed: a frozen run
+}
+
+TEST_CASE("a parameter given to an optimizer twice is refused, naming it", "[optim]") {
+  TwoParams ps;
+  CHECK_THROWS_AS(AdamW({ps.w, ps.b, ps.w}), UsageError);
+  CHECK_THROWS_WITH(Sgd({ps.w, ps.b, ps.b}), Catch::Contains("parameter 'b' is listed twice (at 1 and 2)"));
+  const Var copy = ps.w;  // the same parameter through another handle
+  CHECK_THROWS_WITH(AdamW({ps.w, copy}), Catch::Contains("'w' is listed twice"));
+}
+
 TEST_CASE("LR schedules: constant, and linear warmup then cosine", "[optim][schedule]") {
   const LrSchedule c = LrSchedule::constant(0.1f);
   for (int64_t t : {0, 1, 1000, 1000000}) CHECK(c.lr_at(t) == 0.1f);

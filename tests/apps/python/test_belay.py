@@ -89,7 +89,7 @@ def test_bf16_as_uint16_bits_and_as_ml_dtypes():
     assert np.shares_memory(np.asarray(t), bits)
     np.testing.assert_array_equal(np.array(t.tolist(), dtype=np.float32), (bits.astype(np.uint32) << 16).view(np.float32))
     np.testing.assert_array_equal(np.asarray(belay.tensor(f, dtype="bf16")), bits)
-    ml = pytest.importorskip("ml_dtypes", reason="ml_dtypes not installed: BF16 arrays come back as uint16 bits")
+    ml = pytest.importorskip("ml_dtypes", reason="ml_dtypes (a dependency of belay) not installed")
     arr = belay.tensor(f, dtype="bf16").numpy()
     assert arr.dtype == ml.bfloat16
     np.testing.assert_array_equal(arr.view(np.uint16), bits)
