@@ -8,11 +8,37 @@
 namespace belay {
 
 namespace {
-const std::pair<const char*, OpClass> kOpClasses[] = {
-    {"linear", OpClass::Linear}, {"matmul", OpClass::Matmul}, {"add", OpClass::Add},
-    {"mul", OpClass::Mul},       {"scale", OpClass::Scale},   {"relu", OpClass::Relu},
-    {"gelu", OpClass::Gelu},     {"mse_loss", OpClass::MseLoss}, {"cross_entropy", OpClass::CrossEntropy},
+// The op classes by name (--fp32-ops), and whether autocast always runs a class in FP32.
+// "always": the ops PyTorch's autocast lists as FP32 ops (exp, log, pow, softmax,
+// log_softmax, sum, mean...): their results lose most to FP16/BF16 (exp overflows FP16 from
+// 11.1, a sum of many terms loses their low bits), so under autocast their inputs are cast to
+// FP32 and they return FP32. (sum and mean accumulate in double and return FP32 outside
+// autocast too.) The others run in the dtype they are given unless fp32_ops names them.
+struct OpClassEntry {
+  const char* name;
+  OpClass op;
+  bool always_fp32;
 };
+const OpClassEntry kOpClasses[] = {
+    {"linear", OpClass::Linear, false},   {"matmul", OpClass::Matmul, false},
+    {"add", OpClass::Add, false},         {"mul", OpClass::Mul, false},
+    {"scale", OpClass::Scale, false},     {"relu", OpClass::Relu, false},
+    {"gelu", OpClass::Gelu, false},       {"mse_loss", OpClass::MseLoss, false},
+    {"cross_entropy", OpClass::CrossEntropy, false},
+    {"sub", OpClass::Sub, false},         {"div", OpClass::Div, false},
+    {"exp", OpClass::Exp, true},          {"log", OpClass::Log, true},
+    {"tanh", OpClass::Tanh, false},       {"sigmoid", OpClass::Sigmoid, false},
+    {"pow", OpClass::Pow, true},          {"softmax", OpClass::Softmax, true},
+    {"log_softmax", OpClass::LogSoftmax, true},
+    {"sum", OpClass::Sum, true},          {"mean", OpClass::Mean, true},
+};
+
+uint32_t always_fp32_mask() {
+  uint32_t mask = 0;
+  for (const OpClassEntry& e : kOpClasses)
+    if (e.always_fp32) mask |= static_cast<uint32_t>(e.op);
+  return mask;
+}
 }  // namespace
 
 uint32_t parse_fp32_ops(const std::string& csv) {
@@ -22,14 +48,14 @@ uint32_t parse_fp32_ops(const std::string& csv) {
     const size_t end = std::min(csv.find(',', begin), csv.size());
     const std::string name = csv.substr(begin, end - begin);
     bool known = false;
-    for (auto& [n, op] : kOpClasses)
-      if (name == n) {
-        mask |= static_cast<uint32_t>(op);
+    for (const OpClassEntry& e : kOpClasses)
+      if (name == e.name) {
+        mask |= static_cast<uint32_t>(e.op);
         known = true;
       }
     if (!known) {
       std::string all;
-      for (auto& [n, op] : kOpClasses) all += (all.empty() ? "" : ", ") + std::string(n);
+      for (const OpClassEntry& e : kOpClasses) all += (all.empty() ? "" : ", ") + std::string(e.name);
       throw UsageError("--fp32-ops: unknown op class '" + name + "'; known: " + all);
     }
     begin = end + 1;
@@ -39,8 +65,8 @@ uint32_t parse_fp32_ops(const std::string& csv) {
 
 std::string fp32_ops_names(uint32_t mask) {
   std::string out;
-  for (auto& [n, op] : kOpClasses)
-    if (mask & static_cast<uint32_t>(op)) out += (out.empty() ? "" : ",") + std::string(n);
+  for (const OpClassEntry& e : kOpClasses)
+    if (mask & static_cast<uint32_t>(e.op)) out += (out.empty() ? "" : ",") + std::string(e.name);
   return out;
 }
 
@@ -51,7 +77,8 @@ AutocastPolicy& autocast_policy() {
 
 bool autocast_keeps_fp32(OpClass op) {
   const AutocastPolicy& p = autocast_policy();
-  return p.enabled && (p.fp32_ops & static_cast<uint32_t>(op)) != 0;
+  static const uint32_t always = always_fp32_mask();
+  return p.enabled && ((p.fp32_ops | always) & static_cast<uint32_t>(op)) != 0;
 }
 
 Autocast::Autocast(DType dtype, bool enabled, uint32_t fp32_ops) : saved_(autocast_policy()) {

@@ -27,6 +27,19 @@ enum class OpClass : uint32_t {
   Gelu = 1u << 6,
   MseLoss = 1u << 7,
   CrossEntropy = 1u << 8,
+  // The operators of the Python Var (issue 27). Those marked "always" in autocast.cpp's
+  // table run in FP32 under autocast whether or not fp32_ops names them.
+  Sub = 1u << 9,
+  Div = 1u << 10,
+  Exp = 1u << 11,
+  Log = 1u << 12,
+  Tanh = 1u << 13,
+  Sigmoid = 1u << 14,
+  Pow = 1u << 15,
+  Softmax = 1u << 16,
+  LogSoftmax = 1u << 17,
+  Sum = 1u << 18,
+  Mean = 1u << 19,
 };
 
 // "linear,gelu" -> mask; "" -> 0. Throws UsageError naming an unknown class and the known ones.
@@ -41,7 +54,8 @@ struct AutocastPolicy {
 };
 
 AutocastPolicy& autocast_policy();  // this thread's
-// Whether an op of this class must run in FP32 now: autocast on and the class kept out of it.
+// Whether an op of this class must run in FP32 now: autocast on and the class kept out of it
+// (named in fp32_ops, or one that autocast always runs in FP32).
 bool autocast_keeps_fp32(OpClass op);
 
 class Autocast {

@@ -132,6 +132,7 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
 
 Var add(const Var& a_in, const Var& b_in) {
   check_inputs("add", a_in, b_in);
+  if (a_in.shape() != b_in.shape()) return binary(BinaryOp::Add, a_in, b_in);  // broadcasting (math_ops.cpp)
   const Var a = fp32_if_kept(a_in, OpClass::Add), b = fp32_if_kept(b_in, OpClass::Add);
   check_same_shape("add", a.value(), b.value());
   Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
@@ -144,6 +145,7 @@ Var add(const Var& a_in, const Var& b_in) {
 
 Var mul(const Var& a_in, const Var& b_in) {
   check_inputs("mul", a_in, b_in);
+  if (a_in.shape() != b_in.shape()) return binary(BinaryOp::Mul, a_in, b_in);
   const Var a = fp32_if_kept(a_in, OpClass::Mul), b = fp32_if_kept(b_in, OpClass::Mul);
   check_same_shape("mul", a.value(), b.value());
   Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());

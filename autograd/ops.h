@@ -2,15 +2,18 @@
 // to send its gradient back. Autocast (amp/autocast.h) decides the dtype of matmul and
 // linear; losses and reductions always produce FP32.
 #pragma once
+#include <vector>
+
 #include "autograd/graph.h"
+#include "engine/backend.h"
 
 namespace belay {
 
 Var cast(const Var& x, DType dtype);
 Var matmul(const Var& a, const Var& b);                   // [M, K] x [K, N]
 Var linear(const Var& x, const Var& weight, const Var& bias);  // x [B, in], W [out, in], b [out] or undefined
-Var add(const Var& a, const Var& b);                      // same shape; mixed dtypes promote to FP32
-Var mul(const Var& a, const Var& b);                      // elementwise
+Var add(const Var& a, const Var& b);                      // broadcasting as binary(); mixed dtypes promote to FP32
+Var mul(const Var& a, const Var& b);                      // elementwise, broadcasting as binary()
 Var scale(const Var& a, float s);
 Var relu(const Var& x);
 Var gelu(const Var& x);
@@ -19,5 +22,36 @@ Var mean(const Var& x);  // FP32 [1]
 Var mse_loss(const Var& pred, const Tensor& target);  // mean squared error, FP32 [1]
 // Mean cross-entropy of logits [B, C]; labels [B] hold class indices (as FP32 values).
 Var cross_entropy(const Var& logits, const Tensor& labels);
+
+
+// ---- The operators of the Python Var (autograd/math_ops.cpp). Each runs through the
+// backend op table, so on every device; each has its backward.
+// a op b, elementwise. Shapes either match or one operand broadcasts over the other: a scalar
+// (one element), the trailing dims of the other (a row [N] over [M, N]), or the other's shape
+// with one run of adjacent dims set to 1 (a column [M, 1] over [M, N]). Anything else is an
+// Error naming both shapes.
+Var binary(BinaryOp op, const Var& a, const Var& b);
+Var sub(const Var& a, const Var& b);
+Var div(const Var& a, const Var& b);
+Var neg(const Var& x);
+Var exp(const Var& x);   // FP32 under autocast (as PyTorch's autocast runs exp)
+Var log(const Var& x);   // FP32 under autocast
+Var tanh(const Var& x);
+Var sigmoid(const Var& x);
+Var pow(const Var& x, float p);  // x^p elementwise (FP32 under autocast)
+// Softmax and log-softmax over the last dim, computed in FP32 with the row maximum subtracted,
+// returned in the input's dtype (FP32 under autocast). causal: x is [..., T, T] attention scores
+// and row t keeps columns <= t (the rest: probability 0, log-probability -inf).
+Var softmax(const Var& x, bool causal = false);
+Var log_softmax(const Var& x, bool causal = false);
+// Over one axis (negative counts from the end), FP32 (summed in double). keepdim keeps the
+// axis with extent 1.
+Var sum(const Var& x, int64_t axis, bool keepdim = false);
+Var mean(const Var& x, int64_t axis, bool keepdim = false);
+Var transpose(const Var& x);  // a matrix [M, N] -> [N, M] (a copy)
+// The same values in another shape (sharing the value's memory); one extent may be -1.
+Var reshape(const Var& x, const std::vector<int64_t>& dims);
+Var slice_rows(const Var& x, int64_t begin, int64_t end);  // rows [begin, end) of dim 0 (a copy)
+Var select_row(const Var& x, int64_t index);               // row `index` of dim 0, that dim dropped
 
 }  // namespace belay

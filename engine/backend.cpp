@@ -36,6 +36,25 @@ GemmDims check_gemm(const GemmArgs& args) {
   return d;
 }
 
+void check_axis_view(const char* op, const Tensor& full, const Tensor& reduced, const AxisView& view) {
+  check_defined(op, full);
+  check_defined(op, reduced);
+  check_same_device(op, full, reduced);
+  if (view.outer < 0 || view.len < 0 || view.inner < 0 || full.numel() != view.outer * view.len * view.inner ||
+      reduced.numel() != view.outer * view.inner)
+    throw Error(std::string(op) + ": " + full.describe() + " and " + reduced.describe() + " do not fit the axis view [" +
+                std::to_string(view.outer) + ", " + std::to_string(view.len) + ", " + std::to_string(view.inner) + "]");
+}
+
+void check_softmax(const char* op, const Tensor& x, int64_t cols, const Tensor& y) {
+  check_defined(op, x);
+  check_defined(op, y);
+  check_same_device(op, x, y);
+  check_same_shape(op, x, y);
+  if (cols < 1 || x.numel() % cols != 0)
+    throw Error(std::string(op) + ": rows of " + std::to_string(cols) + " do not tile " + x.describe());
+}
+
 void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits) {
   for (const Tensor* t : {&logits, &labels, &loss, &dlogits}) check_defined("cross_entropy", *t);
   check_same_device("cross_entropy", logits, labels);

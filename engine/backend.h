@@ -18,6 +18,19 @@ namespace belay {
 
 enum class BinaryOp { Add, Sub, Mul, Div };
 enum class Activation { Relu, Gelu };
+// Elementwise functions with a backward computed from x and y = f(x) (kernels/common/
+// unary_math.h: the formula both backends use). Pow's exponent is the op's parameter p.
+enum class UnaryOp { Exp, Log, Tanh, Sigmoid, Pow };
+
+// A tensor seen as [outer, len, inner] around one axis (or a run of adjacent axes) of
+// extent len: reductions over that axis and broadcasts along it index the same way. The
+// reduced (or broadcast) operand is [outer, inner]: element (o, l, i) of the full tensor
+// reads element o * inner + i of it. A row [N] over [M, N] is {1, M, N}; a column [M, 1]
+// over [M, N] is {M, N, 1}; a scalar over n elements is {1, n, 1}.
+struct AxisView {
+  int64_t outer = 1, len = 1, inner = 1;
+  constexpr int64_t reduced_index(int64_t full_index) const { return full_index / (len * inner) * inner + full_index % inner; }
+};
 
 // C[M,N] = op(A)[M,K] * op(B)[K,N] (+ bias[N]) (+ C if beta == 1).
 // A and B are FP32, FP16 or BF16 (same dtype); products and sums are FP32; C is written in
@@ -44,6 +57,12 @@ GemmDims check_gemm(const GemmArgs& args);
 // The operands of cross_entropy, checked for every backend: logits [B, C], labels [B], loss
 // an FP32 [1], dlogits FP32 shaped like the logits, all on one device.
 void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits);
+
+// The operands of the axis ops, checked for every backend: full has view.outer * view.len *
+// view.inner elements, reduced view.outer * view.inner, both on one device.
+void check_axis_view(const char* op, const Tensor& full, const Tensor& reduced, const AxisView& view);
+// softmax's: x and y (and dy, dx) of one shape on one device, the last dim cols >= 1 dividing numel.
+void check_softmax(const char* op, const Tensor& x, int64_t cols, const Tensor& y);
 
 struct AdamWHyper {
   float beta1 = 0.9f;
@@ -125,6 +144,32 @@ class Backend {
   virtual void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const = 0;
   virtual void activation(Activation act, const Tensor& x, Tensor& y) const = 0;
   virtual void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const = 0;
+  // y = f(x) in FP32, rounded once into y's dtype; p: Pow's exponent (ignored otherwise).
+  virtual void unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const = 0;
+  // dx = dy * f'(x), from x and y = f(x) (exp, tanh, sigmoid use y).
+  virtual void unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              Tensor& dx) const = 0;
+  // out[k] = a[k] op b[view.reduced_index(k)] (swapped: b[...] op a[k]): b broadcast over a,
+  // whose shape out has. b has view.outer * view.inner elements.
+  virtual void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                                Tensor& out) const = 0;
+  // out[k] = alpha * g[view.reduced_index(k)]: the backward of sum_axis (g broadcast back).
+  virtual void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const = 0;
+  // out[o, i] (+)= alpha * sum over l of x[o, l, i], summed in double in l order and rounded
+  // once (accumulate: added to out in FP32 first). out has view.outer * view.inner elements.
+  virtual void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const = 0;
+  // Softmax (log: log-softmax) of each row of x seen as [numel / cols, cols] (the last dim):
+  // the row maximum subtracted, exp in FP32, the normaliser summed in double, y rounded once
+  // into its dtype. causal: row r keeps columns c <= r % cols and the rest are masked (y = 0,
+  // log: -inf), the mask of attention scores [..., T, T] (rows r of a T x T block are the queries).
+  virtual void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const = 0;
+  // dx from y and dy, row by row: softmax dx = y (dy - sum(dy y)); log-softmax
+  // dx = dy - exp(y) sum(dy). Masked (causal) entries are constants: their dx is 0 and their
+  // dy is left out of the sums.
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
+                                Tensor& dx) const = 0;
+  // out [N, M] = x [M, N] transposed, bit for bit (same dtype).
+  virtual void transpose(const Tensor& x, Tensor& out) const = 0;
 
   // Matrix products and reductions (fixed order, so a run repeats bit for bit).
   virtual void gemm(const GemmArgs& args) const = 0;

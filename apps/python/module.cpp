@@ -29,6 +29,7 @@
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
 #include "numpy_interop.h"  // beside this file: the module builds against an installed belay too
+#include "bind_var_math.h"
 #include "apps/train.h"
 #include "autograd/modules.h"
 #include "autograd/ops.h"
@@ -418,6 +419,7 @@ PYBIND11_MODULE(_belay, m) {
         return "belay.Var(" + (v.name().empty() ? std::string() : v.name() + ": ") + v.value().describe() +
                (v.requires_grad() ? ", requires_grad" : "") + ")";
       });
+  belay::python::bind_var_math(m, as_var_on);  // the Var operators, and reprs that show values
 
   m.def("parameter", [](py::handle value, const std::string& name, const std::string& device) {
     return Var::parameter(to_tensor(value, DType::F32, to_device(device), true), name);

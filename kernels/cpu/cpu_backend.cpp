@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "kernels/common/element_math.h"
+#include "kernels/common/unary_math.h"
 #include "kernels/cpu/cpu_convert.h"
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/isa/element_blocks.h"
@@ -313,6 +314,174 @@ class CpuBackend final : public Backend {
       float* r = out_block(pdx, tdx, i0, bo);
       (act == Activation::Relu ? blocks.relu_grad : blocks.gelu_grad)(v, g, r, len);
       store_block(pdx, tdx, i0, len, r);
+    });
+  }
+
+  // The functions of UnaryOp, a block at a time through the shared formula (one code path
+  // for every ISA: the same bits whichever is active). Reads x, writes y; ~20 flops (a libm call).
+  void unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const override {
+    check_cpu("unary", x);
+    check_same_shape("unary", x, y);
+    const void* px = x.data();
+    void* py = y.data();
+    const DType dx = x.dtype(), dy = y.dtype();
+    parallel_blocks(x.numel(), [&](int64_t i0, int64_t len) {
+      alignas(64) float bx[kBlock], bo[kBlock];
+      const float* v = load_block(px, dx, i0, len, bx);
+      float* r = out_block(py, dy, i0, bo);
+      for (int64_t j = 0; j < len; ++j) r[j] = unary_f32(op, v[j], p);
+      store_block(py, dy, i0, len, r);
+    });
+  }
+
+  // Reads x, y and dy, writes dx.
+  void unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      Tensor& dx) const override {
+    check_cpu("unary_backward", x);
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) check_same_shape("unary_backward", x, *t);
+    const void *px = x.data(), *pyv = y.data(), *pdy = dy.data();
+    void* pdx = dx.data();
+    const DType tx = x.dtype(), ty = y.dtype(), tdy = dy.dtype(), tdx = dx.dtype();
+    parallel_blocks(x.numel(), [&](int64_t i0, int64_t len) {
+      alignas(64) float bx[kBlock], by[kBlock], bg[kBlock], bo[kBlock];
+      const float* v = load_block(px, tx, i0, len, bx);
+      const float* w = load_block(pyv, ty, i0, len, by);
+      const float* g = load_block(pdy, tdy, i0, len, bg);
+      float* r = out_block(pdx, tdx, i0, bo);
+      for (int64_t j = 0; j < len; ++j) r[j] = unary_grad_f32(op, v[j], w[j], g[j], p);
+      store_block(pdx, tdx, i0, len, r);
+    });
+  }
+
+  // Reads a and out once, b (small) from cache; 1 flop per element.
+  void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                        Tensor& out) const override {
+    check_cpu("binary_broadcast", a);
+    check_same_shape("binary_broadcast", a, out);
+    check_axis_view("binary_broadcast", a, b, view);
+    const void *pa = a.data(), *pb = b.data();
+    void* po = out.data();
+    const DType da = a.dtype(), db = b.dtype(), dout = out.dtype();
+    parallel_blocks(a.numel(), [&](int64_t i0, int64_t len) {
+      alignas(64) float ba[kBlock], bo[kBlock];
+      const float* x = load_block(pa, da, i0, len, ba);
+      float* r = out_block(po, dout, i0, bo);
+      for (int64_t j = 0; j < len; ++j) {
+        const float y = load_as_f32(pb, db, static_cast<size_t>(view.reduced_index(i0 + j)));
+        r[j] = swapped ? binary_f32(op, y, x[j]) : binary_f32(op, x[j], y);
+      }
+      store_block(po, dout, i0, len, r);
+    });
+  }
+
+  void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const override {
+    check_cpu("broadcast_axis", g);
+    check_axis_view("broadcast_axis", out, g, view);
+    const void* pg = g.data();
+    void* po = out.data();
+    const DType dg = g.dtype(), dout = out.dtype();
+    parallel_blocks(out.numel(), [&](int64_t i0, int64_t len) {
+      alignas(64) float bo[kBlock];
+      float* r = out_block(po, dout, i0, bo);
+      for (int64_t j = 0; j < len; ++j)
+        r[j] = alpha * load_as_f32(pg, dg, static_cast<size_t>(view.reduced_index(i0 + j)));
+      store_block(po, dout, i0, len, r);
+    });
+  }
+
+  // Reads x once, writes outer * inner values. As sum_rows: each output sums its l in order in
+  // double; l is walked outer and a block of kCols outputs inner, so the reads are contiguous.
+  void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const override {
+    check_cpu("sum_axis", x);
+    check_axis_view("sum_axis", x, out, view);
+    const void* px = x.data();
+    void* po = out.data();
+    const DType dx = x.dtype(), dout = out.dtype();
+    constexpr int64_t kCols = 256;
+    const int64_t col_blocks = (view.inner + kCols - 1) / kCols, tasks = view.outer * col_blocks;
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelThreshold)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t o = t / col_blocks, c0 = t % col_blocks * kCols, len = std::min(kCols, view.inner - c0);
+      double acc[kCols] = {};
+      alignas(64) float buf[kCols];
+      for (int64_t l = 0; l < view.len; ++l) {
+        const float* v = load_block(px, dx, (o * view.len + l) * view.inner + c0, len, buf);
+        for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
+      }
+      for (int64_t j = 0; j < len; ++j) {
+        const size_t k = static_cast<size_t>(o * view.inner + c0 + j);
+        const float s = static_cast<float>(acc[j] * static_cast<double>(alpha));
+        store_from_f32(po, dout, k, accumulate ? load_as_f32(po, dout, k) + s : s);
+      }
+    }
+  }
+
+  // Per row: reads x three times (from cache), writes y once; exp and ~4 flops per element.
+  void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
+    check_cpu("softmax", x);
+    check_softmax("softmax", x, cols, y);
+    const void* px = x.data();
+    void* py = y.data();
+    const DType dx = x.dtype(), dy = y.dtype();
+    parallel_for(x.numel() / cols, [&](int64_t r) {
+      const int64_t base = r * cols, live = causal ? r % cols + 1 : cols;  // unmasked columns [0, live)
+      float mx = -INFINITY;
+      for (int64_t c = 0; c < live; ++c) mx = std::max(mx, load_as_f32(px, dx, base + c));
+      double z = 0.0;
+      for (int64_t c = 0; c < live; ++c) z += expf(load_as_f32(px, dx, base + c) - mx);
+      const double log_z = std::log(z);
+      for (int64_t c = 0; c < cols; ++c) {
+        const float shifted = load_as_f32(px, dx, base + c) - mx;
+        float v;
+        if (c >= live) v = log ? -INFINITY : 0.0f;
+        else v = log ? static_cast<float>(shifted - log_z) : static_cast<float>(expf(shifted) / z);
+        store_from_f32(py, dy, base + c, v);
+      }
+    });
+  }
+
+  // Per row: reads y and dy twice, writes dx once.
+  void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
+                        Tensor& dx) const override {
+    check_cpu("softmax_backward", y);
+    check_softmax("softmax_backward", y, cols, dy);
+    check_softmax("softmax_backward", y, cols, dx);
+    const void *pyv = y.data(), *pg = dy.data();
+    void* pd = dx.data();
+    const DType ty = y.dtype(), tg = dy.dtype(), td = dx.dtype();
+    parallel_for(y.numel() / cols, [&](int64_t r) {
+      const int64_t base = r * cols, live = causal ? r % cols + 1 : cols;
+      double s = 0.0;  // softmax: sum(dy y); log-softmax: sum(dy), over the unmasked columns
+      for (int64_t c = 0; c < live; ++c) {
+        const double g = load_as_f32(pg, tg, base + c);
+        s += log ? g : g * load_as_f32(pyv, ty, base + c);
+      }
+      const float sf = static_cast<float>(s);
+      for (int64_t c = 0; c < cols; ++c) {
+        const float g = load_as_f32(pg, tg, base + c), v = load_as_f32(pyv, ty, base + c);
+        const float d = c >= live ? 0.0f : (log ? g - expf(v) * sf : v * (g - sf));
+        store_from_f32(pd, td, base + c, d);
+      }
+    });
+  }
+
+  // Moves 2 x numel x dtype bytes; tiles of 32 x 32 keep both sides' lines in cache.
+  void transpose(const Tensor& x, Tensor& out) const override {
+    check_cpu("transpose", x);
+    if (x.rank() != 2 || out.rank() != 2 || out.dim(0) != x.dim(1) || out.dim(1) != x.dim(0) || out.dtype() != x.dtype())
+      throw Error("transpose: expected x [M, N] and out [N, M] of one dtype, got " + x.describe() + " and " +
+                  out.describe());
+    const int64_t rows = x.dim(0), cols = x.dim(1);
+    const size_t es = dtype_size(x.dtype());
+    const char* px = static_cast<const char*>(x.data());
+    char* po = static_cast<char*>(out.data());
+    constexpr int64_t kTile = 32;
+    const int64_t row_tiles = (rows + kTile - 1) / kTile;
+    parallel_for(row_tiles, [&](int64_t rt) {
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+        for (int64_t r = rt * kTile; r < std::min(rows, rt * kTile + kTile); ++r)
+          for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+            std::memcpy(po + (c * rows + r) * es, px + (r * cols + c) * es, es);
     });
   }
 

@@ -150,6 +150,78 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
+  void unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const override {
+    check_cuda("unary", x);
+    check_same_device("unary", x, y);
+    check_same_shape("unary", x, y);
+    launch_unary(op, p, x.data(), x.dtype(), y.data(), y.dtype(), x.numel());
+    after_launch();
+  }
+
+  void unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      Tensor& dx) const override {
+    check_cuda("unary_backward", x);
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) {
+      check_same_device("unary_backward", x, *t);
+      check_same_shape("unary_backward", x, *t);
+    }
+    launch_unary_backward(op, p, x.data(), x.dtype(), y.data(), y.dtype(), dy.data(), dy.dtype(), dx.data(), dx.dtype(),
+                          x.numel());
+    after_launch();
+  }
+
+  void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                        Tensor& out) const override {
+    check_cuda("binary_broadcast", a);
+    check_same_device("binary_broadcast", a, out);
+    check_same_shape("binary_broadcast", a, out);
+    check_axis_view("binary_broadcast", a, b, view);
+    launch_binary_broadcast(op, a.data(), a.dtype(), b.data(), b.dtype(), view, swapped, out.data(), out.dtype(),
+                            a.numel());
+    after_launch();
+  }
+
+  void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const override {
+    check_cuda("broadcast_axis", g);
+    check_axis_view("broadcast_axis", out, g, view);
+    launch_broadcast_axis(g.data(), g.dtype(), view, alpha, out.data(), out.dtype(), out.numel());
+    after_launch();
+  }
+
+  void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const override {
+    check_cuda("sum_axis", x);
+    check_axis_view("sum_axis", x, out, view);
+    launch_sum_axis(x.data(), x.dtype(), view, alpha, out.data(), out.dtype(), accumulate);
+    after_launch();
+  }
+
+  void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
+    check_cuda("softmax", x);
+    check_softmax("softmax", x, cols, y);
+    launch_softmax(x.data(), x.dtype(), x.numel() / cols, cols, log, causal, y.data(), y.dtype());
+    after_launch();
+  }
+
+  void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
+                        Tensor& dx) const override {
+    check_cuda("softmax_backward", y);
+    check_softmax("softmax_backward", y, cols, dy);
+    check_softmax("softmax_backward", y, cols, dx);
+    launch_softmax_backward(y.data(), y.dtype(), dy.data(), dy.dtype(), y.numel() / cols, cols, log, causal, dx.data(),
+                            dx.dtype());
+    after_launch();
+  }
+
+  void transpose(const Tensor& x, Tensor& out) const override {
+    check_cuda("transpose", x);
+    check_same_device("transpose", x, out);
+    if (x.rank() != 2 || out.rank() != 2 || out.dim(0) != x.dim(1) || out.dim(1) != x.dim(0) || out.dtype() != x.dtype())
+      throw Error("transpose: expected x [M, N] and out [N, M] of one dtype, got " + x.describe() + " and " +
+                  out.describe());
+    launch_transpose(x.data(), dtype_size(x.dtype()), x.dim(0), x.dim(1), out.data());
+    after_launch();
+  }
+
   void gemm(const GemmArgs& args) const override {
     const auto [m, n, k] = check_gemm(args);  // first: it reports a missing operand
     check_cuda("gemm", *args.a);

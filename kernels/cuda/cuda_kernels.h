@@ -30,6 +30,21 @@ void launch_activation_backward(Activation act, const void* x, DType dx, const v
 void launch_clamp(void* x, DType dx, float lo, float hi, int64_t n);
 void launch_scale_by_scalar(void* x, DType dx, const float* factor, int64_t n);  // x *= factor[0]
 
+// ---- math_kernels.cu (the Var operators; Backend's contracts in engine/backend.h)
+void launch_unary(UnaryOp op, float p, const void* x, DType dx, void* y, DType dy, int64_t n);
+void launch_unary_backward(UnaryOp op, float p, const void* x, DType dx, const void* y, DType dy, const void* g,
+                           DType dg, void* out, DType dout, int64_t n);
+void launch_binary_broadcast(BinaryOp op, const void* a, DType da, const void* b, DType db, const AxisView& view,
+                             bool swapped, void* out, DType dout, int64_t n);
+void launch_broadcast_axis(const void* g, DType dg, const AxisView& view, float alpha, void* out, DType dout, int64_t n);
+void launch_sum_axis(const void* x, DType dx, const AxisView& view, float alpha, void* out, DType dout, bool accumulate);
+void launch_transpose(const void* x, size_t elem_bytes, int64_t rows, int64_t cols, void* out);
+
+// ---- softmax_kernels.cu
+void launch_softmax(const void* x, DType dx, int64_t rows, int64_t cols, bool log, bool causal, void* y, DType dy);
+void launch_softmax_backward(const void* y, DType dy, const void* g, DType dg, int64_t rows, int64_t cols, bool log,
+                             bool causal, void* dx, DType ddx);
+
 // ---- reduce_kernels.cu
 // How many double partials launch_sum / launch_mse need as scratch.
 int reduce_partials(int64_t n);

@@ -376,3 +376,79 @@ TEST_CASE("autocast: linear runs in the low dtype, losses stay fp32", "[autograd
   CHECK(f.grad().dtype() == DType::F32);
   CHECK(h.grad().to_vector() == std::vector<float>(3, 1.0f));
 }
+
+// ---- The Var operators (autograd/math_ops.cpp). Inputs kept where |f'''| stays small (the
+// bound in the header): divisors and log/pow arguments in [1, 2].
+TEST_CASE("gradcheck: sub and div, same shape and broadcast both ways", "[autograd][gradcheck][math]") {
+  Var a = leaf(Shape{3, 4}, 30), b = leaf(Shape{3, 4}, 31, 1.0f, 2.0f);
+  Var row = leaf(Shape{4}, 32, 1.0f, 2.0f), col = leaf(Shape{3, 1}, 33, 1.0f, 2.0f), one = leaf(Shape{1}, 34, 1.0f, 2.0f);
+  gradcheck("sub", {a, b}, [&] { return objective(sub(a, b)); });
+  gradcheck("div", {a, b}, [&] { return objective(div(a, b)); });
+  for (Var* s : {&row, &col, &one}) {
+    const std::string what = " by " + s->value().shape().str();
+    gradcheck("add" + what, {a, *s}, [&] { return objective(add(a, *s)); });
+    gradcheck("add swapped" + what, {a, *s}, [&] { return objective(add(*s, a)); });
+    gradcheck("sub" + what, {a, *s}, [&] { return objective(sub(a, *s)); });
+    gradcheck("sub swapped" + what, {a, *s}, [&] { return objective(sub(*s, a)); });
+    gradcheck("mul" + what, {a, *s}, [&] { return objective(mul(a, *s)); });
+    gradcheck("mul swapped" + what, {a, *s}, [&] { return objective(mul(*s, a)); });
+    gradcheck("div" + what, {a, *s}, [&] { return objective(div(a, *s)); });
+    gradcheck("div swapped" + what, {b, *s}, [&] { return objective(div(*s, b)); });
+  }
+  gradcheck("neg", {a}, [&] { return objective(neg(a)); });
+}
+
+TEST_CASE("broadcasting refuses what it cannot broadcast, naming both shapes", "[autograd][math]") {
+  const Var a(Tensor::zeros(Shape{2, 3})), b(Tensor::zeros(Shape{2})), c(Tensor::zeros(Shape{3, 1}));
+  CHECK_THROWS_WITH(sub(a, b), Catch::Contains("cannot broadcast fp32[2]") && Catch::Contains("fp32[2, 3]"));
+  CHECK_THROWS_WITH(div(a, c), Catch::Contains("div") && Catch::Contains("fp32[3, 1]"));
+  CHECK(add(a, Var(Tensor::zeros(Shape{1, 3}))).shape() == Shape{2, 3});
+  CHECK(mul(Var(Tensor::zeros(Shape{2, 1})), a).shape() == Shape{2, 3});
+}
+
+TEST_CASE("gradcheck: exp, log, tanh, sigmoid, pow", "[autograd][gradcheck][math]") {
+  Var x = leaf(Shape{3, 4}, 35), p = leaf(Shape{3, 4}, 36, 1.0f, 2.0f);
+  gradcheck("exp", {x}, [&] { return objective(exp(x)); });
+  gradcheck("log", {p}, [&] { return objective(log(p)); });
+  gradcheck("tanh", {x}, [&] { return objective(tanh(x)); });
+  gradcheck("sigmoid", {x}, [&] { return objective(sigmoid(x)); });
+  gradcheck("pow 2", {x}, [&] { return objective(pow(x, 2.0f)); });
+  gradcheck("pow 3", {x}, [&] { return objective(pow(x, 3.0f)); });
+  gradcheck("pow -1.5", {p}, [&] { return objective(pow(p, -1.5f)); });
+  gradcheck("pow 0", {x}, [&] { return objective(add(pow(x, 0.0f), x)); });
+}
+
+TEST_CASE("gradcheck: softmax and log_softmax, plain and causal", "[autograd][gradcheck][math]") {
+  Var x = leaf(Shape{3, 5}, 37, -2.0f, 2.0f), s = leaf(Shape{2, 4, 4}, 38, -2.0f, 2.0f);
+  gradcheck("softmax", {x}, [&] { return objective(softmax(x)); });
+  gradcheck("log_softmax", {x}, [&] { return objective(log_softmax(x)); });
+  gradcheck("causal softmax", {s}, [&] { return objective(softmax(s, true)); });
+  // Masked log-probabilities are -inf (a weight times them would be NaN): read through exp.
+  Var s2 = leaf(Shape{2, 4, 4}, 39, -2.0f, 2.0f);
+  gradcheck("causal log_softmax", {s2}, [&] { return objective(exp(log_softmax(s2, true))); });
+  CHECK_THROWS_WITH(softmax(x, true), Catch::Contains("[..., T, T]"));
+}
+
+TEST_CASE("gradcheck: sum and mean over an axis, keepdim or not", "[autograd][gradcheck][math]") {
+  Var x = leaf(Shape{2, 3, 4}, 40);
+  for (int64_t axis : {0, 1, 2, -1})
+    for (bool keep : {false, true}) {
+      const std::string what = " axis " + std::to_string(axis) + (keep ? " keepdim" : "");
+      gradcheck("sum" + what, {x}, [&] { return objective(sum(x, axis, keep)); });
+      gradcheck("mean" + what, {x}, [&] { return objective(mean(x, axis, keep)); });
+    }
+  CHECK(sum(x, 1).shape() == Shape{2, 4});
+  CHECK(mean(x, -1, true).shape() == Shape{2, 3, 1});
+  CHECK_THROWS_WITH(sum(x, 3), Catch::Contains("axis 3 is out of range"));
+}
+
+TEST_CASE("gradcheck: transpose, reshape, rows", "[autograd][gradcheck][math]") {
+  Var x = leaf(Shape{3, 4}, 41);
+  gradcheck("transpose", {x}, [&] { return objective(transpose(x)); });
+  gradcheck("reshape", {x}, [&] { return objective(reshape(x, {2, -1, 3})); });
+  gradcheck("slice_rows", {x}, [&] { return objective(slice_rows(x, 1, 3)); });
+  gradcheck("select_row", {x}, [&] { return objective(mul(select_row(x, -1), select_row(x, 0))); });
+  CHECK(reshape(x, {-1}).shape() == Shape{12});
+  CHECK_THROWS_WITH(reshape(x, {5, -1}), Catch::Contains("cannot infer"));
+  CHECK_THROWS_WITH(select_row(x, 3), Catch::Contains("out of range"));
+}

@@ -122,3 +122,44 @@ def test_fp16_autocast_and_grad_scaler_match_pytorch_fp32_grads():
     ours = compare("fp16", FP16_RTOL, {"init_scale": 2.0 ** 10, "growth_interval": 4})
     assert [s for s, r in enumerate(ours) if r.skipped] == sorted(INJECT)
     assert len({r.scaler_scale for r in ours}) > 2
+
+
+def test_var_operators_match_pytorch_values_and_gradients():
+    """The Var operators (issue 27) against torch on one graph: broadcasting arithmetic with a
+    row and a column, **, exp/log/tanh/sigmoid, softmax/log_softmax (causal too), sum/mean over
+    an axis, .T, reshape and indexing. FP32 on both sides, same inputs: relative 1e-5 (a few
+    dozen FP32 roundings in different orders; a wrong formula or gradient is off by far more)."""
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-2, 2, (4, 6)).astype(np.float32)
+    row = rng.uniform(1, 2, (6,)).astype(np.float32)
+    col = rng.uniform(1, 2, (4, 1)).astype(np.float32)
+    s = rng.uniform(-2, 2, (2, 4, 4)).astype(np.float32)
+
+    def graph(lib, a, row, col, s):
+        if lib is torch:
+            exp, log, tanh, sig = torch.exp, torch.log, torch.tanh, torch.sigmoid
+            softmax = lambda x: torch.softmax(x, -1)  # noqa: E731
+            log_softmax = lambda x: torch.log_softmax(x, -1)  # noqa: E731
+            mask = torch.ones(4, 4, dtype=torch.bool).tril()
+            causal = lambda x: torch.softmax(x.masked_fill(~mask, float("-inf")), -1)  # noqa: E731
+            total = lambda x, axis=None, keep=False: x.sum() if axis is None else x.sum(axis, keepdim=keep)  # noqa: E731
+            avg = lambda x, axis, keep=False: x.mean(axis, keepdim=keep)  # noqa: E731
+        else:
+            exp, log, tanh, sig = belay.exp, belay.log, belay.tanh, belay.sigmoid
+            softmax, log_softmax = belay.softmax, belay.log_softmax
+            causal = lambda x: belay.softmax(x, causal=True)  # noqa: E731
+            total = lambda x, axis=None, keep=False: belay.sum(x, axis, keep)  # noqa: E731
+            avg = lambda x, axis, keep=False: belay.mean(x, axis, keep)  # noqa: E731
+        h = (tanh(a) - row) / col + 1.0 - 2.0 / row
+        p = log_softmax(sig(h) * exp(-a) + a ** 2) + softmax(a.T).T * col
+        q = total(avg(p, 1, True) * log(row[:4].reshape(4, 1)), 0) + total(p[1] * p[-1]) + total(causal(s) * s)
+        return total(q)
+
+    tb = [torch.tensor(v, requires_grad=True) for v in (a, row, col, s)]
+    bb = [belay.Var(v, requires_grad=True) for v in (a, row, col, s)]
+    lt, lb = graph(torch, *tb), graph(belay, *bb)
+    lt.backward()
+    lb.backward()
+    np.testing.assert_allclose(float(lb), lt.item(), rtol=1e-5)
+    for t, b in zip(tb, bb):
+        np.testing.assert_allclose(b.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
