@@ -71,7 +71,8 @@ AxisView broadcast_view(const char* op, const Tensor& full_t, const Tensor& smal
     const int64_t inner = Shape(s).numel();
     return {1, n / inner, inner};
   }
-  throw Error(std::string(op) + ": shape mismatch, cannot broadcast " + small_t.describe() + " over " + full_t.describe() +
+  const auto name = [](const Tensor& t) { return std::string(dtype_name(t.dtype())) + t.shape().str(); };
+  throw Error(std::string(op) + ": shape mismatch, cannot broadcast " + name(small_t) + " over " + name(full_t) +
               "; belay broadcasts a one-element value, a row (the trailing dims) or one run of dims of extent 1");
 }
 

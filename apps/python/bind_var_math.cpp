@@ -237,7 +237,7 @@ void bind_functions(py::module_& m, py::class_<Var>& cls) {
     const bool method = !py::isinstance<py::module_>(target);
     auto def = [&](const char* name, auto&& f, auto&&... extra) {
       if (method) cls.def(name, f, extra...);
-      else m.def(name, f, extra...);
+      else m.def(name, f, py::arg("x"), extra...);  // a method's self takes no annotation
     };
     def("exp", [](const Var& x) { return exp(x); }, Release(), "e^x elementwise (FP32 under autocast)");
     def("log", [](const Var& x) { return log(x); }, Release(), "The natural logarithm (FP32 under autocast)");
