@@ -2,6 +2,8 @@
 // what the FP32 op gives; the others keep the low dtype; names parse or fail clearly.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "amp/autocast.h"
 #include "autograd/modules.h"
 #include "engine/error.h"
@@ -52,4 +54,23 @@ TEST_CASE("fp32-ops: a kept class runs in FP32 under autocast, the rest in the l
   AutocastPolicy& p = autocast_policy();
   CHECK_FALSE(p.enabled);
   CHECK_FALSE(autocast_keeps_fp32(OpClass::Linear));
+}
+
+TEST_CASE("autocast runs exp, log, pow, softmax, log_softmax, sum and mean in FP32; tanh as given", "[amp][autocast]") {
+  const Var x(Tensor::from_vector({0.5f, 1.0f, 2.0f, 3.0f}, Shape{2, 2}, DType::F16));
+  Autocast ac(DType::F16);
+  for (const Var& y : {exp(x), log(x), pow(x, 2.0f), softmax(x), log_softmax(x), sum(x, 0), mean(x, 1)})
+    CHECK(y.dtype() == DType::F32);
+  CHECK(tanh(x).dtype() == DType::F16);
+  CHECK(sigmoid(x).dtype() == DType::F16);
+  CHECK(sub(x, x).dtype() == DType::F16);
+  {
+    Autocast kept(DType::F16, true, parse_fp32_ops("tanh,div"));
+    CHECK(tanh(x).dtype() == DType::F32);
+    CHECK(div(x, x).dtype() == DType::F32);
+  }
+  // exp(11.5) overflows FP16 (max 65504): under autocast it is 98715.8 in FP32.
+  const Var big(Tensor::from_vector({11.5f}, Shape{1}, DType::F16));
+  check_close(exp(big).value().to_vector(), {std::exp(11.5)}, tolerance_for(DType::F32, DType::F32, 4), {});
+  CHECK(fp32_ops_names(parse_fp32_ops("softmax,sum")) == "softmax,sum");
 }
