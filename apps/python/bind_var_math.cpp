@@ -266,6 +266,9 @@ void bind_var_math(py::module_& m, OperandFn operand) {
   g_operand = operand;
   py::class_<Var> cls(py::object(m.attr("Var")));
   bind_operators(cls);
+  // ndarray op Var: NumPy defers to the Var's reflected operator (the gradient is kept)
+  // instead of converting the Var through __array__.
+  cls.attr("__array_priority__") = 1000;
   bind_functions(m, cls);
   replace_method(cls, "__repr__", &var_repr);
   replace_method(cls, "__str__", &var_repr);

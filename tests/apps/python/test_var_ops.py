@@ -79,6 +79,16 @@ def test_broadcast_both_orders_with_gradients(shape):
         close(gs2, reduce_to(np.broadcast_to(df_da(S, A) * w, A.shape)))
 
 
+def test_numpy_arrays_on_either_side_keep_the_graph():
+    a, w = rng_values((2, 3), 18), rng_values((3,), 19, 1.0, 2.0)
+    for f, dref in [(lambda x: w * x, w), (lambda x: w - x, -1.0), (lambda x: x / w, 1 / w), (lambda x: w + x, 1.0)]:
+        x = leaf(a)
+        y = f(x)
+        assert isinstance(y, belay.Var)
+        belay.sum(y).backward()
+        close(x.grad.numpy(), np.broadcast_to(dref, a.shape))
+
+
 def test_python_scalars_on_both_sides_keep_the_dtype():
     x = belay.Var(np.array([1.0, 2.0, 4.0], np.float16))
     for y, expected in [(x + 1, [2, 3, 5]), (1 + x, [2, 3, 5]), (x - 1, [0, 1, 3]), (1 - x, [0, -1, -3]),
