@@ -353,22 +353,29 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // Reads a and out once, b (small) from cache; 1 flop per element.
+  // Reads a and out once, b (small, widened to FP32 once) from cache; 1 flop per element.
   void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
                         Tensor& out) const override {
     check_cpu("binary_broadcast", a);
     check_same_shape("binary_broadcast", a, out);
     check_axis_view("binary_broadcast", a, b, view);
-    const void *pa = a.data(), *pb = b.data();
+    const std::vector<float> bf = b.to_vector();
+    const void* pa = a.data();
     void* po = out.data();
-    const DType da = a.dtype(), db = b.dtype(), dout = out.dtype();
+    const DType da = a.dtype(), dout = out.dtype();
     parallel_blocks(a.numel(), [&](int64_t i0, int64_t len) {
       alignas(64) float ba[kBlock], bo[kBlock];
       const float* x = load_block(pa, da, i0, len, ba);
       float* r = out_block(po, dout, i0, bo);
+      // (o, l, i) of element i0, then stepped along: no division per element.
+      int64_t i = i0 % view.inner, l = i0 / view.inner % view.len, o = i0 / (view.inner * view.len);
       for (int64_t j = 0; j < len; ++j) {
-        const float y = load_as_f32(pb, db, static_cast<size_t>(view.reduced_index(i0 + j)));
+        const float y = bf[static_cast<size_t>(o * view.inner + i)];
         r[j] = swapped ? binary_f32(op, y, x[j]) : binary_f32(op, x[j], y);
+        if (++i == view.inner) {
+          i = 0;
+          if (++l == view.len) l = 0, ++o;
+        }
       }
       store_block(po, dout, i0, len, r);
     });
@@ -397,6 +404,20 @@ class CpuBackend final : public Backend {
     const void* px = x.data();
     void* po = out.data();
     const DType dx = x.dtype(), dout = out.dtype();
+    if (view.inner == 1) {  // the last axis: each output sums a contiguous run, a block at a time
+      parallel_for(view.outer, [&](int64_t o) {
+        double acc = 0.0;
+        alignas(64) float buf[kBlock];
+        for (int64_t l0 = 0; l0 < view.len; l0 += kBlock) {
+          const int64_t len = std::min(kBlock, view.len - l0);
+          const float* v = load_block(px, dx, o * view.len + l0, len, buf);
+          for (int64_t j = 0; j < len; ++j) acc += v[j];
+        }
+        const float s = static_cast<float>(acc * static_cast<double>(alpha));
+        store_from_f32(po, dout, static_cast<size_t>(o), accumulate ? load_as_f32(po, dout, static_cast<size_t>(o)) + s : s);
+      });
+      return;
+    }
     constexpr int64_t kCols = 256;
     const int64_t col_blocks = (view.inner + kCols - 1) / kCols, tasks = view.outer * col_blocks;
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelThreshold)
@@ -416,28 +437,40 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Per row: reads x three times (from cache), writes y once; exp and ~4 flops per element.
+  // Per row: reads x once (widened into a row buffer), writes y once; one exp and ~3 flops
+  // per element.
   void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
     check_cpu("softmax", x);
     check_softmax("softmax", x, cols, y);
     const void* px = x.data();
     void* py = y.data();
     const DType dx = x.dtype(), dy = y.dtype();
-    parallel_for(x.numel() / cols, [&](int64_t r) {
-      const int64_t base = r * cols, live = causal ? r % cols + 1 : cols;  // unmasked columns [0, live)
-      float mx = -INFINITY;
-      for (int64_t c = 0; c < live; ++c) mx = std::max(mx, load_as_f32(px, dx, base + c));
-      double z = 0.0;
-      for (int64_t c = 0; c < live; ++c) z += expf(load_as_f32(px, dx, base + c) - mx);
-      const double log_z = std::log(z);
-      for (int64_t c = 0; c < cols; ++c) {
-        const float shifted = load_as_f32(px, dx, base + c) - mx;
-        float v;
-        if (c >= live) v = log ? -INFINITY : 0.0f;
-        else v = log ? static_cast<float>(shifted - log_z) : static_cast<float>(expf(shifted) / z);
-        store_from_f32(py, dy, base + c, v);
+    const int64_t rows = x.numel() / cols;
+#pragma omp parallel if (x.numel() > kParallelThreshold)
+    {
+      std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t base = r * cols, live = causal ? r % cols + 1 : cols;  // unmasked columns [0, live)
+        float* v = row.data();
+        const float* src = load_block(px, dx, base, cols, v);
+        if (src != v) std::memcpy(v, src, static_cast<size_t>(cols) * 4);
+        float mx = -INFINITY;
+        for (int64_t c = 0; c < live; ++c) mx = std::max(mx, v[c]);
+        double z = 0.0;
+        for (int64_t c = 0; c < live; ++c) {
+          const float shifted = v[c] - mx;
+          v[c] = log ? shifted : expf(shifted);
+          z += log ? expf(shifted) : v[c];
+        }
+        const double log_z = std::log(z);
+        for (int64_t c = 0; c < cols; ++c) {
+          if (c >= live) v[c] = log ? -INFINITY : 0.0f;
+          else v[c] = log ? static_cast<float>(v[c] - log_z) : static_cast<float>(v[c] / z);
+        }
+        store_block(py, dy, base, cols, v);
       }
-    });
+    }
   }
 
   // Per row: reads y and dy twice, writes dx once.
