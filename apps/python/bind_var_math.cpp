@@ -32,7 +32,7 @@ OperandFn g_operand = nullptr;
 // FP16, as in PyTorch); anything else goes through the module's operand conversion.
 Var operand_like(py::handle o, const Var& like) {
   if (py::isinstance<py::float_>(o) || py::isinstance<py::int_>(o))
-    return Var(Tensor::full(Shape{1}, o.cast<float>(), like.dtype(), like.device()));
+    return Var(Tensor::full(like.shape().rank() == 0 ? Shape{} : Shape{1}, o.cast<float>(), like.dtype(), like.device()));
   return g_operand(o, like.device());
 }
 
