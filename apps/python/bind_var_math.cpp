@@ -28,10 +28,13 @@ using Release = py::call_guard<py::gil_scoped_release>;
 
 OperandFn g_operand = nullptr;
 
+bool is_number(py::handle o) { return py::isinstance<py::float_>(o) || py::isinstance<py::int_>(o); }
+std::string type_name(py::handle o) { return py::str(py::type::of(o).attr("__name__")); }
+
 // A Python number becomes a one-element constant of the Var's own dtype (x_fp16 + 1.0 stays
 // FP16, as in PyTorch); anything else goes through the module's operand conversion.
 Var operand_like(py::handle o, const Var& like) {
-  if (py::isinstance<py::float_>(o) || py::isinstance<py::int_>(o))
+  if (is_number(o))
     return Var(Tensor::full(like.shape().rank() == 0 ? Shape{} : Shape{1}, o.cast<float>(), like.dtype(), like.device()));
   return g_operand(o, like.device());
 }
@@ -167,7 +170,7 @@ Var index_var(const Var& v, py::handle key) {
     return slice_rows(v, start, start + len);
   }
   throw Error("indexing: belay indexes dim 0 with an int or a slice [a:b]; got " +
-              std::string(py::str(py::type::of(key).attr("__name__"))) + " (index the NumPy array from .numpy() for more)");
+              type_name(key) + " (index the NumPy array from .numpy() for more)");
 }
 
 std::vector<int64_t> shape_args(const py::args& args) {
@@ -204,8 +207,20 @@ void bind_operators(py::class_<Var>& cls) {
       .def("__truediv__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Div, a, b, false); })
       .def("__rtruediv__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Div, a, b, true); })
       .def("__neg__", &neg, Release())
-      .def("__pow__", [](const Var& x, float p) { return pow(x, p); }, py::arg("exponent"), Release(),
-           "x ** p for a number p (elementwise; FP32 under autocast)")
+      .def("__pow__", [](const Var& x, py::handle p) {
+        if (!is_number(p)) throw Error("x ** p: belay takes a number as the exponent (x ** 2.0), not " + type_name(p));
+        const float e = p.cast<float>();
+        py::gil_scoped_release nogil;
+        return pow(x, e);
+      }, py::arg("exponent"), "x ** p for a number p (elementwise; FP32 under autocast)")
+      .def("__rpow__", [](const Var& x, py::handle base) {
+        // s ** x = exp(x ln s), for a number s > 0 (as torch, whose gradient is the same).
+        if (!is_number(base) || !(base.cast<double>() > 0.0))
+          throw Error("s ** x: belay takes a number s > 0 as the base, not " + std::string(py::str(py::repr(base))));
+        const float ln_s = static_cast<float>(std::log(base.cast<double>()));
+        py::gil_scoped_release nogil;
+        return exp(scale(x, ln_s));
+      }, py::arg("base"))
       .def("__float__", [](const Var& v) {
         if (v.value().numel() != 1)
           throw Error("float(): needs a one-element value, got " + v.value().describe() + "; use .numpy() for more");

@@ -98,6 +98,18 @@ def test_python_scalars_on_both_sides_keep_the_dtype():
         np.testing.assert_array_equal(np.asarray(y, np.float64), expected)
 
 
+def test_scalar_base_power_and_refused_exponents():
+    a = rng_values((2, 3), 20)
+    out, (g,) = grad_of(lambda x: belay.sum(2.0 ** x), a)
+    close(out.item(), np.sum(2.0 ** a.astype(np.float64)))
+    close(g, np.log(2.0) * 2.0 ** a.astype(np.float64))
+    x = leaf(a)
+    with pytest.raises(belay.Error, match="exponent"):
+        x ** x
+    with pytest.raises(belay.Error, match="base"):
+        (-2.0) ** x
+
+
 def test_a_shape_that_cannot_broadcast_is_a_belay_error_naming_both():
     a, b = belay.Var(np.zeros((2, 3), np.float32)), belay.Var(np.zeros((2,), np.float32))
     with pytest.raises(belay.Error, match=r"cannot broadcast fp32\[2\] over fp32\[2, 3\]"):
