@@ -22,8 +22,8 @@ DType matmul_dtype(const char* op, OpClass cls, const Var& a, const Var& b) {
   const AutocastPolicy& policy = autocast_policy();
   if (policy.enabled) return autocast_keeps_fp32(cls) ? DType::F32 : policy.dtype;
   if (a.dtype() != b.dtype())
-    throw Error(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
-                "); cast one, or run under belay::Autocast");
+    throw UsageError(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
+                "); cast one, or run under autocast");
   return a.dtype();
 }
 

@@ -20,6 +20,18 @@ namespace {
 
 py::object optional_tensor(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
+// An op over Vars: the inputs converted with the GIL, the op run without it.
+Var unary_op(py::handle x, Var (*op)(const Var&)) {
+  const Var in = as_var(x);
+  py::gil_scoped_release nogil;
+  return op(in);
+}
+Var binary_op(py::handle a, py::handle b, Var (*op)(const Var&, const Var&)) {
+  const Var x = as_var(a), y = as_var(b);
+  py::gil_scoped_release nogil;
+  return op(x, y);
+}
+
 // Python's `with belay.autocast("fp16"):` over the C++ RAII guard; nested blocks stack.
 class AutocastScope {
  public:
@@ -68,12 +80,19 @@ void bind_autograd(py::module_& m) {
       .def_property_readonly("dtype", &Var::dtype)
       .def_property_readonly("requires_grad", &Var::requires_grad)
       .def_property_readonly("is_parameter", &Var::is_parameter)
+      .def_property_readonly("_id", [](const Var& v) { return reinterpret_cast<uintptr_t>(v.node()); },
+                             "The node's identity: two handles of one parameter share it (belay.Module's registry)")
+      .def("_set_name", [](const Var& v, const std::string& name) {
+        if (!v.is_parameter()) throw UsageError("_set_name: only a parameter is renamed");
+        v.node()->name = name;
+      }, py::arg("name"), "belay.Module names a parameter by its attribute path (optimizer state and checkpoints use it)")
       .def("numpy", [](const Var& v) { return to_numpy(v.value(), py::cast(v.value())); },
            "The value as a NumPy array sharing its memory (see Tensor.numpy)")
       .def("numpy_bits", [](const Var& v) { return python::to_numpy_bits(v.value(), py::cast(v.value())); },
            "The value's raw bits (see Tensor.numpy_bits)")
       .def("item", [](const Var& v) { return v.value().item(); })
-      .def("backward", [](const Var& v, float seed) { v.backward(seed); }, py::arg("seed") = 1.0f)
+      .def("backward", [](const Var& v, float seed) { v.backward(seed); }, py::arg("seed") = 1.0f,
+           py::call_guard<py::gil_scoped_release>())
       .def("zero_grad", &Var::zero_grad, py::arg("set_to_none") = true)
       .def("__add__", [](const Var& a, py::handle b) { return add(a, as_var_on(b, a.device())); })
       .def("__mul__", [](const Var& a, py::handle b) {
@@ -89,28 +108,46 @@ void bind_autograd(py::module_& m) {
 
   m.def("parameter", [](py::handle value, const std::string& name, const std::string& device) {
     return Var::parameter(to_tensor(value, DType::F32, to_device(device), true), name);
-  }, py::arg("value"), py::arg("name"), py::arg("device") = "cpu",
-     "A trainable parameter for a model written in Python: an FP32 master (a copy of value) that optimizers update");
+  }, py::arg("value"), py::arg("name") = "", py::arg("device") = "cpu",
+     "A trainable parameter for a model written in Python: an FP32 master (a copy of value) that optimizers update. "
+     "A belay.Module names it by its attribute path; given to an optimizer alone, give it a name");
 
   // ---- ops (autocast decides the dtype of matmul and linear; losses are FP32)
-  m.def("cast", [](py::handle x, py::handle d) { return cast(as_var(x), to_dtype(d)); });
-  m.def("matmul", [](py::handle a, py::handle b) { return matmul(as_var(a), as_var(b)); });
+  // Each op converts its inputs with the GIL and computes without it, as the step does.
+  m.def("cast", [](py::handle x, py::handle d) {
+    const Var in = as_var(x);
+    const DType dtype = to_dtype(d);
+    py::gil_scoped_release nogil;
+    return cast(in, dtype);
+  });
+  m.def("matmul", [](py::handle a, py::handle b) { return binary_op(a, b, matmul); });
   m.def("linear", [](py::handle x, const Var& w, std::optional<Var> b) {
     refresh_working_copy(w);
     if (b) refresh_working_copy(*b);
-    return linear(as_var_on(x, w.device()), w, b.value_or(Var()));
+    const Var in = as_var_on(x, w.device()), bias = b.value_or(Var());
+    py::gil_scoped_release nogil;
+    return linear(in, w, bias);
   }, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
-  m.def("add", [](py::handle a, py::handle b) { return add(as_var(a), as_var(b)); });
-  m.def("mul", [](py::handle a, py::handle b) { return mul(as_var(a), as_var(b)); });
-  m.def("scale", [](py::handle a, float s) { return scale(as_var(a), s); });
-  m.def("relu", [](py::handle x) { return relu(as_var(x)); });
-  m.def("gelu", [](py::handle x) { return gelu(as_var(x)); });
-  m.def("sum", [](py::handle x) { return sum(as_var(x)); });
-  m.def("mean", [](py::handle x) { return mean(as_var(x)); });
-  m.def("mse_loss", [](const Var& pred, py::handle target) { return mse_loss(pred, as_target(target, pred.device())); },
-        py::arg("pred"), py::arg("target"), "Mean squared error, FP32 [1]");
+  m.def("add", [](py::handle a, py::handle b) { return binary_op(a, b, add); });
+  m.def("mul", [](py::handle a, py::handle b) { return binary_op(a, b, mul); });
+  m.def("scale", [](py::handle a, float s) {
+    const Var in = as_var(a);
+    py::gil_scoped_release nogil;
+    return scale(in, s);
+  });
+  m.def("relu", [](py::handle x) { return unary_op(x, relu); });
+  m.def("gelu", [](py::handle x) { return unary_op(x, gelu); });
+  m.def("sum", [](py::handle x) { return unary_op(x, [](const Var& v) { return sum(v); }); });
+  m.def("mean", [](py::handle x) { return unary_op(x, [](const Var& v) { return mean(v); }); });
+  m.def("mse_loss", [](const Var& pred, py::handle target) {
+    const Tensor t = as_target(target, pred.device());
+    py::gil_scoped_release nogil;
+    return mse_loss(pred, t);
+  }, py::arg("pred"), py::arg("target"), "Mean squared error, FP32 [1]");
   m.def("cross_entropy", [](const Var& logits, py::handle labels) {
-    return cross_entropy(logits, as_target(labels, logits.device()));
+    const Tensor t = as_target(labels, logits.device());
+    py::gil_scoped_release nogil;
+    return cross_entropy(logits, t);
   }, py::arg("logits"), py::arg("labels"), "Mean cross-entropy of logits [B, C]; labels [B] hold class indices");
   py::class_<NoGradScope>(m, "no_grad", "with belay.no_grad(): ops record no graph")
       .def(py::init<>())

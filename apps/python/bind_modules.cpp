@@ -5,6 +5,8 @@
 
 #include <memory>
 
+#include "amp/autocast.h"
+
 #include "autograd/modules.h"
 #include "engine/allocator.h"
 
@@ -14,18 +16,71 @@
 
 namespace belay::python {
 
+namespace {
+
+// A Module subclassed in Python (belay.Module, belay/__init__.py): forward and
+// named_parameters are its Python methods. C++ calls them (a checkpoint asks for the
+// parameters, perhaps while a step holds no GIL) through these, which take the GIL.
+class PyModule : public Module {
+ public:
+  using Named = std::vector<std::pair<std::string, Var>>;
+  Var forward(const Var& x) override { PYBIND11_OVERRIDE_PURE(Var, Module, forward, x); }
+  Named named_parameters() const override { PYBIND11_OVERRIDE_PURE(Named, Module, named_parameters, ); }
+};
+
+// model(...): the forward in the model's mode. Evaluation records no graph and runs a model
+// whose working copies are FP16/BF16 under autocast in that dtype (unless the caller set
+// one), so an FP16 model serves predictions without `with belay.autocast(...)`. A model
+// written in Python gets its arguments as given; a C++ one (Linear, Mlp) takes one input and
+// runs without the GIL, as the step does.
+py::object call_module(py::object self, py::args args, py::kwargs kwargs) {
+  Module& mod = self.cast<Module&>();
+  const std::vector<Var> params = mod.parameters();
+  for (const Var& p : params) refresh_working_copy(p);
+  std::unique_ptr<NoGrad> no_grad;
+  std::unique_ptr<Autocast> autocast;
+  if (!mod.training) {
+    no_grad = std::make_unique<NoGrad>();
+    const DType working = params.empty() ? DType::F32 : params[0].dtype();
+    if (working != DType::F32 && !autocast_policy().enabled) autocast = std::make_unique<Autocast>(working);
+  }
+  if (dynamic_cast<PyModule*>(&mod)) return self.attr("forward")(*args, **kwargs);
+  if (args.size() != 1 || !kwargs.empty())
+    throw py::type_error(type_name(self) + "(x) takes one input, got " + std::to_string(args.size()) +
+                         " positional and " + std::to_string(kwargs.size()) + " keyword arguments");
+  const Var x = as_var_on(args[0], params.empty() ? Device::cpu() : params[0].device());
+  Var y;
+  {
+    py::gil_scoped_release nogil;
+    y = mod(x);
+  }
+  return py::cast(y);
+}
+
+py::object set_training(py::object self, bool mode) {
+  self.cast<Module&>().training = mode;
+  return self;
+}
+
+}  // namespace
+
 void bind_modules(py::module_& m) {
   // ---- modules
-  py::class_<Module>(m, "Module")
-      .def("__call__", [](Module& mod, py::handle x) {
-        const auto params = mod.parameters();
-        for (const Var& p : params) refresh_working_copy(p);
-        return mod(as_var_on(x, params.empty() ? Device::cpu() : params[0].device()));
-      })
+  py::class_<Module, PyModule>(m, "Module",
+                               "The base of models: belay.Module (belay/__init__.py) is the one to subclass in Python")
+      .def(py::init<>())
+      .def("__call__", &call_module)
       .def("forward", [](Module& mod, py::handle x) {
         for (const Var& p : mod.parameters()) refresh_working_copy(p);
-        return mod.forward(as_var(x));
+        const Var in = as_var(x);
+        py::gil_scoped_release nogil;
+        return mod.forward(in);
       })
+      .def_readwrite("training", &Module::training, "True after train() (the start), False after eval()")
+      .def("train", &set_training, py::arg("mode") = true, "Training mode (mode=False: eval()); returns the module")
+      .def("eval", [](py::object self) { return set_training(self, false); },
+           "Evaluation mode: model(x) records no graph and runs an FP16/BF16 model under autocast in its dtype; "
+           "returns the module")
       .def("parameters", &Module::parameters)
       .def("named_parameters", &Module::named_parameters)
       .def_property_readonly("parameter_count", &Module::parameter_count)

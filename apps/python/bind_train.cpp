@@ -4,10 +4,13 @@
 #include <pybind11/stl.h>
 
 #include <csignal>
+#include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 
 #include "amp/autocast.h"
+#include "apps/dataset.h"
 #include "apps/train.h"
 
 #include "bindings.h"
@@ -19,29 +22,98 @@ namespace belay::python {
 namespace {
 
 // A str, or a list of them (a repeatable CLI option).
-std::vector<std::string> as_strings(py::handle value) {
+std::vector<std::string> as_strings(py::handle value, const std::string& what) {
   if (py::isinstance<py::str>(value)) return {value.cast<std::string>()};
-  return value.cast<std::vector<std::string>>();
+  return cast_arg<std::vector<std::string>>(value, what, "a str or a list of them");
+}
+
+// spike: "STEP:FACTOR" as on the CLI ("3:1e8"), a list of them, or {step: factor}.
+void read_spikes(py::handle value, std::map<int64_t, float>& spikes) {
+  if (py::isinstance<py::dict>(value)) {
+    for (auto [s, f] : py::reinterpret_borrow<py::dict>(value))
+      spikes[cast_arg<int64_t>(s, "train: spike's step", "an int")] = cast_arg<float>(f, "train: spike's factor", "a number");
+    return;
+  }
+  for (const std::string& s : as_strings(value, "train: spike")) {
+    const size_t colon = s.find(':');
+    size_t used_step = 0, used_factor = 0;
+    int64_t step = -1;
+    float factor = 0.0f;
+    try {
+      step = std::stoll(s.substr(0, colon), &used_step);
+      factor = std::stof(s.substr(colon + 1), &used_factor);
+    } catch (const std::exception&) {
+      used_step = 0;
+    }
+    if (colon == std::string::npos || used_step != colon || used_factor != s.size() - colon - 1 || step < 0)
+      throw UsageError("train: spike expects 'STEP:FACTOR' (e.g. '12:1e8'), got '" + s + "'");
+    spikes[step] = factor;
+  }
+}
+
+// data=(x, y): arrays (or what NumPy makes arrays of) as the run's dataset, checked here so a
+// mistake is named before the run: x [N, in] floats; y [N, out] floats (regression) or [N]
+// integer class labels in [0, classes) (classification; classes: out_features, else the
+// largest label + 1). Rows are taken in order and wrap around, as with a --data file.
+std::function<std::unique_ptr<Dataset>()> array_dataset(py::handle data, std::optional<int64_t> out_features) {
+  const bool pair = (py::isinstance<py::tuple>(data) || py::isinstance<py::list>(data)) && py::len(data) == 2;
+  if (!pair) throw py::type_error("train: data must be a safetensors path (str) or a pair (x, y) of arrays, got " + type_name(data));
+  const py::module_ np = py::module_::import("numpy");
+  const py::array x = np.attr("asarray")(data[py::int_(0)]), y = np.attr("asarray")(data[py::int_(1)]);
+  const std::string xk = py::str(x.dtype().attr("kind")), yk = py::str(y.dtype().attr("kind"));
+  if (xk != "f") throw UsageError("train: data x must hold floats, got dtype " + std::string(py::str(x.dtype())));
+  if (x.ndim() != 2 || x.shape(0) == 0 || x.shape(1) == 0)
+    throw UsageError("train: data x must be [N, in_features] with N, in_features > 0, got shape " +
+                     std::string(py::str(py::tuple(py::cast(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()))))));
+  const int64_t n = x.shape(0);
+  const bool classification = yk == "i" || yk == "u";
+  if (classification ? y.ndim() != 1 : (yk != "f" || y.ndim() != 2))
+    throw UsageError("train: data y must be [N, out_features] floats (regression) or [N] integer class labels, got " +
+                     std::to_string(y.ndim()) + "-D " + std::string(py::str(y.dtype())));
+  if (y.shape(0) != n)
+    throw UsageError("train: data x has " + std::to_string(n) + " rows, y " + std::to_string(y.shape(0)) + ": give one target per row");
+  for (const auto& [name, a] : {std::pair<const char*, const py::array&>{"x", x}, {"y", y}})
+    if (!np.attr("isfinite")(a).attr("all")().cast<bool>())
+      throw UsageError(std::string("train: data ") + name + " holds inf or NaN; remove those rows");
+  int64_t classes = 0;
+  if (classification) {
+    const int64_t lo = np.attr("min")(y).cast<int64_t>(), hi = np.attr("max")(y).cast<int64_t>();
+    classes = out_features.value_or(hi + 1);
+    if (lo < 0 || hi >= classes)
+      throw UsageError("train: data y's labels span [" + std::to_string(lo) + ", " + std::to_string(hi) + "], classes are [0, " +
+                       std::to_string(classes) + ")");
+  } else if (out_features && *out_features != y.shape(1)) {
+    throw UsageError("train: out_features is " + std::to_string(*out_features) + " but data y has " +
+                     std::to_string(y.shape(1)) + " columns");
+  }
+  Tensor xt = to_tensor(x, DType::F32, Device::cpu(), true);
+  Tensor yt = to_tensor(np.attr("asarray")(y, "float32"), DType::F32, Device::cpu(), true);
+  const std::string name = "arrays x[" + std::to_string(n) + ", " + std::to_string(x.shape(1)) + "]";
+  return [xt, yt, classification, classes, name] { return make_tensor_dataset(xt, yt, classification, classes, name); };
 }
 
 // belay.train(**options): the names are belay train's long options with '-' as '_'.
 TrainConfig train_config(const py::kwargs& kw) {
   TrainConfig c;
   std::optional<bool> scaler;
+  std::optional<int64_t> out_features;
+  py::object data = py::none();
   for (auto [key_h, value] : kw) {
-    const std::string key = key_h.cast<std::string>();
-    auto as_i64 = [&] { return value.cast<int64_t>(); };
-    auto as_f = [&] { return value.cast<float>(); };
-    auto as_s = [&] { return value.cast<std::string>(); };
+    const std::string key = py::str(key_h);
+    const std::string what = "train: " + key;
+    auto as_i64 = [&] { return cast_arg<int64_t>(value, what, "an int"); };
+    auto as_f = [&] { return cast_arg<float>(value, what, "a number"); };
+    auto as_s = [&] { return cast_arg<std::string>(value, what, "a str"); };
+    auto as_b = [&] { return cast_arg<bool>(value, what, "a bool"); };
     if (key == "model") c.model = as_s();
     else if (key == "in_features" || key == "in") c.in_features = as_i64();
-    else if (key == "out_features" || key == "out") c.out_features = as_i64();
+    else if (key == "out_features" || key == "out") c.out_features = *(out_features = as_i64());
     else if (key == "hidden") c.hidden = as_i64();
-    else if (key == "layers") c.layers = value.cast<int>();
+    else if (key == "layers") c.layers = cast_arg<int>(value, what, "an int");
     else if (key == "batch") c.batch = as_i64();
     else if (key == "micro_batch") c.micro_batch = as_i64();
     else if (key == "steps") c.steps = as_i64();
-    else if (key == "seed") c.seed = value.cast<uint64_t>();
+    else if (key == "seed") c.seed = cast_arg<uint64_t>(value, what, "an int >= 0");
     else if (key == "optimizer") c.optimizer = as_s();
     else if (key == "lr") c.lr = as_f();
     else if (key == "weight_decay") c.weight_decay = as_f();
@@ -55,26 +127,27 @@ TrainConfig train_config(const py::kwargs& kw) {
       if (g != "fp32" && g != "compute") throw UsageError("unknown grad_dtype '" + g + "': use fp32 or compute");
       c.low_precision_grads = g == "compute";
     } else if (key == "clip") c.max_norm = as_f();
-    else if (key == "unfused") c.fused = !value.cast<bool>();
+    else if (key == "unfused") c.fused = !as_b();
     else if (key == "inject_inf") {
       if (py::isinstance<py::int_>(value)) c.inject_inf.insert(as_i64());
-      else for (auto s : value) c.inject_inf.insert(s.cast<int64_t>());
+      else for (int64_t s : cast_arg<std::vector<int64_t>>(value, what, "an int or a list of ints")) c.inject_inf.insert(s);
     } else if (key == "spike") {
-      for (auto [s, f] : value.cast<py::dict>()) c.spikes[s.cast<int64_t>()] = f.cast<float>();
+      read_spikes(value, c.spikes);
     } else if (key == "csv") c.csv = as_s();
-    else if (key == "scaler") scaler = value.cast<bool>();
+    else if (key == "scaler") scaler = as_b();
+    else if (key == "no_scaler") scaler = !as_b();
     else if (key == "init_scale") c.scaler.init_scale = as_f();
     else if (key == "growth_factor") c.scaler.growth_factor = as_f();
     else if (key == "backoff_factor") c.scaler.backoff_factor = as_f();
-    else if (key == "growth_interval") c.scaler.growth_interval = value.cast<int>();
-    else if (key == "hysteresis") c.scaler.hysteresis = value.cast<int>();
+    else if (key == "growth_interval") c.scaler.growth_interval = cast_arg<int>(value, what, "an int");
+    else if (key == "hysteresis") c.scaler.hysteresis = cast_arg<int>(value, what, "an int");
     else if (key == "min_scale") c.scaler.min_scale = as_f();
     else if (key == "max_scale") c.scaler.max_scale = as_f();
     else if (key == "skip_window") c.skip.window = as_i64();
-    else if (key == "skip_alert") c.skip.alert_rate = value.cast<double>();
-    else if (key == "max_skip_rate") c.skip.max_rate = value.cast<double>();
+    else if (key == "skip_alert") c.skip.alert_rate = cast_arg<double>(value, what, "a number");
+    else if (key == "max_skip_rate") c.skip.max_rate = cast_arg<double>(value, what, "a number");
     else if (key == "skip_patience") c.skip.patience = as_i64();
-    else if (key == "data") c.data = as_s();
+    else if (key == "data") data = py::reinterpret_borrow<py::object>(value);
     else if (key == "init") c.init = as_s();
     else if (key == "checkpoint") c.checkpoint = as_s();
     else if (key == "checkpoint_every") c.checkpoint_every = as_i64();
@@ -82,7 +155,7 @@ TrainConfig train_config(const py::kwargs& kw) {
     else if (key == "stop_at") c.stop_at = as_i64();
     else if (key == "clip_mode") c.clip_mode = parse_clip_mode(as_s());
     else if (key == "rollback_on") {
-      for (const std::string& r : as_strings(value)) {
+      for (const std::string& r : as_strings(value, what)) {
         if (r == "skip-rate") c.rollback.on_skip_rate = true;
         else if (r == "nonfinite-loss") c.rollback.on_nonfinite_loss = true;
         else if (r == "divergence") c.rollback.on_divergence = true;
@@ -92,26 +165,30 @@ TrainConfig train_config(const py::kwargs& kw) {
       if (py::isinstance<py::str>(value)) {
         c.rollback.policy = as_s();
       } else {
-        const auto p = value.cast<std::pair<std::string, float>>();
+        const auto p = cast_arg<std::pair<std::string, float>>(value, what, "'stop', 'fp32' or ('lower-lr', factor)");
         c.rollback.policy = p.first;
         c.rollback.lr_factor = p.second;
       }
     } else if (key == "rollback_every") c.rollback.every = as_i64();
     else if (key == "rollback_skip_window") c.rollback.skip_window = as_i64();
-    else if (key == "rollback_skip_rate") c.rollback.max_skip_rate = value.cast<double>();
-    else if (key == "divergence_factor") c.rollback.divergence_factor = value.cast<double>();
+    else if (key == "rollback_skip_rate") c.rollback.max_skip_rate = cast_arg<double>(value, what, "a number");
+    else if (key == "divergence_factor") c.rollback.divergence_factor = cast_arg<double>(value, what, "a number");
     else if (key == "divergence_warmup") c.rollback.divergence_warmup = as_i64();
     else if (key == "max_rollbacks") c.rollback.max_rollbacks = as_i64();
     else if (key == "rollback_report") c.rollback.report = as_s();
-    else if (key == "detect_anomaly") c.detect_anomaly = value.cast<bool>();
+    else if (key == "detect_anomaly") c.detect_anomaly = as_b();
     else if (key == "fp32_ops") c.fp32_ops = parse_fp32_ops(as_s());
-    else if (key == "new_experiment") c.new_experiment = value.cast<bool>();
-    else if (key == "show_steps") c.show_steps = value.cast<bool>();
-    else if (key == "sync_each_step") c.sync_each_step = value.cast<bool>();
-    else if (key == "quiet") c.quiet = value.cast<bool>();
+    else if (key == "new_experiment") c.new_experiment = as_b();
+    else if (key == "show_steps") c.show_steps = as_b();
+    else if (key == "sync_each_step") c.sync_each_step = as_b();
+    else if (key == "quiet") c.quiet = as_b();
     else
-      throw UsageError("train: unknown option '" + key + "' (the options of `belay train --help`, '-' written '_')");
+      throw UsageError("train: unknown option '" + key + "' (the options of `belay train --help`, '-' written '_'; "
+                       "--in/--out are in_features/out_features; the multi-process options --dist* and --bucket-mb "
+                       "are the CLI's alone)");
   }
+  if (py::isinstance<py::str>(data)) c.data = data.cast<std::string>();
+  else if (!data.is_none()) c.make_dataset = array_dataset(data, out_features);
   // As the CLI decides it: loss scaling on for FP16 unless said otherwise.
   c.scaler_explicit = scaler.has_value();
   c.scaler.enabled = scaler.value_or(c.dtype == DType::F16);
@@ -158,7 +235,7 @@ void bind_train(py::module_& m) {
     if (result.exit_code != 0) {  // the skip-rate stop or a stopping rollback: the CLI exits 1
       py::object e = py::handle(error_type())(py::str(result.stop_reason.empty() ? "the run stopped early (exit code " +
                                                                                 std::to_string(result.exit_code) + ")"
-                                                                          : result.stop_reason));
+                                                                          : python_message(result.stop_reason)));
       e.attr("rows") = rows;
       e.attr("exit_code") = result.exit_code;
       PyErr_SetObject(error_type(), e.ptr());

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <new>
 #include <stdexcept>
 #include <unordered_map>
@@ -34,6 +35,34 @@ std::unordered_map<const Node*, std::weak_ptr<Node>>& masters_handed_out() {
 }
 
 }  // namespace
+
+// A message as Python should read it: the library's errors name the CLI's options
+// ("--new-experiment"), which are keywords here ("new_experiment=True").
+std::string python_message(const std::string& text) {
+  static const char* const flags[] = {"new-experiment", "unfused", "scaler", "no-scaler", "quiet", "show-steps",
+                                      "sync-each-step", "detect-anomaly"};
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const bool option = text.compare(i, 2, "--") == 0 && i + 2 < text.size() && std::islower(static_cast<unsigned char>(text[i + 2]));
+    if (!option) {
+      out += text[i++];
+      continue;
+    }
+    size_t j = i + 2;
+    while (j < text.size() && (std::islower(static_cast<unsigned char>(text[j])) ||
+                               std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '-'))
+      ++j;
+    std::string name = text.substr(i + 2, j - i - 2);
+    bool flag = false;
+    for (const char* f : flags) flag = flag || name == f;
+    for (char& c : name)
+      if (c == '-') c = '_';
+    if (name == "in" || name == "out") name += "_features";  // `in` is a Python keyword
+    out += flag ? name + "=True" : name;
+    i = j;
+  }
+  return out;
+}
 
 PyObject* error_type() { return g_error; }
 PyObject* usage_error_type() { return g_usage_error; }
@@ -136,9 +165,9 @@ void bind_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const UsageError& e) {
-      PyErr_SetString(g_usage_error, e.what());
+      PyErr_SetString(g_usage_error, python_message(e.what()).c_str());
     } catch (const Error& e) {
-      PyErr_SetString(g_error, e.what());
+      PyErr_SetString(g_error, python_message(e.what()).c_str());
     } catch (const std::bad_alloc&) {
       // A host container that the caching allocator does not serve (its own failures are a
       // belay::Error with the size): as PyTorch reports an allocation, a RuntimeError.

@@ -29,6 +29,9 @@ void bind_train(py::module_& m);         // bind_train.cpp: belay.train
 // belay.Error (a RuntimeError) and belay.UsageError (an Error and a ValueError).
 PyObject* error_type();
 PyObject* usage_error_type();
+// A library message with the CLI's options as this module's keywords ("--new-experiment" ->
+// "new_experiment=True", "--fp32-ops" -> "fp32_ops"): every belay error raised here passes it.
+std::string python_message(const std::string& text);
 
 // The StepRow named tuple (called by bind_safe_step, before anything returns a row).
 void bind_step_row(py::module_& m);
