@@ -2,6 +2,7 @@
 groups, eval()/train() and the inference path, belay.train on NumPy arrays with the CLI's
 option names, errors that speak Python, and a `belay train` checkpoint loaded without
 passing its settings back. Bit-for-bit comparisons where the same kernels run both ways."""
+import pathlib
 import sys
 import threading
 import time
@@ -326,3 +327,13 @@ def test_train_resume_reads_the_settings_the_checkpoint_stored(tmp_path):
     belay.save(str(tmp_path / "plain.safetensors"), model, opt)
     with pytest.raises(ValueError, match="no `belay train` settings"):
         belay.load_checkpoint(str(tmp_path / "plain.safetensors"))
+
+
+def test_the_readme_python_example_runs(capsys):
+    readme = (pathlib.Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme[readme.index("## Python"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    exec(compile(code, "README.md", "exec"), {})
+    first, last = capsys.readouterr().out.splitlines()[0].split(" -> ")
+    assert float(last) < 0.01 * float(first)
