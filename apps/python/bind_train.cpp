@@ -92,6 +92,16 @@ std::function<std::unique_ptr<Dataset>()> array_dataset(py::handle data, std::op
   return [xt, yt, classification, classes, name] { return make_tensor_dataset(xt, yt, classification, classes, name); };
 }
 
+// dtype: a name ('fp16'), a belay.DType or a NumPy dtype; anything else a TypeError naming the option.
+DType train_dtype(py::handle value) {
+  try {
+    return to_dtype(value);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    throw py::type_error("train: dtype must be 'fp32', 'fp16', 'bf16' or a dtype, got " + type_name(value));
+  }
+}
+
 // belay.train(**options): the names are belay train's long options with '-' as '_'.
 TrainConfig train_config(const py::kwargs& kw) {
   TrainConfig c;
@@ -120,7 +130,7 @@ TrainConfig train_config(const py::kwargs& kw) {
     else if (key == "momentum") c.momentum = as_f();
     else if (key == "schedule") c.schedule = as_s();
     else if (key == "warmup") c.warmup = as_i64();
-    else if (key == "dtype") c.dtype = to_dtype(value);
+    else if (key == "dtype") c.dtype = train_dtype(value);
     else if (key == "device") c.device = as_s();
     else if (key == "grad_dtype") {
       const std::string g = as_s();

@@ -16,6 +16,7 @@ checkpoint helpers that gather a run's pieces, and train(resume=...) / load_chec
 reading a `belay train` checkpoint's settings.
 """
 import collections as _collections
+import os as _os
 
 from . import _belay
 from ._belay import *  # noqa: F401,F403  (the module defines no private names but _belay's own)
@@ -71,10 +72,10 @@ class Module(_Module):
             def __init__(self):
                 super().__init__()
                 self.fc1 = belay.Linear(4, 16, seed=0)
-                self.scale = belay.parameter(np.ones(16, np.float32))
+                self.mix = belay.parameter(np.eye(16, dtype=np.float32))
                 self.fc2 = belay.Linear(16, 2, seed=1)
             def forward(self, x):
-                return self.fc2(belay.relu(self.fc1(x)) * self.scale)
+                return self.fc2(belay.relu(self.fc1(x)) @ self.mix)
     """
 
     def forward(self, *args, **kwargs):
@@ -175,8 +176,12 @@ def train(**options):
     optimizer, lr, ...) are the defaults: give steps= and only what changes (steps counts the
     whole run). momentum, warmup, schedule lengths and data arrays are not stored: give them
     again if the run had them. See _belay.train for the early-stop and Ctrl-C behaviour."""
-    if options.get("resume"):
-        stored, _ = _train_options_of(options["resume"])
+    options = {k: _os.fspath(v) if isinstance(v, _os.PathLike) else v for k, v in options.items()}  # paths as str
+    resume = options.get("resume")
+    if resume is not None and not isinstance(resume, str):
+        raise TypeError(f"train: resume must be a str (a checkpoint's path), got {type(resume).__name__}")
+    if resume:
+        stored, _ = _train_options_of(resume)
         if isinstance(options.get("data"), (tuple, list)):
             stored.pop("in_features")
             stored.pop("out_features")

@@ -3,6 +3,8 @@ groups, eval()/train() and the inference path, belay.train on NumPy arrays with 
 option names, errors that speak Python, and a `belay train` checkpoint loaded without
 passing its settings back. Bit-for-bit comparisons where the same kernels run both ways."""
 import pathlib
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -337,3 +339,21 @@ def test_the_readme_python_example_runs(capsys):
     exec(compile(code, "README.md", "exec"), {})
     first, last = capsys.readouterr().out.splitlines()[0].split(" -> ")
     assert float(last) < 0.01 * float(first)
+
+
+def test_every_option_of_belay_train_is_a_keyword():
+    # tests/apps/python/run.sh runs pytest in the build directory, beside the CLI it built.
+    cli = pathlib.Path("belay")
+    if not cli.exists():
+        pytest.skip("no ./belay here: run through tests/apps/python/run.sh")
+    help_text = subprocess.run([str(cli.resolve()), "train", "--help"], capture_output=True, text=True).stdout
+    options = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", help_text)) - {"help"})
+    cli_only = {"dist", "dist-progress-thread", "dist-timeout", "bucket-mb", "inject-rank", "scenario"}
+    renamed = {"in": "in_features", "out": "out_features"}
+    assert len(options) > 50
+    for option in options:
+        if option in cli_only:
+            continue
+        key = renamed.get(option, option.replace("-", "_"))
+        with pytest.raises(TypeError, match=f"train: {key}|data must be"):  # a wrong type, not an unknown option
+            belay.train(**{key: object()})
