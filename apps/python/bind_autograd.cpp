@@ -31,6 +31,13 @@ Var binary_op(py::handle a, py::handle b, Var (*op)(const Var&, const Var&)) {
   py::gil_scoped_release nogil;
   return op(x, y);
 }
+// a <op> b with a a Var: a constant b goes to a's device.
+Var binary_op(const Var& a, py::handle b, Var (*op)(const Var&, const Var&)) {
+  refresh_working_copy(a);
+  const Var y = as_var_on(b, a.device());
+  py::gil_scoped_release nogil;
+  return op(a, y);
+}
 
 // Python's `with belay.autocast("fp16"):` over the C++ RAII guard; nested blocks stack.
 class AutocastScope {
@@ -94,13 +101,13 @@ void bind_autograd(py::module_& m) {
       .def("backward", [](const Var& v, float seed) { v.backward(seed); }, py::arg("seed") = 1.0f,
            py::call_guard<py::gil_scoped_release>())
       .def("zero_grad", &Var::zero_grad, py::arg("set_to_none") = true)
-      .def("__add__", [](const Var& a, py::handle b) { return add(a, as_var_on(b, a.device())); })
+      .def("__add__", [](const Var& a, py::handle b) { return binary_op(a, b, add); })
       .def("__mul__", [](const Var& a, py::handle b) {
         return py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b) ? scale(a, b.cast<float>())
                                                                             : mul(a, as_var_on(b, a.device()));
       })
       .def("__rmul__", [](const Var& a, float s) { return scale(a, s); })
-      .def("__matmul__", [](const Var& a, py::handle b) { return matmul(a, as_var_on(b, a.device())); })
+      .def("__matmul__", [](const Var& a, py::handle b) { return binary_op(a, b, matmul); })
       .def("__repr__", [](const Var& v) {
         return "belay.Var(" + (v.name().empty() ? std::string() : v.name() + ": ") + v.value().describe() +
                (v.requires_grad() ? ", requires_grad" : "") + ")";
