@@ -25,12 +25,19 @@ from ._belay import (AdamW, Error, GradScaler, Linear, Mlp, RunState, SGD, StepR
 from ._belay import Module as _Module
 
 
-def _settings(settings):
+def _settings(settings, optimizer=None):
     """The settings as strings. fp32_ops (the ops autocast keeps in FP32) is a precision-policy
     setting that belay's resume check always compares, defaulting a checkpoint's to "none": so
-    it is recorded as "none" here unless given, as belay train records it."""
+    it is recorded as "none" here unless given, as belay train records it. An optimizer with
+    parameter groups adds "param_groups" (each group's parameters and options but its LR,
+    which the schedule moves), so a resume into other groups is refused, naming both."""
     out = {str(k): str(v) for k, v in (settings or {}).items()}
     out.setdefault("fp32_ops", "none")
+    groups = getattr(optimizer, "param_groups", None) or []
+    if len(groups) > 1:
+        out.setdefault("param_groups", "; ".join(
+            ",".join(p.name for p in g["params"]) + " " +
+            " ".join(f"{k}={v!r}" for k, v in sorted(g.items()) if k not in ("params", "lr")) for g in groups))
     return out
 
 
@@ -44,7 +51,8 @@ def save(path, model, optimizer, scaler=None, step=None, settings=None, data_pos
     if scaler is not None:
         state.scaler = scaler.state()
     state.data_position = data_position
-    state.settings = _settings(settings)
+    model.named_parameters()  # a belay.Module names its parameters by path: the names the settings record
+    state.settings = _settings(settings, optimizer)
     save_checkpoint(path, model, optimizer, state)
 
 
@@ -52,7 +60,8 @@ def resume(path, model, optimizer, scaler=None, step=None, settings=None, new_ex
     """Load a checkpoint written by save() into the run's pieces; returns its RunState.
     Everything is checked before anything changes (belay.UsageError names the problem).
     new_experiment: accept other precision-policy settings (dtype, scaling, ...)."""
-    state = load_checkpoint(path, model, optimizer, _settings(settings), new_experiment)
+    model.named_parameters()
+    state = load_checkpoint(path, model, optimizer, _settings(settings, optimizer), new_experiment)
     if scaler is not None and state.scaler_state_loaded:
         scaler.load_state(state.scaler)
     if step is not None:
@@ -77,6 +86,11 @@ class Module(_Module):
             def forward(self, x):
                 return self.fc2(belay.relu(self.fc1(x)) @ self.mix)
     """
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if isinstance(value, (Var, _Module, list, tuple)):
+            self.named_parameters()  # names the parameters by their paths from here, as assigned
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} defines no forward(): a belay.Module subclass defines "

@@ -54,6 +54,8 @@ def test_a_module_subclass_registers_its_attributes_and_calls_forward():
     names = [n for n, _ in m.named_parameters()]
     assert names == ["fc1.weight", "fc1.bias", "mix", "heads.0.weight", "heads.0.bias"]
     assert [p.name for p in m.parameters()] == names  # optimizer state and checkpoints use these
+    assert TwoLayer().fc1.weight.name == "fc1.weight"  # named when assigned
+    assert Outer().body.fc1.weight.name == "body.fc1.weight"
     assert m.parameter_count == 8 * 16 + 16 + 16 * 16 + 16 * 2 + 2
     assert list(m.state_dict()) == names
     by_hand = m.heads[0](belay.matmul(belay.relu(m.fc1(x)), m.mix))
@@ -166,6 +168,11 @@ def test_a_schedule_scales_each_groups_lr_under_one_safestep(tmp_path):
     assert [step2.run(lambda _: belay.mse_loss(m2(x), y)) for _ in range(4)] == rest
     for k, v in m.state_dict().items():
         np.testing.assert_array_equal(m2.state_dict()[k], v)
+    m3 = TwoLayer()
+    other = belay.AdamW([{"params": [m3.fc1.weight, m3.fc1.bias, m3.mix]},
+                         {"params": m3.heads[0], "lr": 1e-3, "weight_decay": 0.5}], lr=1e-2)
+    with pytest.raises(ValueError, match="was written with param_groups=.*weight_decay=0.0.*weight_decay=0.5"):
+        belay.resume(path, m3, other)
 
 
 def test_bad_parameter_groups_are_clear_errors():
