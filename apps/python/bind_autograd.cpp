@@ -72,6 +72,8 @@ class NoGradScope {
 
 }  // namespace
 
+void bind_ops(py::module_& m);
+
 void bind_autograd(py::module_& m) {
   // ---- Var: the autograd handle
   py::class_<Var>(m, "Var")
@@ -113,6 +115,10 @@ void bind_autograd(py::module_& m) {
                (v.requires_grad() ? ", requires_grad" : "") + ")";
       });
 
+  bind_ops(m);
+}
+
+void bind_ops(py::module_& m) {
   m.def("parameter", [](py::handle value, const std::string& name, const std::string& device) {
     return Var::parameter(to_tensor(value, DType::F32, to_device(device), true), name);
   }, py::arg("value"), py::arg("name") = "", py::arg("device") = "cpu",

@@ -92,6 +92,37 @@ std::function<std::unique_ptr<Dataset>()> array_dataset(py::handle data, std::op
   return [xt, yt, classification, classes, name] { return make_tensor_dataset(xt, yt, classification, classes, name); };
 }
 
+// The rollback options (--rollback-*, --divergence-*, --max-rollbacks); false for another key.
+bool read_rollback_option(RollbackOptions& r, const std::string& key, py::handle value) {
+  const std::string what = "train: " + key;
+  auto as_i64 = [&] { return cast_arg<int64_t>(value, what, "an int"); };
+  auto as_d = [&] { return cast_arg<double>(value, what, "a number"); };
+  if (key == "rollback_on") {
+    for (const std::string& cond : as_strings(value, what)) {
+      if (cond == "skip-rate") r.on_skip_rate = true;
+      else if (cond == "nonfinite-loss") r.on_nonfinite_loss = true;
+      else if (cond == "divergence") r.on_divergence = true;
+      else throw UsageError("unknown rollback_on '" + cond + "': use skip-rate, nonfinite-loss or divergence");
+    }
+  } else if (key == "rollback_policy") {  // "stop", "fp32", or ("lower-lr", factor)
+    if (py::isinstance<py::str>(value)) {
+      r.policy = value.cast<std::string>();
+    } else {
+      const auto p = cast_arg<std::pair<std::string, float>>(value, what, "'stop', 'fp32' or ('lower-lr', factor)");
+      r.policy = p.first;
+      r.lr_factor = p.second;
+    }
+  } else if (key == "rollback_every") r.every = as_i64();
+  else if (key == "rollback_skip_window") r.skip_window = as_i64();
+  else if (key == "rollback_skip_rate") r.max_skip_rate = as_d();
+  else if (key == "divergence_factor") r.divergence_factor = as_d();
+  else if (key == "divergence_warmup") r.divergence_warmup = as_i64();
+  else if (key == "max_rollbacks") r.max_rollbacks = as_i64();
+  else if (key == "rollback_report") r.report = cast_arg<std::string>(value, what, "a str");
+  else return false;
+  return true;
+}
+
 // dtype: a name ('fp16'), a belay.DType or a NumPy dtype; anything else a TypeError naming the option.
 DType train_dtype(py::handle value) {
   try {
@@ -164,28 +195,7 @@ TrainConfig train_config(const py::kwargs& kw) {
     else if (key == "resume") c.resume = as_s();
     else if (key == "stop_at") c.stop_at = as_i64();
     else if (key == "clip_mode") c.clip_mode = parse_clip_mode(as_s());
-    else if (key == "rollback_on") {
-      for (const std::string& r : as_strings(value, what)) {
-        if (r == "skip-rate") c.rollback.on_skip_rate = true;
-        else if (r == "nonfinite-loss") c.rollback.on_nonfinite_loss = true;
-        else if (r == "divergence") c.rollback.on_divergence = true;
-        else throw UsageError("unknown rollback_on '" + r + "': use skip-rate, nonfinite-loss or divergence");
-      }
-    } else if (key == "rollback_policy") {  // "stop", "fp32", or ("lower-lr", factor)
-      if (py::isinstance<py::str>(value)) {
-        c.rollback.policy = as_s();
-      } else {
-        const auto p = cast_arg<std::pair<std::string, float>>(value, what, "'stop', 'fp32' or ('lower-lr', factor)");
-        c.rollback.policy = p.first;
-        c.rollback.lr_factor = p.second;
-      }
-    } else if (key == "rollback_every") c.rollback.every = as_i64();
-    else if (key == "rollback_skip_window") c.rollback.skip_window = as_i64();
-    else if (key == "rollback_skip_rate") c.rollback.max_skip_rate = cast_arg<double>(value, what, "a number");
-    else if (key == "divergence_factor") c.rollback.divergence_factor = cast_arg<double>(value, what, "a number");
-    else if (key == "divergence_warmup") c.rollback.divergence_warmup = as_i64();
-    else if (key == "max_rollbacks") c.rollback.max_rollbacks = as_i64();
-    else if (key == "rollback_report") c.rollback.report = as_s();
+    else if (read_rollback_option(c.rollback, key, value)) continue;
     else if (key == "detect_anomaly") c.detect_anomaly = as_b();
     else if (key == "fp32_ops") c.fp32_ops = parse_fp32_ops(as_s());
     else if (key == "new_experiment") c.new_experiment = as_b();
