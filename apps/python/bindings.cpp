@@ -43,7 +43,10 @@ std::string python_message(const std::string& text) {
                                       "sync-each-step", "detect-anomaly"};
   std::string out;
   for (size_t i = 0; i < text.size();) {
-    const bool option = text.compare(i, 2, "--") == 0 && i + 2 < text.size() && std::islower(static_cast<unsigned char>(text[i + 2]));
+    // An option starts a word: "--dtype", "(--unfused)"; not the middle of a path ("run--a.csv").
+    const bool word_start = i == 0 || std::string(" ('\"`").find(text[i - 1]) != std::string::npos;
+    const bool option = word_start && text.compare(i, 2, "--") == 0 && i + 2 < text.size() &&
+                        std::islower(static_cast<unsigned char>(text[i + 2]));
     if (!option) {
       out += text[i++];
       continue;

@@ -294,6 +294,10 @@ def test_errors_are_python_exceptions_without_cpp_or_cli_names():
         belay.SGD([belay.Linear(2, 2).weight, 3])
     with pytest.raises(TypeError, match="got one belay.Var: put it in a list"):
         belay.AdamW(belay.Linear(2, 2).weight)
+    with pytest.raises(ValueError, match="^batch 32 is not a multiple of micro_batch 5$"):  # not --batch, --micro-batch
+        belay.train(batch=32, micro_batch=5, quiet=True)
+    with pytest.raises(ValueError, match="cannot open '/no/run--1.safetensors'"):  # a path is left as it is
+        belay.train(resume="/no/run--1.safetensors", quiet=True)
     with pytest.raises(ValueError) as e:
         belay.autocast("fp16", fp32_ops="softmaxx")
     assert "--" not in str(e.value) and "fp32_ops" in str(e.value)
