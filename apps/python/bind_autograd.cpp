@@ -9,7 +9,6 @@
 
 #include "amp/autocast.h"
 #include "autograd/ops.h"
-
 #include "bindings.h"
 #include "engine/error.h"
 #include "numpy_interop.h"

@@ -7,7 +7,6 @@
 
 #include "amp/checkpoint.h"
 #include "autograd/modules.h"
-
 #include "bindings.h"
 #include "engine/error.h"
 #include "numpy_interop.h"

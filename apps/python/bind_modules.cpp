@@ -6,11 +6,9 @@
 #include <memory>
 
 #include "amp/autocast.h"
-
 #include "autograd/modules.h"
-#include "engine/allocator.h"
-
 #include "bindings.h"
+#include "engine/allocator.h"
 #include "engine/error.h"
 #include "numpy_interop.h"
 

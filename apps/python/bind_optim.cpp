@@ -5,12 +5,11 @@
 
 #include <memory>
 
-#include "optim/adamw.h"
-#include "optim/sgd.h"
-
 #include "bindings.h"
 #include "engine/error.h"
 #include "numpy_interop.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
 
 namespace belay::python {
 

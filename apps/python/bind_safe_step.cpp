@@ -13,7 +13,6 @@
 #include "amp/grad_scaler.h"
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
-
 #include "bindings.h"
 #include "engine/error.h"
 #include "numpy_interop.h"

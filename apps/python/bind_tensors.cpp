@@ -3,11 +3,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "engine/allocator.h"
-#include "engine/tensor.h"
-
 #include "bindings.h"
+#include "engine/allocator.h"
 #include "engine/error.h"
+#include "engine/tensor.h"
 #include "numpy_interop.h"
 
 namespace belay::python {

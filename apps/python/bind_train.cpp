@@ -12,7 +12,6 @@
 #include "amp/autocast.h"
 #include "apps/dataset.h"
 #include "apps/train.h"
-
 #include "bindings.h"
 #include "engine/error.h"
 #include "numpy_interop.h"
