@@ -13,125 +13,160 @@
 namespace belay {
 namespace {
 
-// The teacher's outputs for rows [r0, r0 + rows) (rows <= Rows) and the Out outputs from o:
-// clean[r][o + k] = bias[o + k] + the sum over i in index order, in double, of
-// x[r][i] * W^T[i][o + k]. Each product of two floats is exact in double, so a fused
-// multiply-add rounds exactly as a multiply and an add: the same bits at every width and
-// tile shape. Inlined into one copy per ISA below, each compiled for it by a target attribute
-// (the rest of apps/ is baseline x86-64), and chosen at run time with the kernels' path.
-// Rows x Out accumulators: enough independent chains of adds to cover the FMA latency on
-// both ports (AVX-512: 8 x 16 doubles = 16 zmm; 4 x 8 = 4 zmm measured 0.75 s per
-// Linear(4096) batch, latency-bound), few enough to stay in registers (AVX2, SSE2: 4 x 8).
-struct TeacherTile {
-  const float* x;      // [batch][in]
-  const float* wt;     // [in][out]
-  const float* bias;   // [out]
-  double* clean;       // [batch][out]
-  int64_t in, out, r0, rows, o;
+// The synthetic data, version 2. Its cost is what matters: a teacher as wide as the
+// student (y = x W^T with W [out][in]) costs one GEMM for the step's three, and in double
+// it took two thirds of a Linear(4096) step on the CPU. So:
+//  - the teacher has rank 16: y = U (V x) + b, V [16][in] * 1/sqrt(in), U [out][16] * 0.25,
+//    b * 0.1, drawn from stream 2 seed + 2 in that order. The student (a full Linear) has
+//    the same task as before, fit a linear map, and the best possible MSE is still 1e-4; a
+//    row costs 16 (in + out) multiply-adds instead of in * out.
+//  - x and the noise are counter-based: the values of row n are a function of (key, n)
+//    alone, two unit-variance uniforms per splitmix64 word. Any row can be drawn on its own,
+//    by any thread, with the same bits; the position is the count of rows drawn.
+//  - h = V x is summed in double in index order and rounded to FP32; y = b + the sum over
+//    k in order, in double, of h_k U_ok, rounded to FP32, plus 0.01 * noise in FP32. Every
+//    product of the sums is of two floats, exact in double, and this file is compiled with
+//    -ffp-contract=off (CMakeLists.txt), so the noise's multiply and add are never fused:
+//    the same bits on every ISA path.
+// Version 1 (a full-rank teacher, xoshiro normals) is refused on resume: its position is
+// 64 hex digits (set_position says so).
+constexpr int64_t kRank = 16;
+constexpr float kNoise = 0.01f;
+constexpr int64_t kOutBlock = 16;  // outputs summed side by side: 16 chains of adds in flight
+constexpr const char* kPositionPrefix = "synthetic.v2 rows ";
+
+// The teacher, and the keys of the two counter-based streams.
+struct Teacher {
+  int64_t in, out, padded_out;  // padded_out: out rounded up to kOutBlock
+  uint64_t x_key, noise_key;
+  std::vector<float> vt;        // V^T [in][16]
+  std::vector<float> ut, bias;  // U^T [16][padded_out] and b [padded_out], zeros past out
 };
-template <int64_t Rows, int64_t Out>
-[[gnu::always_inline]] inline void teacher_tile_body(const TeacherTile& t) {
-  // Rows past t.rows read the last real row again: computed, never stored (no branch inside).
-  const float* xr[Rows];
-  for (int64_t r = 0; r < Rows; ++r) xr[r] = t.x + (t.r0 + std::min(r, t.rows - 1)) * t.in;
-  double acc[Rows][Out];
-  for (int64_t r = 0; r < Rows; ++r)
-    for (int64_t k = 0; k < Out; ++k) acc[r][k] = t.bias[t.o + k];
-  for (int64_t i = 0; i < t.in; ++i) {
-    const float* w = t.wt + i * t.out + t.o;
-#pragma GCC unroll 8
-    for (int64_t r = 0; r < Rows; ++r) {
-      const double xi = xr[r][i];
-#pragma GCC unroll 16
-      for (int64_t k = 0; k < Out; ++k) acc[r][k] += xi * (double)w[k];
-    }
+
+// Values j of row n, for j in [0, count): a unit-variance uniform from 24 random bits each,
+// (2k + 1 - 2^24) / 2^24 * sqrt(3) (the first factor is exact in FP32: odd multiples of
+// 2^-24 in (-1, 1), symmetric about 0). Word w = mix64(key + (n * words + w) * golden) gives
+// values 2w (its top 24 bits) and 2w + 1 (the next 24).
+[[gnu::always_inline]] inline float unit_uniform_of(uint64_t k24) {
+  return static_cast<float>(2 * static_cast<int32_t>(k24) + 1 - (1 << 24)) * 0x1.0p-24f * 1.7320508f;
+}
+[[gnu::always_inline]] inline void unit_uniforms(uint64_t key, int64_t n, int64_t count, float* out) {
+  const int64_t words = (count + 1) / 2, base = n * words;
+  for (int64_t w = 0; w < count / 2; ++w) {  // the whole words
+    const uint64_t bits = mix64(key + static_cast<uint64_t>(base + w) * 0x9e3779b97f4a7c15ull);
+    out[2 * w] = unit_uniform_of(bits >> 40);
+    out[2 * w + 1] = unit_uniform_of((bits >> 16) & 0xffffff);
   }
-  for (int64_t r = 0; r < t.rows; ++r)
-    for (int64_t k = 0; k < Out; ++k) t.clean[(t.r0 + r) * t.out + t.o + k] = acc[r][k];
+  if (count % 2) out[count - 1] = unit_uniform_of(mix64(key + static_cast<uint64_t>(base + words - 1) * 0x9e3779b97f4a7c15ull) >> 40);
+}
+
+// Row n of the data: x (in values) and y (out values). Inlined into one copy per ISA below,
+// each compiled for it by a target attribute (the rest of apps/ is baseline x86-64) and
+// chosen at run time with the kernels' path: every product is exact in double and every
+// sum runs in index order, so each copy gives the same bits.
+[[gnu::always_inline]] inline void teacher_row_body(const Teacher& t, int64_t n, float* x, float* y) {
+  unit_uniforms(t.x_key, n, t.in, x);
+  double h[kRank] = {};
+  for (int64_t i = 0; i < t.in; ++i) {  // h_k = sum over i in order, the 16 side by side
+    const double xi = x[i];
+    const float* v = t.vt.data() + i * kRank;
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kRank; ++k) h[k] += xi * (double)v[k];
+  }
+  double hf[kRank];
+  for (int64_t k = 0; k < kRank; ++k) hf[k] = static_cast<float>(h[k]);
+  unit_uniforms(t.noise_key, n, t.out, y);  // the noise first, then y over it
+  for (int64_t o0 = 0; o0 < t.out; o0 += kOutBlock) {
+    double acc[kOutBlock];  // y_o = b_o + sum over k in order, a block of outputs side by side
+    for (int64_t j = 0; j < kOutBlock; ++j) acc[j] = t.bias[o0 + j];
+#pragma GCC unroll 16
+    for (int64_t k = 0; k < kRank; ++k) {
+      const float* u = t.ut.data() + k * t.padded_out + o0;
+#pragma GCC unroll 16
+      for (int64_t j = 0; j < kOutBlock; ++j) acc[j] += hf[k] * (double)u[j];
+    }
+    for (int64_t j = 0; j < std::min(kOutBlock, t.out - o0); ++j) y[o0 + j] = static_cast<float>(acc[j]) + kNoise * y[o0 + j];
+  }
 }
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void teacher_tile_avx512(const TeacherTile& t) { teacher_tile_body<8, 16>(t); }
-__attribute__((target("avx2,fma"))) void teacher_tile_avx2(const TeacherTile& t) { teacher_tile_body<4, 8>(t); }
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void teacher_row_avx512(const Teacher& t, int64_t n, float* x, float* y) {
+  teacher_row_body(t, n, x, y);
+}
+__attribute__((target("avx2,fma"))) void teacher_row_avx2(const Teacher& t, int64_t n, float* x, float* y) {
+  teacher_row_body(t, n, x, y);
+}
 #endif
-void teacher_tile_baseline(const TeacherTile& t) { teacher_tile_body<4, 8>(t); }
+void teacher_row_baseline(const Teacher& t, int64_t n, float* x, float* y) { teacher_row_body(t, n, x, y); }
 
-struct TeacherKernel {
-  void (*tile)(const TeacherTile&);
-  int64_t rows, out;  // the tile's shape
-};
 // The copy for the CPU kernels' path in use (BELAY_CPU_ISA / --cpu-isa lower it as they do
 // the kernels; the bits are the same whichever runs).
-TeacherKernel teacher_kernel_for_active_isa() {
+using TeacherRow = void (*)(const Teacher&, int64_t, float*, float*);
+TeacherRow teacher_row_for_active_isa() {
 #if defined(__x86_64__)
   const std::string isa = active_cpu_isa_name();
-  if (isa == "baseline") return {teacher_tile_baseline, 4, 8};
-  if (isa == "avx2") return {teacher_tile_avx2, 4, 8};
-  return {teacher_tile_avx512, 8, 16};  // avx512 and every path above it
+  if (isa == "baseline") return teacher_row_baseline;
+  if (isa == "avx2") return teacher_row_avx2;
+  return teacher_row_avx512;  // avx512 and every path above it
 #else
-  return {teacher_tile_baseline, 4, 8};
+  return teacher_row_baseline;
 #endif
 }
 
 class SyntheticRegression final : public Dataset {
  public:
-  SyntheticRegression(int64_t in, int64_t out, uint64_t seed) : in_(in), out_(out), rng_(seed * 2 + 1) {
+  SyntheticRegression(int64_t in, int64_t out, uint64_t seed) {
+    t_.in = in;
+    t_.out = out;
+    t_.padded_out = (out + kOutBlock - 1) / kOutBlock * kOutBlock;
+    t_.x_key = stream_seed(seed, 0x78 /* 'x' */);
+    t_.noise_key = stream_seed(seed, 0x6e /* 'n' */);
+    // Drawn as V [16][in], then U [out][16], then b (the stream's order); kept transposed,
+    // so the sums a loop runs side by side are adjacent in memory.
     Rng teacher(seed * 2 + 2);
-    const float s = 1.0f / std::sqrt(static_cast<float>(in));
-    // Drawn as W[out][in] (the stream's order), kept transposed: W^T[i][o], so the outputs
-    // a loop runs side by side are adjacent in memory.
-    teacher_wt_.resize(static_cast<size_t>(in * out));
-    teacher_b_.resize(static_cast<size_t>(out));
+    t_.vt.resize(static_cast<size_t>(in * kRank));
+    t_.ut.assign(static_cast<size_t>(kRank * t_.padded_out), 0.0f);
+    t_.bias.assign(static_cast<size_t>(t_.padded_out), 0.0f);
+    const float sv = 1.0f / std::sqrt(static_cast<float>(in));
+    for (int64_t k = 0; k < kRank; ++k)
+      for (int64_t i = 0; i < in; ++i) t_.vt[static_cast<size_t>(i * kRank + k)] = sv * teacher.normal();
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) teacher_wt_[static_cast<size_t>(i * out + o)] = s * teacher.normal();
-    for (float& b : teacher_b_) b = 0.1f * teacher.normal();
+      for (int64_t k = 0; k < kRank; ++k) t_.ut[static_cast<size_t>(k * t_.padded_out + o)] = 0.25f * teacher.normal();
+    for (int64_t o = 0; o < out; ++o) t_.bias[static_cast<size_t>(o)] = 0.1f * teacher.normal();
   }
 
   Batch next(int64_t batch, Device device) override {
-    std::vector<float> x(static_cast<size_t>(batch * in_)), y(static_cast<size_t>(batch * out_));
-    for (float& v : x) v = rng_.normal();
-    // The teacher's outputs: each a sum over i in index order, in double, so the data are
-    // the same bits as a plain loop's whatever the blocking. A tile of adjacent outputs of a
-    // few rows runs side by side (teacher_tile_body), and the threads take blocks of
-    // outputs: a block's strip of W^T (in x 8 or 16 floats) stays in cache for every row, so
-    // the teacher is read from memory once per batch, not once per row. The noise is drawn
-    // after, in (row, output) order, from the one stream.
-    std::vector<double> clean(y.size());
-    const TeacherKernel kernel = teacher_kernel_for_active_isa();
-    const int64_t out_blocks = (out_ + kernel.out - 1) / kernel.out;
-#pragma omp parallel for schedule(static) if (batch * out_ * in_ > (1 << 20))
-    for (int64_t ob = 0; ob < out_blocks; ++ob) {
-      const int64_t o = ob * kernel.out;
-      if (o + kernel.out > out_) {  // the last few outputs, one by one
-        for (int64_t r = 0; r < batch; ++r)
-          for (int64_t oo = o; oo < out_; ++oo) {
-            double acc = teacher_b_[oo];
-            for (int64_t i = 0; i < in_; ++i) acc += (double)x[r * in_ + i] * teacher_wt_[i * out_ + oo];
-            clean[r * out_ + oo] = acc;
-          }
-        continue;
-      }
-      for (int64_t r0 = 0; r0 < batch; r0 += kernel.rows)
-        kernel.tile(TeacherTile{x.data(), teacher_wt_.data(), teacher_b_.data(), clean.data(), in_, out_, r0,
-                                std::min(kernel.rows, batch - r0), o});
-    }
-    for (size_t j = 0; j < y.size(); ++j) y[j] = static_cast<float>(clean[j]) + 0.01f * rng_.normal();
-    return {Tensor::from_vector(x, Shape{batch, in_}, DType::F32, device),
-            Tensor::from_vector(y, Shape{batch, out_}, DType::F32, device)};
+    Batch b{Tensor::empty(Shape{batch, t_.in}), Tensor::empty(Shape{batch, t_.out})};
+    float* x = b.x.data_as<float>();
+    float* y = b.y.data_as<float>();
+    const TeacherRow row = teacher_row_for_active_isa();
+    // Rows are independent: threads take them in blocks, each row's bits its own.
+#pragma omp parallel for schedule(static) if (batch * (t_.in + t_.out) > (1 << 16))
+    for (int64_t r = 0; r < batch; ++r) row(t_, rows_drawn_ + r, x + r * t_.in, y + r * t_.out);
+    rows_drawn_ += batch;
+    if (!device.is_cpu()) b = {b.x.to(device), b.y.to(device)};
+    return b;
   }
 
-  int64_t in_features() const override { return in_; }
-  int64_t out_features() const override { return out_; }
+  int64_t in_features() const override { return t_.in; }
+  int64_t out_features() const override { return t_.out; }
   bool classification() const override { return false; }
-  std::string position() const override { return rng_.state_hex(); }  // the shared stream's state
+  std::string position() const override { return kPositionPrefix + std::to_string(rows_drawn_); }
   void set_position(const std::string& p) override {
-    if (!rng_.set_state_hex(p)) throw UsageError("synthetic data position '" + p + "' is not 64 hex digits");
+    const std::string prefix = kPositionPrefix;
+    if (p.size() == 64 && p.find_first_not_of("0123456789abcdef") == std::string::npos)
+      throw UsageError("this checkpoint's synthetic data came from belay's first data generator, which this belay "
+                       "no longer has (its batches cannot be continued): resume it with the belay that wrote it, "
+                       "or start a new run");
+    const std::string count = p.rfind(prefix, 0) == 0 ? p.substr(prefix.size()) : "";
+    if (count.empty() || count.size() > 18 || count.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError("synthetic data position '" + p + "' is not '" + prefix + "N'");
+    rows_drawn_ = std::stoll(count);
   }
   std::string describe() const override { return "synthetic regression"; }
 
  private:
-  int64_t in_, out_;
-  std::vector<float> teacher_wt_, teacher_b_;  // the teacher's W^T [in][out] and bias
-  Rng rng_;
+  Teacher t_;
+  int64_t rows_drawn_ = 0;  // the position: rows n < this have been drawn
 };
 
 class FileDataset final : public Dataset {

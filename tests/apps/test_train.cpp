@@ -29,8 +29,8 @@ TrainResult train(const TrainConfig& c) {
 }
 }  // namespace
 
-// The data are y = x T^T + t + 0.01 noise: the best possible MSE is 1e-4; the loss starts
-// near 1.2. 200 AdamW steps at lr 1e-2 must bring a Linear model below 1e-3.
+// The data are y = U V x + b + 0.01 noise (a rank-16 teacher): the best possible MSE is
+// 1e-4; the loss starts near 1.6. 200 AdamW steps at lr 1e-2 must bring a Linear model below 1e-3.
 constexpr float kLossThreshold = 1e-3f;
 
 TEST_CASE("a 200-step FP32 run falls below the loss threshold", "[apps][train]") {
@@ -231,8 +231,9 @@ TEST_CASE("a model or batch too large for memory says how many bytes, for what",
   batch.batch = 1000000000000;
   batch.steps = 1;
   batch.quiet = true;
+  // The batch's x [1e12, 64] FP32 is the first allocation that fails, in the allocator.
   CHECK_THROWS_WITH(run_training(batch, out),
-                    "out of memory allocating 288000000000000 bytes for the batch of step 0");
+                    Catch::StartsWith("out of memory allocating 256000000000000 bytes for the batch of step 0"));
   // A size past what can be counted is bad input.
   TrainConfig huge;
   huge.in_features = huge.out_features = 100000000000;
