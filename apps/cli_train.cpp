@@ -131,12 +131,7 @@ void add_file_and_display_options(CLI::App* train, TrainCommand& t) {
 
 // --rollback-on and --rollback-policy, from their words.
 void set_rollback(const TrainCommand& t, RollbackOptions& rb) {
-  for (const std::string& r : t.rollback_on) {
-    if (r == "skip-rate") rb.on_skip_rate = true;
-    else if (r == "nonfinite-loss") rb.on_nonfinite_loss = true;
-    else if (r == "divergence") rb.on_divergence = true;
-    else throw UsageError("unknown --rollback-on '" + r + "': use skip-rate, nonfinite-loss or divergence");
-  }
+  parse_rollback_on(t.rollback_on, "--rollback-on", rb);
   if (t.rollback_policy.empty()) return;
   rb.policy = t.rollback_policy[0];
   if (rb.policy == "lower-lr") {
@@ -155,8 +150,7 @@ void set_precision(TrainCommand& t) {
   TrainConfig& tc = t.config;
   if (t.no_scaler && t.scaler_on) throw UsageError("--scaler and --no-scaler contradict each other");
   tc.dtype = parse_dtype(t.dtype);
-  if (t.grad_dtype == "compute") tc.low_precision_grads = true;
-  else if (t.grad_dtype != "fp32") throw UsageError("unknown --grad-dtype '" + t.grad_dtype + "': use fp32 or compute");
+  tc.low_precision_grads = parse_grad_dtype(t.grad_dtype, "--grad-dtype");
   tc.scaler_explicit = t.no_scaler || t.scaler_on;
   tc.scaler.enabled = t.scaler_on || (!t.no_scaler && tc.dtype == DType::F16);
   tc.fused = !t.unfused;
@@ -201,8 +195,7 @@ int run_train_command(TrainCommand& t, std::unique_ptr<Communicator>& comm) {
   TrainConfig& tc = t.config;
   set_precision(t);
   set_rollback(t, tc.rollback);
-  if (t.clip_mode == "value") tc.clip_mode = ClipMode::Value;
-  else if (t.clip_mode != "norm") throw UsageError("unknown --clip-mode '" + t.clip_mode + "': use norm or value");
+  tc.clip_mode = parse_clip_mode(t.clip_mode, "--clip-mode");
   tc.fp32_ops = parse_fp32_ops(t.fp32_ops);
   tc.inject_inf.insert(t.inject.begin(), t.inject.end());
   for (const std::string& s : t.spikes) tc.spikes.insert(parse_spike(s));

@@ -29,6 +29,27 @@ double parameter_count_of(const TrainConfig& c) {
   return in * h + h + (c.layers - 2) * (h * h + h) + h * out + out;
 }
 
+bool parse_grad_dtype(const std::string& word, const std::string& option) {
+  if (word == "compute") return true;
+  if (word != "fp32") throw UsageError("unknown " + option + " '" + word + "': use fp32 or compute");
+  return false;
+}
+
+ClipMode parse_clip_mode(const std::string& word, const std::string& option) {
+  if (word == "value") return ClipMode::Value;
+  if (word != "norm") throw UsageError("unknown " + option + " '" + word + "': use norm or value");
+  return ClipMode::Norm;
+}
+
+void parse_rollback_on(const std::vector<std::string>& words, const std::string& option, RollbackOptions& rollback) {
+  for (const std::string& r : words) {
+    if (r == "skip-rate") rollback.on_skip_rate = true;
+    else if (r == "nonfinite-loss") rollback.on_nonfinite_loss = true;
+    else if (r == "divergence") rollback.on_divergence = true;
+    else throw UsageError("unknown " + option + " '" + r + "': use skip-rate, nonfinite-loss or divergence");
+  }
+}
+
 namespace {
 
 // The sizes and the batch, and how the batch splits into micro-batches and ranks.

@@ -117,6 +117,12 @@ struct TrainResult {
 
 // Every option checked, in one place: throws UsageError naming the first bad one.
 void validate(const TrainConfig& config);
+// Options a user writes as words, read here for the CLI and the Python module alike;
+// `option` is the name as that user writes it ("--clip-mode", "clip_mode"), for the message.
+bool parse_grad_dtype(const std::string& word, const std::string& option);  // true: "compute", false: "fp32"
+ClipMode parse_clip_mode(const std::string& word, const std::string& option);
+// skip-rate, nonfinite-loss, divergence: each turns its condition on.
+void parse_rollback_on(const std::vector<std::string>& words, const std::string& option, RollbackOptions& rollback);
 // The model's parameter count by the config, in double (it is checked before it is built).
 double parameter_count_of(const TrainConfig& c);
 std::string short_count(double n);  // "%.3g": a count or a size in a message
