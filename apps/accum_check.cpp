@@ -15,6 +15,7 @@
 #include "amp/communicator.h"
 #include "amp/safe_step.h"
 #include "apps/dataset.h"
+#include "apps/trainer.h"
 #include "autograd/modules.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -32,12 +33,13 @@ struct Outcome {
 // into `accum` micro-batches. `divide` = false reproduces the classic bug: each micro-batch's
 // loss is not divided by accum_steps.
 Outcome one_step(const AccumCheckConfig& c, const Batch& batch, int accum, bool divide) {
+  TrainConfig m;  // the model as a training run builds it
+  m.model = c.model;
+  m.in_features = c.in_features;
+  m.out_features = c.out_features;
+  m.hidden = c.hidden;
   Rng rng(c.seed);
-  std::unique_ptr<Module> model;
-  if (c.model == "mlp")
-    model = std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng);
-  else
-    model = std::make_unique<Linear>(c.in_features, c.out_features, rng);
+  std::unique_ptr<Module> model = make_model(m, rng, Device::cpu());
   AdamW opt(model->parameters(), AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, false});
   GradScaler scaler(Device::cpu(), GradScalerOptions{false});
   SafeStep step(opt, scaler, LrSchedule::constant(1e-2f), SafeStepOptions{INFINITY, accum, true});
@@ -145,7 +147,7 @@ int run_sweep(const SweepConfig& s, std::ostream& out_all) {
     c.csv.clear();
     c.checkpoint.clear();
     std::ostringstream sink;
-    const TrainResult r = run_training(c, sink);
+    const TrainResult r = Trainer(c, sink).run();
     std::vector<double> ms = r.step_ms;
     std::sort(ms.begin(), ms.end());
     const double median = ms.empty() ? 0.0 : ms[ms.size() / 2];

@@ -183,49 +183,12 @@ class FileDataset final : public Dataset {
     for (const char* name : {"x", "y"})
       if (!f.contains(name))
         throw UsageError("data file '" + path + "' has no tensor '" + name + "' (it needs x [N, in] and y)");
-    const SafetensorsEntry& ex = f.entry("x");
-    const SafetensorsEntry& ey = f.entry("y");
-    if (ex.shape.size() != 2 || ex.shape[0] < 1 || ex.shape[1] < 1)
-      throw UsageError("data file '" + path + "': x must be [N, in] with N, in >= 1");
-    if (ex.dtype != "F32" && ex.dtype != "F16" && ex.dtype != "BF16")
-      throw UsageError("data file '" + path + "': x has dtype " + ex.dtype + "; use F32, F16 or BF16");
-    x_ = f.tensor("x").to(DType::F32);  // exact; autocast rounds it to the compute dtype
-    rows_ = ex.shape[0];
-    // The first non-finite value of x, with its row: training on it would only produce NaN.
-    const std::vector<float> xv = x_.to_vector();
-    for (size_t i = 0; i < xv.size() && !allow_nonfinite; ++i)
-      if (!std::isfinite(xv[i]))
-        throw UsageError("data file '" + path + "': x has a non-finite value (" + std::to_string(xv[i]) + ") at row " +
-                         std::to_string(i / ex.shape[1]) + ", column " + std::to_string(i % ex.shape[1]));
-    if (ey.dtype == "I64") {
-      if (ey.shape.size() != 1 || ey.shape[0] != rows_)
-        throw UsageError("data file '" + path + "': class labels y must be [" + std::to_string(rows_) + "]");
-      const std::vector<int64_t> labels = f.int64s("y");
-      int64_t max_label = 0;
-      std::vector<float> lf(labels.size());
-      for (size_t i = 0; i < labels.size(); ++i) {
-        if (labels[i] < 0 || labels[i] >= (int64_t{1} << 24))
-          throw UsageError("data file '" + path + "': label " + std::to_string(labels[i]) + " at row " +
-                           std::to_string(i) + " is not a class index in [0, 2^24)");
-        max_label = std::max(max_label, labels[i]);
-        lf[i] = static_cast<float>(labels[i]);
-      }
-      y_ = Tensor::from_vector(lf, Shape{rows_});
-      out_ = max_label + 1;
-      classification_ = true;
-    } else {
-      if (ey.dtype != "F32" && ey.dtype != "F16" && ey.dtype != "BF16")
-        throw UsageError("data file '" + path + "': y has dtype " + ey.dtype + "; use F32/F16/BF16 or I64 labels");
-      if (ey.shape.size() != 2 || ey.shape[0] != rows_ || ey.shape[1] < 1)
-        throw UsageError("data file '" + path + "': y must be [" + std::to_string(rows_) + ", out] to match x");
-      y_ = f.tensor("y").to(DType::F32);
-      out_ = ey.shape[1];
-      const std::vector<float> yv = y_.to_vector();
-      for (size_t i = 0; i < yv.size() && !allow_nonfinite; ++i)
-        if (!std::isfinite(yv[i]))
-          throw UsageError("data file '" + path + "': y has a non-finite value at row " + std::to_string(i / out_));
-    }
-    in_ = ex.shape[1];
+    read_x(f, allow_nonfinite);
+    if (f.entry("y").dtype == "I64")
+      read_labels(f);
+    else
+      read_targets(f, allow_nonfinite);
+    in_ = f.entry("x").shape[1];
   }
 
   Batch next(int64_t batch, Device device) override {
@@ -256,6 +219,58 @@ class FileDataset final : public Dataset {
   }
 
  private:
+  // x [N, in], F32/F16/BF16, held in FP32.
+  void read_x(const SafetensorsFile& f, bool allow_nonfinite) {
+    const SafetensorsEntry& ex = f.entry("x");
+    if (ex.shape.size() != 2 || ex.shape[0] < 1 || ex.shape[1] < 1)
+      throw UsageError("data file '" + path_ + "': x must be [N, in] with N, in >= 1");
+    if (ex.dtype != "F32" && ex.dtype != "F16" && ex.dtype != "BF16")
+      throw UsageError("data file '" + path_ + "': x has dtype " + ex.dtype + "; use F32, F16 or BF16");
+    x_ = f.tensor("x").to(DType::F32);  // exact; autocast rounds it to the compute dtype
+    rows_ = ex.shape[0];
+    // The first non-finite value of x, with its row: training on it would only produce NaN.
+    const std::vector<float> xv = x_.to_vector();
+    for (size_t i = 0; i < xv.size() && !allow_nonfinite; ++i)
+      if (!std::isfinite(xv[i]))
+        throw UsageError("data file '" + path_ + "': x has a non-finite value (" + std::to_string(xv[i]) + ") at row " +
+                         std::to_string(i / ex.shape[1]) + ", column " + std::to_string(i % ex.shape[1]));
+  }
+
+  // y as I64 class labels [N]: classification, as many classes as the largest label + 1.
+  void read_labels(const SafetensorsFile& f) {
+    const SafetensorsEntry& ey = f.entry("y");
+    if (ey.shape.size() != 1 || ey.shape[0] != rows_)
+      throw UsageError("data file '" + path_ + "': class labels y must be [" + std::to_string(rows_) + "]");
+    const std::vector<int64_t> labels = f.int64s("y");
+    int64_t max_label = 0;
+    std::vector<float> lf(labels.size());
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (labels[i] < 0 || labels[i] >= (int64_t{1} << 24))
+        throw UsageError("data file '" + path_ + "': label " + std::to_string(labels[i]) + " at row " +
+                         std::to_string(i) + " is not a class index in [0, 2^24)");
+      max_label = std::max(max_label, labels[i]);
+      lf[i] = static_cast<float>(labels[i]);
+    }
+    y_ = Tensor::from_vector(lf, Shape{rows_});
+    out_ = max_label + 1;
+    classification_ = true;
+  }
+
+  // y as regression targets [N, out], F32/F16/BF16, held in FP32.
+  void read_targets(const SafetensorsFile& f, bool allow_nonfinite) {
+    const SafetensorsEntry& ey = f.entry("y");
+    if (ey.dtype != "F32" && ey.dtype != "F16" && ey.dtype != "BF16")
+      throw UsageError("data file '" + path_ + "': y has dtype " + ey.dtype + "; use F32/F16/BF16 or I64 labels");
+    if (ey.shape.size() != 2 || ey.shape[0] != rows_ || ey.shape[1] < 1)
+      throw UsageError("data file '" + path_ + "': y must be [" + std::to_string(rows_) + ", out] to match x");
+    y_ = f.tensor("y").to(DType::F32);
+    out_ = ey.shape[1];
+    const std::vector<float> yv = y_.to_vector();
+    for (size_t i = 0; i < yv.size() && !allow_nonfinite; ++i)
+      if (!std::isfinite(yv[i]))
+        throw UsageError("data file '" + path_ + "': y has a non-finite value at row " + std::to_string(i / out_));
+  }
+
   std::string path_;
   Tensor x_, y_;
   int64_t rows_ = 0, in_ = 0, out_ = 0, pos_ = 0, last_first_row_ = -1;

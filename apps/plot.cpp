@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -240,8 +241,12 @@ RunLog read_step_log(const std::string& path) {
   return log;
 }
 
-std::string plot_svg(const std::vector<RunLog>& logs) {
-  if (logs.empty() || logs.size() > kMaxLogs) throw UsageError("plot: give 1 to 4 step logs");
+namespace {
+
+using Frames = std::array<Frame, kPanels>;
+
+// The four panels' frames: one step axis for all, each panel's value axis from every log.
+Frames make_frames(const std::vector<RunLog>& logs) {
   double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo;
   std::vector<double> loss, norms, scale, lr;
   for (const RunLog& log : logs)
@@ -262,21 +267,16 @@ std::string plot_svg(const std::vector<RunLog>& logs) {
   bool loss_positive = true;
   for (double v : loss)
     if (std::isfinite(v) && v <= 0.0) loss_positive = false;
-
-  const double height = kTop + kPanels * kPanelH + (kPanels - 1) * kGap + kBottom;
   const double plot_w = kWidth - kLeft - kRight;
-  Svg svg(kWidth, height);
   auto frame = [&](int i, Axis y) {
     return Frame{kLeft, kTop + i * (kPanelH + kGap), plot_w, kPanelH, xlo, xhi, y};
   };
-  const Frame frames[kPanels] = {frame(0, make_axis(loss, loss_positive ? 10 : 0)), frame(1, make_axis(norms, 10)),
-                                 frame(2, make_axis(scale, 2)), frame(3, make_axis(lr, 0))};
-  const char* titles[kPanels] = {"loss", "gradient L2 norm: pre-clip (solid), post-clip (dashed)",
-                                 "loss scale (after the step's update)", "learning rate"};
-  for (int i = 0; i < kPanels; ++i) draw_frame(svg, frames[i], titles[i], i == kPanels - 1);
-  svg.text(kLeft + plot_w / 2, height - 12, "step", 11, "middle");
+  return {frame(0, make_axis(loss, loss_positive ? 10 : 0)), frame(1, make_axis(norms, 10)),
+          frame(2, make_axis(scale, 2)), frame(3, make_axis(lr, 0))};
+}
 
-  // Skipped steps and policy changes: vertical marks through every panel, under the lines.
+// Skipped steps and policy changes: vertical marks through every panel, under the lines.
+void draw_marks(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs) {
   for (size_t li = 0; li < logs.size(); ++li) {
     const RunLog& log = logs[li];
     for (size_t i = 0; i < log.rows.size(); ++i) {
@@ -294,7 +294,10 @@ std::string plot_svg(const std::vector<RunLog>& logs) {
         svg.text(x + 3, frames[1].y0 + 12, std::isnan(r.grad_l2_pre_clip) ? "nan" : "inf", 10, "start", mark.stroke);
     }
   }
-  // The series.
+}
+
+// The series, a color per log.
+void draw_series(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs) {
   for (size_t li = 0; li < logs.size(); ++li) {
     const RunLog& log = logs[li];
     const std::string color = kRunColors[li];
@@ -314,7 +317,10 @@ std::string plot_svg(const std::vector<RunLog>& logs) {
     draw(frames[2], [](const StepRow& r) { return static_cast<double>(r.scaler_scale); }, solid, true);
     draw(frames[3], [](const StepRow& r) { return static_cast<double>(r.lr); }, solid, true);
   }
-  // The legend: one entry per log, then the skip reasons.
+}
+
+// The legend: one entry per log, then the skip reasons.
+void draw_legend(Svg& svg, const std::vector<RunLog>& logs) {
   double lx = kLeft, ly = 22;
   svg.text(kLeft, ly, logs.size() == 1 ? "belay: " + logs[0].name : "belay: " + std::to_string(logs.size()) + " runs", 14,
            "start", "#111");
@@ -333,6 +339,23 @@ std::string plot_svg(const std::vector<RunLog>& logs) {
   lx += 5 + 6.5 * 20 + 16;
   svg.line(lx, ly - 10, lx, ly + 2, SvgStyle{kLossColor, 2});
   svg.text(lx + 5, ly, "skip: nonfinite_loss", 11);
+}
+
+}  // namespace
+
+std::string plot_svg(const std::vector<RunLog>& logs) {
+  if (logs.empty() || logs.size() > kMaxLogs) throw UsageError("plot: give 1 to 4 step logs");
+  const Frames frames = make_frames(logs);
+  const double height = kTop + kPanels * kPanelH + (kPanels - 1) * kGap + kBottom;
+  const double plot_w = kWidth - kLeft - kRight;
+  Svg svg(kWidth, height);
+  const char* titles[kPanels] = {"loss", "gradient L2 norm: pre-clip (solid), post-clip (dashed)",
+                                 "loss scale (after the step's update)", "learning rate"};
+  for (int i = 0; i < kPanels; ++i) draw_frame(svg, frames[i], titles[i], i == kPanels - 1);
+  svg.text(kLeft + plot_w / 2, height - 12, "step", 11, "middle");
+  draw_marks(svg, frames, logs);
+  draw_series(svg, frames, logs);
+  draw_legend(svg, logs);
   return svg.str();
 }
 

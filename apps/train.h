@@ -1,6 +1,6 @@
-// `belay train`: the training demo, as a function the CLI and the tests both call.
-// Wiring only: a model, an optimizer, a scaler, SafeStep, a dataset (seeded synthetic or
-// the user's file), the step log, checkpoints, and a progress display.
+// `belay train`'s options (TrainConfig) and what a run returns (TrainResult). The run
+// itself is a Trainer (apps/trainer.h): a model, an optimizer, a scaler, SafeStep, a dataset
+// (seeded synthetic or the user's file), the step log, checkpoints, and a progress display.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -115,11 +115,22 @@ struct TrainResult {
   std::vector<AnomalyReport> scaler_events;  // --detect-anomaly with loss scaling
 };
 
-void validate(const TrainConfig& config);  // throws UsageError on anything out of range
+// Every option checked, in one place: throws UsageError naming the first bad one.
+void validate(const TrainConfig& config);
+// Options a user writes as words, read here for the CLI and the Python module alike;
+// `option` is the name as that user writes it ("--clip-mode", "clip_mode"), for the message.
+bool parse_grad_dtype(const std::string& word, const std::string& option);  // true: "compute", false: "fp32"
+ClipMode parse_clip_mode(const std::string& word, const std::string& option);
+// skip-rate, nonfinite-loss, divergence: each turns its condition on.
+void parse_rollback_on(const std::vector<std::string>& words, const std::string& option, RollbackOptions& rollback);
+// The model's parameter count by the config, in double (it is checked before it is built).
+double parameter_count_of(const TrainConfig& c);
+std::string short_count(double n);  // "%.3g": a count or a size in a message
 // The model a run starts from: c.model's shape, initialised from `rng` (seeded by c.seed).
 class Module;
 class Rng;
 std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device);
+// The whole run: Trainer(config, out).run() (apps/trainer.h).
 TrainResult run_training(const TrainConfig& config, std::ostream& out);
 
 // `belay train --scenario broken-batch`: how one bad batch freezes Adam without clipping.

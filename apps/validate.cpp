@@ -13,6 +13,7 @@
 #include "apps/accum_check.h"
 #include "apps/dataset.h"
 #include "apps/train.h"
+#include "apps/trainer.h"
 #include "autograd/modules.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -155,93 +156,113 @@ double margin_of(const float* s, int64_t n) {
   return top - second;
 }
 
-// Generated: rows from N(0, 1), labelled by a seeded linear teacher (argmax of T x, no bias,
-// so a row's label does not change with its scale). Near-ties: between two rows whose
-// reference decisions differ, bisection along the segment towards the point where the
-// reference decision changes, kept when the reference margin lands in [tie_margin/2, tie_margin).
-// `stream` picks other rows from the same teacher (the training set of --train).
+// The rows of a generated set: drawn from N(0, 1), labelled by a seeded linear teacher
+// (argmax of T x, no bias, so a row's label does not change with its scale), placed by the
+// model's FP32 reference scores.
+class RowMaker {
+ public:
+  RowMaker(const ValidateConfig& c, const TrainConfig& m, Module& model, uint64_t stream)
+      : in_(m.in_features), classes_(m.out_features), model_(model), data_rng_(c.seed * 2 + 1002 + 7919 * stream) {
+    Rng teacher_rng(c.seed * 2 + 1001);
+    teacher_.resize(static_cast<size_t>(classes_ * in_));
+    for (float& w : teacher_) w = teacher_rng.normal() / std::sqrt(static_cast<float>(in_));
+  }
+
+  int64_t label_of(const float* x) const {
+    int64_t best = 0;
+    double best_v = -INFINITY;
+    for (int64_t k = 0; k < classes_; ++k) {
+      double v = 0;
+      for (int64_t i = 0; i < in_; ++i) v += static_cast<double>(teacher_[k * in_ + i]) * x[i];
+      if (v > best_v) best_v = v, best = k;
+    }
+    return best;
+  }
+
+  // Ordinary, large and near-zero rows are kept away from the decision boundary (reference
+  // margin >= tie_margin; up to 100 draws a row, then the last draw is kept) so that the
+  // near-ties of the set are the rows built as such, at a margin the set states.
+  std::vector<float> away_from_ties(float factor, double tie_margin) {
+    std::vector<float> v;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      v = normal_row();
+      for (float& e : v) e *= factor;
+      const std::vector<float> s = reference(v);
+      if (margin_of(s.data(), classes_) >= tie_margin) break;
+    }
+    return v;
+  }
+
+  // A near-tie at a reference margin in [tie_margin / 2, tie_margin): between two rows whose
+  // reference decisions differ, bisection along the segment towards the point where the
+  // reference decision changes. Empty when this pair gives none.
+  std::vector<float> near_tie(double tie_margin) {
+    const std::vector<float> a = normal_row(), b = normal_row();
+    const std::vector<float> sa = reference(a), sb = reference(b);
+    const int64_t da = decide(sa.data(), classes_), db = decide(sb.data(), classes_);
+    if (da < 0 || db < 0 || da == db) return {};
+    // Invariant: decision(lo) == da, decision(hi) != da.
+    double lo = 0.0, hi = 1.0;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      std::vector<float> x(static_cast<size_t>(in_));
+      for (int64_t i = 0; i < in_; ++i) x[i] = static_cast<float>((1.0 - mid) * a[i] + mid * b[i]);
+      const std::vector<float> s = reference(x);
+      if (decide(s.data(), classes_) != da) {
+        hi = mid;
+        continue;
+      }
+      lo = mid;
+      const double mg = margin_of(s.data(), classes_);
+      if (mg < tie_margin) return mg >= 0.5 * tie_margin ? x : std::vector<float>{};  // else overshot: another pair
+    }
+    return {};
+  }
+
+ private:
+  std::vector<float> normal_row() {
+    std::vector<float> r(static_cast<size_t>(in_));
+    for (float& v : r) v = data_rng_.normal();
+    return r;
+  }
+  std::vector<float> reference(const std::vector<float>& r) {
+    return scores_of(model_, Tensor::from_vector(r, Shape{1, in_}), DType::F32, 0);
+  }
+
+  int64_t in_, classes_;
+  Module& model_;
+  Rng data_rng_;
+  std::vector<float> teacher_;
+};
+
+// Generated: `rows` ordinary rows and rows/4 each of large, near-zero and near-tie rows
+// (RowMaker). `stream` picks other rows from the same teacher (the training set of --train).
 EvalSet generate_set(const ValidateConfig& c, const TrainConfig& m, Module& model, double tie_margin,
                      uint64_t stream = 0) {
   const int64_t in = m.in_features, classes = m.out_features;
   if (classes < 2) throw UsageError("a generated set needs at least 2 classes (--out), got " + std::to_string(classes));
   if (c.rows < 4) throw UsageError("--rows must be at least 4, got " + std::to_string(c.rows));
-  Rng teacher_rng(c.seed * 2 + 1001), data_rng(c.seed * 2 + 1002 + 7919 * stream);
-  std::vector<float> teacher(static_cast<size_t>(classes * in));
-  for (float& w : teacher) w = teacher_rng.normal() / std::sqrt(static_cast<float>(in));
-  auto label_of = [&](const float* x) {
-    int64_t best = 0;
-    double best_v = -INFINITY;
-    for (int64_t k = 0; k < classes; ++k) {
-      double v = 0;
-      for (int64_t i = 0; i < in; ++i) v += static_cast<double>(teacher[k * in + i]) * x[i];
-      if (v > best_v) best_v = v, best = k;
-    }
-    return best;
-  };
-  auto normal_row = [&] {
-    std::vector<float> r(static_cast<size_t>(in));
-    for (float& v : r) v = data_rng.normal();
-    return r;
-  };
-  auto reference = [&](const std::vector<float>& r) {
-    return scores_of(model, Tensor::from_vector(r, Shape{1, in}), DType::F32, 0);
-  };
-
+  RowMaker maker(c, m, model, stream);
   EvalSet set;
   set.outputs = classes;
   set.source = "generated (seed " + std::to_string(c.seed) + ")";
   std::vector<float> xs;
   auto add = [&](const std::vector<float>& r, int64_t kind) {
     xs.insert(xs.end(), r.begin(), r.end());
-    set.y.push_back(static_cast<float>(label_of(r.data())));
+    set.y.push_back(static_cast<float>(maker.label_of(r.data())));
     set.kind.push_back(kind);
   };
-  // Ordinary, large and near-zero rows are kept away from the decision boundary (reference
-  // margin >= tie_margin; up to 100 draws a row, then the last draw is kept) so that the
-  // near-ties of the set are the rows built as such, at a margin the set states.
-  auto away_from_ties = [&](float factor) {
-    std::vector<float> v;
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      v = normal_row();
-      for (float& e : v) e *= factor;
-      const std::vector<float> s = reference(v);
-      if (margin_of(s.data(), classes) >= tie_margin) break;
-    }
-    return v;
-  };
   const int64_t extra = std::max<int64_t>(1, c.rows / 4);
-  for (int64_t r = 0; r < c.rows; ++r) add(away_from_ties(1.0f), kOrdinary);
-  for (int64_t r = 0; r < extra; ++r) add(away_from_ties(kLargeFactor), kLarge);
-  for (int64_t r = 0; r < extra; ++r) add(away_from_ties(kNearZeroFactor), kNearZero);
+  for (int64_t r = 0; r < c.rows; ++r) add(maker.away_from_ties(1.0f, tie_margin), kOrdinary);
+  for (int64_t r = 0; r < extra; ++r) add(maker.away_from_ties(kLargeFactor, tie_margin), kLarge);
+  for (int64_t r = 0; r < extra; ++r) add(maker.away_from_ties(kNearZeroFactor, tie_margin), kNearZero);
   // Near-ties at a reference margin in [tie_margin / 2, tie_margin): flagged as near-ties, and
   // just wider than the error the score tolerance allows a difference of two scores.
   int64_t built = 0;
   for (int attempt = 0; built < extra && attempt < 100 * extra; ++attempt) {
-    const std::vector<float> a = normal_row(), b = normal_row();
-    const std::vector<float> sa = reference(a), sb = reference(b);
-    const int64_t da = decide(sa.data(), classes), db = decide(sb.data(), classes);
-    if (da < 0 || db < 0 || da == db) continue;
-    // Invariant: decision(lo) == da, decision(hi) != da.
-    double lo = 0.0, hi = 1.0;
-    std::vector<float> best;
-    for (int it = 0; it < 60; ++it) {
-      const double mid = 0.5 * (lo + hi);
-      std::vector<float> x(static_cast<size_t>(in));
-      for (int64_t i = 0; i < in; ++i) x[i] = static_cast<float>((1.0 - mid) * a[i] + mid * b[i]);
-      const std::vector<float> s = reference(x);
-      if (decide(s.data(), classes) != da) {
-        hi = mid;
-        continue;
-      }
-      lo = mid;
-      const double mg = margin_of(s.data(), classes);
-      if (mg < tie_margin) {
-        if (mg >= 0.5 * tie_margin) best = x;  // else overshot: another pair
-        break;
-      }
-    }
-    if (best.empty()) continue;
-    add(best, kNearTie);
+    const std::vector<float> x = maker.near_tie(tie_margin);
+    if (x.empty()) continue;
+    add(x, kNearTie);
     ++built;
   }
   if (built < extra)
@@ -368,101 +389,121 @@ std::string amp_nonfinite_detail(int64_t all, size_t amp_only) {
   return d;
 }
 
-// Compares the AMP scores with the reference on the set, prints the tables, and returns the
-// comparison's part of the report with `pass` set. The thresholds were printed before.
-Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vector<float>& amp, const Thresholds& t,
-             const char* ref_label, const char* amp_label, std::ostream& out) {
-  const int64_t n = set.rows(), k = set.outputs;
-  Json j;
-  // Per output: errors (where both are finite), non-finite counts, extremes.
-  std::vector<double> max_abs(k, 0.0), max_rel(k, 0.0), ref_ext(k, 0.0), amp_ext(k, 0.0);
-  std::vector<int64_t> ref_bad(k, 0), amp_bad(k, 0);
+// The two runs' scores on the set, row-major [rows, outputs], as compare() reads them.
+struct Scores {
+  const EvalSet& set;
+  const std::vector<float>& ref;
+  const std::vector<float>& amp;
+  int64_t k;  // outputs per row
+  const float* ref_row(int64_t r) const { return &ref[r * k]; }
+  const float* amp_row(int64_t r) const { return &amp[r * k]; }
+};
+
+// Per output: errors (where both are finite), non-finite counts, extremes; and the rows
+// that fail, each in the first list it belongs to.
+struct ScoreErrors {
+  std::vector<double> max_abs, max_rel, ref_ext, amp_ext;
+  std::vector<int64_t> ref_bad, amp_bad;
   std::vector<int64_t> baseline_rows, nonfinite_rows, tol_rows;
   int64_t amp_nonfinite_rows = 0;  // every row with a non-finite AMP score, the reference's failures too
+};
+
+ScoreErrors score_errors(const Scores& sc, const Thresholds& t) {
+  const int64_t n = sc.set.rows(), k = sc.k;
+  const size_t ku = static_cast<size_t>(k);
+  ScoreErrors e{std::vector<double>(ku, 0.0), std::vector<double>(ku, 0.0), std::vector<double>(ku, 0.0),
+                std::vector<double>(ku, 0.0), std::vector<int64_t>(ku, 0), std::vector<int64_t>(ku, 0), {}, {}, {}, 0};
   for (int64_t r = 0; r < n; ++r) {
     double scale = 0;
     for (int64_t c = 0; c < k; ++c)
-      if (std::isfinite(ref[r * k + c])) scale = std::max(scale, std::fabs(static_cast<double>(ref[r * k + c])));
+      if (std::isfinite(sc.ref[r * k + c])) scale = std::max(scale, std::fabs(static_cast<double>(sc.ref[r * k + c])));
     bool ref_ok = true, amp_ok = true, in_tol = true;
     for (int64_t c = 0; c < k; ++c) {
-      const float a = ref[r * k + c], b = amp[r * k + c];
-      if (!std::isfinite(a)) ++ref_bad[c], ref_ok = false;
-      if (!std::isfinite(b)) ++amp_bad[c], amp_ok = false;
-      if (std::isfinite(a)) ref_ext[c] = std::max(ref_ext[c], std::fabs(static_cast<double>(a)));
-      if (std::isfinite(b)) amp_ext[c] = std::max(amp_ext[c], std::fabs(static_cast<double>(b)));
+      const float a = sc.ref[r * k + c], b = sc.amp[r * k + c];
+      if (!std::isfinite(a)) ++e.ref_bad[c], ref_ok = false;
+      if (!std::isfinite(b)) ++e.amp_bad[c], amp_ok = false;
+      if (std::isfinite(a)) e.ref_ext[c] = std::max(e.ref_ext[c], std::fabs(static_cast<double>(a)));
+      if (std::isfinite(b)) e.amp_ext[c] = std::max(e.amp_ext[c], std::fabs(static_cast<double>(b)));
       if (!std::isfinite(a) || !std::isfinite(b)) continue;
       const double err = std::fabs(static_cast<double>(b) - a);
-      max_abs[c] = std::max(max_abs[c], err);
-      if (scale > 0) max_rel[c] = std::max(max_rel[c], err / scale);
+      e.max_abs[c] = std::max(e.max_abs[c], err);
+      if (scale > 0) e.max_rel[c] = std::max(e.max_rel[c], err / scale);
       if (!(err <= t.atol + t.rtol * scale)) in_tol = false;
     }
-    amp_nonfinite_rows += !amp_ok;
+    e.amp_nonfinite_rows += !amp_ok;
     if (!ref_ok)
-      baseline_rows.push_back(r);
+      e.baseline_rows.push_back(r);
     else if (!amp_ok)
-      nonfinite_rows.push_back(r);
+      e.nonfinite_rows.push_back(r);
     else if (!in_tol)
-      tol_rows.push_back(r);
+      e.tol_rows.push_back(r);
   }
+  return e;
+}
+
+// The per-output table, printed and as the report's "outputs".
+Json outputs_table(const ScoreErrors& e, int64_t k, const char* ref_label, const char* amp_label, std::ostream& out) {
   out << "\nscores per output (" << amp_label << " vs " << ref_label << "; rel = |error| / max|ref| of the row):\n";
   out << "  output   max abs err   max rel err   non-finite ref/amp   max |ref|     max |amp|\n";
   Json outputs = Json::array();
   for (int64_t c = 0; c < k; ++c) {
-    out << "  " << std::left << std::setw(9) << c << std::setw(14) << std::setprecision(4) << max_abs[c]
-        << std::setw(14) << max_rel[c] << std::setw(21)
-        << (std::to_string(ref_bad[c]) + " / " + std::to_string(amp_bad[c])) << std::setw(14) << ref_ext[c]
-        << amp_ext[c] << std::right << "\n";
+    out << "  " << std::left << std::setw(9) << c << std::setw(14) << std::setprecision(4) << e.max_abs[c]
+        << std::setw(14) << e.max_rel[c] << std::setw(21)
+        << (std::to_string(e.ref_bad[c]) + " / " + std::to_string(e.amp_bad[c])) << std::setw(14) << e.ref_ext[c]
+        << e.amp_ext[c] << std::right << "\n";
     outputs.push_back({{"output", c},
-                       {"max_abs_error", max_abs[c]},
-                       {"max_rel_error", max_rel[c]},
-                       {"nonfinite_ref", ref_bad[c]},
-                       {"nonfinite_amp", amp_bad[c]},
-                       {"max_abs_ref", ref_ext[c]},
-                       {"max_abs_amp", amp_ext[c]}});
+                       {"max_abs_error", e.max_abs[c]},
+                       {"max_rel_error", e.max_rel[c]},
+                       {"nonfinite_ref", e.ref_bad[c]},
+                       {"nonfinite_amp", e.amp_bad[c]},
+                       {"max_abs_ref", e.ref_ext[c]},
+                       {"max_abs_amp", e.amp_ext[c]}});
   }
-  j["outputs"] = outputs;
+  return outputs;
+}
 
-  auto row_json = [&](int64_t r) {
-    Json row{{"row", r}, {"ref", vec_json(&ref[r * k], k)}, {"amp", vec_json(&amp[r * k], k)}};
-    if (!set.kind.empty()) row["kind"] = kind_name(set.kind[r]);
-    return row;
-  };
-  const int amp_indent = set.kind.empty() ? 15 : 26;  // "amp [" under "ref ["
-  auto list_rows = [&](const char* title, const std::vector<int64_t>& rows) {
-    Json a = Json::array();
-    if (rows.empty()) return a;
-    out << "\n" << title << " (" << rows.size() << "):\n";
-    for (int64_t r : rows) {
-      out << "  row " << std::setw(4) << r << kind_cell(set, r) << " ref " << vec_str(&ref[r * k], k) << "\n"
-          << std::setw(amp_indent) << "amp " << vec_str(&amp[r * k], k) << "\n";
-      a.push_back(row_json(r));
-    }
-    return a;
-  };
-  j["baseline_nonfinite_rows"] =
-      list_rows("rows where the FP32 REFERENCE is not finite (a baseline failure)", baseline_rows);
-  j["nonfinite_rows"] = list_rows("rows where the AMP run is not finite", nonfinite_rows);
-  j["out_of_tolerance_rows"] = list_rows("rows outside the score tolerance", tol_rows);
+Json row_json(const Scores& sc, int64_t r) {
+  Json row{{"row", r}, {"ref", vec_json(sc.ref_row(r), sc.k)}, {"amp", vec_json(sc.amp_row(r), sc.k)}};
+  if (!sc.set.kind.empty()) row["kind"] = kind_name(sc.set.kind[r]);
+  return row;
+}
 
-  // Decisions.
+// A list of failing rows under its title (nothing when empty), printed and as JSON.
+Json list_rows(const Scores& sc, const char* title, const std::vector<int64_t>& rows, std::ostream& out) {
+  Json a = Json::array();
+  if (rows.empty()) return a;
+  const int amp_indent = sc.set.kind.empty() ? 15 : 26;  // "amp [" under "ref ["
+  out << "\n" << title << " (" << rows.size() << "):\n";
+  for (int64_t r : rows) {
+    out << "  row " << std::setw(4) << r << kind_cell(sc.set, r) << " ref " << vec_str(sc.ref_row(r), sc.k) << "\n"
+        << std::setw(amp_indent) << "amp " << vec_str(sc.amp_row(r), sc.k) << "\n";
+    a.push_back(row_json(sc, r));
+  }
+  return a;
+}
+
+// Changed decisions (classification only: a regression's outputs are judged by their
+// errors and extremes alone), printed and as the report's "decisions". Returns the count.
+int64_t compare_decisions(const Scores& sc, const Thresholds& t, Json& j, std::ostream& out) {
+  const int64_t n = sc.set.rows(), k = sc.k;
   int64_t flips = 0, near_ties = 0, near_tie_flips = 0;
   Json changed = Json::array();
   std::ostringstream flips_text;
-  if (set.classification) {  // a regression's outputs are judged by their errors and extremes alone
+  if (sc.set.classification) {
     for (int64_t r = 0; r < n; ++r) {
-      const int64_t dr = decide(&ref[r * k], k), da = decide(&amp[r * k], k);
+      const int64_t dr = decide(sc.ref_row(r), k), da = decide(sc.amp_row(r), k);
       if (dr < 0) continue;  // the baseline's own failure, listed above
-      const double mg = margin_of(&ref[r * k], k);
+      const double mg = margin_of(sc.ref_row(r), k);
       const bool near = mg < t.tie_margin;
       near_ties += near;
       if (dr == da) continue;
       ++flips;
       near_tie_flips += near;
-      flips_text << "  row " << std::setw(4) << r << kind_cell(set, r) << " ref -> " << dr << ", amp -> "
+      flips_text << "  row " << std::setw(4) << r << kind_cell(sc.set, r) << " ref -> " << dr << ", amp -> "
                  << (da < 0 ? std::string("none (non-finite)") : std::to_string(da)) << ", ref margin "
                  << std::setprecision(4) << mg << (near ? " (near-tie)" : "") << "\n"
-                 << "       ref " << vec_str(&ref[r * k], k) << "\n       amp " << vec_str(&amp[r * k], k) << "\n";
-      Json row = row_json(r);
+                 << "       ref " << vec_str(sc.ref_row(r), k) << "\n       amp " << vec_str(sc.amp_row(r), k) << "\n";
+      Json row = row_json(sc, r);
       row["ref_decision"] = dr;
       row["amp_decision"] = da;
       row["ref_margin"] = mg;
@@ -475,33 +516,27 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
   }
   j["decisions"] = {
       {"changed", flips}, {"near_ties", near_ties}, {"near_tie_changed", near_tie_flips}, {"changed_rows", changed}};
+  return flips;
+}
 
-  // Quality.
-  const Quality qr = quality_of(set, ref), qa = quality_of(set, amp);
-  const char* qname = set.classification ? "accuracy" : "r2";
-  out << "\nquality: " << (set.classification ? "cross-entropy" : "mse") << " " << std::setprecision(6) << qr.loss
-      << " (" << ref_label << ") vs " << qa.loss << " (" << amp_label << "); " << qname << " " << qr.value << " vs "
-      << qa.value << "\n";
-  j["quality"] = {{"measure", qname},         {"loss", set.classification ? "cross_entropy" : "mse"},
-                  {"ref_loss", num(qr.loss)}, {"amp_loss", num(qa.loss)},
-                  {"ref", num(qr.value)},     {"amp", num(qa.value)}};
-
-  // The verdict, threshold by threshold.
+// The verdict, threshold by threshold, printed and as the report's "checks" and "pass".
+void verdict(const ScoreErrors& e, int64_t flips, const Quality& qr, const Quality& qa, const char* qname,
+             const Thresholds& t, Json& j, std::ostream& out) {
   struct Check {
     const char* name;
     bool pass;
     std::string detail;
   };
-  const bool has_min = std::isfinite(t.min_quality);
   std::vector<Check> checks{
-      {"baseline: FP32 reference finite", baseline_rows.empty(),
-       std::to_string(baseline_rows.size()) + " rows with non-finite reference scores"},
-      {"amp: no non-finite value", amp_nonfinite_rows == 0, amp_nonfinite_detail(amp_nonfinite_rows, nonfinite_rows.size())},
-      {"scores within tolerance", tol_rows.empty(), std::to_string(tol_rows.size()) + " rows outside"},
+      {"baseline: FP32 reference finite", e.baseline_rows.empty(),
+       std::to_string(e.baseline_rows.size()) + " rows with non-finite reference scores"},
+      {"amp: no non-finite value", e.amp_nonfinite_rows == 0,
+       amp_nonfinite_detail(e.amp_nonfinite_rows, e.nonfinite_rows.size())},
+      {"scores within tolerance", e.tol_rows.empty(), std::to_string(e.tol_rows.size()) + " rows outside"},
       {"changed decisions <= max-flips", flips <= t.max_flips,
        std::to_string(flips) + " changed, at most " + std::to_string(t.max_flips) + " allowed"},
   };
-  if (has_min) {
+  if (std::isfinite(t.min_quality)) {
     checks.push_back({"baseline: quality >= min-quality", qr.value >= t.min_quality,
                       std::string(qname) + " " + std::to_string(qr.value)});
     checks.push_back({"amp: quality >= min-quality", qa.value >= t.min_quality,
@@ -515,11 +550,35 @@ Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vecto
     pass = pass && c.pass;
     cj.push_back({{"check", c.name}, {"pass", c.pass}, {"detail", c.detail}});
   }
-  if (!baseline_rows.empty())
+  if (!e.baseline_rows.empty())
     out << "  the FP32 reference itself is not finite: a failure of the baseline, not of AMP; fix the model or the set "
            "first\n";
   j["checks"] = cj;
   j["pass"] = pass;
+}
+
+// Compares the AMP scores with the reference on the set, prints the tables, and returns the
+// comparison's part of the report with `pass` set. The thresholds were printed before.
+Json compare(const EvalSet& set, const std::vector<float>& ref, const std::vector<float>& amp, const Thresholds& t,
+             const char* ref_label, const char* amp_label, std::ostream& out) {
+  const Scores sc{set, ref, amp, set.outputs};
+  const ScoreErrors e = score_errors(sc, t);
+  Json j;
+  j["outputs"] = outputs_table(e, sc.k, ref_label, amp_label, out);
+  j["baseline_nonfinite_rows"] =
+      list_rows(sc, "rows where the FP32 REFERENCE is not finite (a baseline failure)", e.baseline_rows, out);
+  j["nonfinite_rows"] = list_rows(sc, "rows where the AMP run is not finite", e.nonfinite_rows, out);
+  j["out_of_tolerance_rows"] = list_rows(sc, "rows outside the score tolerance", e.tol_rows, out);
+  const int64_t flips = compare_decisions(sc, t, j, out);
+  const Quality qr = quality_of(set, ref), qa = quality_of(set, amp);
+  const char* qname = set.classification ? "accuracy" : "r2";
+  out << "\nquality: " << (set.classification ? "cross-entropy" : "mse") << " " << std::setprecision(6) << qr.loss
+      << " (" << ref_label << ") vs " << qa.loss << " (" << amp_label << "); " << qname << " " << qr.value << " vs "
+      << qa.value << "\n";
+  j["quality"] = {{"measure", qname},         {"loss", set.classification ? "cross_entropy" : "mse"},
+                  {"ref_loss", num(qr.loss)}, {"amp_loss", num(qa.loss)},
+                  {"ref", num(qr.value)},     {"amp", num(qa.value)}};
+  verdict(e, flips, qr, qa, qname, t, j, out);
   return j;
 }
 
@@ -548,9 +607,9 @@ Json scale_stats(const TrainResult& r, float init_scale) {
   return Json{{"min", lo}, {"max", hi}, {"backoffs", backoffs}};
 }
 
-}  // namespace
-
-ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
+// Every option checked before any work; returns the model's config (from --checkpoint, or
+// the options), checked as train checks it.
+TrainConfig checked_model_config(const ValidateConfig& c) {
   if (c.dtype == DType::F32)
     throw UsageError("validate compares fp16 or bf16 with the FP32 reference: give --dtype fp16|bf16");
   if (!c.init.empty() && !c.checkpoint.empty())
@@ -565,21 +624,17 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
   if (c.rtol == 0.0 && c.atol == 0.0) throw UsageError("--rtol and --atol are both 0: no rounding would pass");
   if (!c.json.empty()) check_writable(c.json);
   const TrainConfig mc = model_config(c);
-  {
-    TrainConfig check = mc;  // the shape checks of train
-    check.steps = std::max<int64_t>(1, c.train_steps);
-    check.batch = c.batch;
-    check.lr = c.lr;
-    validate(check);
-  }
-  std::unique_ptr<Module> model = build_model(c, mc);
-  const Thresholds t = resolve(c);
+  TrainConfig check = mc;  // the shape checks of train
+  check.steps = std::max<int64_t>(1, c.train_steps);
+  check.batch = c.batch;
+  check.lr = c.lr;
+  validate(check);
+  return mc;
+}
 
-  EvalSet set =
-      c.data.empty() ? generate_set(c, mc, *model, t.tie_margin) : load_set(c.data, mc.in_features, mc.out_features);
-  if (!c.save_set.empty()) save_set(set, c.save_set, t.tie_margin);
-
-  Json report;
+// The model, the set and the thresholds: into the report, and printed before either run.
+void describe(const ValidateConfig& c, const TrainConfig& mc, const Module& model, const EvalSet& set,
+              const Thresholds& t, Json& report, std::ostream& out) {
   const std::string model_from = !c.checkpoint.empty()
                                      ? "checkpoint '" + c.checkpoint + "'"
                                      : (!c.init.empty() ? "'" + c.init + "'" : "seed " + std::to_string(c.seed));
@@ -587,7 +642,7 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
                      {"in", mc.in_features},
                      {"out", mc.out_features},
                      {"from", model_from},
-                     {"parameters", model->parameter_count()}};
+                     {"parameters", model.parameter_count()}};
   if (mc.model == "mlp") report["model"]["hidden"] = mc.hidden, report["model"]["layers"] = mc.layers;
   std::map<std::string, int64_t> kinds;
   for (int64_t k : set.kind) ++kinds[kind_name(k)];
@@ -603,9 +658,8 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
                           {"min_quality", std::isfinite(t.min_quality) ? Json(t.min_quality) : Json("none")},
                           {"tie_margin", t.tie_margin},
                           {"nonfinite_allowed", 0}};
-
   // The thresholds, fixed and printed before either run.
-  out << "belay validate: " << mc.model << " " << model->parameter_count() << " parameters (" << model_from << "), "
+  out << "belay validate: " << mc.model << " " << model.parameter_count() << " parameters (" << model_from << "), "
       << dtype_name(c.dtype) << " autocast vs fp32";
   if (c.fp32_ops) out << ", fp32 ops " << fp32_ops_names(c.fp32_ops);
   out << "\nset: " << set.source << ", " << set.rows() << " rows";
@@ -618,7 +672,129 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
       << (std::isfinite(t.min_quality) ? std::to_string(t.min_quality) : std::string("none")) << " ("
       << (set.classification ? "accuracy" : "R^2") << ")\n";
   out.flush();
+}
 
+// What --train trains on. Generated: a training set of its own (ordinary rows from the same
+// teacher); a given set is trained on as it is.
+EvalSet training_set(const ValidateConfig& c, const TrainConfig& mc, Module& model, const EvalSet& set,
+                     const Thresholds& t) {
+  EvalSet train_set = set;
+  if (c.data.empty()) {
+    ValidateConfig gc = c;
+    gc.rows = std::max<int64_t>(4 * c.batch, 256);
+    EvalSet g = generate_set(gc, mc, model, t.tie_margin, 1);
+    const int64_t n = gc.rows;  // the ordinary rows come first
+    train_set.x = g.x.slice_rows(0, n);
+    train_set.y.assign(g.y.begin(), g.y.begin() + n);
+  }
+  if (train_set.rows() < c.batch)
+    throw UsageError("the training set has " + std::to_string(train_set.rows()) + " rows, fewer than --batch " +
+                     std::to_string(c.batch));
+  return train_set;
+}
+
+// How far apart the two runs' final weights are: max |amp - fp32| and the relative L2.
+std::pair<double, double> weight_divergence(const TrainResult& r32, const TrainResult& ramp) {
+  double max_diff = 0, diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < r32.final_weights.size(); ++i) {
+    const double d = static_cast<double>(ramp.final_weights[i]) - r32.final_weights[i];
+    max_diff = std::max(max_diff, std::fabs(d));
+    diff2 += d * d;
+    ref2 += static_cast<double>(r32.final_weights[i]) * r32.final_weights[i];
+  }
+  return {max_diff, ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2)};
+}
+
+// The two runs of --train: their losses every tenth of the run, scale and skips, divergence.
+void print_training(const ValidateConfig& c, const TrainResult& r32, const TrainResult& ramp, const TrainConfig& t32,
+                    const TrainConfig& tamp, const Json& runs, std::pair<double, double> divergence, std::ostream& out) {
+  out << "\ntraining " << c.train_steps << " steps from the same init and data (adamw lr " << c.lr << ", batch "
+      << c.batch << "):\n  step   loss fp32     loss " << dtype_name(c.dtype) << "\n";
+  const int64_t every = std::max<int64_t>(1, c.train_steps / 10);
+  for (int64_t s = 0; s < c.train_steps; ++s)
+    if (s % every == 0 || s + 1 == c.train_steps)
+      out << "  " << std::setw(5) << s << "  " << std::left << std::setw(13) << std::setprecision(6)
+          << r32.rows[s].loss << ramp.rows[s].loss << std::right << "\n";
+  for (auto [name, r, so] : {std::tuple{"fp32", &r32, &t32}, std::tuple{dtype_name(c.dtype), &ramp, &tamp}}) {
+    const Json sc = runs[name]["scale"];
+    out << "  " << name << ": " << r->rows.size() - r->skipped << " applied, " << r->skipped << " skipped; scale min "
+        << sc["min"].get<float>() << ", max " << sc["max"].get<float>() << ", " << sc["backoffs"].get<int64_t>()
+        << " backoffs" << (default_scaler_enabled(so->dtype) ? "" : " (no loss scaling)") << "\n";
+  }
+  out << "  final weights: max |amp - fp32| " << divergence.first << ", relative L2 " << divergence.second << "\n";
+}
+
+// --train N: N steps in FP32 and under AMP from the same init and data (two Trainers), then
+// the same checks on the final models (the FP32-trained one in FP32 as the reference).
+// Returns the comparison's verdict.
+bool train_and_compare(const ValidateConfig& c, const TrainConfig& mc, Module& model, const EvalSet& set,
+                       const Thresholds& t, Json& report, std::ostream& out) {
+  TrainConfig tc = mc;
+  tc.steps = c.train_steps;
+  tc.batch = c.batch;
+  tc.lr = c.lr;
+  tc.quiet = true;
+  if (!c.checkpoint.empty())
+    tc.init = c.checkpoint;
+  else if (!c.init.empty())
+    tc.init = c.init;
+  const EvalSet train_set = training_set(c, mc, model, set, t);
+  const Shape yshape = train_set.classification ? Shape{train_set.rows()} : Shape{train_set.rows(), train_set.outputs};
+  const Tensor ty = Tensor::from_vector(train_set.y, yshape);
+  tc.make_dataset = [&] {
+    return make_tensor_dataset(train_set.x, ty, train_set.classification, train_set.outputs, "validate training set");
+  };
+  if (train_set.classification && tc.model != "mlp")
+    throw UsageError("class labels need --model mlp (cross-entropy on logits)");
+  std::ostringstream sink;
+  TrainConfig t32 = tc, tamp = tc;
+  t32.dtype = DType::F32;
+  tamp.dtype = c.dtype;
+  tamp.fp32_ops = c.fp32_ops;
+  const TrainResult r32 = Trainer(t32, sink).run(), ramp = Trainer(tamp, sink).run();
+  auto curve = [](const TrainResult& r) {
+    Json a = Json::array();
+    for (const StepRow& row : r.rows) a.push_back(num(row.loss));
+    return a;
+  };
+  const std::pair<double, double> divergence = weight_divergence(r32, ramp);
+  Json runs = Json::object();
+  for (auto [name, r, so] : {std::tuple{"fp32", &r32, &t32}, std::tuple{dtype_name(c.dtype), &ramp, &tamp}}) {
+    runs[name] = {{"loss", curve(*r)},
+                  {"steps", r->rows.size()},
+                  {"skipped", r->skipped},
+                  {"applied", static_cast<int64_t>(r->rows.size()) - r->skipped},
+                  {"scale", scale_stats(*r, default_scaler_enabled(so->dtype) ? so->scaler.init_scale : 1.0f)}};
+  }
+  report["train"] = {{"steps", c.train_steps},
+                     {"batch", c.batch},
+                     {"lr", c.lr},
+                     {"optimizer", "adamw"},
+                     {"runs", runs},
+                     {"weight_divergence", {{"max_abs", divergence.first}, {"rel_l2", divergence.second}}}};
+  print_training(c, r32, ramp, t32, tamp, runs, divergence, out);
+  std::unique_ptr<Module> m32 = build_model(c, mc), mamp = build_model(c, mc);
+  load_flat(*m32, r32.final_weights);
+  load_flat(*mamp, ramp.final_weights);
+  const std::vector<float> ref = scores_of(*m32, set.x, DType::F32, 0);
+  const std::vector<float> amp = scores_of(*mamp, set.x, c.dtype, c.fp32_ops);
+  out << "\nthe final models on the set (the fp32-trained one in fp32 is the reference):";
+  report["comparison"] =
+      compare(set, ref, amp, t, "fp32-trained", (std::string(dtype_name(c.dtype)) + "-trained").c_str(), out);
+  return report["comparison"]["pass"];
+}
+
+}  // namespace
+
+ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
+  const TrainConfig mc = checked_model_config(c);
+  std::unique_ptr<Module> model = build_model(c, mc);
+  const Thresholds t = resolve(c);
+  EvalSet set =
+      c.data.empty() ? generate_set(c, mc, *model, t.tie_margin) : load_set(c.data, mc.in_features, mc.out_features);
+  if (!c.save_set.empty()) save_set(set, c.save_set, t.tie_margin);
+  Json report;
+  describe(c, mc, *model, set, t, report, out);
   bool pass = true;
   if (c.train_steps == 0) {
     const std::vector<float> ref = scores_of(*model, set.x, DType::F32, 0);
@@ -626,95 +802,7 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
     report["comparison"] = compare(set, ref, amp, t, "fp32", dtype_name(c.dtype), out);
     pass = report["comparison"]["pass"];
   } else {
-    // N steps in FP32 and under AMP from the same init and data, then the same checks on
-    // the final models (the FP32-trained one in FP32 as the reference).
-    TrainConfig tc = mc;
-    tc.steps = c.train_steps;
-    tc.batch = c.batch;
-    tc.lr = c.lr;
-    tc.quiet = true;
-    if (!c.checkpoint.empty())
-      tc.init = c.checkpoint;
-    else if (!c.init.empty())
-      tc.init = c.init;
-    // Generated: a training set of its own (ordinary rows from the same teacher); a given set
-    // is trained on as it is.
-    EvalSet train_set = set;
-    if (c.data.empty()) {
-      ValidateConfig gc = c;
-      gc.rows = std::max<int64_t>(4 * c.batch, 256);
-      EvalSet g = generate_set(gc, mc, *model, t.tie_margin, 1);
-      const int64_t n = gc.rows;  // the ordinary rows come first
-      train_set.x = g.x.slice_rows(0, n);
-      train_set.y.assign(g.y.begin(), g.y.begin() + n);
-    }
-    if (train_set.rows() < c.batch)
-      throw UsageError("the training set has " + std::to_string(train_set.rows()) + " rows, fewer than --batch " +
-                       std::to_string(c.batch));
-    const Shape yshape =
-        train_set.classification ? Shape{train_set.rows()} : Shape{train_set.rows(), train_set.outputs};
-    const Tensor ty = Tensor::from_vector(train_set.y, yshape);
-    tc.make_dataset = [&] {
-      return make_tensor_dataset(train_set.x, ty, train_set.classification, train_set.outputs, "validate training set");
-    };
-    if (train_set.classification && tc.model != "mlp")
-      throw UsageError("class labels need --model mlp (cross-entropy on logits)");
-    std::ostringstream sink;
-    TrainConfig t32 = tc, tamp = tc;
-    t32.dtype = DType::F32;
-    tamp.dtype = c.dtype;
-    tamp.fp32_ops = c.fp32_ops;
-    const TrainResult r32 = run_training(t32, sink), ramp = run_training(tamp, sink);
-    auto curve = [](const TrainResult& r) {
-      Json a = Json::array();
-      for (const StepRow& row : r.rows) a.push_back(num(row.loss));
-      return a;
-    };
-    double max_diff = 0, diff2 = 0, ref2 = 0;
-    for (size_t i = 0; i < r32.final_weights.size(); ++i) {
-      const double d = static_cast<double>(ramp.final_weights[i]) - r32.final_weights[i];
-      max_diff = std::max(max_diff, std::fabs(d));
-      diff2 += d * d;
-      ref2 += static_cast<double>(r32.final_weights[i]) * r32.final_weights[i];
-    }
-    const double rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-    Json runs = Json::object();
-    for (auto [name, r, so] : {std::tuple{"fp32", &r32, &t32}, std::tuple{dtype_name(c.dtype), &ramp, &tamp}}) {
-      runs[name] = {{"loss", curve(*r)},
-                    {"steps", r->rows.size()},
-                    {"skipped", r->skipped},
-                    {"applied", static_cast<int64_t>(r->rows.size()) - r->skipped},
-                    {"scale", scale_stats(*r, default_scaler_enabled(so->dtype) ? so->scaler.init_scale : 1.0f)}};
-    }
-    report["train"] = {{"steps", c.train_steps},
-                       {"batch", c.batch},
-                       {"lr", c.lr},
-                       {"optimizer", "adamw"},
-                       {"runs", runs},
-                       {"weight_divergence", {{"max_abs", max_diff}, {"rel_l2", rel_l2}}}};
-    out << "\ntraining " << c.train_steps << " steps from the same init and data (adamw lr " << c.lr << ", batch "
-        << c.batch << "):\n  step   loss fp32     loss " << dtype_name(c.dtype) << "\n";
-    const int64_t every = std::max<int64_t>(1, c.train_steps / 10);
-    for (int64_t s = 0; s < c.train_steps; ++s)
-      if (s % every == 0 || s + 1 == c.train_steps)
-        out << "  " << std::setw(5) << s << "  " << std::left << std::setw(13) << std::setprecision(6)
-            << r32.rows[s].loss << ramp.rows[s].loss << std::right << "\n";
-    for (auto [name, r, so] : {std::tuple{"fp32", &r32, &t32}, std::tuple{dtype_name(c.dtype), &ramp, &tamp}}) {
-      const Json sc = runs[name]["scale"];
-      out << "  " << name << ": " << r->rows.size() - r->skipped << " applied, " << r->skipped << " skipped; scale min "
-          << sc["min"].get<float>() << ", max " << sc["max"].get<float>() << ", " << sc["backoffs"].get<int64_t>()
-          << " backoffs" << (default_scaler_enabled(so->dtype) ? "" : " (no loss scaling)") << "\n";
-    }
-    out << "  final weights: max |amp - fp32| " << max_diff << ", relative L2 " << rel_l2 << "\n";
-    std::unique_ptr<Module> m32 = build_model(c, mc), mamp = build_model(c, mc);
-    load_flat(*m32, r32.final_weights);
-    load_flat(*mamp, ramp.final_weights);
-    const std::vector<float> ref = scores_of(*m32, set.x, DType::F32, 0);
-    const std::vector<float> amp = scores_of(*mamp, set.x, c.dtype, c.fp32_ops);
-    out << "\nthe final models on the set (the fp32-trained one in fp32 is the reference):";
-    report["comparison"] =
-        compare(set, ref, amp, t, "fp32-trained", (std::string(dtype_name(c.dtype)) + "-trained").c_str(), out);
-    pass = report["comparison"]["pass"];
+    pass = train_and_compare(c, mc, *model, set, t, report, out);
   }
   report["pass"] = pass;
   out << (pass ? "PASS" : "FAIL") << ": " << dtype_name(c.dtype)

@@ -29,7 +29,7 @@
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
 #include "numpy_interop.h"  // beside this file: the module builds against an installed belay too
-#include "apps/train.h"
+#include "apps/trainer.h"
 #include "autograd/modules.h"
 #include "autograd/ops.h"
 #include "engine/allocator.h"
@@ -689,7 +689,7 @@ PYBIND11_MODULE(_belay, m) {
     TrainResult result;
     {
       py::gil_scoped_release nogil;
-      result = run_training(c, out);
+      result = Trainer(c, out).run();
     }
     c.stop_requested = nullptr;
     if (!c.quiet) py::print(out.str(), py::arg("end") = "");
