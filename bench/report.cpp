@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   if (doc.contains("data")) {
-    std::printf("### Synthetic data (apps/dataset.cpp) vs the belted step it feeds, batch 256, per ISA path\n\n");
+    std::printf("### Synthetic data (apps/run/dataset.cpp) vs the belted step it feeds, batch 256, per ISA path\n\n");
     print_header({"path", "model", "dtype", "data ms", "step ms", "data / step"});
     double worst = 0.0;
     for (const Json& r : doc["data"]["rows"]) {

@@ -10,7 +10,7 @@
 
 #include "amp/autocast.h"
 #include "amp/safe_step.h"
-#include "apps/dataset.h"
+#include "apps/run/dataset.h"
 #include "autograd/modules.h"
 #include "bench/sections.h"
 #include "engine/allocator.h"
@@ -136,7 +136,7 @@ Json bench_train(const Options& o) {
   return Json{{"threads", max_threads()}, {"batch", 256}, {"steps", rows}};
 }
 
-// The synthetic data (apps/dataset.cpp) against the step it feeds: on every ISA path of
+// The synthetic data (apps/run/dataset.cpp) against the step it feeds: on every ISA path of
 // this CPU, one batch of Linear(4096)'s data (256 rows) and one belted step, alternated as
 // in train_pair so that drift hits both alike. Aim (issue 24): data <= 10% of the step on
 // every path. Check: the data are finite and the step's losses too.

@@ -9,17 +9,11 @@ include(CMakePackageConfigHelpers)
 # The public headers: every header of the rooms a user's code may include. kernels/ stays
 # out: no public header includes it (tests/install/check_install.sh compiles the consumer
 # against the installed tree alone, which would fail if one did).
-# Of apps/, the training library's headers: the CLI's (BELAY_CLI_FILES) are not installed.
-set(BELAY_CLI_HEADER_EXCLUDES "")
-foreach(f ${BELAY_CLI_FILES})
-  if(f MATCHES "[.]cpp$")
-    string(REGEX REPLACE "[.]cpp$" ".h" f ${f})
-  endif()
-  list(APPEND BELAY_CLI_HEADER_EXCLUDES PATTERN ${f} EXCLUDE)
-endforeach()
-foreach(room engine autograd optim amp apps)
+# Of apps/, the training library's room (apps/run/): the CLI, plot and the Python module are
+# not a library a user links.
+foreach(room engine autograd optim amp apps/run)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${room}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/belay/${room}
-          FILES_MATCHING PATTERN "*.h" PATTERN python EXCLUDE ${BELAY_CLI_HEADER_EXCLUDES})
+          FILES_MATCHING PATTERN "*.h")
 endforeach()
 
 install(TARGETS belay_core belay_train belay_package EXPORT belayTargets

@@ -29,7 +29,7 @@
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
 #include "numpy_interop.h"  // beside this file: the module builds against an installed belay too
-#include "apps/trainer.h"
+#include "apps/run/trainer.h"
 #include "autograd/modules.h"
 #include "autograd/ops.h"
 #include "engine/allocator.h"
