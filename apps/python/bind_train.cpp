@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "amp/autocast.h"
-#include "apps/dataset.h"
-#include "apps/train.h"
+#include "apps/run/dataset.h"
+#include "apps/run/trainer.h"
 #include "bindings.h"
 #include "engine/error.h"
 #include "numpy_interop.h"
@@ -240,7 +240,7 @@ void bind_train(py::module_& m) {
     TrainResult result;
     {
       py::gil_scoped_release nogil;
-      result = run_training(c, out);
+      result = Trainer(c, out).run();
     }
     c.stop_requested = nullptr;
     if (!c.quiet) py::print(out.str(), py::arg("end") = "");
