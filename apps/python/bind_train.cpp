@@ -132,6 +132,101 @@ DType train_dtype(py::handle value) {
   }
 }
 
+// One keyword's value, read as the type the option takes; a wrong type is a TypeError that
+// names the option ("train: steps").
+struct Keyword {
+  const std::string& key;
+  py::handle value;
+  std::string what() const { return "train: " + key; }
+  int64_t i64() const { return cast_arg<int64_t>(value, what(), "an int"); }
+  int i32() const { return cast_arg<int>(value, what(), "an int"); }
+  float f32() const { return cast_arg<float>(value, what(), "a number"); }
+  double f64() const { return cast_arg<double>(value, what(), "a number"); }
+  std::string str() const { return cast_arg<std::string>(value, what(), "a str"); }
+  bool flag() const { return cast_arg<bool>(value, what(), "a bool"); }
+};
+
+// The options of the model, its sizes and the run's length (false for another key).
+bool read_model_option(TrainConfig& c, const Keyword& k, std::optional<int64_t>& out_features) {
+  const std::string& key = k.key;
+  if (key == "model") c.model = k.str();
+  else if (key == "in_features" || key == "in") c.in_features = k.i64();
+  else if (key == "out_features" || key == "out") c.out_features = *(out_features = k.i64());
+  else if (key == "hidden") c.hidden = k.i64();
+  else if (key == "layers") c.layers = k.i32();
+  else if (key == "batch") c.batch = k.i64();
+  else if (key == "micro_batch") c.micro_batch = k.i64();
+  else if (key == "steps") c.steps = k.i64();
+  else if (key == "seed") c.seed = cast_arg<uint64_t>(k.value, k.what(), "an int >= 0");
+  else if (key == "dtype") c.dtype = train_dtype(k.value);
+  else if (key == "device") c.device = k.str();
+  else if (key == "init") c.init = k.str();
+  else return false;
+  return true;
+}
+
+// The optimizer's options and the gradients' dtype (false for another key).
+bool read_optimizer_option(TrainConfig& c, const Keyword& k) {
+  const std::string& key = k.key;
+  if (key == "optimizer") c.optimizer = k.str();
+  else if (key == "lr") c.lr = k.f32();
+  else if (key == "weight_decay") c.weight_decay = k.f32();
+  else if (key == "momentum") c.momentum = k.f32();
+  else if (key == "schedule") c.schedule = k.str();
+  else if (key == "warmup") c.warmup = k.i64();
+  else if (key == "grad_dtype") {
+    const std::string g = k.str();
+    if (g != "fp32" && g != "compute") throw UsageError("unknown grad_dtype '" + g + "': use fp32 or compute");
+    c.low_precision_grads = g == "compute";
+  } else return false;
+  return true;
+}
+
+// The belts: clipping, loss scaling, planted faults, the skip-rate watch (false for another key).
+bool read_belt_option(TrainConfig& c, const Keyword& k, std::optional<bool>& scaler) {
+  const std::string& key = k.key;
+  if (key == "clip") c.max_norm = k.f32();
+  else if (key == "clip_mode") c.clip_mode = parse_clip_mode(k.str());
+  else if (key == "unfused") c.fused = !k.flag();
+  else if (key == "scaler") scaler = k.flag();
+  else if (key == "no_scaler") scaler = !k.flag();
+  else if (key == "init_scale") c.scaler.init_scale = k.f32();
+  else if (key == "growth_factor") c.scaler.growth_factor = k.f32();
+  else if (key == "backoff_factor") c.scaler.backoff_factor = k.f32();
+  else if (key == "growth_interval") c.scaler.growth_interval = k.i32();
+  else if (key == "hysteresis") c.scaler.hysteresis = k.i32();
+  else if (key == "min_scale") c.scaler.min_scale = k.f32();
+  else if (key == "max_scale") c.scaler.max_scale = k.f32();
+  else if (key == "skip_window") c.skip.window = k.i64();
+  else if (key == "skip_alert") c.skip.alert_rate = k.f64();
+  else if (key == "max_skip_rate") c.skip.max_rate = k.f64();
+  else if (key == "skip_patience") c.skip.patience = k.i64();
+  else if (key == "detect_anomaly") c.detect_anomaly = k.flag();
+  else if (key == "fp32_ops") c.fp32_ops = parse_fp32_ops(k.str());
+  else if (key == "inject_inf") {
+    if (py::isinstance<py::int_>(k.value)) c.inject_inf.insert(k.i64());
+    else for (int64_t s : cast_arg<std::vector<int64_t>>(k.value, k.what(), "an int or a list of ints")) c.inject_inf.insert(s);
+  } else if (key == "spike") read_spikes(k.value, c.spikes);
+  else return false;
+  return true;
+}
+
+// What the run writes and reads: the log, checkpoints, resume, output (false for another key).
+bool read_output_option(TrainConfig& c, const Keyword& k) {
+  const std::string& key = k.key;
+  if (key == "csv") c.csv = k.str();
+  else if (key == "checkpoint") c.checkpoint = k.str();
+  else if (key == "checkpoint_every") c.checkpoint_every = k.i64();
+  else if (key == "resume") c.resume = k.str();
+  else if (key == "stop_at") c.stop_at = k.i64();
+  else if (key == "new_experiment") c.new_experiment = k.flag();
+  else if (key == "show_steps") c.show_steps = k.flag();
+  else if (key == "sync_each_step") c.sync_each_step = k.flag();
+  else if (key == "quiet") c.quiet = k.flag();
+  else return false;
+  return true;
+}
+
 // belay.train(**options): the names are belay train's long options with '-' as '_'.
 TrainConfig train_config(const py::kwargs& kw) {
   TrainConfig c;
@@ -140,68 +235,10 @@ TrainConfig train_config(const py::kwargs& kw) {
   py::object data = py::none();
   for (auto [key_h, value] : kw) {
     const std::string key = py::str(key_h);
-    const std::string what = "train: " + key;
-    auto as_i64 = [&] { return cast_arg<int64_t>(value, what, "an int"); };
-    auto as_f = [&] { return cast_arg<float>(value, what, "a number"); };
-    auto as_s = [&] { return cast_arg<std::string>(value, what, "a str"); };
-    auto as_b = [&] { return cast_arg<bool>(value, what, "a bool"); };
-    if (key == "model") c.model = as_s();
-    else if (key == "in_features" || key == "in") c.in_features = as_i64();
-    else if (key == "out_features" || key == "out") c.out_features = *(out_features = as_i64());
-    else if (key == "hidden") c.hidden = as_i64();
-    else if (key == "layers") c.layers = cast_arg<int>(value, what, "an int");
-    else if (key == "batch") c.batch = as_i64();
-    else if (key == "micro_batch") c.micro_batch = as_i64();
-    else if (key == "steps") c.steps = as_i64();
-    else if (key == "seed") c.seed = cast_arg<uint64_t>(value, what, "an int >= 0");
-    else if (key == "optimizer") c.optimizer = as_s();
-    else if (key == "lr") c.lr = as_f();
-    else if (key == "weight_decay") c.weight_decay = as_f();
-    else if (key == "momentum") c.momentum = as_f();
-    else if (key == "schedule") c.schedule = as_s();
-    else if (key == "warmup") c.warmup = as_i64();
-    else if (key == "dtype") c.dtype = train_dtype(value);
-    else if (key == "device") c.device = as_s();
-    else if (key == "grad_dtype") {
-      const std::string g = as_s();
-      if (g != "fp32" && g != "compute") throw UsageError("unknown grad_dtype '" + g + "': use fp32 or compute");
-      c.low_precision_grads = g == "compute";
-    } else if (key == "clip") c.max_norm = as_f();
-    else if (key == "unfused") c.fused = !as_b();
-    else if (key == "inject_inf") {
-      if (py::isinstance<py::int_>(value)) c.inject_inf.insert(as_i64());
-      else for (int64_t s : cast_arg<std::vector<int64_t>>(value, what, "an int or a list of ints")) c.inject_inf.insert(s);
-    } else if (key == "spike") {
-      read_spikes(value, c.spikes);
-    } else if (key == "csv") c.csv = as_s();
-    else if (key == "scaler") scaler = as_b();
-    else if (key == "no_scaler") scaler = !as_b();
-    else if (key == "init_scale") c.scaler.init_scale = as_f();
-    else if (key == "growth_factor") c.scaler.growth_factor = as_f();
-    else if (key == "backoff_factor") c.scaler.backoff_factor = as_f();
-    else if (key == "growth_interval") c.scaler.growth_interval = cast_arg<int>(value, what, "an int");
-    else if (key == "hysteresis") c.scaler.hysteresis = cast_arg<int>(value, what, "an int");
-    else if (key == "min_scale") c.scaler.min_scale = as_f();
-    else if (key == "max_scale") c.scaler.max_scale = as_f();
-    else if (key == "skip_window") c.skip.window = as_i64();
-    else if (key == "skip_alert") c.skip.alert_rate = cast_arg<double>(value, what, "a number");
-    else if (key == "max_skip_rate") c.skip.max_rate = cast_arg<double>(value, what, "a number");
-    else if (key == "skip_patience") c.skip.patience = as_i64();
-    else if (key == "data") data = py::reinterpret_borrow<py::object>(value);
-    else if (key == "init") c.init = as_s();
-    else if (key == "checkpoint") c.checkpoint = as_s();
-    else if (key == "checkpoint_every") c.checkpoint_every = as_i64();
-    else if (key == "resume") c.resume = as_s();
-    else if (key == "stop_at") c.stop_at = as_i64();
-    else if (key == "clip_mode") c.clip_mode = parse_clip_mode(as_s());
-    else if (read_rollback_option(c.rollback, key, value)) continue;
-    else if (key == "detect_anomaly") c.detect_anomaly = as_b();
-    else if (key == "fp32_ops") c.fp32_ops = parse_fp32_ops(as_s());
-    else if (key == "new_experiment") c.new_experiment = as_b();
-    else if (key == "show_steps") c.show_steps = as_b();
-    else if (key == "sync_each_step") c.sync_each_step = as_b();
-    else if (key == "quiet") c.quiet = as_b();
-    else
+    const Keyword k{key, value};
+    if (key == "data") data = py::reinterpret_borrow<py::object>(value);
+    else if (!read_model_option(c, k, out_features) && !read_optimizer_option(c, k) && !read_belt_option(c, k, scaler) &&
+             !read_output_option(c, k) && !read_rollback_option(c.rollback, key, value))
       throw UsageError("train: unknown option '" + key + "' (the options of `belay train --help`, '-' written '_'; "
                        "--in/--out are in_features/out_features; the multi-process options --dist* and --bucket-mb "
                        "are the CLI's alone)");
@@ -213,7 +250,6 @@ TrainConfig train_config(const py::kwargs& kw) {
   c.scaler.enabled = scaler.value_or(c.dtype == DType::F16);
   return c;
 }
-
 
 }  // namespace
 
