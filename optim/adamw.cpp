@@ -13,25 +13,13 @@ void check_options(const AdamWOptions& o) {
     throw UsageError("adamw: need lr >= 0, eps > 0, betas in [0, 1) and weight_decay >= 0");
 }
 
-std::vector<std::vector<Var>> params_of(std::vector<AdamWGroup>& groups) {
-  std::vector<std::vector<Var>> out;
-  for (AdamWGroup& g : groups) out.push_back(std::move(g.params));
-  return out;
-}
-
-std::vector<float> lrs_of(const std::vector<AdamWGroup>& groups) {
-  std::vector<float> out;
-  for (const AdamWGroup& g : groups) out.push_back(g.options.lr);
-  return out;
-}
-
 }  // namespace
 
 AdamW::AdamW(std::vector<Var> params, AdamWOptions options) : AdamW({AdamWGroup{std::move(params), options}}, options) {}
 
 // The base checks the LRs first (one message for a bad LR everywhere), then the other options.
 AdamW::AdamW(std::vector<AdamWGroup> groups, AdamWOptions defaults)
-    : Optimizer(params_of(groups), lrs_of(groups), defaults.lr), defaults_(defaults) {
+    : Optimizer(take_group_params(groups), group_lrs(groups), defaults.lr), defaults_(defaults) {
   check_options(defaults);
   for (const AdamWGroup& g : groups) {
     check_options(g.options);

@@ -25,6 +25,21 @@
 
 namespace belay {
 
+// A list of groups ({params, options} with options.lr) as the base class takes them: the
+// parameters of each group (moved out) and each group's lr.
+template <class Group>
+std::vector<std::vector<Var>> take_group_params(std::vector<Group>& groups) {
+  std::vector<std::vector<Var>> out;
+  for (Group& g : groups) out.push_back(std::move(g.params));
+  return out;
+}
+template <class Group>
+std::vector<float> group_lrs(const std::vector<Group>& groups) {
+  std::vector<float> out;
+  for (const Group& g : groups) out.push_back(g.options.lr);
+  return out;
+}
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<Var> params, float lr);

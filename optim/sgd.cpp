@@ -12,25 +12,13 @@ void check_options(const SgdOptions& o) {
     throw UsageError("sgd: need lr, momentum and weight_decay >= 0");
 }
 
-std::vector<std::vector<Var>> params_of(std::vector<SgdGroup>& groups) {
-  std::vector<std::vector<Var>> out;
-  for (SgdGroup& g : groups) out.push_back(std::move(g.params));
-  return out;
-}
-
-std::vector<float> lrs_of(const std::vector<SgdGroup>& groups) {
-  std::vector<float> out;
-  for (const SgdGroup& g : groups) out.push_back(g.options.lr);
-  return out;
-}
-
 }  // namespace
 
 Sgd::Sgd(std::vector<Var> params, SgdOptions options) : Sgd({SgdGroup{std::move(params), options}}, options) {}
 
 // The base checks the LRs first (one message for a bad LR everywhere), then the other options.
 Sgd::Sgd(std::vector<SgdGroup> groups, SgdOptions defaults)
-    : Optimizer(params_of(groups), lrs_of(groups), defaults.lr), defaults_(defaults) {
+    : Optimizer(take_group_params(groups), group_lrs(groups), defaults.lr), defaults_(defaults) {
   check_options(defaults);
   for (size_t g = 0; g < groups.size(); ++g) {
     check_options(groups[g].options);
