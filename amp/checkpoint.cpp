@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "amp/communicator.h"
+#include "amp/dist/communicator.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/random.h"

@@ -45,7 +45,8 @@ void GradScaler::check_loss(Optimizer& opt, const Tensor& loss) {
   if (p.stage != Stage::Ready)
     throw Error("GradScaler: check_loss() after the finite check; call it for every micro-batch before guard()/unscale_()");
   if (loss.numel() != 1 || loss.device() != device_)
-    throw Error("GradScaler::check_loss: need a one-element loss on " + device_.str() + ", got " + loss.describe());
+    throw UsageError("GradScaler: the loss must be one element on " + device_.str() + " (the scaler's device), got " +
+                     loss.describe());
   if (!p.nonfinite_loss.defined()) p.nonfinite_loss = Tensor::zeros(Shape{1}, DType::F32, device_);
   // The guard kernel on the one element: found = 1 when it is inf or NaN.
   Tensor found = Tensor::empty(Shape{1}, DType::F32, device_), norm = Tensor::empty(Shape{1}, DType::F32, device_);
@@ -58,8 +59,8 @@ void GradScaler::discard(const Optimizer& opt) { per_optimizer_.erase(&opt); }
 
 GradScaler::PerOptimizer& GradScaler::per(const Optimizer& opt, const char* call) {
   if (opt.device() != device_)
-    throw Error(std::string("GradScaler::") + call + ": optimizer is on " + opt.device().str() + ", scaler on " +
-                device_.str());
+    throw UsageError(std::string("GradScaler (") + call + "): the optimizer is on " + opt.device().str() +
+                     ", the scaler on " + device_.str() + "; create the scaler on the optimizer's device");
   return per_optimizer_[&opt];
 }
 

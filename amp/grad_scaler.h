@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "amp/communicator.h"
+#include "amp/dist/communicator.h"
 #include "engine/backend.h"
 #include "optim/optimizer.h"
 

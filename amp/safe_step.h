@@ -19,7 +19,7 @@
 #include <limits>
 #include <memory>
 
-#include "amp/communicator.h"
+#include "amp/dist/communicator.h"
 #include "amp/grad_scaler.h"
 #include "amp/step_log.h"
 #include "autograd/graph.h"

@@ -72,7 +72,7 @@ AxisView broadcast_view(const char* op, const Tensor& full_t, const Tensor& smal
     return {1, n / inner, inner};
   }
   const auto name = [](const Tensor& t) { return std::string(dtype_name(t.dtype())) + t.shape().str(); };
-  throw Error(std::string(op) + ": shape mismatch, cannot broadcast " + name(small_t) + " over " + name(full_t) +
+  throw UsageError(std::string(op) + ": shape mismatch, cannot broadcast " + name(small_t) + " over " + name(full_t) +
               "; belay broadcasts a one-element value, a row (the trailing dims) or one run of dims of extent 1");
 }
 
@@ -158,10 +158,10 @@ Var softmax_op(const Var& x_in, bool log, bool causal) {
   if (!x_in.defined()) throw Error(std::string(name) + ": undefined input");
   const Var x = fp32_if_kept(x_in, log ? OpClass::LogSoftmax : OpClass::Softmax);
   const Shape& s = x.shape();
-  if (s.rank() == 0 || s[s.rank() - 1] == 0) throw Error(std::string(name) + ": needs a last dim, got " + x.value().describe());
+  if (s.rank() == 0 || s[s.rank() - 1] == 0) throw UsageError(std::string(name) + ": needs a last dim, got " + x.value().describe());
   const int64_t cols = s[s.rank() - 1];
   if (causal && (s.rank() < 2 || s[s.rank() - 2] != cols))
-    throw Error(std::string(name) + ": a causal mask needs square scores [..., T, T], got " + x.value().describe());
+    throw UsageError(std::string(name) + ": a causal mask needs square scores [..., T, T], got " + x.value().describe());
   Tensor y = Tensor::empty(s, x.dtype(), x.device());
   be(y).softmax(x.value(), cols, log, causal, y);
   return make_result(y, name, {x}, [cols, log, causal](Node& self) {
@@ -178,7 +178,7 @@ Var sum_axis_op(const Var& x, int64_t axis, bool keepdim, bool mean) {
   const std::vector<int64_t>& d = x.shape().dims();
   const int64_t rank = static_cast<int64_t>(d.size());
   if (axis < -rank || axis >= rank)
-    throw Error(std::string(name) + ": axis " + std::to_string(axis) + " is out of range for " + x.value().describe());
+    throw UsageError(std::string(name) + ": axis " + std::to_string(axis) + " is out of range for " + x.value().describe());
   const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
   const AxisView view{product(d, 0, a), d[a], product(d, a + 1, d.size())};
   std::vector<int64_t> out_dims = d;
@@ -233,7 +233,7 @@ Var mean(const Var& x, int64_t axis, bool keepdim) { return sum_axis_op(x, axis,
 
 Var transpose(const Var& x) {
   if (!x.defined() || x.shape().rank() != 2)
-    throw Error("transpose: needs a matrix [M, N], got " + (x.defined() ? x.value().describe() : std::string("nothing")));
+    throw UsageError("transpose: needs a matrix [M, N], got " + (x.defined() ? x.value().describe() : std::string("nothing")));
   Tensor out = Tensor::empty(Shape{x.shape()[1], x.shape()[0]}, x.dtype(), x.device());
   be(out).transpose(x.value(), out);
   return make_result(out, "transpose", {x}, [](Node& self) {
@@ -250,18 +250,18 @@ Var reshape(const Var& x, const std::vector<int64_t>& dims_in) {
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == -1 && infer < 0) infer = static_cast<int64_t>(i);
-    else if (dims[i] < 0) throw Error("reshape: extent " + std::to_string(dims[i]) + " in " + Shape::str(dims_in) + " (only one -1 may be inferred)");
+    else if (dims[i] < 0) throw UsageError("reshape: extent " + std::to_string(dims[i]) + " in " + Shape::str(dims_in) + " (only one -1 may be inferred)");
     else known = Shape::checked_numel({known, dims[i]});
   }
   const int64_t n = x.value().numel();
   if (infer >= 0) {
     if (known == 0 || n % known != 0)
-      throw Error("reshape: cannot infer the -1 of " + Shape::str(dims_in) + " for " + x.value().describe());
+      throw UsageError("reshape: cannot infer the -1 of " + Shape::str(dims_in) + " for " + x.value().describe());
     dims[static_cast<size_t>(infer)] = n / known;
   }
   const Shape shape(dims);
   if (shape.numel() != n)
-    throw Error("reshape: " + x.value().describe() + " has " + std::to_string(n) + " elements, " + shape.str() + " holds " +
+    throw UsageError("reshape: " + x.value().describe() + " has " + std::to_string(n) + " elements, " + shape.str() + " holds " +
                 std::to_string(shape.numel()));
   return make_result(x.value().reshape(shape), "reshape", {x}, [](Node& self) {
     Node& x = *self.inputs[0];
@@ -285,10 +285,10 @@ Var slice_rows(const Var& x, int64_t begin, int64_t end) {
 
 Var select_row(const Var& x, int64_t index) {
   if (!x.defined() || x.shape().rank() == 0)
-    throw Error("select_row: needs a value with a first dim, got " + (x.defined() ? x.value().describe() : std::string("nothing")));
+    throw UsageError("select_row: needs a value with a first dim, got " + (x.defined() ? x.value().describe() : std::string("nothing")));
   const int64_t rows = x.shape()[0];
   if (index < -rows || index >= rows)
-    throw Error("index " + std::to_string(index) + " is out of range for dim 0 of " + x.value().describe());
+    throw UsageError("index " + std::to_string(index) + " is out of range for dim 0 of " + x.value().describe());
   const int64_t i = index < 0 ? index + rows : index;
   std::vector<int64_t> dims(x.shape().dims().begin() + 1, x.shape().dims().end());
   return reshape(slice_rows(x, i, i + 1), dims);

@@ -61,8 +61,10 @@ Var Linear::forward(const Var& x) {
 }
 
 std::vector<std::pair<std::string, Var>> Linear::named_parameters() const {
-  std::vector<std::pair<std::string, Var>> out{{weight.name(), weight}};
-  if (bias.defined()) out.push_back({bias.name(), bias});
+  // From the prefix, not the parameters' names: the Python module renames a parameter to its
+  // attribute path (model.fc1.weight), which must not change this module's state-dict names.
+  std::vector<std::pair<std::string, Var>> out{{prefix_ + "weight", weight}};
+  if (bias.defined()) out.push_back({prefix_ + "bias", bias});
   return out;
 }
 

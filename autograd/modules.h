@@ -24,6 +24,11 @@ class Module {
   // weight gradients accumulate in (FP32 by default; the compute dtype halves the memory).
   void set_working_dtype(DType dtype);
   void set_grad_dtype(DType dtype);
+
+  // Training or evaluation (PyTorch's module.train()/eval()). The modules here behave the same
+  // either way (no dropout, no batch norm); the Python module's model(x) reads it: in eval
+  // mode it records no graph and runs an FP16/BF16 model under autocast in its dtype.
+  bool training = true;
 };
 
 class Linear : public Module {

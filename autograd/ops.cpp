@@ -22,8 +22,8 @@ DType matmul_dtype(const char* op, OpClass cls, const Var& a, const Var& b) {
   const AutocastPolicy& policy = autocast_policy();
   if (policy.enabled) return autocast_keeps_fp32(cls) ? DType::F32 : policy.dtype;
   if (a.dtype() != b.dtype())
-    throw Error(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
-                "); cast one, or run under belay::Autocast");
+    throw UsageError(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
+                "); cast one, or run under autocast");
   return a.dtype();
 }
 
@@ -61,7 +61,7 @@ void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, bool ac
 }
 
 void check_matrix(const char* op, const char* what, const Tensor& t) {
-  if (t.rank() != 2) throw Error(std::string(op) + ": " + what + " must be a matrix, got " + t.describe());
+  if (t.rank() != 2) throw UsageError(std::string(op) + ": " + what + " must be a matrix, got " + t.describe());
 }
 
 }  // namespace
@@ -76,7 +76,7 @@ Var matmul(const Var& a_in, const Var& b_in) {
   check_matrix("matmul", "a", a_in.value());
   check_matrix("matmul", "b", b_in.value());
   if (a_in.shape()[1] != b_in.shape()[0])
-    throw Error("matmul: inner sizes differ, " + a_in.value().describe() + " x " + b_in.value().describe());
+    throw UsageError("matmul: inner sizes differ, " + a_in.value().describe() + " x " + b_in.value().describe());
   const DType dt = matmul_dtype("matmul", OpClass::Matmul, a_in, b_in);
   const Var a = cast_if_needed(a_in, dt), b = cast_if_needed(b_in, dt);
   Tensor out = Tensor::empty(Shape{a.shape()[0], b.shape()[1]}, dt, a.device());
@@ -95,12 +95,12 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
   check_matrix("linear", "input", x_in.value());
   check_matrix("linear", "weight", w_in.value());
   if (x_in.shape()[1] != w_in.shape()[1])
-    throw Error("linear: input " + x_in.value().describe() + " has " + std::to_string(x_in.shape()[1]) +
+    throw UsageError("linear: input " + x_in.value().describe() + " has " + std::to_string(x_in.shape()[1]) +
                 " features, weight " + w_in.value().describe() + " expects " + std::to_string(w_in.shape()[1]));
   if (bias.defined()) {
     check_same_device("linear", x_in.value(), bias.value());
     if (bias.value().numel() != w_in.shape()[0])
-      throw Error("linear: bias " + bias.value().describe() + " does not match weight " + w_in.value().describe());
+      throw UsageError("linear: bias " + bias.value().describe() + " does not match weight " + w_in.value().describe());
   }
   const DType dt = matmul_dtype("linear", OpClass::Linear, x_in, w_in);
   const Var x = cast_if_needed(x_in, dt), w = cast_if_needed(w_in, dt);

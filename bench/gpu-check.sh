@@ -30,7 +30,7 @@ timeout 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DC
   > "$OUT/configure.log" 2>&1 || { stamp "configure FAILED"; tail -30 "$OUT/configure.log"; }
 
 stamp "build"
-timeout 240 cmake --build "$BUILD" -j "$JOBS" --target belay_core belay_apps belay belay_gpu_tests > "$OUT/build.log" 2>&1
+timeout 240 cmake --build "$BUILD" -j "$JOBS" --target belay_core belay_train belay belay_gpu_tests > "$OUT/build.log" 2>&1
 BUILD_RC=$?
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 stamp "build rc=$BUILD_RC"

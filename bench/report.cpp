@@ -227,6 +227,17 @@ int main(int argc, char** argv) {
     target("system allocations per steady-state step (max over configurations)", max_allocs, "<=", 0.0);
     std::printf("\n");
   }
+  if (doc.contains("data")) {
+    std::printf("### Synthetic data (apps/run/dataset.cpp) vs the belted step it feeds, batch 256, per ISA path\n\n");
+    print_header({"path", "model", "dtype", "data ms", "step ms", "data / step"});
+    double worst = 0.0;
+    for (const Json& r : doc["data"]["rows"]) {
+      print_row({r["isa"], r["model"], r["dtype"], pm(r["data"]), pm(r["step"]), fmt(100 * num(r["data_over_step"]), 1) + "%"});
+      worst = std::fmax(worst, num(r["data_over_step"]));
+    }
+    target("synthetic data time / belted step time (worst path and dtype)", worst, "<=", 0.10);
+    std::printf("\n");
+  }
   if (doc.contains("anomaly")) {
     std::printf("### Anomaly mode (--detect-anomaly): a belted training step with and without it, batch 256\n\n");
     print_header({"model", "dtype", "step ms, plain", "step ms, anomaly mode", "ratio"});

@@ -15,7 +15,8 @@ namespace belay::bench {
 Json bench_stream(const Options& o);   // copy and triad bandwidth, buffers >> L3
 Json bench_amp(const Options& o);      // fused vs unfused AMP step vs AdamW alone
 Json bench_gemm(const Options& o);     // belay's matmul vs Eigen direct, linear layer products
-Json bench_train(const Options& o);    // whole training steps: samples/s, belts on/off, allocations
+Json bench_train(const Options& o);
+Json bench_data(const Options& o);     // synthetic data time / belted Linear(4096) step time, per ISA path    // whole training steps: samples/s, belts on/off, allocations
 Json bench_threads(const Options& o);  // 1 thread vs 2 threads on the kernels above
 Json bench_isa(const Options& o);      // per CPU ISA path: FMA peak, fp32 GEMM and its fraction of the peak
 Json bench_anomaly(const Options& o);  // a belted step with and without anomaly mode: the ratio

@@ -10,10 +10,12 @@
 
 #include "amp/autocast.h"
 #include "amp/safe_step.h"
+#include "apps/run/dataset.h"
 #include "autograd/modules.h"
 #include "bench/sections.h"
 #include "engine/allocator.h"
 #include "engine/random.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "optim/adamw.h"
 
 namespace belay::bench {
@@ -132,6 +134,44 @@ Json bench_train(const Options& o) {
       rows.push_back(belted);
     }
   return Json{{"threads", max_threads()}, {"batch", 256}, {"steps", rows}};
+}
+
+// The synthetic data (apps/run/dataset.cpp) against the step it feeds: on every ISA path of
+// this CPU, one batch of Linear(4096)'s data (256 rows) and one belted step, alternated as
+// in train_pair so that drift hits both alike. Aim (issue 24): data <= 10% of the step on
+// every path. Check: the data are finite and the step's losses too.
+Json bench_data(const Options& o) {
+  const TrainModel spec = o.quick ? TrainModel{"linear1024", 1024, 0, 1024, 1} : TrainModel{"linear4096", 4096, 0, 4096, 1};
+  const int64_t batch = 256;
+  const int reps = o.quick ? 3 : 7;
+  const CpuIsa saved = active_cpu_isa();
+  Json rows = Json::array();
+  for (const CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;
+    force_cpu_isa(isa);
+    for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      Setup step(spec, dt, true);
+      const std::unique_ptr<Dataset> data = make_synthetic_regression(spec.in, spec.out, 1);
+      step.one_step();
+      data->next(batch, Device::cpu());
+      std::vector<double> data_ms, step_ms;
+      for (int i = 0; i < reps; ++i) {
+        double t0 = now_ms();
+        const Batch b = data->next(batch, Device::cpu());
+        data_ms.push_back(now_ms() - t0);
+        for (const float v : b.y.to_vector()) require(std::isfinite(v), "synthetic data: a non-finite target");
+        t0 = now_ms();
+        step.one_step();
+        step_ms.push_back(now_ms() - t0);
+      }
+      for (float l : step.losses) require(std::isfinite(l), spec.name + ": a non-finite loss");
+      const Timing d = summarize(data_ms), t = summarize(step_ms);
+      rows.push_back(Json{{"isa", cpu_isa_name(isa)}, {"model", spec.name}, {"dtype", dtype_name(dt)},
+                          {"data", to_json(d)}, {"step", to_json(t)}, {"data_over_step", d.median_ms / t.median_ms}});
+    }
+  }
+  force_cpu_isa(saved);
+  return Json{{"threads", max_threads()}, {"batch", batch}, {"rows", rows}};
 }
 
 }  // namespace belay::bench

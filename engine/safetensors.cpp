@@ -191,7 +191,11 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::s
   return parse_safetensors_buffer(std::vector<uint8_t>(data, data + size), name_for_errors);
 }
 
-SafetensorsFile parse_safetensors_buffer(std::vector<uint8_t> bytes, const std::string& source) {
+namespace {
+
+// The header's length n (the first 8 bytes), checked against the file, and its text's
+// first checks: starts with '{', no NUL, not nested deeper than a header is.
+uint64_t checked_header_length(const std::vector<uint8_t>& bytes, const std::string& source) {
   const size_t size = bytes.size();
   if (size < 8)
     bad_file(source, "file is " + std::to_string(size) +
@@ -209,7 +213,11 @@ SafetensorsFile parse_safetensors_buffer(std::vector<uint8_t> bytes, const std::
   // nlohmann::json stops at a NUL as at the end of input, which would hide what follows.
   if (std::memchr(text, 0, n) != nullptr) bad_file(source, "header contains a NUL byte: corrupt");
   if (json_nesting_depth(text, n) > 8) bad_file(source, "header nests too deeply to be a safetensors header");
+  return n;
+}
 
+// The header as a JSON object; a key named twice is an error.
+json parse_header(const char* text, uint64_t n, const std::string& source) {
   // nlohmann::json keeps the last of duplicate keys silently; the callback notices them.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
@@ -232,73 +240,81 @@ SafetensorsFile parse_safetensors_buffer(std::vector<uint8_t> bytes, const std::
   }
   if (!duplicate.empty()) bad_file(source, "header names '" + duplicate + "' twice");
   if (!header.is_object()) bad_file(source, "header is not a JSON object");
+  return header;
+}
 
-  SafetensorsFile file;
-  file.source_ = source;
-  const uint64_t data_size = size - 8 - n;
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (!value.is_object()) bad_file(source, "__metadata__ is not an object of strings");
-      for (const auto& [key, v] : value.items()) {
-        if (!v.is_string()) bad_file(source, "metadata '" + key + "' is not a string");
-        file.metadata_[key] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string what = "tensor '" + name + "'";
-    if (!value.is_object()) bad_file(source, what + " is not described by an object");
-    const auto dtype_it = value.find("dtype");
-    const auto shape_it = value.find("shape");
-    const auto offsets_it = value.find("data_offsets");
-    if (dtype_it == value.end()) bad_file(source, what + " has no dtype");
-    if (shape_it == value.end()) bad_file(source, what + " has no shape");
-    if (offsets_it == value.end()) bad_file(source, what + " has no data_offsets");
-    if (!dtype_it->is_string()) bad_file(source, what + " has a dtype that is not a string");
-
-    SafetensorsEntry e;
-    e.name = name;
-    e.dtype = dtype_it->get<std::string>();
-    const size_t elem = stored_dtype_size(e.dtype);
-    if (elem == 0) bad_file(source, what + " has unknown dtype '" + e.dtype.substr(0, 40) + "'");
-
-    if (!shape_it->is_array()) bad_file(source, what + " has a shape that is not an array");
-    // The element count may not overflow at any prefix (Shape::numel multiplies in order).
-    uint64_t count = 1;
-    for (const json& d : *shape_it) {
-      const int64_t dim = json_size(d, source, what + " dimension");
-      uint64_t next;
-      if (__builtin_mul_overflow(count, static_cast<uint64_t>(dim), &next) ||
-          next > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        bad_file(source, what + " has a shape whose element count overflows");
-      count = next;
-      e.shape.push_back(dim);
-    }
-    uint64_t nbytes;
-    if (__builtin_mul_overflow(count, static_cast<uint64_t>(elem), &nbytes))
-      bad_file(source, what + " has a shape whose byte size overflows");
-
-    if (!offsets_it->is_array() || offsets_it->size() != 2)
-      bad_file(source, what + " has data_offsets that are not [begin, end]");
-    e.begin = static_cast<uint64_t>(json_size((*offsets_it)[0], source, what + " data offset"));
-    e.end = static_cast<uint64_t>(json_size((*offsets_it)[1], source, what + " data offset"));
-    const std::string offsets = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
-    if (e.begin > e.end) bad_file(source, what + " has data_offsets " + offsets + " that run backwards");
-    if (e.end > data_size)
-      bad_file(source, what + " has data_offsets " + offsets + " past the end of the data (" +
-                           std::to_string(data_size) + " bytes): truncated or corrupt");
-    if (e.end - e.begin != nbytes)
-      bad_file(source, what + " has data_offsets " + offsets + " (" + std::to_string(e.end - e.begin) +
-                           " bytes) but shape " + shape_str(e.shape) + " of " + e.dtype + " needs " +
-                           std::to_string(nbytes) + " bytes");
-    file.entries_.push_back(std::move(e));
+void read_metadata(const json& value, const std::string& source, std::map<std::string, std::string>& metadata) {
+  if (!value.is_object()) bad_file(source, "__metadata__ is not an object of strings");
+  for (const auto& [key, v] : value.items()) {
+    if (!v.is_string()) bad_file(source, "metadata '" + key + "' is not a string");
+    metadata[key] = v.get<std::string>();
   }
+}
 
-  // The tensors must tile the data section exactly: no overlap, no gap, nothing after.
-  std::stable_sort(file.entries_.begin(), file.entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+// A shape's dimensions, and its byte size with `elem`-byte elements; neither may overflow.
+uint64_t read_shape(const json& shape, size_t elem, const std::string& source, const std::string& what,
+                    std::vector<int64_t>& dims) {
+  if (!shape.is_array()) bad_file(source, what + " has a shape that is not an array");
+  // The element count may not overflow at any prefix (Shape::numel multiplies in order).
+  uint64_t count = 1;
+  for (const json& d : shape) {
+    const int64_t dim = json_size(d, source, what + " dimension");
+    uint64_t next;
+    if (__builtin_mul_overflow(count, static_cast<uint64_t>(dim), &next) ||
+        next > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      bad_file(source, what + " has a shape whose element count overflows");
+    count = next;
+    dims.push_back(dim);
+  }
+  uint64_t nbytes;
+  if (__builtin_mul_overflow(count, static_cast<uint64_t>(elem), &nbytes))
+    bad_file(source, what + " has a shape whose byte size overflows");
+  return nbytes;
+}
+
+// One tensor's description: dtype, shape and data_offsets, which must hold exactly its bytes
+// within the data section.
+SafetensorsEntry read_entry(const std::string& name, const json& value, uint64_t data_size, const std::string& source) {
+  const std::string what = "tensor '" + name + "'";
+  if (!value.is_object()) bad_file(source, what + " is not described by an object");
+  const auto dtype_it = value.find("dtype");
+  const auto shape_it = value.find("shape");
+  const auto offsets_it = value.find("data_offsets");
+  if (dtype_it == value.end()) bad_file(source, what + " has no dtype");
+  if (shape_it == value.end()) bad_file(source, what + " has no shape");
+  if (offsets_it == value.end()) bad_file(source, what + " has no data_offsets");
+  if (!dtype_it->is_string()) bad_file(source, what + " has a dtype that is not a string");
+
+  SafetensorsEntry e;
+  e.name = name;
+  e.dtype = dtype_it->get<std::string>();
+  const size_t elem = stored_dtype_size(e.dtype);
+  if (elem == 0) bad_file(source, what + " has unknown dtype '" + e.dtype.substr(0, 40) + "'");
+  const uint64_t nbytes = read_shape(*shape_it, elem, source, what, e.shape);
+
+  if (!offsets_it->is_array() || offsets_it->size() != 2)
+    bad_file(source, what + " has data_offsets that are not [begin, end]");
+  e.begin = static_cast<uint64_t>(json_size((*offsets_it)[0], source, what + " data offset"));
+  e.end = static_cast<uint64_t>(json_size((*offsets_it)[1], source, what + " data offset"));
+  const std::string offsets = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+  if (e.begin > e.end) bad_file(source, what + " has data_offsets " + offsets + " that run backwards");
+  if (e.end > data_size)
+    bad_file(source, what + " has data_offsets " + offsets + " past the end of the data (" +
+                         std::to_string(data_size) + " bytes): truncated or corrupt");
+  if (e.end - e.begin != nbytes)
+    bad_file(source, what + " has data_offsets " + offsets + " (" + std::to_string(e.end - e.begin) +
+                         " bytes) but shape " + shape_str(e.shape) + " of " + e.dtype + " needs " +
+                         std::to_string(nbytes) + " bytes");
+  return e;
+}
+
+// The tensors must tile the data section exactly: no overlap, no gap, nothing after.
+void check_tiling(std::vector<SafetensorsEntry>& entries, uint64_t data_size, const std::string& source) {
+  std::stable_sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   uint64_t at = 0;
-  for (const auto& e : file.entries_) {
+  for (const auto& e : entries) {
     if (e.begin < at) bad_file(source, "tensor '" + e.name + "' overlaps the tensor before it in the data");
     if (e.begin > at)
       bad_file(source, "tensor '" + e.name + "' leaves a gap of " + std::to_string(e.begin - at) +
@@ -308,28 +324,48 @@ SafetensorsFile parse_safetensors_buffer(std::vector<uint8_t> bytes, const std::
   if (at != data_size)
     bad_file(source, "the data section is " + std::to_string(data_size) + " bytes but the tensors cover " +
                          std::to_string(at) + ": trailing bytes or a corrupt header");
+}
 
-  const auto data_sum = file.metadata_.find(kChecksumKey);
-  const auto header_sum = file.metadata_.find(kHeaderChecksumKey);
-  if ((data_sum == file.metadata_.end()) != (header_sum == file.metadata_.end()))
+// The header's and the data's CRC32C, when the metadata records them (both or neither).
+void check_checksums(const std::map<std::string, std::string>& metadata, const json& header, const uint8_t* data,
+                     uint64_t data_size, const std::string& source) {
+  const auto data_sum = metadata.find(kChecksumKey);
+  const auto header_sum = metadata.find(kHeaderChecksumKey);
+  if ((data_sum == metadata.end()) != (header_sum == metadata.end()))
     bad_file(source, std::string("metadata has one of ") + kChecksumKey + " and " + kHeaderChecksumKey +
                          " but not the other: the header is corrupt");
-  if (data_sum != file.metadata_.end()) {
-    uint32_t expected_data = 0, expected_header = 0;
-    if (!parse_checksum(data_sum->second, &expected_data))
-      bad_file(source, std::string(kChecksumKey) + " is not 'crc32c:<8 hex digits>'");
-    if (!parse_checksum(header_sum->second, &expected_header))
-      bad_file(source, std::string(kHeaderChecksumKey) + " is not 'crc32c:<8 hex digits>'");
-    const uint32_t header_actual = header_checksum(header);
-    if (header_actual != expected_header)
-      bad_file(source, "header checksum mismatch (stored " + hex32(expected_header) + ", computed " +
-                           hex32(header_actual) + "): the header is corrupt");
-    const uint32_t data_actual = crc32c(bytes.data() + 8 + n, data_size);
-    if (data_actual != expected_data)
-      bad_file(source, "data checksum mismatch (stored " + hex32(expected_data) + ", computed " +
-                           hex32(data_actual) + "): the tensor bytes are corrupt");
-  }
+  if (data_sum == metadata.end()) return;
+  uint32_t expected_data = 0, expected_header = 0;
+  if (!parse_checksum(data_sum->second, &expected_data))
+    bad_file(source, std::string(kChecksumKey) + " is not 'crc32c:<8 hex digits>'");
+  if (!parse_checksum(header_sum->second, &expected_header))
+    bad_file(source, std::string(kHeaderChecksumKey) + " is not 'crc32c:<8 hex digits>'");
+  const uint32_t header_actual = header_checksum(header);
+  if (header_actual != expected_header)
+    bad_file(source, "header checksum mismatch (stored " + hex32(expected_header) + ", computed " +
+                         hex32(header_actual) + "): the header is corrupt");
+  const uint32_t data_actual = crc32c(data, data_size);
+  if (data_actual != expected_data)
+    bad_file(source, "data checksum mismatch (stored " + hex32(expected_data) + ", computed " + hex32(data_actual) +
+                         "): the tensor bytes are corrupt");
+}
 
+}  // namespace
+
+SafetensorsFile parse_safetensors_buffer(std::vector<uint8_t> bytes, const std::string& source) {
+  const uint64_t n = checked_header_length(bytes, source);
+  const json header = parse_header(reinterpret_cast<const char*>(bytes.data() + 8), n, source);
+  SafetensorsFile file;
+  file.source_ = source;
+  const uint64_t data_size = bytes.size() - 8 - n;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__")
+      read_metadata(value, source, file.metadata_);
+    else
+      file.entries_.push_back(read_entry(name, value, data_size, source));
+  }
+  check_tiling(file.entries_, data_size, source);
+  check_checksums(file.metadata_, header, bytes.data() + 8 + n, data_size, source);
   for (size_t i = 0; i < file.entries_.size(); ++i) file.index_[file.entries_[i].name] = i;
   file.bytes_ = std::move(bytes);
   file.data_start_ = 8 + n;

@@ -5,23 +5,40 @@
 
 namespace belay {
 
-AdamW::AdamW(std::vector<Var> params, AdamWOptions options) : Optimizer(std::move(params), options.lr), options_(options) {
-  if (!(options.lr >= 0.0f) || !(options.eps > 0.0f) || !(options.beta1 >= 0.0f && options.beta1 < 1.0f) ||
-      !(options.beta2 >= 0.0f && options.beta2 < 1.0f) || !(options.weight_decay >= 0.0f))
+namespace {
+
+void check_options(const AdamWOptions& o) {
+  if (!(o.lr >= 0.0f) || !(o.eps > 0.0f) || !(o.beta1 >= 0.0f && o.beta1 < 1.0f) || !(o.beta2 >= 0.0f && o.beta2 < 1.0f) ||
+      !(o.weight_decay >= 0.0f))
     throw UsageError("adamw: need lr >= 0, eps > 0, betas in [0, 1) and weight_decay >= 0");
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<Var> params, AdamWOptions options) : AdamW({AdamWGroup{std::move(params), options}}, options) {}
+
+// The base checks the LRs first (one message for a bad LR everywhere), then the other options.
+AdamW::AdamW(std::vector<AdamWGroup> groups, AdamWOptions defaults)
+    : Optimizer(take_group_params(groups), group_lrs(groups), defaults.lr), defaults_(defaults) {
+  check_options(defaults);
+  for (const AdamWGroup& g : groups) {
+    check_options(g.options);
+    options_.push_back(g.options);
+  }
   for (const Var& p : params_) {
     m_.push_back(Tensor::zeros(p.shape(), DType::F32, device_));
     v_.push_back(Tensor::zeros(p.shape(), DType::F32, device_));
   }
 }
 
-void AdamW::apply(const StepScalars& scalars) {
+void AdamW::apply(size_t group, const StepScalars& scalars) {
+  const AdamWOptions& o = options_[group];
   AdamWHyper h;
-  h.beta1 = options_.beta1;
-  h.beta2 = options_.beta2;
-  h.eps = options_.eps;
+  h.beta1 = o.beta1;
+  h.beta2 = o.beta2;
+  h.eps = o.eps;
   std::vector<AdamWSlot> slots;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = group_begin(group); i < group_begin(group + 1); ++i) {
     const Var& p = params_[i];
     if (!p.grad().defined()) continue;
     AdamWSlot s;
@@ -30,7 +47,7 @@ void AdamW::apply(const StepScalars& scalars) {
     s.v = &v_[i];
     s.grad = &p.grad();
     s.working = working_copy_of(p);
-    s.weight_decay = (p.value().rank() > 1 || options_.decay_1d) ? options_.weight_decay : 0.0f;
+    s.weight_decay = (p.value().rank() > 1 || o.decay_1d) ? o.weight_decay : 0.0f;
     slots.push_back(s);
   }
   backend_for(device_).adamw(h, slots, scalars);

@@ -8,6 +8,12 @@
 // scalar advanced by a kernel only when found_inf is clear, the LR is picked on the device
 // from the schedule's table at that count, and AdamW's bias corrections are computed from it
 // in the update kernel. So a step is enqueued without the host reading anything back.
+//
+// Parameter groups (PyTorch's param_groups): the parameters come in groups, each with
+// hyperparameters of its own (AdamW's and SGD's options). A group's LR follows the optimizer's
+// schedule scaled by group lr / optimizer lr, as a PyTorch scheduler scales each group's base
+// lr: set_lr(x) gives the groups x * their ratio. A group whose lr is the optimizer's reads
+// the optimizer's LR scalar itself, so one group is exactly the optimizer without groups.
 #pragma once
 #include <string>
 #include <utility>
@@ -19,9 +25,26 @@
 
 namespace belay {
 
+// A list of groups ({params, options} with options.lr) as the base class takes them: the
+// parameters of each group (moved out) and each group's lr.
+template <class Group>
+std::vector<std::vector<Var>> take_group_params(std::vector<Group>& groups) {
+  std::vector<std::vector<Var>> out;
+  for (Group& g : groups) out.push_back(std::move(g.params));
+  return out;
+}
+template <class Group>
+std::vector<float> group_lrs(const std::vector<Group>& groups) {
+  std::vector<float> out;
+  for (const Group& g : groups) out.push_back(g.options.lr);
+  return out;
+}
+
 class Optimizer {
  public:
   explicit Optimizer(std::vector<Var> params, float lr);
+  // Groups: group_lrs[g] is group g's LR when the schedule gives `lr`.
+  Optimizer(std::vector<std::vector<Var>> groups, const std::vector<float>& group_lrs, float lr);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -30,7 +53,12 @@ class Optimizer {
   void step();  // no scaling, no clipping
   void zero_grad(bool set_to_none = true);
 
-  const std::vector<Var>& params() const { return params_; }
+  const std::vector<Var>& params() const { return params_; }  // all groups', in group order
+  size_t group_count() const { return group_begin_.size() - 1; }
+  // Group g holds params()[group_begin(g), group_begin(g + 1)).
+  size_t group_begin(size_t g) const { return group_begin_[g]; }
+  // Group g's LR as a multiple of the schedule's (exactly 1 for a group at the optimizer's lr).
+  double group_lr_ratio(size_t g) const { return group_lr_[g].ratio; }
   // The gradients the next step will read (parameters without a gradient are skipped).
   std::vector<const Tensor*> grads() const;
   std::vector<Tensor*> mutable_grads();
@@ -42,6 +70,7 @@ class Optimizer {
   const LrSchedule& schedule() const { return schedule_; }
   // The LR the last step() used or would have used (a device scalar, for the log).
   const Tensor& lr_tensor() const { return lr_now_; }
+  const Tensor& lr_tensor(size_t group) const { return lr_of_group(group); }
 
   // Applied steps only. step_count() reads the device count (a host read: for checkpoints
   // and tests, never inside a step).
@@ -54,8 +83,8 @@ class Optimizer {
   virtual std::string name() const = 0;
 
  protected:
-  // One update pass with the step's device scalars (lr and applied_steps included).
-  virtual void apply(const StepScalars& scalars) = 0;
+  // One update pass over group g with the step's device scalars (lr: the group's).
+  virtual void apply(size_t group, const StepScalars& scalars) = 0;
   // The working copy to refresh with the master, or null when they share storage (FP32).
   static Tensor* working_copy_of(const Var& p);
 
@@ -65,6 +94,17 @@ class Optimizer {
   Tensor lr_table_;       // FP32 [n]: lr_at(k) for k < n; the last entry holds from there on
   Tensor lr_now_;         // FP32 [1]
   Tensor applied_steps_;  // FP32 [1]: exact up to 2^24 steps
+
+ private:
+  struct GroupLr {
+    double ratio = 1.0;  // group lr / optimizer lr
+    Tensor table, now;   // defined only when ratio != 1 (else the optimizer's are read)
+  };
+  void init(float lr);
+  const Tensor& lr_of_group(size_t g) const { return group_lr_[g].now.defined() ? group_lr_[g].now : lr_now_; }
+
+  std::vector<size_t> group_begin_;  // group_count() + 1 offsets into params_
+  std::vector<GroupLr> group_lr_;
 };
 
 }  // namespace belay

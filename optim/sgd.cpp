@@ -5,16 +5,34 @@
 
 namespace belay {
 
-Sgd::Sgd(std::vector<Var> params, SgdOptions options) : Optimizer(std::move(params), options.lr), options_(options) {
-  if (!(options.lr >= 0.0f) || !(options.momentum >= 0.0f) || !(options.weight_decay >= 0.0f))
+namespace {
+
+void check_options(const SgdOptions& o) {
+  if (!(o.lr >= 0.0f) || !(o.momentum >= 0.0f) || !(o.weight_decay >= 0.0f))
     throw UsageError("sgd: need lr, momentum and weight_decay >= 0");
-  for (const Var& p : params_)
-    momentum_.push_back(options.momentum > 0.0f ? Tensor::zeros(p.shape(), DType::F32, device_) : Tensor());
 }
 
-void Sgd::apply(const StepScalars& scalars) {
+}  // namespace
+
+Sgd::Sgd(std::vector<Var> params, SgdOptions options) : Sgd({SgdGroup{std::move(params), options}}, options) {}
+
+// The base checks the LRs first (one message for a bad LR everywhere), then the other options.
+Sgd::Sgd(std::vector<SgdGroup> groups, SgdOptions defaults)
+    : Optimizer(take_group_params(groups), group_lrs(groups), defaults.lr), defaults_(defaults) {
+  check_options(defaults);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    check_options(groups[g].options);
+    options_.push_back(groups[g].options);
+    for (size_t i = group_begin(g); i < group_begin(g + 1); ++i)
+      momentum_.push_back(groups[g].options.momentum > 0.0f ? Tensor::zeros(params_[i].shape(), DType::F32, device_)
+                                                            : Tensor());
+  }
+}
+
+void Sgd::apply(size_t group, const StepScalars& scalars) {
+  const SgdOptions& o = options_[group];
   std::vector<SgdSlot> slots;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = group_begin(group); i < group_begin(group + 1); ++i) {
     const Var& p = params_[i];
     if (!p.grad().defined()) continue;
     SgdSlot s;
@@ -22,10 +40,10 @@ void Sgd::apply(const StepScalars& scalars) {
     s.momentum = momentum_[i].defined() ? &momentum_[i] : nullptr;
     s.grad = &p.grad();
     s.working = working_copy_of(p);
-    s.weight_decay = (p.value().rank() > 1 || options_.decay_1d) ? options_.weight_decay : 0.0f;
+    s.weight_decay = (p.value().rank() > 1 || o.decay_1d) ? o.weight_decay : 0.0f;
     slots.push_back(s);
   }
-  backend_for(device_).sgd(options_.momentum, slots, scalars);
+  backend_for(device_).sgd(o.momentum, slots, scalars);
 }
 
 std::vector<std::pair<std::string, Tensor*>> Sgd::state_tensors() {

@@ -12,17 +12,28 @@ struct SgdOptions {
   bool decay_1d = false;
 };
 
+// A parameter group: its parameters and every option of its own (see AdamWGroup).
+struct SgdGroup {
+  std::vector<Var> params;
+  SgdOptions options;
+};
+
 class Sgd : public Optimizer {
  public:
   Sgd(std::vector<Var> params, SgdOptions options = {});
+  // defaults.lr is the optimizer's lr: the one schedules and set_lr speak of.
+  Sgd(std::vector<SgdGroup> groups, SgdOptions defaults);
+  const SgdOptions& options() const { return defaults_; }
+  const SgdOptions& group_options(size_t g) const { return options_[g]; }
   std::vector<std::pair<std::string, Tensor*>> state_tensors() override;
   std::string name() const override { return "sgd"; }
 
  protected:
-  void apply(const StepScalars& scalars) override;
+  void apply(size_t group, const StepScalars& scalars) override;
 
  private:
-  SgdOptions options_;
+  SgdOptions defaults_;
+  std::vector<SgdOptions> options_;  // per group
   std::vector<Tensor> momentum_;
 };
 

@@ -1,4 +1,4 @@
-# Sourced by the shell tests (tests/apps/cli_test.sh, tests/dist/*.sh): a temporary folder
+# Sourced by the shell tests (tests/apps/cli/cli_test.sh, tests/dist/*.sh): a temporary folder
 # of their own, removed when the script exits, the pass/fail lines they print, and the check
 # of a usage error; each script ends by exiting non-zero when $fails is not 0.
 tmp=$(mktemp -d)

@@ -18,6 +18,7 @@
 
 #include "autograd/ops.h"
 #include "engine/error.h"
+#include "bindings.h"
 #include "numpy_interop.h"
 
 namespace belay::python {
@@ -25,8 +26,6 @@ namespace {
 
 namespace py = pybind11;
 using Release = py::call_guard<py::gil_scoped_release>;
-
-OperandFn g_operand = nullptr;
 
 bool is_number(py::handle o) { return py::isinstance<py::float_>(o) || py::isinstance<py::int_>(o); }
 std::string type_name(py::handle o) { return py::str(py::type::of(o).attr("__name__")); }
@@ -36,11 +35,12 @@ std::string type_name(py::handle o) { return py::str(py::type::of(o).attr("__nam
 Var operand_like(py::handle o, const Var& like) {
   if (is_number(o))
     return Var(Tensor::full(like.shape().rank() == 0 ? Shape{} : Shape{1}, o.cast<float>(), like.dtype(), like.device()));
-  return g_operand(o, like.device());
+  return as_var_on(o, like.device());
 }
 
 // a op b with b converted under the GIL, the op run without it.
 Var binary_with(BinaryOp op, const Var& a, py::handle b_obj, bool reflected) {
+  refresh_working_copy(a);  // a parameter whose master Python wrote (bindings.h)
   const Var b = operand_like(b_obj, a);
   py::gil_scoped_release nogil;
   return reflected ? binary(op, b, a) : binary(op, a, b);
@@ -208,15 +208,16 @@ void bind_operators(py::class_<Var>& cls) {
       .def("__rtruediv__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Div, a, b, true); })
       .def("__neg__", &neg, Release())
       .def("__pow__", [](const Var& x, py::handle p) {
-        if (!is_number(p)) throw Error("x ** p: belay takes a number as the exponent (x ** 2.0), not " + type_name(p));
+        if (!is_number(p)) throw py::type_error("x ** p: belay takes a number as the exponent (x ** 2.0), not " + type_name(p));
         const float e = p.cast<float>();
         py::gil_scoped_release nogil;
         return pow(x, e);
       }, py::arg("exponent"), "x ** p for a number p (elementwise; FP32 under autocast)")
       .def("__rpow__", [](const Var& x, py::handle base) {
         // s ** x = exp(x ln s), for a number s > 0 (as torch, whose gradient is the same).
-        if (!is_number(base) || !(base.cast<double>() > 0.0))
-          throw Error("s ** x: belay takes a number s > 0 as the base, not " + std::string(py::str(py::repr(base))));
+        if (!is_number(base)) throw py::type_error("s ** x: belay takes a number as the base, not " + type_name(base));
+        if (!(base.cast<double>() > 0.0))
+          throw py::value_error("s ** x: belay takes a number s > 0 as the base, not " + std::string(py::str(py::repr(base))));
         const float ln_s = static_cast<float>(std::log(base.cast<double>()));
         py::gil_scoped_release nogil;
         return exp(scale(x, ln_s));
@@ -277,8 +278,7 @@ void bind_functions(py::module_& m, py::class_<Var>& cls) {
 
 }  // namespace
 
-void bind_var_math(py::module_& m, OperandFn operand) {
-  g_operand = operand;
+void bind_var_math(py::module_& m) {
   py::class_<Var> cls(py::object(m.attr("Var")));
   bind_operators(cls);
   // ndarray op Var: NumPy defers to the Var's reflected operator (the gradient is kept)

@@ -13,7 +13,7 @@
 
 #include "amp/autocast.h"
 #include "amp/checkpoint.h"
-#include "amp/communicator.h"
+#include "amp/dist/communicator.h"
 #include "amp/safe_step.h"
 #include "autograd/modules.h"
 #include "engine/error.h"

@@ -124,12 +124,12 @@ if run_pair fp16 "${fp16[@]}"; then
   fi
 fi
 
-# 3b. fp16 with accumulation and a scale that grows every 3 steps until the gradient
+# 3b. fp16 with accumulation and a scale that grows every 2 steps until the gradient
 # overflows by itself: 2 micro-batches x 2 ranks vs 4 x 1 process. Each backward is divided
 # by accumulation x world size before the all-reduce sums, so every micro-batch computes the
 # same FP16 numbers on 1 or 2 ranks and overflows at the same scale. The weights: the same
 # bound as FP32 (the runs differ only in the FP32 sums of the micro-batches' gradients).
-fp16acc=(--dtype fp16 --steps 20 --batch 32 --seed 3 --micro-batch 8 --growth-interval 3)
+fp16acc=(--dtype fp16 --steps 20 --batch 32 --seed 3 --micro-batch 8 --growth-interval 2)
 if run_pair fp16acc "${fp16acc[@]}"; then
   skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16acc.one.csv" | tr '\n' ' ')
   if [ -n "$skips" ] && diff <(belt_columns "$tmp/fp16acc.one.csv") <(belt_columns "$tmp/fp16acc.two.csv") >/dev/null; then

@@ -10,11 +10,11 @@
 file(GLOB BELAY_GPU_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_*.cpp)
 add_library(belay_gpu_test_objects OBJECT ${BELAY_GPU_TEST_SOURCES})
 target_include_directories(belay_gpu_test_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(belay_gpu_test_objects PRIVATE belay_apps Catch2::Catch2)
+target_link_libraries(belay_gpu_test_objects PRIVATE belay_train Catch2::Catch2)
 
 set(BELAY_EMU_COVERAGE_LOG ${CMAKE_BINARY_DIR}/emulated-kernels.log)
 add_executable(belay_gpu_tests $<TARGET_OBJECTS:belay_gpu_test_objects> emulation/coverage_log.cpp)
-target_link_libraries(belay_gpu_tests PRIVATE belay_apps Catch2::Catch2WithMain)
+target_link_libraries(belay_gpu_tests PRIVATE belay_train Catch2::Catch2WithMain)
 target_compile_definitions(belay_gpu_tests PRIVATE BELAY_EMU_COVERAGE_LOG="${BELAY_EMU_COVERAGE_LOG}")
 
 set(BELAY_EMU_SEEDS 1 2 3 CACHE STRING "scheduler seeds the emulated GPU suite runs under")
@@ -74,7 +74,7 @@ function(belay_planted_bug name)
   add_executable(planted_${name} ${sources} $<TARGET_OBJECTS:belay_gpu_test_objects>)
   # The mutant's directory first: `#include "kernels/cuda/x.h"` finds the planted copy.
   target_include_directories(planted_${name} BEFORE PRIVATE ${dir})
-  target_link_libraries(planted_${name} PRIVATE belay_apps Catch2::Catch2WithMain)
+  target_link_libraries(planted_${name} PRIVATE belay_train Catch2::Catch2WithMain)
   set(BELAY_PLANTED_BUGS ${BELAY_PLANTED_BUGS} "${name}|$<TARGET_FILE:planted_${name}>|${P_FILTER}" PARENT_SCOPE)
 endfunction()
 

@@ -12,7 +12,7 @@
 // Skips come from injected infs at fixed steps, so "skips at the same steps" is exact.
 #include <sstream>
 
-#include "apps/train.h"
+#include "apps/run/train.h"
 #include "tests/gpu/gpu_test_util.h"
 
 using namespace belay;

@@ -332,7 +332,7 @@ def test_checkpoint_resume_is_bit_exact(tmp_path):
     assert state.next_step == 5 and state.optimizer_steps == 4
     assert [step2.run(loss_of(model2, x, y)) for _ in range(5)] == rest
     assert_same_state(run_state(model, opt, scaler, step), run_state(model2, opt2, scaler2, step2))
-    with pytest.raises(belay.UsageError, match="was written with --dtype fp16, this run has --dtype bf16"):
+    with pytest.raises(belay.UsageError, match="was written with dtype fp16, this run has dtype bf16.*new_experiment=True"):
         belay.resume(path, model2, opt2, scaler2, step2, settings={"dtype": "bf16"})
     with pytest.raises(belay.UsageError, match="was written with data=a, this run has data=b"):
         belay.save(path, model, opt, scaler, step, settings={"dtype": "fp16", "data": "a"})

@@ -1,0 +1,155 @@
+// The CLI's other subcommands: validate, accum-check, sweep, finfo, info, plot, export.
+// Each: its option table, and the parsed options handed to the library.
+#include <omp.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "amp/autocast.h"
+#include "amp/checkpoint.h"
+#include "apps/cli/cli.h"
+#include "apps/cli/mpi_launch.h"
+#include "engine/backend.h"
+#include "engine/error.h"
+
+namespace belay {
+
+std::string version_string() {
+  std::string v = std::string("belay ") + BELAY_VERSION + " (cpu";
+  if (BELAY_CUDA_EMULATION)
+    v += ", cuda emulated on the CPU (SIMT emulator): " + std::to_string(cuda_device_count()) + " device(s)";
+  else if (cuda_compiled())
+    v += ", cuda built: " + std::to_string(cuda_device_count()) + " device(s) visible";
+  else v += ", built without cuda";
+  return v + "; " + std::to_string(omp_get_max_threads()) + " OpenMP threads)";
+}
+
+void add_validate_command(CLI::App& app, ValidateCommand& v) {
+  ValidateConfig& vc = v.config;
+  CLI::App* validate = v.app =
+      app.add_subcommand("validate", "check fp16/bf16 autocast against the FP32 reference on a fixed set");
+  validate->add_option("--dtype", v.dtype, "fp16 | bf16")->capture_default_str();
+  validate->add_option("--model", vc.model, "linear | mlp (ignored with --checkpoint)")->capture_default_str();
+  validate->add_option("--in", vc.in_features, "input features")->capture_default_str();
+  validate->add_option("--out", vc.out_features, "outputs (classes of the generated set)")->capture_default_str();
+  validate->add_option("--hidden", vc.hidden, "MLP hidden width")->capture_default_str();
+  validate->add_option("--layers", vc.layers, "MLP linear layers")->capture_default_str();
+  validate->add_option("--seed", vc.seed, "seed of the model and the generated set")->capture_default_str();
+  validate->add_option("--init", vc.init, "the model's weights (safetensors, state-dict names)");
+  validate->add_option("--checkpoint", vc.checkpoint, "the model from a belay checkpoint (its shape too)");
+  validate->add_option("--data", vc.data, "the set: x [N, in], y (I64 labels [N] or targets [N, out]), optional I64 kind [N]");
+  validate->add_option("--rows", vc.rows, "ordinary rows of the generated set (and rows/4 of each other kind)")->capture_default_str();
+  validate->add_option("--save-set", vc.save_set, "write the generated set here");
+  // Unset unless given: the defaults are the dtype's, and no typed value stands for them.
+  validate->add_option_function<double>("--rtol", [&vc](const double& x) { vc.rtol = x; },
+                                        "score tolerance relative to the row's max |ref| (default 16 u of the dtype)");
+  validate->add_option_function<double>("--atol", [&vc](const double& x) { vc.atol = x; },
+                                        "absolute score tolerance (default u of the dtype)");
+  validate->add_option("--max-flips", vc.max_flips, "changed decisions allowed")->capture_default_str();
+  validate->add_option("--min-quality", vc.min_quality, "minimum accuracy (labels) or R^2 (targets), for both runs");
+  validate->add_option_function<double>("--tie-margin", [&vc](const double& x) { vc.tie_margin = x; },
+                                        "reference top-2 margin under which a row is a near-tie (default 64 u)");
+  validate->add_option("--fp32-ops", v.fp32_ops, "op classes autocast leaves in FP32, e.g. linear,gelu");
+  validate->add_option("--json", vc.json, "also write the report here (atomically)");
+  validate->add_option("--train", vc.train_steps, "first train N steps in fp32 and under AMP from the same init and data");
+  validate->add_option("--lr", vc.lr, "AdamW learning rate of --train")->capture_default_str();
+  validate->add_option("--batch", vc.batch, "batch of --train")->capture_default_str();
+}
+
+int run_validate_command(ValidateCommand& v) {
+  v.config.dtype = parse_dtype(v.dtype);
+  v.config.fp32_ops = parse_fp32_ops(v.fp32_ops);
+  return run_validate(v.config, std::cout).exit_code;
+}
+
+void add_finfo_info_commands(CLI::App& app, SmallCommands& s) {
+  s.finfo = app.add_subcommand("finfo", "the fp32/fp16/bf16 table; with values, how each rounds");
+  s.finfo->add_option("values", s.finfo_values, "numbers to round through each dtype");
+  s.info = app.add_subcommand("info", "what this build and machine provide");
+}
+
+int run_info_command(const std::string& isa_line) {
+  std::cout << version_string() << "\n";
+  std::cout << "cpu isa: " << isa_line << "\n";
+  return 0;
+}
+
+void add_accum_check_command(CLI::App& app, AccumCheckCommand& a) {
+  AccumCheckConfig& ac = a.config;
+  CLI::App* accum = a.app =
+      app.add_subcommand("accum-check", "prove gradient accumulation equals one full-batch step (fp32)");
+  accum->add_option("--model", ac.model, "linear | mlp")->capture_default_str();
+  accum->add_option("--batch", ac.batch, "the full batch (split 1x, 2x and 4x)")->capture_default_str();
+  accum->add_option("--seed", ac.seed, "seed")->capture_default_str();
+}
+
+void add_sweep_command(CLI::App& app, SweepCommand& s) {
+  SweepConfig& sc = s.config;
+  CLI::App* sweep = s.app = app.add_subcommand("sweep", "throughput against the number of accumulated micro-batches");
+  sweep->add_option("--micro-batch", sc.micro_batch, "samples per micro-batch")->capture_default_str();
+  sweep->add_option("--accum", sc.accum, "accumulation steps to measure")->delimiter(',')->capture_default_str();
+  sweep->add_option("--steps", sc.base.steps, "steps per point")->capture_default_str();
+  sweep->add_option("--model", sc.base.model, "linear | mlp")->capture_default_str();
+  sweep->add_option("--in", sc.base.in_features, "input features")->capture_default_str();
+  sweep->add_option("--out", sc.base.out_features, "output features")->capture_default_str();
+  sweep->add_option("--dtype", s.dtype, "fp32 | fp16 | bf16")->capture_default_str();
+  sweep->add_option("--device", sc.base.device, "cpu | cuda[:N]")->capture_default_str();
+  sweep->add_option("--json", sc.json, "write the points here (atomically)");
+  sweep->add_option("--ranks", s.ranks,
+                    "run every point on N processes: starts mpirun -np N with --dist mpi (batch = micro-batch x "
+                    "accum x N)")->capture_default_str();
+  sweep->add_option("--mpirun", s.mpirun, "the launcher --ranks runs, e.g. 'mpirun --allow-run-as-root --oversubscribe'")
+      ->capture_default_str();
+  sweep->add_option("--dist", s.dist, "local | mpi (what --ranks gives each rank; under mpirun by hand)")
+      ->capture_default_str();
+}
+
+namespace {
+
+// `sweep --ranks N`: this command line again under mpirun, with --dist mpi in place of
+// --ranks N (and without --mpirun).
+int sweep_under_mpirun(const SweepCommand& s, int argc, char** argv) {
+  if (s.dist != "local") throw UsageError("sweep: --ranks starts the ranks itself; drop --dist");
+  const std::vector<std::string> launcher = find_mpirun(s.mpirun, "sweep --ranks " + std::to_string(s.ranks));
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ranks" || a == "--mpirun") ++i;
+    else if (a.rfind("--ranks=", 0) != 0 && a.rfind("--mpirun=", 0) != 0) args.push_back(a);
+  }
+  args.insert(args.end(), {"--dist", "mpi"});
+  return run_under_mpirun(launcher, s.ranks, args);
+}
+
+}  // namespace
+
+int run_sweep_command(SweepCommand& s, int argc, char** argv, std::unique_ptr<Communicator>& comm) {
+  s.config.base.dtype = parse_dtype(s.dtype);
+  if (s.ranks < 1) throw UsageError("sweep: --ranks must be at least 1, got " + std::to_string(s.ranks));
+  if (s.ranks > 1) return sweep_under_mpirun(s, argc, argv);
+  if (s.dist != "local") {
+    comm = make_communicator(s.dist);
+    s.config.base.comm = comm.get();
+  } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {
+    throw UsageError(std::string("sweep started by mpirun with ") + n +
+                     " processes but without --dist mpi: use belay sweep --ranks N (it starts mpirun)");
+  }
+  return run_sweep(s.config, std::cout);
+}
+
+void add_plot_export_commands(CLI::App& app, SmallCommands& s) {
+  s.plot = app.add_subcommand("plot", "draw step logs (loss, norms, scale, LR, skips) as SVG or PNG");
+  s.plot->add_option("csv", s.plot_csvs, "one step log, or up to 4 to overlay (e.g. fp32.csv amp.csv)")->required();
+  s.plot->add_option("-o,--out", s.plot_out, "FILE.svg or FILE.png (PNG through rsvg-convert); default: the first CSV as .svg");
+  s.exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as safetensors");
+  s.exporter->add_option("--checkpoint", s.export_checkpoint, "a belay checkpoint")->required();
+  s.exporter->add_option("--out", s.export_out, "the weights file to write")->required();
+}
+
+int run_export_command(const SmallCommands& s) {
+  export_weights(s.export_checkpoint, s.export_out);
+  std::cout << "wrote " << s.export_out << "\n";
+  return 0;
+}
+
+}  // namespace belay

@@ -1,0 +1,37 @@
+// `belay plot run.csv [other.csv ...] -o run.svg|run.png`: a picture of a run's step log.
+// Four panels over the step: the loss, the gradient's L2 norm before and after clipping,
+// the loss scale (log2 axis), the LR; every skipped step is a vertical mark through all
+// panels, coloured by its reason. Several logs are overlaid (FP32 vs AMP), one colour each.
+//
+// Why our own SVG writer (apps/plot/svg.h, ~100 lines) and not PLplot: Debian's libplplot-dev
+// pulls in Qt 5, wxWidgets, GTK 3 and gfortran (57 packages on a bare Debian 12) for four
+// line charts, and PLplot reports errors by calling exit() from C. SVG is text we can
+// test with any XML parser; PNG is the same SVG rendered by rsvg-convert (librsvg, Debian
+// package librsvg2-bin), found on the PATH when a .png is asked for.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "amp/step_log.h"
+
+namespace belay {
+
+struct RunLog {
+  std::string name;  // as shown in the legend (the path given)
+  std::vector<StepRow> rows;
+  std::vector<std::string> policy;  // the optional `policy` column, one per row (empty when absent)
+};
+
+// Reads a belay step log: the canonical 8-column header, optionally followed by `policy`.
+// Throws UsageError naming the file and line for anything else.
+RunLog read_step_log(const std::string& path);
+// The SVG document for these logs (at least one).
+std::string plot_svg(const std::vector<RunLog>& logs);
+// Writes `out` (.svg, or .png through rsvg-convert) atomically. Throws UsageError for an
+// unknown extension, Error when rsvg-convert is missing or fails (nothing is written).
+void write_plot(const std::vector<RunLog>& logs, const std::string& out);
+// The CLI: default output is the first log's path with .csv replaced by .svg.
+int run_plot(const std::vector<std::string>& csvs, std::string out, std::ostream& os);
+
+}  // namespace belay

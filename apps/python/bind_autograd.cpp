@@ -1,0 +1,181 @@
+// belay.Var (the autograd handle), parameter(), the ops, no_grad and autocast.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include "amp/autocast.h"
+#include "autograd/ops.h"
+#include "bindings.h"
+#include "engine/error.h"
+#include "numpy_interop.h"
+
+namespace belay::python {
+
+namespace {
+
+py::object optional_tensor(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
+
+// An op over Vars: the inputs converted with the GIL, the op run without it.
+Var unary_op(py::handle x, Var (*op)(const Var&)) {
+  const Var in = as_var(x);
+  py::gil_scoped_release nogil;
+  return op(in);
+}
+Var binary_op(py::handle a, py::handle b, Var (*op)(const Var&, const Var&)) {
+  const Var x = as_var(a), y = as_var(b);
+  py::gil_scoped_release nogil;
+  return op(x, y);
+}
+// a <op> b with a a Var: a constant b goes to a's device.
+Var binary_op(const Var& a, py::handle b, Var (*op)(const Var&, const Var&)) {
+  refresh_working_copy(a);
+  const Var y = as_var_on(b, a.device());
+  py::gil_scoped_release nogil;
+  return op(a, y);
+}
+
+// Python's `with belay.autocast("fp16"):` over the C++ RAII guard; nested blocks stack.
+class AutocastScope {
+ public:
+  AutocastScope(DType dtype, bool enabled, uint32_t fp32_ops) : dtype_(dtype), enabled_(enabled), fp32_ops_(fp32_ops) {}
+  AutocastScope(const AutocastScope&) = delete;  // holds guards: pybind11 must not copy it
+  AutocastScope& operator=(const AutocastScope&) = delete;
+  void enter() { guards_.push_back(std::make_unique<Autocast>(dtype_, enabled_, fp32_ops_)); }
+  void exit() {
+    if (guards_.empty()) throw Error("autocast: __exit__ without __enter__");
+    guards_.pop_back();
+  }
+
+ private:
+  DType dtype_;
+  bool enabled_;
+  uint32_t fp32_ops_;
+  std::vector<std::unique_ptr<Autocast>> guards_;
+};
+
+class NoGradScope {
+ public:
+  NoGradScope() = default;
+  NoGradScope(const NoGradScope&) = delete;
+  NoGradScope& operator=(const NoGradScope&) = delete;
+  void enter() { guards_.push_back(std::make_unique<NoGrad>()); }
+  void exit() { guards_.pop_back(); }
+
+ private:
+  std::vector<std::unique_ptr<NoGrad>> guards_;
+};
+
+}  // namespace
+
+void bind_ops(py::module_& m);
+
+void bind_autograd(py::module_& m) {
+  // ---- Var: the autograd handle
+  py::class_<Var>(m, "Var")
+      .def(py::init([](py::handle value, bool requires_grad) {
+        return Var(to_tensor(value, std::nullopt, Device::cpu(), false), requires_grad);
+      }), py::arg("value"), py::arg("requires_grad") = false)
+      .def_property_readonly("value", &Var::value)
+      .def_property_readonly("grad", [](const Var& v) { return optional_tensor(v.grad()); })
+      .def_property_readonly("master", [](const Var& v) { return v.is_parameter() ? py::cast(hand_out_master(v)) : py::none(); },
+                             "A parameter's FP32 master (sharing its memory; a forward sees what is written to it), else None")
+      .def_property_readonly("name", &Var::name)
+      .def_property_readonly("shape", [](const Var& v) { return py::tuple(py::cast(v.shape().dims())); })
+      .def_property_readonly("dtype", &Var::dtype)
+      .def_property_readonly("requires_grad", &Var::requires_grad)
+      .def_property_readonly("is_parameter", &Var::is_parameter)
+      .def_property_readonly("_id", [](const Var& v) { return reinterpret_cast<uintptr_t>(v.node()); },
+                             "The node's identity: two handles of one parameter share it (belay.Module's registry)")
+      .def("_set_name", [](const Var& v, const std::string& name) {
+        if (!v.is_parameter()) throw UsageError("_set_name: only a parameter is renamed");
+        v.node()->name = name;
+      }, py::arg("name"), "belay.Module names a parameter by its attribute path (optimizer state and checkpoints use it)")
+      .def("numpy", [](const Var& v) { return to_numpy(v.value(), py::cast(v.value())); },
+           "The value as a NumPy array sharing its memory (see Tensor.numpy)")
+      .def("numpy_bits", [](const Var& v) { return python::to_numpy_bits(v.value(), py::cast(v.value())); },
+           "The value's raw bits (see Tensor.numpy_bits)")
+      .def("item", [](const Var& v) { return v.value().item(); })
+      .def("backward", [](const Var& v, float seed) { v.backward(seed); }, py::arg("seed") = 1.0f,
+           py::call_guard<py::gil_scoped_release>())
+      .def("zero_grad", &Var::zero_grad, py::arg("set_to_none") = true)
+      .def("__add__", [](const Var& a, py::handle b) { return binary_op(a, b, add); })
+      .def("__mul__", [](const Var& a, py::handle b) {
+        return py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b) ? scale(a, b.cast<float>())
+                                                                            : mul(a, as_var_on(b, a.device()));
+      })
+      .def("__rmul__", [](const Var& a, float s) { return scale(a, s); })
+      .def("__matmul__", [](const Var& a, py::handle b) { return binary_op(a, b, matmul); })
+      .def("__repr__", [](const Var& v) {
+        return "belay.Var(" + (v.name().empty() ? std::string() : v.name() + ": ") + v.value().describe() +
+               (v.requires_grad() ? ", requires_grad" : "") + ")";
+      });
+
+  bind_ops(m);
+}
+
+void bind_ops(py::module_& m) {
+  m.def("parameter", [](py::handle value, const std::string& name, const std::string& device) {
+    return Var::parameter(to_tensor(value, DType::F32, to_device(device), true), name);
+  }, py::arg("value"), py::arg("name") = "", py::arg("device") = "cpu",
+     "A trainable parameter for a model written in Python: an FP32 master (a copy of value) that optimizers update. "
+     "A belay.Module names it by its attribute path; given to an optimizer alone, give it a name");
+
+  // ---- ops (autocast decides the dtype of matmul and linear; losses are FP32)
+  // Each op converts its inputs with the GIL and computes without it, as the step does.
+  m.def("cast", [](py::handle x, py::handle d) {
+    const Var in = as_var(x);
+    const DType dtype = to_dtype(d);
+    py::gil_scoped_release nogil;
+    return cast(in, dtype);
+  });
+  m.def("matmul", [](py::handle a, py::handle b) { return binary_op(a, b, matmul); });
+  m.def("linear", [](py::handle x, const Var& w, std::optional<Var> b) {
+    refresh_working_copy(w);
+    if (b) refresh_working_copy(*b);
+    const Var in = as_var_on(x, w.device()), bias = b.value_or(Var());
+    py::gil_scoped_release nogil;
+    return linear(in, w, bias);
+  }, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
+  m.def("add", [](py::handle a, py::handle b) { return binary_op(a, b, add); });
+  m.def("mul", [](py::handle a, py::handle b) { return binary_op(a, b, mul); });
+  m.def("scale", [](py::handle a, float s) {
+    const Var in = as_var(a);
+    py::gil_scoped_release nogil;
+    return scale(in, s);
+  });
+  m.def("relu", [](py::handle x) { return unary_op(x, relu); });
+  m.def("gelu", [](py::handle x) { return unary_op(x, gelu); });
+  m.def("sum", [](py::handle x) { return unary_op(x, [](const Var& v) { return sum(v); }); });
+  m.def("mean", [](py::handle x) { return unary_op(x, [](const Var& v) { return mean(v); }); });
+  m.def("mse_loss", [](const Var& pred, py::handle target) {
+    const Tensor t = as_target(target, pred.device());
+    py::gil_scoped_release nogil;
+    return mse_loss(pred, t);
+  }, py::arg("pred"), py::arg("target"), "Mean squared error, FP32 [1]");
+  m.def("cross_entropy", [](const Var& logits, py::handle labels) {
+    const Tensor t = as_target(labels, logits.device());
+    py::gil_scoped_release nogil;
+    return cross_entropy(logits, t);
+  }, py::arg("logits"), py::arg("labels"), "Mean cross-entropy of logits [B, C]; labels [B] hold class indices");
+  py::class_<NoGradScope>(m, "no_grad", "with belay.no_grad(): ops record no graph")
+      .def(py::init<>())
+      .def("__enter__", [](NoGradScope& s) { s.enter(); })
+      .def("__exit__", [](NoGradScope& s, py::args) { s.exit(); return false; });
+  py::class_<AutocastScope>(m, "autocast",
+                            "with belay.autocast('fp16'): matrix products in FP16/BF16 with FP32 accumulation")
+      .def(py::init([](py::handle d, bool enabled, const std::string& fp32_ops) {
+        return std::make_unique<AutocastScope>(to_dtype(d), enabled, parse_fp32_ops(fp32_ops));
+      }), py::arg("dtype") = DType::F16, py::arg("enabled") = true, py::arg("fp32_ops") = "",
+         "fp32_ops: op classes kept in FP32, e.g. 'linear,gelu' (belay train --fp32-ops)")
+      .def("__enter__", [](AutocastScope& s) -> AutocastScope& { s.enter(); return s; },
+           py::return_value_policy::reference)
+      .def("__exit__", [](AutocastScope& s, py::args) { s.exit(); return false; });
+  m.def("autocast_dtype", [] { return autocast_policy().enabled ? py::cast(autocast_policy().dtype) : py::none(); },
+        "The dtype matrix products run in on this thread, or None when autocast is off");
+}
+
+}  // namespace belay::python

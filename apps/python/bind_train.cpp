@@ -1,0 +1,305 @@
+// belay.train: `belay train` as a function, the CLI's long options as keywords.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <csignal>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "amp/autocast.h"
+#include "apps/run/dataset.h"
+#include "apps/run/trainer.h"
+#include "bindings.h"
+#include "engine/error.h"
+#include "numpy_interop.h"
+
+namespace belay::python {
+
+namespace {
+
+// A str, or a list of them (a repeatable CLI option).
+std::vector<std::string> as_strings(py::handle value, const std::string& what) {
+  if (py::isinstance<py::str>(value)) return {value.cast<std::string>()};
+  return cast_arg<std::vector<std::string>>(value, what, "a str or a list of them");
+}
+
+// spike: "STEP:FACTOR" as on the CLI ("3:1e8"), a list of them, or {step: factor}.
+void read_spikes(py::handle value, std::map<int64_t, float>& spikes) {
+  if (py::isinstance<py::dict>(value)) {
+    for (auto [s, f] : py::reinterpret_borrow<py::dict>(value))
+      spikes[cast_arg<int64_t>(s, "train: spike's step", "an int")] = cast_arg<float>(f, "train: spike's factor", "a number");
+    return;
+  }
+  for (const std::string& s : as_strings(value, "train: spike")) {
+    const size_t colon = s.find(':');
+    size_t used_step = 0, used_factor = 0;
+    int64_t step = -1;
+    float factor = 0.0f;
+    try {
+      step = std::stoll(s.substr(0, colon), &used_step);
+      factor = std::stof(s.substr(colon + 1), &used_factor);
+    } catch (const std::exception&) {
+      used_step = 0;
+    }
+    if (colon == std::string::npos || used_step != colon || used_factor != s.size() - colon - 1 || step < 0)
+      throw UsageError("train: spike expects 'STEP:FACTOR' (e.g. '12:1e8'), got '" + s + "'");
+    spikes[step] = factor;
+  }
+}
+
+// data=(x, y): arrays (or what NumPy makes arrays of) as the run's dataset, checked here so a
+// mistake is named before the run: x [N, in] floats; y [N, out] floats (regression) or [N]
+// integer class labels in [0, classes) (classification; classes: out_features, else the
+// largest label + 1). Rows are taken in order and wrap around, as with a --data file.
+std::function<std::unique_ptr<Dataset>()> array_dataset(py::handle data, std::optional<int64_t> out_features) {
+  const bool pair = (py::isinstance<py::tuple>(data) || py::isinstance<py::list>(data)) && py::len(data) == 2;
+  if (!pair) throw py::type_error("train: data must be a safetensors path (str) or a pair (x, y) of arrays, got " + type_name(data));
+  const py::module_ np = py::module_::import("numpy");
+  const py::array x = np.attr("asarray")(data[py::int_(0)]), y = np.attr("asarray")(data[py::int_(1)]);
+  const std::string xk = py::str(x.dtype().attr("kind")), yk = py::str(y.dtype().attr("kind"));
+  if (xk != "f") throw UsageError("train: data x must hold floats, got dtype " + std::string(py::str(x.dtype())));
+  if (x.ndim() != 2 || x.shape(0) == 0 || x.shape(1) == 0)
+    throw UsageError("train: data x must be [N, in_features] with N, in_features > 0, got shape " +
+                     std::string(py::str(py::tuple(py::cast(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()))))));
+  const int64_t n = x.shape(0);
+  const bool classification = yk == "i" || yk == "u";
+  if (classification ? y.ndim() != 1 : (yk != "f" || y.ndim() != 2))
+    throw UsageError("train: data y must be [N, out_features] floats (regression) or [N] integer class labels, got " +
+                     std::to_string(y.ndim()) + "-D " + std::string(py::str(y.dtype())));
+  if (y.shape(0) != n)
+    throw UsageError("train: data x has " + std::to_string(n) + " rows, y " + std::to_string(y.shape(0)) + ": give one target per row");
+  for (const auto& [name, a] : {std::pair<const char*, const py::array&>{"x", x}, {"y", y}})
+    if (!np.attr("isfinite")(a).attr("all")().cast<bool>())
+      throw UsageError(std::string("train: data ") + name + " holds inf or NaN; remove those rows");
+  int64_t classes = 0;
+  if (classification) {
+    const int64_t lo = np.attr("min")(y).cast<int64_t>(), hi = np.attr("max")(y).cast<int64_t>();
+    classes = out_features.value_or(hi + 1);
+    if (lo < 0 || hi >= classes)
+      throw UsageError("train: data y's labels span [" + std::to_string(lo) + ", " + std::to_string(hi) + "], classes are [0, " +
+                       std::to_string(classes) + ")");
+  } else if (out_features && *out_features != y.shape(1)) {
+    throw UsageError("train: out_features is " + std::to_string(*out_features) + " but data y has " +
+                     std::to_string(y.shape(1)) + " columns");
+  }
+  Tensor xt = to_tensor(x, DType::F32, Device::cpu(), true);
+  Tensor yt = to_tensor(np.attr("asarray")(y, "float32"), DType::F32, Device::cpu(), true);
+  const std::string name = "arrays x[" + std::to_string(n) + ", " + std::to_string(x.shape(1)) + "]";
+  return [xt, yt, classification, classes, name] { return make_tensor_dataset(xt, yt, classification, classes, name); };
+}
+
+// The rollback options (--rollback-*, --divergence-*, --max-rollbacks); false for another key.
+bool read_rollback_option(RollbackOptions& r, const std::string& key, py::handle value) {
+  const std::string what = "train: " + key;
+  auto as_i64 = [&] { return cast_arg<int64_t>(value, what, "an int"); };
+  auto as_d = [&] { return cast_arg<double>(value, what, "a number"); };
+  if (key == "rollback_on") {
+    for (const std::string& cond : as_strings(value, what)) {
+      if (cond == "skip-rate") r.on_skip_rate = true;
+      else if (cond == "nonfinite-loss") r.on_nonfinite_loss = true;
+      else if (cond == "divergence") r.on_divergence = true;
+      else throw UsageError("unknown rollback_on '" + cond + "': use skip-rate, nonfinite-loss or divergence");
+    }
+  } else if (key == "rollback_policy") {  // "stop", "fp32", or ("lower-lr", factor)
+    if (py::isinstance<py::str>(value)) {
+      r.policy = value.cast<std::string>();
+    } else {
+      const auto p = cast_arg<std::pair<std::string, float>>(value, what, "'stop', 'fp32' or ('lower-lr', factor)");
+      r.policy = p.first;
+      r.lr_factor = p.second;
+    }
+  } else if (key == "rollback_every") r.every = as_i64();
+  else if (key == "rollback_skip_window") r.skip_window = as_i64();
+  else if (key == "rollback_skip_rate") r.max_skip_rate = as_d();
+  else if (key == "divergence_factor") r.divergence_factor = as_d();
+  else if (key == "divergence_warmup") r.divergence_warmup = as_i64();
+  else if (key == "max_rollbacks") r.max_rollbacks = as_i64();
+  else if (key == "rollback_report") r.report = cast_arg<std::string>(value, what, "a str");
+  else return false;
+  return true;
+}
+
+// dtype: a name ('fp16'), a belay.DType or a NumPy dtype; anything else a TypeError naming the option.
+DType train_dtype(py::handle value) {
+  try {
+    return to_dtype(value);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    throw py::type_error("train: dtype must be 'fp32', 'fp16', 'bf16' or a dtype, got " + type_name(value));
+  }
+}
+
+// One keyword's value, read as the type the option takes; a wrong type is a TypeError that
+// names the option ("train: steps").
+struct Keyword {
+  const std::string& key;
+  py::handle value;
+  std::string what() const { return "train: " + key; }
+  int64_t i64() const { return cast_arg<int64_t>(value, what(), "an int"); }
+  int i32() const { return cast_arg<int>(value, what(), "an int"); }
+  float f32() const { return cast_arg<float>(value, what(), "a number"); }
+  double f64() const { return cast_arg<double>(value, what(), "a number"); }
+  std::string str() const { return cast_arg<std::string>(value, what(), "a str"); }
+  bool flag() const { return cast_arg<bool>(value, what(), "a bool"); }
+};
+
+// The options of the model, its sizes and the run's length (false for another key).
+bool read_model_option(TrainConfig& c, const Keyword& k, std::optional<int64_t>& out_features) {
+  const std::string& key = k.key;
+  if (key == "model") c.model = k.str();
+  else if (key == "in_features" || key == "in") c.in_features = k.i64();
+  else if (key == "out_features" || key == "out") c.out_features = *(out_features = k.i64());
+  else if (key == "hidden") c.hidden = k.i64();
+  else if (key == "layers") c.layers = k.i32();
+  else if (key == "batch") c.batch = k.i64();
+  else if (key == "micro_batch") c.micro_batch = k.i64();
+  else if (key == "steps") c.steps = k.i64();
+  else if (key == "seed") c.seed = cast_arg<uint64_t>(k.value, k.what(), "an int >= 0");
+  else if (key == "dtype") c.dtype = train_dtype(k.value);
+  else if (key == "device") c.device = k.str();
+  else if (key == "init") c.init = k.str();
+  else return false;
+  return true;
+}
+
+// The optimizer's options and the gradients' dtype (false for another key).
+bool read_optimizer_option(TrainConfig& c, const Keyword& k) {
+  const std::string& key = k.key;
+  if (key == "optimizer") c.optimizer = k.str();
+  else if (key == "lr") c.lr = k.f32();
+  else if (key == "weight_decay") c.weight_decay = k.f32();
+  else if (key == "momentum") c.momentum = k.f32();
+  else if (key == "schedule") c.schedule = k.str();
+  else if (key == "warmup") c.warmup = k.i64();
+  else if (key == "grad_dtype") {
+    const std::string g = k.str();
+    if (g != "fp32" && g != "compute") throw UsageError("unknown grad_dtype '" + g + "': use fp32 or compute");
+    c.low_precision_grads = g == "compute";
+  } else return false;
+  return true;
+}
+
+// The belts: clipping, loss scaling, planted faults, the skip-rate watch (false for another key).
+bool read_belt_option(TrainConfig& c, const Keyword& k, std::optional<bool>& scaler) {
+  const std::string& key = k.key;
+  if (key == "clip") c.max_norm = k.f32();
+  else if (key == "clip_mode") c.clip_mode = parse_clip_mode(k.str());
+  else if (key == "unfused") c.fused = !k.flag();
+  else if (key == "scaler") scaler = k.flag();
+  else if (key == "no_scaler") scaler = !k.flag();
+  else if (key == "init_scale") c.scaler.init_scale = k.f32();
+  else if (key == "growth_factor") c.scaler.growth_factor = k.f32();
+  else if (key == "backoff_factor") c.scaler.backoff_factor = k.f32();
+  else if (key == "growth_interval") c.scaler.growth_interval = k.i32();
+  else if (key == "hysteresis") c.scaler.hysteresis = k.i32();
+  else if (key == "min_scale") c.scaler.min_scale = k.f32();
+  else if (key == "max_scale") c.scaler.max_scale = k.f32();
+  else if (key == "skip_window") c.skip.window = k.i64();
+  else if (key == "skip_alert") c.skip.alert_rate = k.f64();
+  else if (key == "max_skip_rate") c.skip.max_rate = k.f64();
+  else if (key == "skip_patience") c.skip.patience = k.i64();
+  else if (key == "detect_anomaly") c.detect_anomaly = k.flag();
+  else if (key == "fp32_ops") c.fp32_ops = parse_fp32_ops(k.str());
+  else if (key == "inject_inf") {
+    if (py::isinstance<py::int_>(k.value)) c.inject_inf.insert(k.i64());
+    else for (int64_t s : cast_arg<std::vector<int64_t>>(k.value, k.what(), "an int or a list of ints")) c.inject_inf.insert(s);
+  } else if (key == "spike") read_spikes(k.value, c.spikes);
+  else return false;
+  return true;
+}
+
+// What the run writes and reads: the log, checkpoints, resume, output (false for another key).
+bool read_output_option(TrainConfig& c, const Keyword& k) {
+  const std::string& key = k.key;
+  if (key == "csv") c.csv = k.str();
+  else if (key == "checkpoint") c.checkpoint = k.str();
+  else if (key == "checkpoint_every") c.checkpoint_every = k.i64();
+  else if (key == "resume") c.resume = k.str();
+  else if (key == "stop_at") c.stop_at = k.i64();
+  else if (key == "new_experiment") c.new_experiment = k.flag();
+  else if (key == "show_steps") c.show_steps = k.flag();
+  else if (key == "sync_each_step") c.sync_each_step = k.flag();
+  else if (key == "quiet") c.quiet = k.flag();
+  else return false;
+  return true;
+}
+
+// belay.train(**options): the names are belay train's long options with '-' as '_'.
+TrainConfig train_config(const py::kwargs& kw) {
+  TrainConfig c;
+  std::optional<bool> scaler;
+  std::optional<int64_t> out_features;
+  py::object data = py::none();
+  for (auto [key_h, value] : kw) {
+    const std::string key = py::str(key_h);
+    const Keyword k{key, value};
+    if (key == "data") data = py::reinterpret_borrow<py::object>(value);
+    else if (!read_model_option(c, k, out_features) && !read_optimizer_option(c, k) && !read_belt_option(c, k, scaler) &&
+             !read_output_option(c, k) && !read_rollback_option(c.rollback, key, value))
+      throw UsageError("train: unknown option '" + key + "' (the options of `belay train --help`, '-' written '_'; "
+                       "--in/--out are in_features/out_features; the multi-process options --dist* and --bucket-mb "
+                       "are the CLI's alone)");
+  }
+  if (py::isinstance<py::str>(data)) c.data = data.cast<std::string>();
+  else if (!data.is_none()) c.make_dataset = array_dataset(data, out_features);
+  // As the CLI decides it: loss scaling on for FP16 unless said otherwise.
+  c.scaler_explicit = scaler.has_value();
+  c.scaler.enabled = scaler.value_or(c.dtype == DType::F16);
+  return c;
+}
+
+}  // namespace
+
+void bind_train(py::module_& m) {
+  // ---- belay train
+  m.def("train", [](py::kwargs kw) {
+    TrainConfig c = train_config(kw);
+    // Ctrl-C: Python's handler only sets a flag while the run holds no GIL. Between steps the
+    // run asks (with the GIL) whether a signal handler raised; if so it stops after the step
+    // as the CLI does on SIGINT (checkpoint written if asked), and the exception is raised here.
+    py::object raised_type, raised_value, raised_trace;  // what the handler raised, if it did
+    c.stop_requested = [&]() -> int {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) return 0;
+      PyObject *type, *value, *trace;
+      PyErr_Fetch(&type, &value, &trace);
+      PyErr_NormalizeException(&type, &value, &trace);
+      raised_type = py::reinterpret_steal<py::object>(type);
+      raised_value = py::reinterpret_steal<py::object>(value);
+      raised_trace = py::reinterpret_steal<py::object>(trace);
+      return SIGINT;
+    };
+    std::ostringstream out;
+    TrainResult result;
+    {
+      py::gil_scoped_release nogil;
+      result = Trainer(c, out).run();
+    }
+    c.stop_requested = nullptr;
+    if (!c.quiet) py::print(out.str(), py::arg("end") = "");
+    py::list rows;
+    for (const StepRow& r : result.rows) rows.append(to_py(r));
+    if (raised_type) {  // a KeyboardInterrupt (or what the user's handler raised), with the rows run
+      if (raised_value && PyObject_SetAttrString(raised_value.ptr(), "rows", rows.ptr()) != 0) PyErr_Clear();
+      PyErr_Restore(raised_type.release().ptr(), raised_value.release().ptr(), raised_trace.release().ptr());
+      throw py::error_already_set();
+    }
+    if (result.exit_code != 0) {  // the skip-rate stop or a stopping rollback: the CLI exits 1
+      py::object e = py::handle(error_type())(py::str(result.stop_reason.empty() ? "the run stopped early (exit code " +
+                                                                                std::to_string(result.exit_code) + ")"
+                                                                          : python_message(result.stop_reason)));
+      e.attr("rows") = rows;
+      e.attr("exit_code") = result.exit_code;
+      PyErr_SetObject(error_type(), e.ptr());
+      throw py::error_already_set();
+    }
+    return rows;
+  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows. "
+     "A run that stops early (max_skip_rate, a stopping rollback) raises belay.Error with the reason, its rows "
+     "in .rows; Ctrl-C stops after the step (checkpointing if asked) and raises KeyboardInterrupt, rows in .rows");
+}
+
+}  // namespace belay::python

@@ -1,0 +1,168 @@
+// `belay plot`: step logs read strictly, and the picture holds what it must: one line per
+// series, a mark for every skipped step in its reason's colour, both runs when overlaid.
+// (Well-formedness by an XML parser and rsvg-convert: tests/apps/cli/cli_test.sh.)
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "apps/plot/plot.h"
+#include "apps/run/train.h"
+#include "engine/error.h"
+#include "tests/files.h"
+
+using namespace belay;
+using belay::test::spit;
+
+namespace {
+
+std::string tmp(const std::string& name) { return test::temp_path("plot_test", name); }
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("plot: a step log is read as written, and anything else is refused with its line", "[apps][plot]") {
+  const std::string csv = tmp("run.csv");
+  TrainConfig c;
+  c.dtype = DType::F16;
+  c.steps = 12;
+  c.inject_inf = {5};
+  c.csv = csv;
+  c.quiet = true;
+  std::ostringstream out;
+  const TrainResult r = run_training(c, out);
+  const RunLog log = read_step_log(csv);
+  REQUIRE(log.rows.size() == r.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    CHECK(format_step_row(log.rows[i]) == format_step_row(r.rows[i]));  // every value back, bit for bit
+  }
+  CHECK(log.policy.empty());
+
+  const std::string bad = tmp("bad.csv");
+  spit(bad, "step,loss\n0,1\n");
+  CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("not a belay step log"));
+  spit(bad, std::string(kStepLogHeader) + "\n0,0.01,1,1,1,0,,1\n1,0.01,1,1,oops,0,,1\n");
+  CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("line 3") && Catch::Contains("'oops'"));
+  spit(bad, std::string(kStepLogHeader) + "\n0,0.01,1,1,1,2,,1\n");
+  CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("skipped must be 0 or 1"));
+  spit(bad, std::string(kStepLogHeader) + "\n");
+  CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("no rows"));
+  CHECK_THROWS_AS(read_step_log(tmp("missing.csv")), UsageError);
+  CHECK_THROWS_AS(write_plot({log}, tmp("run.jpg")), UsageError);
+  std::remove(csv.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST_CASE("plot: every skipped step is marked in its reason's colour, every series drawn", "[apps][plot]") {
+  RunLog a;
+  a.name = "amp & <fp16>.csv";  // escaped in the picture
+  for (int64_t s = 0; s < 20; ++s) {
+    StepRow r;
+    r.step = s;
+    r.lr = 0.01f;
+    r.loss = 1.0f / static_cast<float>(s + 1);
+    r.grad_l2_pre_clip = r.grad_l2_post_clip = 2.0f;
+    r.scaler_scale = s < 5 ? 65536.0f : 32768.0f;
+    if (s == 5) {
+      r.skipped = true;
+      r.skip_reason = "nonfinite_grad";
+      r.grad_l2_pre_clip = INFINITY;
+      r.grad_l2_post_clip = 0.0f;
+    }
+    if (s == 9) {
+      r.skipped = true;
+      r.skip_reason = "nonfinite_loss";
+      r.loss = NAN;
+    }
+    a.rows.push_back(r);
+  }
+  const std::string one = plot_svg({a});
+  // 4 panels, one vertical mark in each for each skip.
+  CHECK(count(one, "stroke=\"#d62728\" stroke-width=\"1.50\"") == 4);  // nonfinite_grad at step 5
+  CHECK(count(one, "stroke=\"#ff7f0e\" stroke-width=\"1.50\"") == 4);  // nonfinite_loss at step 9
+  CHECK(count(one, ">inf</text>") == 1);                               // the norm that has no place on the axis
+  CHECK(one.find("amp &amp; &lt;fp16&gt;.csv (20 rows, 2 skipped)") != std::string::npos);
+  CHECK(one.find("<fp16>") == std::string::npos);
+  // Loss (broken at the NaN: 2 lines), pre-clip (broken at the inf: 2), post-clip (not drawn
+  // on either skipped step: 3), scale, LR.
+  CHECK(count(one, "<polyline") == 9);
+  CHECK(one.find("<tspan") != std::string::npos);  // the scale's axis in powers of two
+
+  RunLog b = a;
+  b.name = "fp32.csv";
+  for (StepRow& r : b.rows) r.skipped = false;
+  const std::string two = plot_svg({a, b});
+  CHECK(two.find("fp32.csv (20 rows, 0 skipped)") != std::string::npos);
+  CHECK(count(two, "stroke=\"#2ca02c\"") > count(one, "stroke=\"#2ca02c\""));  // the second run's colour
+  CHECK_THROWS_AS(plot_svg({}), UsageError);
+  CHECK_THROWS_AS(plot_svg({a, a, a, a, a}), UsageError);
+}
+
+TEST_CASE("plot: rows a rollback abandoned are drawn faint and the policy change is marked", "[apps][plot]") {
+  RunLog a;
+  a.name = "rollback.csv";
+  for (int64_t s : {0, 1, 2, 3, 4, 2, 3, 4, 5}) {
+    StepRow r;
+    r.step = s;
+    r.lr = 0.01f;
+    r.loss = 1.0f;
+    r.grad_l2_pre_clip = r.grad_l2_post_clip = 1.0f;
+    r.scaler_scale = 1.0f;
+    a.rows.push_back(r);
+    a.policy.push_back(a.rows.size() <= 5 ? "fp16@lr=0.01" : "fp32@lr=0.01");
+  }
+  const std::string svg = plot_svg({a});
+  CHECK(count(svg, "policy: fp32@lr=0.01") == 1);
+  CHECK(count(svg, "opacity=\"0.30\"") > 0);
+}
+
+TEST_CASE("plot: the README demo's picture shows the injected skip and the scale's backoff", "[apps][plot]") {
+  // The demo: bash apps/belay.sh train --dtype fp16 --steps 30 --inject-inf 5 (docs/demo-run.svg).
+  TrainConfig c;
+  c.dtype = DType::F16;
+  c.steps = 30;
+  c.inject_inf = {5};
+  c.quiet = true;
+  std::ostringstream out;
+  RunLog log;
+  log.name = "run.csv";
+  log.rows = run_training(c, out).rows;
+  const std::string svg = plot_svg({log});
+  // The skip: one red mark per panel, all at one x.
+  std::vector<std::string> mark_x;
+  for (size_t at = svg.find("<line x1=\""); at != std::string::npos; at = svg.find("<line x1=\"", at + 1)) {
+    const size_t end = svg.find("/>", at);
+    const std::string line = svg.substr(at, end - at);
+    if (line.find("stroke=\"#d62728\" stroke-width=\"1.50\"") == std::string::npos) continue;
+    mark_x.push_back(line.substr(10, line.find('"', 10) - 10));
+  }
+  REQUIRE(mark_x.size() == 4);
+  for (const std::string& x : mark_x) CHECK(x == mark_x[0]);
+  // The backoff: the only vertical drop of any line, at the skip's x, going down (a smaller scale).
+  int drops = 0;
+  for (size_t at = svg.find("points=\""); at != std::string::npos; at = svg.find("points=\"", at + 1)) {
+    std::istringstream pts(svg.substr(at + 8, svg.find('"', at + 8) - at - 8));
+    std::string prev, cur;
+    while (pts >> cur) {
+      if (!prev.empty()) {
+        const std::string px = prev.substr(0, prev.find(',')), cx = cur.substr(0, cur.find(','));
+        const double py = std::stod(prev.substr(prev.find(',') + 1)), cy = std::stod(cur.substr(cur.find(',') + 1));
+        if (px == cx && py != cy) {
+          ++drops;
+          CHECK(cx == mark_x[0]);
+          CHECK(cy > py);  // SVG's y grows downwards
+        }
+      }
+      prev = cur;
+    }
+  }
+  CHECK(drops == 1);
+  CHECK(svg.find(">inf</text>") != std::string::npos);
+}
