@@ -829,6 +829,11 @@ BELAY_EMU_HOOK(4, uint32_t)
 BELAY_EMU_HOOK(8, uint64_t)
 BELAY_EMU_HOOK(16, __int128)
 #undef BELAY_EMU_HOOK
+// trace-loads/stores instrument only beside an edge-coverage kind, here inline-8bit-counters,
+// whose module constructors call this to register their counters. libFuzzer and the
+// sanitizer runtimes define it; a plain build (no ASan, no fuzzer) has no runtime that
+// does, so this empty weak one lets it link, and any runtime's definition takes precedence.
+__attribute__((weak)) void __sanitizer_cov_8bit_counters_init(char*, char*) {}
 }
 
 // ---- Atomics (cuda_shim.h): a fiber is never switched inside one of these ---------------------
