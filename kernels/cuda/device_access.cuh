@@ -34,18 +34,39 @@ __device__ __forceinline__ void store_f32(void* base, DType dtype, int64_t i, fl
   }
 }
 
+// A vector access (float2, float4, uint4: 8 or 16 bytes in one transaction): a plain
+// dereference on the GPU, which faults (cudaErrorMisalignedAddress) unless p is aligned to
+// sizeof(V). x86 forgives a misaligned one, so in the emulated build the address is checked
+// first and a misaligned access faults there too, skipping the access. Every vector access of
+// the kernels goes through these two: a kernel that dereferenced a vector type itself would
+// escape the emulator's check.
+template <class V>
+__device__ __forceinline__ V load_vector(const V* p) {
+#if BELAY_CUDA_EMULATION
+  if (!emu::vector_access_aligned(p, sizeof(V), false)) return V{};
+#endif
+  return *p;
+}
+template <class V>
+__device__ __forceinline__ void store_vector(V* p, const V& v) {
+#if BELAY_CUDA_EMULATION
+  if (!emu::vector_access_aligned(p, sizeof(V), true)) return;
+#endif
+  *p = v;
+}
+
 // Elements i .. i+7 (i a multiple of 8, base 16-byte aligned): one 16-byte load for 16-bit
 // dtypes, two for FP32. Why: the guard and AdamW are bound by memory bandwidth, and 16-byte
 // transactions per thread are what reaches it.
 __device__ __forceinline__ void load8_f32(const void* base, DType dtype, int64_t i, float out[8]) {
   if (dtype == DType::F32) {
     const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-    const float4 a = p[0], b = p[1];
+    const float4 a = load_vector(p), b = load_vector(p + 1);
     out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
     out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
     return;
   }
-  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
+  const uint4 raw = load_vector(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i));
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
   for (int w = 0; w < 4; ++w) {
     const uint16_t lo = static_cast<uint16_t>(words[w] & 0xffffu), hi = static_cast<uint16_t>(words[w] >> 16);
@@ -57,8 +78,8 @@ __device__ __forceinline__ void load8_f32(const void* base, DType dtype, int64_t
 __device__ __forceinline__ void store8_f32(void* base, DType dtype, int64_t i, const float in[8]) {
   if (dtype == DType::F32) {
     float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
-    p[0] = make_float4(in[0], in[1], in[2], in[3]);
-    p[1] = make_float4(in[4], in[5], in[6], in[7]);
+    store_vector(p, make_float4(in[0], in[1], in[2], in[3]));
+    store_vector(p + 1, make_float4(in[4], in[5], in[6], in[7]));
     return;
   }
   uint32_t words[4];
@@ -67,7 +88,8 @@ __device__ __forceinline__ void store8_f32(void* base, DType dtype, int64_t i, c
     const uint16_t hi = dtype == DType::F16 ? f32_to_f16_bits(in[2 * w + 1]) : f32_to_bf16_bits(in[2 * w + 1]);
     words[w] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
-  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i) = make_uint4(words[0], words[1], words[2], words[3]);
+  store_vector(reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i),
+               make_uint4(words[0], words[1], words[2], words[3]));
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

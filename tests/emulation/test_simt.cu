@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/emulation/simt.h"
 #include "kernels/cuda/simt_seam.cuh"
 
@@ -171,6 +172,57 @@ __global__ void uninit_kernel(uint32_t* out_u, uint32_t* out_f, uint32_t* out_dy
   u[t] = 0;
   f[t] = 1.0f;
   dyn[t] = 0;
+}
+
+// Case 9. Vector accesses as the kernels make them (device_access.cuh's load_vector and
+// store_vector): thread t loads the float4 at in + load_at + 4t and stores the float2 of its
+// pair sums at out + store_at + 2t. An offset of 1 float puts the access 4 bytes off the
+// float4's (or float2's) alignment.
+constexpr int kVectorThreads = 32;
+__global__ void vector_kernel(const float* in, float* out, int load_at, int store_at) {
+  const int t = static_cast<int>(threadIdx.x);
+  const float4 v = belay::cuda::load_vector(reinterpret_cast<const float4*>(in + load_at + 4 * t));
+  belay::cuda::store_vector(reinterpret_cast<float2*>(out + store_at + 2 * t), make_float2(v.x + v.y, v.z + v.w));
+}
+
+// Case 10. cp.async as the tensor-core GEMM issues it (the emulator's twin of its PTX):
+// thread t copies 16 bytes from in + src_at + 4t into its own chunk of shared memory at
+// float dst_at + 4t, waits, and writes the chunk out.
+__global__ void cp_async_kernel(const float* in, float* out, int src_at, int dst_at) {
+  BELAY_SHARED(float4, s, [kVectorThreads + 1]);
+  float* f = reinterpret_cast<float*>(&s[0]);
+  const int t = static_cast<int>(threadIdx.x);
+  belay::emu::cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(f + dst_at + 4 * t)), in + src_at + 4 * t,
+                          16);
+  belay::emu::cp_async_commit();
+  belay::emu::cp_async_wait(0);
+  for (int i = 0; i < 4; ++i) out[4 * t + i] = f[dst_at + 4 * t + i];
+}
+
+// Inputs for cases 9 and 10: one float4 per thread, and one float more for the offset.
+std::vector<float> vector_input() {
+  std::vector<float> in(4 * kVectorThreads + 4);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  return in;
+}
+
+// A launch that must fault with a misaligned address: the error is
+// cudaErrorMisalignedAddress (not a launch failure), its message names the kernel and the
+// access, and it is sticky, as after the fault on a GPU.
+void require_misaligned_fault(const char* kernel, const char* access) {
+  const cudaError_t e = cudaDeviceSynchronize();
+  INFO(cudaGetErrorName(e));
+  REQUIRE(e == cudaErrorMisalignedAddress);
+  const std::string text = cudaGetErrorString(e);
+  INFO(text);
+  CHECK(text.find("misaligned address") != std::string::npos);
+  CHECK(text.find(kernel) != std::string::npos);
+  CHECK(text.find(access) != std::string::npos);
+  CHECK(belay::emu::faults_reported() >= 1);
+  CHECK(cudaGetLastError() == cudaErrorMisalignedAddress);
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 16) == cudaErrorMisalignedAddress);  // sticky
+  CHECK(cudaDeviceSynchronize() == cudaErrorMisalignedAddress);
 }
 
 }  // namespace
@@ -450,4 +502,74 @@ TEST_CASE("uninitialised shared memory reads as 0xFF bytes in a fresh block", "[
   REQUIRE_CUDA(cudaFree(u));
   REQUIRE_CUDA(cudaFree(f));
   REQUIRE_CUDA(cudaFree(dyn));
+}
+
+// 9. Vector accesses: x86 forgives a misaligned one, the GPU faults with
+//    cudaErrorMisalignedAddress, and so does the emulator. Aligned ones run and give the values.
+TEST_CASE("vector accesses: aligned float4 loads and float2 stores run", "[emu]") {
+  float* in = device_copy(vector_input());
+  float* out = device_alloc<float>(2 * kVectorThreads + 2);
+  launch<vector_kernel>(dim3(1), dim3(kVectorThreads), 0, nullptr, in, out, 0, 0);
+  REQUIRE_CUDA(cudaGetLastError());
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  CHECK(belay::emu::faults_reported() == 0);
+  const auto h = host_copy(out, 2 * kVectorThreads);
+  for (int t = 0; t < kVectorThreads; ++t) {
+    const float base = 4.0f * t;
+    CHECK(h[2 * t] == base + base + 1.0f);
+    CHECK(h[2 * t + 1] == base + 2.0f + base + 3.0f);
+  }
+  REQUIRE_CUDA(cudaFree(in));
+  REQUIRE_CUDA(cudaFree(out));
+}
+
+// 9b. (Faults: its own process.)
+TEST_CASE("vector accesses: a float4 load 4 bytes off its alignment faults", "[emu][fault]") {
+  float* in = device_copy(vector_input());
+  float* out = device_alloc<float>(2 * kVectorThreads + 2);
+  REQUIRE(belay::emu::faults_reported() == 0);
+  launch<vector_kernel>(dim3(1), dim3(kVectorThreads), 0, nullptr, in, out, 1, 0);
+  require_misaligned_fault("vector_kernel", "loads 16 bytes");
+}
+
+// 9c. (Faults: its own process.)
+TEST_CASE("vector accesses: a float2 store 4 bytes off its alignment faults", "[emu][fault]") {
+  float* in = device_copy(vector_input());
+  float* out = device_alloc<float>(2 * kVectorThreads + 2);
+  REQUIRE(belay::emu::faults_reported() == 0);
+  launch<vector_kernel>(dim3(1), dim3(kVectorThreads), 0, nullptr, in, out, 0, 1);
+  require_misaligned_fault("vector_kernel", "stores 8 bytes");
+}
+
+// 10. cp.async: both addresses 16-byte aligned copies; a source or a destination 4 bytes off
+//     faults with cudaErrorMisalignedAddress.
+TEST_CASE("cp.async: aligned source and destination copy", "[emu]") {
+  float* in = device_copy(vector_input());
+  float* out = device_alloc<float>(4 * kVectorThreads);
+  launch<cp_async_kernel>(dim3(1), dim3(kVectorThreads), 0, nullptr, in, out, 4, 4);
+  REQUIRE_CUDA(cudaGetLastError());
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  CHECK(belay::emu::faults_reported() == 0);
+  const auto h = host_copy(out, 4 * kVectorThreads);
+  for (int i = 0; i < 4 * kVectorThreads; ++i) CHECK(h[i] == static_cast<float>(i + 4));
+  REQUIRE_CUDA(cudaFree(in));
+  REQUIRE_CUDA(cudaFree(out));
+}
+
+// 10b. (Faults: its own process.)
+TEST_CASE("cp.async: a source 4 bytes off 16-byte alignment faults", "[emu][fault]") {
+  float* in = device_copy(vector_input());
+  float* out = device_alloc<float>(4 * kVectorThreads);
+  REQUIRE(belay::emu::faults_reported() == 0);
+  launch<cp_async_kernel>(dim3(1), dim3(kVectorThreads), 0, nullptr, in, out, 1, 0);
+  require_misaligned_fault("cp_async_kernel", "cp.async from global memory");
+}
+
+// 10c. (Faults: its own process.)
+TEST_CASE("cp.async: a shared destination 4 bytes off 16-byte alignment faults", "[emu][fault]") {
+  float* in = device_copy(vector_input());
+  float* out = device_alloc<float>(4 * kVectorThreads);
+  REQUIRE(belay::emu::faults_reported() == 0);
+  launch<cp_async_kernel>(dim3(1), dim3(kVectorThreads), 0, nullptr, in, out, 0, 1);
+  require_misaligned_fault("cp_async_kernel", "cp.async to shared memory");
 }

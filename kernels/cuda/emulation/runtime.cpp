@@ -128,13 +128,22 @@ void enqueue(std::function<void()> op) {
   if (r.stream_mode == 1 || r.queue.size() > 64 || (r.rng() & 1u)) drain_all();
 }
 
-void kernel_fault(const std::string& report) {
+const char* plain_error_string(cudaError_t e);
+
+// The fault's own error (cudaErrorLaunchFailure, or cudaErrorMisalignedAddress), sticky, with
+// the report in its message.
+void kernel_fault(const std::string& report, cudaError_t error) {
   Runtime& r = rt();
-  r.sticky = cudaErrorLaunchFailure;
-  r.sticky_message = "unspecified launch failure (belay-emu: " + report + ")";
+  r.sticky = error;
+  r.sticky_message = std::string(plain_error_string(error)) + " (belay-emu: " + report + ")";
 }
 
+// The sticky fault's message names the kernel and what it did.
 const char* error_string(cudaError_t e) {
+  return e != cudaSuccess && e == rt().sticky ? rt().sticky_message.c_str() : plain_error_string(e);
+}
+
+const char* plain_error_string(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
@@ -146,8 +155,8 @@ const char* error_string(cudaError_t e) {
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
-    case cudaErrorLaunchFailure:
-      return rt().sticky == cudaErrorLaunchFailure ? rt().sticky_message.c_str() : "unspecified launch failure";
+    case cudaErrorMisalignedAddress: return "misaligned address";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
     default: return "unknown error";
   }
 }
@@ -206,7 +215,7 @@ void launch(const void* kernel, const char* name, dim3 grid, dim3 block, size_t 
   g->body = std::move(owned);
   enqueue([g] {
     const std::string report = run_grid(*g);
-    if (!report.empty()) kernel_fault(report);
+    if (!report.empty()) kernel_fault(report, g->fault_error);
   });
 }
 
@@ -248,6 +257,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     default: return "cudaErrorUnknown";
   }

@@ -156,6 +156,7 @@ struct Block {
   uint32_t interval = 0;
   std::vector<uint16_t> warp_epoch;
   std::string fault;  // the first fault, "" if none
+  cudaError_t fault_error = cudaSuccess;  // the first fault's CUDA error
   int faults = 0;
 };
 
@@ -189,14 +190,15 @@ std::string dim_text(uint3 v) {
 
 std::string thread_text(const Thread& t) { return "thread " + dim_text(t.c.thread_idx); }
 
-// A fault inside a kernel: the launch fails (runtime.cpp makes it a sticky error, as a
-// fault on a GPU is) and the first report is printed.
-void fault(const std::string& what) {
+// A fault inside a kernel: the launch fails (runtime.cpp makes `error` sticky, as a fault on
+// a GPU is) and the first report is printed.
+void fault(const std::string& what, cudaError_t error = cudaErrorLaunchFailure) {
   Block* b = g_block;
   if (!b) die(what);
   ++b->faults;
   if (b->fault.empty()) {
     b->fault = "in " + b->launch->name + " block " + dim_text(b->idx) + ": " + what;
+    b->fault_error = error;
     write_all(2, "belay-emu: " + b->fault + "\n");
     std::fflush(stderr);
   }
@@ -389,7 +391,17 @@ char* window_to_host(const Thread& t, uint32_t addr, size_t bytes, const char* w
   return r->host + (addr - r->window);
 }
 
-// ---- cp.async -----------------------------------------------------------------------------------
+// ---- Misaligned vector accesses and cp.async ------------------------------------------------------
+// x86 forgives a vector access at an address not aligned to its width; the GPU faults, with
+// cudaErrorMisalignedAddress (the grid stops, the context is lost).
+void misaligned(const Thread& t, const char* what, bool write, uintptr_t address, size_t width) {
+  char where[32];
+  std::snprintf(where, sizeof where, "%#llx", static_cast<unsigned long long>(address));
+  fault(std::string("misaligned address: ") + what + thread_text(t) + (write ? " stores " : " loads ") +
+            std::to_string(width) + " bytes at " + where + ", not " + std::to_string(width) + "-byte aligned",
+        cudaErrorMisalignedAddress);
+}
+
 void complete_copy(Thread& t, const AsyncCopy& c) {
   char* dst = window_to_host(t, c.dst, 16, "cp.async");
   if (!dst) return;
@@ -708,8 +720,25 @@ uint32_t shared_address(const void* generic) {
   return r->window + static_cast<uint32_t>(static_cast<const char*>(generic) - r->host);
 }
 
+bool vector_access_aligned(const void* p, size_t width, bool write) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if ((a & (width - 1)) == 0) return true;
+  misaligned(current("a vector access"), "", write, a, width);
+  return false;
+}
+
 void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   Thread& t = current("cp.async");
+  // cp.async.cg ... 16: both addresses aligned to the copy's 16 bytes (PTX ISA, cp.async),
+  // whatever src-size is. A misaligned one faults and copies nothing.
+  const uintptr_t from = reinterpret_cast<uintptr_t>(src);
+  if (dst % 16 != 0 || from % 16 != 0) {
+    if (dst % 16 != 0)
+      misaligned(t, "cp.async to shared memory: ", true, dst, 16);  // a shared-window address
+    else
+      misaligned(t, "cp.async from global memory: ", false, from, 16);
+    return;
+  }
   // The copy may land at any moment until its wait: a thread touching these bytes in this
   // barrier interval already races with it.
   if (char* p = window_to_host(t, dst, 16, "cp.async")) {
@@ -798,6 +827,7 @@ std::string run_grid(GridLaunch& launch) {
     b.regions.clear();
     b.next_window = 0;
     b.fault.clear();
+    b.fault_error = cudaSuccess;
     b.faults = 0;
     b.idx = uint3{static_cast<unsigned>(id % g.x), static_cast<unsigned>((id / g.x) % g.y),
                   static_cast<unsigned>(id / (static_cast<uint64_t>(g.x) * g.y))};
@@ -808,6 +838,7 @@ std::string run_grid(GridLaunch& launch) {
     if (!b.fault.empty()) {
       g_faults_reported += b.faults;
       fault_text = b.fault;
+      launch.fault_error = b.fault_error;
       break;  // a GPU stops the grid at a fault too; the context is lost from here on
     }
   }

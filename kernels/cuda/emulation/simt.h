@@ -47,9 +47,18 @@ void* dynamic_shared(size_t align);
 // shared-window address (static declarations first, then the dynamic region, as on a GPU).
 uint32_t shared_address(const void* generic);
 
+// ---- Vector accesses ------------------------------------------------------------------------
+// A vector access (float2, float4, uint4, ...: 8 or 16 bytes) at an address not aligned to
+// its width: the GPU faults with cudaErrorMisalignedAddress, where x86 would forgive it.
+// Returns whether p is aligned to `width`; if not, the fault is reported (the grid stops, the
+// error is sticky, the message names the kernel and the thread) and the caller skips the
+// access. device_access.cuh's load_vector/store_vector call it before every vector access.
+bool vector_access_aligned(const void* p, size_t width, bool write);
+
 // ---- PTX twins (the GEMM's cp.async pipeline, ldmatrix and mma.sync) -----------------------
 // cp.async.cg.shared.global [dst], [src], 16, src_bytes: nothing lands until the thread's
-// wait_group retires its group, as on hardware where a missing wait reads stale data.
+// wait_group retires its group, as on hardware where a missing wait reads stale data. Both
+// addresses must be 16-byte aligned (a misaligned one faults as above, and copies nothing).
 void cp_async_16(uint32_t dst, const void* src, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);

@@ -15,10 +15,14 @@ struct GridLaunch {
   dim3 grid, block;
   size_t smem = 0;
   std::unique_ptr<LaunchBody> body;
+  // Set by run_grid with a fault: the CUDA error it makes sticky (cudaErrorLaunchFailure, or
+  // cudaErrorMisalignedAddress for a misaligned vector access, as the GPU reports each).
+  cudaError_t fault_error = cudaSuccess;
 };
 
 // Runs every block of the grid, in an order drawn from the seed. Returns "" or, for a fault
-// (a race, a divergent barrier, a deadlock, an out-of-bounds shared access), its report.
+// (a race, a divergent barrier, a deadlock, an out-of-bounds shared access, a misaligned
+// vector access), its report; launch.fault_error is then the fault's CUDA error.
 std::string run_grid(GridLaunch& launch);
 
 // BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queue.
