@@ -37,6 +37,12 @@ target_include_directories(belay_emulator_tests PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(belay_emulator_tests PRIVATE belay_core Catch2::Catch2WithMain)
 catch_discover_tests(belay_emulator_tests TEST_PREFIX "emu.simt." PROPERTIES LABELS "emulated")
 
+# The misaligned-access check sees the vector accesses made through load_vector/store_vector
+# only: no kernel source makes one otherwise.
+add_test(NAME emu.vector_access_lint COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/vector_access_lint.sh
+                                             ${PROJECT_SOURCE_DIR})
+set_tests_properties(emu.vector_access_lint PROPERTIES LABELS emulated)
+
 # belay train --device cuda, end to end on the emulated device: the CLI's own run, its CSV,
 # and the same run on the CPU to compare with.
 add_test(NAME emu.train_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/train_cli.sh $<TARGET_FILE:belay>)
