@@ -180,16 +180,12 @@ CheckpointInfo inspect_file(const SafetensorsFile& f, const std::string& path) {
 CheckpointInfo inspect_checkpoint(const std::string& path) { return inspect_file(read_safetensors(path), path); }
 
 RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                         const std::map<std::string, std::string>& settings, bool new_experiment) {
+                         const std::map<std::string, std::string>& settings, bool new_experiment,
+                         const std::function<void(const RunState&)>& accept) {
   const SafetensorsFile f = read_safetensors(path);
   const CheckpointInfo info = inspect_file(f, path);
   const std::map<std::string, std::string>& saved = info.state.settings;
   const std::vector<std::string> policy_changes = check_resume_settings(path, saved, settings, new_experiment);
-  if (!info.cpu_isa.empty() && info.cpu_isa != active_cpu_isa_name())
-    print_line(std::cerr, "belay: warning: checkpoint '" + path + "' was written by the " + info.cpu_isa +
-                              " CPU path, this run uses " + active_cpu_isa_name() +
-                              ": the run continues, but not bit for bit as it would have on " + info.cpu_isa +
-                              " (--cpu-isa chooses the path)");
   // Check every tensor the model and the optimizer need before touching anything.
   std::vector<std::pair<const SafetensorsEntry*, Tensor*>> plan;
   auto expect = [&](const std::string& name, Tensor& dst) {
@@ -215,7 +211,13 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
     return it != m.end() && it->second == "1";
   };
   st.scaler_state_loaded = scaler_on(saved) == scaler_on(settings);
-  // All checked: now copy.
+  if (accept) accept(st);  // the caller's own checks (the data position), still before any write
+  // All checked: a warning, if any, and then the copy (a refused file says one line only).
+  if (!info.cpu_isa.empty() && info.cpu_isa != active_cpu_isa_name())
+    print_line(std::cerr, "belay: warning: checkpoint '" + path + "' was written by the " + info.cpu_isa +
+                              " CPU path, this run uses " + active_cpu_isa_name() +
+                              ": the run continues, but not bit for bit as it would have on " + info.cpu_isa +
+                              " (--cpu-isa chooses the path)");
   for (auto& [e, dst] : plan) dst->copy_from(f.tensor(e->name));
   for (Var& p : params) p.set_working_dtype(p.dtype());  // the working copy is the rounded master
   opt.set_step_count(st.optimizer_steps);

@@ -15,6 +15,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -98,8 +99,11 @@ uint64_t replica_checksum(const Module& model, const ScalerState& scaler);
 // UsageError naming the file and the problem, and the model and optimizer are untouched.
 // `settings`: this run's (check_resume_settings compares them). Every rank of a
 // data-parallel run loads the same file itself: any world size dividing the batch.
+// `accept` (optional) sees the state once the file is checked and before anything is
+// written or warned: the caller's own checks (a dataset's position) throw from there.
 RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
-                         const std::map<std::string, std::string>& settings, bool new_experiment = false);
+                         const std::map<std::string, std::string>& settings, bool new_experiment = false,
+                         const std::function<void(const RunState&)>& accept = {});
 // --init: initial FP32 weights under the state-dict names; every parameter must be present
 // with its shape (F32, F16 or BF16 in the file).
 void load_initial_weights(const std::string& path, Module& model);

@@ -31,7 +31,10 @@ void bind_checkpoints(py::module_& m) {
         static_cast<void (*)(const std::string&, const Module&, Optimizer&, const RunState&)>(&save_checkpoint),
         py::arg("path"), py::arg("model"), py::arg("optimizer"), py::arg("state"),
         "Atomic: masters, optimizer state and the run state in one safetensors file");
-  m.def("load_checkpoint", &load_checkpoint, py::arg("path"), py::arg("model"), py::arg("optimizer"),
+  m.def("load_checkpoint",
+        [](const std::string& path, Module& model, Optimizer& opt, const std::map<std::string, std::string>& settings,
+           bool new_experiment) { return load_checkpoint(path, model, opt, settings, new_experiment); },
+        py::arg("path"), py::arg("model"), py::arg("optimizer"),
         py::arg("settings") = std::map<std::string, std::string>{}, py::arg("new_experiment") = false,
         "Checks everything, then loads masters and optimizer state; returns the RunState");
   m.def("inspect_checkpoint", [](const std::string& path) {

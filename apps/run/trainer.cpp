@@ -249,10 +249,11 @@ TrainResult run_training(const TrainConfig& config, std::ostream& out) { return 
 // only when asked for, and then recorded.
 void Trainer::resume() {
   if (c_.resume.empty()) return;
-  const RunState st = load_checkpoint(c_.resume, *model_, *opt_, settings_, c_.new_experiment);
+  // The data position is checked with the file, before the checkpoint is loaded or warned of.
+  const RunState st = load_checkpoint(c_.resume, *model_, *opt_, settings_, c_.new_experiment,
+                                      [&](const RunState& s) { data_->set_position(s.data_position); });
   if (st.scaler_state_loaded) scaler_->load_state(st.scaler);
   experiment_ = st.experiment;
-  data_->set_position(st.data_position);
   records_ = st.records;
   first_step_ = st.next_step;
   safe_step_->set_next_step(first_step_);
