@@ -14,6 +14,11 @@
 #include <cub/block/block_reduce.cuh>
 #endif
 
+// Element i of n, for i = this thread's index, stepping by the grid's thread count: the
+// element-wise kernels' loop (any n with any grid).
+#define BELAY_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
 namespace belay::cuda {
 
 constexpr int kBlock = 256;  // threads per block of the elementwise and reduction kernels

@@ -18,9 +18,6 @@ using cuda::kBlock;
 using cuda::load_f32;
 using cuda::store_f32;
 
-#define BELAY_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 __global__ void binary_kernel(BinaryOp op, const void* a, DType da, const void* b, DType db, void* out, DType dout,
                               int64_t n) {
   BELAY_GRID_STRIDE(i, n) {

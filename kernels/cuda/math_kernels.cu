@@ -20,9 +20,6 @@ using cuda::kBlock;
 using cuda::load_f32;
 using cuda::store_f32;
 
-#define BELAY_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 __global__ void unary_kernel(UnaryOp op, float p, const void* x, DType dx, void* y, DType dy, int64_t n) {
   BELAY_GRID_STRIDE(i, n) store_f32(y, dy, i, unary_f32(op, load_f32(x, dx, i), p));
 }
