@@ -203,7 +203,12 @@ void CommState::run() {
   });
   // Not joined: stopped, or a peer aborted (wait_for set ncclRemoteError).
   int expected = ncclInProgress;
-  if (joined) status.compare_exchange_strong(expected, ncclSuccess);
+  if (joined) {
+    // Every rank has mapped the segment: its name is no longer needed, and a rank that is
+    // killed later leaves nothing behind in /dev/shm.
+    shm_unlink(name.c_str());
+    status.compare_exchange_strong(expected, ncclSuccess);
+  }
   for (;;) {
     std::shared_ptr<Job> job;
     {
