@@ -56,10 +56,11 @@ if run_pair fp32 --dtype fp32 --steps 20 --batch 32 --seed 3 --clip 0.5; then
     pass "fp32: 20 gradient all-reduces per rank" || fail "fp32: $(grep '^dist' "$tmp/fp32.two.out")"
 fi
 
-# 2. fp16 with accumulation and a growing scale that overflows by itself, many buckets: the
-# same skips and scale sequence, weights within the fp32 bound (FP32 gradient buffers).
+# 2. fp16 with accumulation, a growing scale and a spike that overflows the scaled gradient
+# at step 5 (a real skip, not a planted one), many buckets: the same skips and scale
+# sequence, weights within the fp32 bound (FP32 gradient buffers).
 fp16=(--model mlp --in 32 --hidden 64 --layers 3 --dtype fp16 --steps 12 --batch 32 --seed 3 --micro-batch 8
-      --growth-interval 2)
+      --growth-interval 2 --spike 5:1e4)
 two_only=(--bucket-mb 0.01)
 if run_pair fp16 "${fp16[@]}"; then
   skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16.one.csv" | tr '\n' ' ')
@@ -135,7 +136,7 @@ children() {
 rank_pid() {
   local p
   for p in $(children "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+    tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
   done
 }
 kill_run=(--model mlp --in 32 --hidden 64 --steps 100000 --seed 9)
@@ -156,7 +157,7 @@ failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN DIST-TIMEOUT
   kill -$sig "$victim"
   wait $mp
   rc=$?
-  tr '\0' '\n' <"/proc/$victim/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && kill -KILL "$victim" 2>/dev/null
+  tr '\0' '\n' 2>/dev/null <"/proc/$victim/environ" | grep -qx "OMPI_COMM_WORLD_RANK=1" && kill -KILL "$victim" 2>/dev/null
   local lines=cat
   [[ "$want" == '^belay: '* ]] && lines=belay_lines
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && $lines "$tmp/$name.err" | grep -q "$want"; then
