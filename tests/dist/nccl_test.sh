@@ -121,7 +121,7 @@ failure() {  # NAME PATTERN ENV ARGS...
   fi
 }
 # NCCL's init never completes (rank 1 never joins): bounded by --dist-timeout.
-failure init_hang "^belay: error: rank 0: no answer from the other ranks for 2 s in NCCL's init" \
+failure init_hang "^belay: error: rank [01]: no answer from the other ranks for 2 s in NCCL's init" \
   BELAY_EMU_NCCL_HANG_RANK=1 --steps 3 --dist-timeout 2
 # An asynchronous NCCL error on rank 1's 4th all-reduce: read while waiting, named.
 failure async_error "^belay: error: rank 1: NCCL: asynchronous error in .*: unhandled system error" \
