@@ -88,6 +88,18 @@ if run_pair fp16 "${fp16[@]}"; then
 fi
 two_only=()
 
+# 2b. BF16 and FP16 gradient buffers (--grad-dtype compute), summed in their dtype with a
+# rounding per hop: the all-gather hands every rank the same bits, so the replicas agree
+# after every step (a checkpoint every step compares their checksums; a mismatch stops the
+# run). Against one process no bound is claimed here: the per-hop bound (N-1) u sum_r |x_r|
+# is on the ranks' own gradients, which may cancel (nccl_ring_tests checks it element-wise).
+for dt in bf16 fp16; do
+  mpi 2 "$belay" train "${nccl[@]}" --model mlp --in 32 --hidden 64 --dtype $dt --grad-dtype compute --steps 6 \
+    --batch 32 --seed 4 --checkpoint "$tmp/$dt.ckpt" --checkpoint-every 1 --quiet >"$tmp/out" 2>&1 &&
+    pass "$dt gradient buffers: 6 steps, the replicas' checksums agree after every step" ||
+    fail "$dt gradient buffers: $(cat "$tmp/out")"
+done
+
 # 3. An inf planted on rank 1 only: only the belts' agreement tells rank 0; both skip step 5,
 # and the replicas agree after every step (a checkpoint every step checks it).
 two_only=(--inject-rank 1)
