@@ -99,8 +99,8 @@ void check_all_reduce(DType dtype, ncclDataType_t nccl_type, size_t count, bool 
   }
   std::memcpy(out.data(), pinned, count * es);
 
-  // The slot size of nccl.cpp (1 MiB): a buffer past n slots runs in slices.
-  const size_t slot_elems = (size_t{1} << 20) / es;
+  // The slot size of nccl.cpp (64 KiB): a buffer past n slots runs in slices.
+  const size_t slot_elems = (size_t{64} << 10) / es;
   std::vector<float> got(count), expected_bits(count);
   std::vector<double> exact(count), magnitude(count);
   size_t differ = 0;
@@ -131,8 +131,8 @@ TEST_CASE("emulated ncclAllReduce sums in the dtype along the ring in order on t
   check_all_reduce(DType::F32, ncclFloat32, 1000, true);
   check_all_reduce(DType::F16, ncclFloat16, 7, true);
   check_all_reduce(DType::BF16, ncclBfloat16, 1001, false);
-  // Past 3 slots of 1 MiB: two slices, each its own ring.
-  check_all_reduce(DType::F16, ncclFloat16, (size_t{3} << 19) + 12345, true);
+  // Past 3 slots of 64 KiB: two slices, each its own ring (a cut inside the second).
+  check_all_reduce(DType::F16, ncclFloat16, 3 * (size_t{32} << 10) + 12345, true);
 }
 
 }  // namespace

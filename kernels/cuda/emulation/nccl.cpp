@@ -50,7 +50,7 @@
 namespace belay::emu {
 namespace {
 
-constexpr size_t kSlotBytes = size_t{1} << 20;  // one message of the ring, per rank
+constexpr size_t kSlotBytes = size_t{64} << 10;  // one message of the ring, per rank (tests/dist/test_nccl_ring.cpp too)
 constexpr int kMaxRanks = 64;
 constexpr char kIdMagic[8] = "belayem";
 
