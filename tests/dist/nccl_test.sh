@@ -59,7 +59,7 @@ fi
 # 2. fp16 with accumulation, a growing scale and a spike that overflows the scaled gradient
 # at step 5 (a real skip, not a planted one), many buckets: the same skips and scale
 # sequence, weights within the fp32 bound (FP32 gradient buffers).
-fp16=(--model mlp --in 32 --hidden 64 --layers 3 --dtype fp16 --steps 8 --batch 32 --seed 3 --micro-batch 8
+fp16=(--model mlp --in 32 --hidden 64 --layers 2 --dtype fp16 --steps 8 --batch 32 --seed 3 --micro-batch 8
       --growth-interval 2 --spike 5:1e4 --bucket-mb 0.01)
 if run_pair fp16 "${fp16[@]}"; then
   skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16.one.csv" | tr '\n' ' ')
