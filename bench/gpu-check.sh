@@ -132,6 +132,25 @@ if [ -x "$BELAY_BIN" ] && command -v mpirun >/dev/null 2>&1 && [ "${NGPU:-0}" -g
     echo "nccl -np $np rc=$?"; grep -E '^(done|dist|belay: error)' "$OUT/nccl-$np.out"
   done
   cmp "$OUT/nccl-local.csv" "$OUT/nccl-1.csv" && echo "nccl -np 1: the CSV equals the local run's, byte for byte"
+  # The 2-rank case (tests/dist/nccl_test.sh runs it on the emulated device in CI): the skip and
+  # scale columns must equal the local run's (the belts agreed across ranks), the losses close.
+  if [ "$NGPU" -ge 2 ]; then
+    [ "$NGPU" -gt 2 ] && timeout 90 mpirun --allow-run-as-root --oversubscribe -np 2 "$BELAY_BIN" "${NCCL_RUN[@]}" \
+      --dist nccl --csv "$OUT/nccl-2.csv" > "$OUT/nccl-2.out" 2>&1
+    if diff <(cut -d, -f1,2,6,7,8 "$OUT/nccl-local.csv") <(cut -d, -f1,2,6,7,8 "$OUT/nccl-2.csv") >/dev/null; then
+      echo "nccl -np 2: step/lr/skip/scale columns equal the local run's; worst loss difference (relative):" \
+        "$(paste -d, "$OUT/nccl-local.csv" "$OUT/nccl-2.csv" | awk -F, 'NR > 1 { d = ($5 - $13) / $5; if (d < 0) d = -d; if (d > w) w = d } END { printf "%.3g", w }')"
+    else
+      echo "nccl -np 2: FAILED: the belt columns differ from the local run's"
+    fi
+  else
+    echo "skipped: nccl -np 2 needs 2 GPUs, this machine has $NGPU"
+    # One GPU, two ranks: refused before NCCL starts, with one line (the device is the rank's
+    # index on its node, and two ranks must not share a GPU).
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$BELAY_BIN" "${NCCL_RUN[@]}" --dist nccl \
+      > "$OUT/nccl-shared.out" 2>&1
+    echo "nccl -np 2 on 1 GPU rc=$? (want 2): $(grep -m1 '^belay: error' "$OUT/nccl-shared.out")"
+  fi
 else
   echo "skipped: no belay binary, no mpirun, or no GPU"
 fi

@@ -82,6 +82,10 @@ class Communicator {
   // moves data only when called (`--dist-progress-thread`; MPI only).
   virtual void set_progress_thread(bool on);
 
+  // Connects to the peers once the settings above are made (NCCL's init, bounded by the
+  // timeout); a communicator that needs nothing more does nothing. Called once, before use.
+  virtual void connect() {}
+
   // The gradient buckets' size (`--bucket-mb`), in bytes of FP32 gradient; 0: one bucket.
   void set_bucket_bytes(size_t bytes) { bucket_bytes_ = bytes; }
   size_t bucket_bytes() const { return bucket_bytes_; }

@@ -44,8 +44,11 @@ struct NcclCommunicator::State {
   float* pinned = nullptr;         // 4 floats of page-locked host memory
 };
 
-NcclCommunicator::NcclCommunicator() : s_(std::make_unique<State>()) {
-  // Every rank decides together: a rank that threw alone would leave the others in NCCL's init.
+NcclCommunicator::NcclCommunicator() : s_(std::make_unique<State>()) {}
+
+// The device is the rank's index among the ranks on its node. Every rank decides together: a
+// rank that threw alone would leave the others in NCCL's init.
+void NcclCommunicator::choose_device() {
   int gpus = 0;
   const cudaError_t rc = cudaGetDeviceCount(&gpus);
   const int missing = (rc != cudaSuccess || gpus == 0) ? 1 : 0;
@@ -56,15 +59,64 @@ NcclCommunicator::NcclCommunicator() : s_(std::make_unique<State>()) {
                              : std::string("--dist nccl needs a GPU for every rank, and another rank sees none; "
                                            "use --dist mpi on the CPU"));
   }
-  s_->device = rank() % gpus;
+  MPI_Comm node;
+  int local_rank = 0, local_size = 1;
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex_);
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &node) != MPI_SUCCESS)
+      throw Error("MPI: MPI_Comm_split_type (the ranks of this node) failed");
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_free(&node);
+  }
+  // The most crowded node, the same on every rank, so that rank 0 says it for all.
+  const int crowded = max_over_ranks(local_size > gpus ? local_size * 65536 + gpus : 0);
+  if (crowded != 0)
+    throw UsageError("--dist nccl: " + std::to_string(crowded / 65536) + " ranks on a node with " +
+                     std::to_string(crowded % 65536) + " GPU(s): two ranks would share a GPU (each rank takes the GPU "
+                     "of its index on its node); start at most one rank per GPU (mpirun --npernode " +
+                     std::to_string(crowded % 65536) + ")");
+  s_->device = local_rank;
   check_cuda(cudaSetDevice(s_->device), "cudaSetDevice");
+}
+
+bool NcclCommunicator::check_async_error(const char* what) {
+  ncclResult_t state = ncclSuccess;
+  check_nccl(ncclCommGetAsyncError(s_->comm, &state), "ncclCommGetAsyncError");
+  if (state == ncclSuccess) return false;
+  if (state == ncclInProgress) return true;
+  ncclCommAbort(s_->comm);  // NCCL's kernels may wait for a peer forever: end them
+  s_->comm = nullptr;
+  throw Error(std::string("NCCL: asynchronous error in ") + what + ": " + ncclGetErrorString(state) +
+              " (the NCCL communicator was aborted; stopping every rank)");
+}
+
+void NcclCommunicator::wait_ready(const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (check_async_error(what)) {
+    if (seconds_since(t0) > timeout_seconds_) {
+      ncclCommAbort(s_->comm);
+      s_->comm = nullptr;
+      check_deadline(t0, what);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void NcclCommunicator::connect() {
+  choose_device();
   ncclUniqueId id;
   if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
   MPI_Request request;
   if (MPI_Ibcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD, &request) != MPI_SUCCESS)
     throw Error("MPI: MPI_Ibcast of the NCCL unique id failed");
   wait(&request, 1, "the broadcast of the NCCL unique id");
-  check_nccl(ncclCommInitRank(&s_->comm, world_size(), id, rank()), "ncclCommInitRank");
+  // Non-blocking: a peer that never joins must not hang this rank past --dist-timeout.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const ncclResult_t rc = ncclCommInitRankConfig(&s_->comm, world_size(), id, rank(), &config);
+  if (rc != ncclInProgress) check_nccl(rc, "ncclCommInitRankConfig");
+  wait_ready("NCCL's init (ncclCommInitRankConfig)");
   check_cuda(cudaStreamCreateWithFlags(&s_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check_cuda(cudaEventCreateWithFlags(&s_->produced, cudaEventDisableTiming), "cudaEventCreate");
   check_cuda(cudaEventCreateWithFlags(&s_->reduced, cudaEventDisableTiming), "cudaEventCreate");
@@ -94,7 +146,12 @@ void NcclCommunicator::start_bucket(size_t /*index*/, Bucket& bucket) {
     check_nccl(ncclAllReduce(g->data(), g->data(), static_cast<size_t>(g->numel()), nccl_type(g->dtype()), ncclSum,
                              s_->comm, s_->stream),
                "ncclAllReduce of a gradient bucket");
-  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  // A non-blocking communicator may still be enqueueing the group: wait for it (deadline).
+  const ncclResult_t rc = ncclGroupEnd();
+  if (rc == ncclInProgress)
+    wait_ready("ncclGroupEnd of a gradient bucket");
+  else
+    check_nccl(rc, "ncclGroupEnd");
 }
 
 // The compute stream waits for the last bucket (and so for all: one stream, in order).
@@ -115,12 +172,16 @@ void NcclCommunicator::read_scalars(const std::vector<Tensor*>& scalars, const c
   }
   check_cuda(cudaEventRecord(s_->copied, nullptr), "cudaEventRecord");
   // Polled, not synchronised: a peer that hangs in NCCL holds this stream too, and the
-  // deadline must still fire.
+  // deadline must still fire; NCCL's asynchronous error is read while waiting.
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     const cudaError_t rc = cudaEventQuery(s_->copied);
     if (rc == cudaSuccess) return;
     if (rc != cudaErrorNotReady) check_cuda(rc, "cudaEventQuery");
+    // "Not yet" is recorded as the thread's last error too: left there, the backend's next
+    // launch check would take it for a failed launch (as kernels/cuda/pinned_transfers.cpp says).
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+    check_async_error(what);
     check_deadline(t0, what);
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }

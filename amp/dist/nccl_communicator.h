@@ -1,8 +1,14 @@
 // Data parallelism between GPUs over NCCL (in the CUDA toolkit), one process per GPU,
 // started by mpirun: MPI gives the rank and world size and carries NCCL's unique id from
-// rank 0 to the others; rank r uses GPU r % (GPUs on its node), made the current device
-// before anything is allocated (the CUDA backend runs on the current device, "cuda:0").
-// Built only with the CUDA backend, MPI and NCCL (BELAY_HAVE_NCCL).
+// rank 0 to the others. A rank uses the GPU of its index on its node (MPI_Comm_split_type,
+// MPI_COMM_TYPE_SHARED: with --map-by node the global rank would put two ranks on one GPU),
+// made the current device before anything is allocated (the CUDA backend runs on the current
+// device, "cuda:0"); more ranks on a node than GPUs is refused before NCCL starts.
+// NCCL's init is non-blocking, polled with --dist-timeout (an init whose peer never joins
+// hangs forever otherwise), and every wait on the GPU reads NCCL's asynchronous error: the
+// communicator is aborted and the run ends naming NCCL's error.
+// Built with the CUDA backend, MPI and NCCL (BELAY_HAVE_NCCL); in the emulated build against
+// the emulated NCCL (kernels/cuda/emulation/nccl.cpp).
 //
 // Gradients travel in the same buckets as over MPI (amp/dist/bucketed_communicator.h), reduced
 // in place in their own dtype by ncclAllReduce on a second stream: a bucket's reduction is
@@ -21,9 +27,11 @@ namespace belay {
 
 class NcclCommunicator final : public MpiCommunicator {
  public:
-  // Throws UsageError (on every rank alike) when a rank sees no GPU.
   NcclCommunicator();
   ~NcclCommunicator() override;
+  // Chooses the device and starts NCCL. Throws UsageError (on every rank alike) when a rank
+  // sees no GPU or would share one; Error when NCCL's init fails or outlasts the timeout.
+  void connect() override;
 
   std::string name() const override { return "nccl"; }
   void agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) override;
@@ -42,6 +50,12 @@ class NcclCommunicator final : public MpiCommunicator {
   // Copies n device floats to the pinned buffer and waits for them with the deadline.
   void read_scalars(const std::vector<Tensor*>& scalars, const char* what);
   void write_scalars(const std::vector<Tensor*>& scalars);
+  void choose_device();
+  // Throws (after aborting the communicator) when NCCL reports an asynchronous error;
+  // returns whether the communicator is still busy (ncclInProgress).
+  bool check_async_error(const char* what);
+  // Polls until the communicator is no longer in progress, with the deadline.
+  void wait_ready(const char* what);
 
   struct State;  // NCCL and CUDA handles (their headers stay out of this one)
   std::unique_ptr<State> s_;

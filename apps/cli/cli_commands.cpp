@@ -130,6 +130,7 @@ int run_sweep_command(SweepCommand& s, int argc, char** argv, std::unique_ptr<Co
   if (s.dist != "local") {
     comm = make_communicator(s.dist);
     s.config.base.comm = comm.get();
+    comm->connect();
   } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {
     throw UsageError(std::string("sweep started by mpirun with ") + n +
                      " processes but without --dist mpi: use belay sweep --ranks N (it starts mpirun)");

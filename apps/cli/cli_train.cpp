@@ -168,6 +168,7 @@ void set_dist(TrainCommand& t, std::unique_ptr<Communicator>& comm) {
     comm->set_bucket_bytes(static_cast<size_t>(t.bucket_mb * 1048576.0));
     comm->set_timeout_seconds(t.dist_timeout);
     comm->set_progress_thread(t.progress_thread);
+    comm->connect();  // NCCL's init, bounded by --dist-timeout
   } else if (t.progress_thread) {
     throw UsageError("--dist-progress-thread needs --dist mpi");
   } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && std::atoi(n) > 1) {

@@ -101,5 +101,33 @@ belay_planted_bug(chunk_boundary FILE kernels/cuda/multi_tensor.cuh
   RECOMPILE kernels/cuda/guard_kernels.cu kernels/cuda/optimizer_kernels.cu
   FILTER "cuda adamw follows the CPU step by step and is a no-op under found_inf")
 
+# --dist nccl on 2 ranks of the emulated device, and the emulated NCCL's ring on 3
+# (tests/dist/nccl_test.sh); only where MPI (and so NCCL) is built.
+if(BELAY_HAVE_NCCL)
+  add_executable(nccl_ring_tests ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_nccl_ring.cpp)
+  target_link_libraries(nccl_ring_tests PRIVATE belay_core Catch2::Catch2WithMain)
+  add_test(NAME emu.dist_nccl COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/nccl_test.sh $<TARGET_FILE:belay>
+           $<TARGET_FILE:compare_checkpoints> $<TARGET_FILE:nccl_ring_tests>)
+  set_tests_properties(emu.dist_nccl PROPERTIES LABELS emulated SKIP_RETURN_CODE 77)
+  # A planted bug in the NCCL path: the ring's reduction order shifted by one rank (chunk c
+  # summed from x_{c-1}), which only the order check on 3 ranks sees. The mutant nccl.cpp is
+  # linked before belay_core; planted_bugs.sh runs it through a wrapper that starts mpirun.
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/planted/nccl_ring_order)
+  add_custom_command(OUTPUT ${dir}/kernels/cuda/emulation/nccl.cpp
+    COMMAND ${BELAY_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py nccl_ring_order ${PROJECT_SOURCE_DIR}
+            ${dir}/kernels/cuda/emulation/nccl.cpp
+    DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cuda/emulation/nccl.cpp ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py
+    COMMENT "planting nccl_ring_order in kernels/cuda/emulation/nccl.cpp")
+  add_executable(planted_nccl_ring_order ${dir}/kernels/cuda/emulation/nccl.cpp
+                 ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_nccl_ring.cpp)
+  target_link_libraries(planted_nccl_ring_order PRIVATE belay_core Catch2::Catch2WithMain)
+  file(GENERATE OUTPUT ${dir}/run.sh CONTENT "#!/usr/bin/env bash
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+ASAN_OPTIONS=\"\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}detect_leaks=0\" exec mpirun --allow-run-as-root --oversubscribe -np 3 $<TARGET_FILE:planted_nccl_ring_order> \"\$@\"
+" FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+  list(APPEND BELAY_PLANTED_BUGS
+       "nccl_ring_order|${dir}/run.sh|emulated ncclAllReduce sums in the dtype along the ring in order on the stream")
+endif()
+
 add_test(NAME planted_bugs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/planted_bugs.sh ${BELAY_PLANTED_BUGS})
 set_tests_properties(planted_bugs PROPERTIES LABELS "emulated")

@@ -38,6 +38,14 @@ BUGS = {
         "BELAY_HD constexpr int swizzle_chunk(int row, int chunk) { return chunk ^ (row & 7); }",
         "BELAY_HD constexpr int swizzle_chunk(int row, int chunk) { return (chunk ^ (row & 7)) & 6; }",
     ),
+    # The emulated NCCL's ring sums the elements of range k starting from rank k-1 instead of
+    # rank k (the chunks relabelled by one): every rank still ends with the same bits, within
+    # any tolerance of the exact sum, but not in NCCL's order.
+    "nccl_ring_order": (
+        "kernels/cuda/emulation/nccl.cpp",
+        "    *at = chunk_begin(len, n, c);\n    *count = chunk_begin(len, n, c + 1) - *at;\n",
+        "    *at = chunk_begin(len, n, mod(c + 1, n));\n    *count = chunk_begin(len, n, mod(c + 1, n) + 1) - *at;\n",
+    ),
     # Each block's chunk one element longer: the last element of a chunk is also the first of
     # the next block's, updated twice.
     "chunk_boundary": (

@@ -10,6 +10,7 @@
 // refuse what the real runtime refuses, with its error codes, and a fault in a kernel is
 // sticky: every later call returns it, as after a fault on a GPU.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "kernels/cuda/emulation/simt_internal.h"
 
@@ -50,6 +52,11 @@ struct Runtime {
   std::string sticky_message;
   std::deque<std::function<void()>> queue;
   uint64_t enqueued = 0, executed = 0;
+  // Stalls (enqueue_stall_on_stream): the queued operation of this number does not start
+  // until its predicate holds (work another agent does, such as the emulated NCCL's ring).
+  std::map<uint64_t, std::function<bool()>> stalls;
+  int device_count = 1;  // BELAY_EMU_DEVICES
+  int current_device = 0;
   std::map<const void*, size_t> max_dynamic_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
   // Events and streams belong to the context until destroyed, as in the real runtime (which
   // reclaims the rest when the process ends): kept here, they are never reported as leaks.
@@ -66,6 +73,10 @@ struct Runtime {
     device_limit = (mem && *mem ? std::strtoull(mem, nullptr, 10) : 4096ull) << 20;
     const char* mode = std::getenv("BELAY_EMU_STREAM");
     stream_mode = mode && std::string(mode) == "immediate" ? 1 : 0;
+    // BELAY_EMU_DEVICES: how many devices this process sees (default 1), so that two ranks
+    // on one machine can each be given a device of their own, as on a node with N GPUs.
+    const char* devices = std::getenv("BELAY_EMU_DEVICES");
+    if (devices && *devices) device_count = std::max(1, std::min(64, std::atoi(devices)));
   }
 };
 
@@ -103,17 +114,34 @@ bool is_pinned(const void* p, size_t bytes) {
 // (mapped, with unified addressing).
 bool device_visible(const void* p, size_t bytes) { return find(p, bytes) != nullptr; }
 
+// Whether the operation at the head may start; a stalled one is waited for only by a call
+// that waits for the device (`wait`), as the real runtime's synchronising calls do: a
+// launch or a query never blocks the host on work that another agent has to finish.
+bool head_ready(bool wait) {
+  Runtime& r = rt();
+  auto it = r.stalls.find(r.executed + 1);
+  if (it == r.stalls.end()) return true;
+  while (!it->second()) {
+    if (!wait) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  r.stalls.erase(it);
+  return true;
+}
+
 // Runs queued operations until `until` of them have executed. A kernel's fault makes the
 // error sticky and drops what is queued behind it: the context is gone.
-void drain(uint64_t until) {
+void drain(uint64_t until, bool wait = true) {
   Runtime& r = rt();
   while (r.executed < until && !r.queue.empty()) {
+    if (!head_ready(wait)) return;
     auto op = std::move(r.queue.front());
     r.queue.pop_front();
     ++r.executed;
     op();
     if (r.sticky != cudaSuccess) {
       r.queue.clear();
+      r.stalls.clear();
       r.executed = r.enqueued;
     }
   }
@@ -125,7 +153,7 @@ void enqueue(std::function<void()> op) {
   r.queue.push_back(std::move(op));
   ++r.enqueued;
   // The adversary: sometimes the device is idle and runs it now, sometimes it lags behind.
-  if (r.stream_mode == 1 || r.queue.size() > 64 || (r.rng() & 1u)) drain_all();
+  if (r.stream_mode == 1 || r.queue.size() > 64 || (r.rng() & 1u)) drain(r.enqueued, /*wait=*/false);
 }
 
 const char* plain_error_string(cudaError_t e);
@@ -170,6 +198,24 @@ std::map<std::string, int>& launch_bounds() {
 std::string base_name(const std::string& name) { return name.substr(0, name.find('<')); }
 
 }  // namespace
+
+// The seams for work that is not a kernel (the emulated NCCL): in order with the stream's
+// other work (one queue serves every stream today).
+void enqueue_on_stream(cudaStream_t stream, std::function<void()> op) {
+  (void)stream;
+  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
+  if (rt().sticky != cudaSuccess) return;
+  enqueue(std::move(op));
+}
+
+void enqueue_stall_on_stream(cudaStream_t stream, std::function<bool()> done) {
+  (void)stream;
+  Runtime& r = rt();
+  std::lock_guard<std::recursive_mutex> lock(r.mutex);
+  if (r.sticky != cudaSuccess) return;
+  r.stalls[r.enqueued + 1] = std::move(done);
+  enqueue([] {});
+}
 
 bool register_launch_bounds(const char* kernel, int max_threads) {
   auto [it, fresh] = launch_bounds().emplace(kernel, max_threads);
@@ -265,17 +311,23 @@ const char* cudaGetErrorName(cudaError_t error) {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return fail(cudaErrorInvalidValue);
-  *count = 1;
+  *count = rt().device_count;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
   if (!device) return fail(cudaErrorInvalidValue);
-  *device = 0;
+  *device = rt().current_device;
   return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+// Each device of BELAY_EMU_DEVICES is the same emulated H200 (one memory, one queue: a process
+// uses one device, as belay does).
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= rt().device_count) return fail(cudaErrorInvalidDevice);
+  rt().current_device = device;
+  return cudaSuccess;
+}
 
 cudaError_t cudaRuntimeGetVersion(int* v) {
   if (!v) return fail(cudaErrorInvalidValue);
@@ -286,7 +338,7 @@ cudaError_t cudaDriverGetVersion(int* v) { return cudaRuntimeGetVersion(v); }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
   if (!prop) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= rt().device_count) return fail(cudaErrorInvalidDevice);
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof(prop->name), "NVIDIA H200 (belay SIMT emulator)");
   prop->totalGlobalMem = rt().device_limit;
@@ -316,7 +368,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
 
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
   if (!value) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= rt().device_count) return fail(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = belay::emu::kSmCount; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(belay::emu::kSharedPerBlockOptin); break;
@@ -500,6 +552,11 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  (void)flags;  // blocking or not with the legacy stream: one queue orders everything anyway
+  return cudaStreamCreate(stream);
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Lock lock(rt().mutex);
   return rt().streams.erase(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
@@ -541,7 +598,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event_of(event)) return fail(cudaErrorInvalidResourceHandle);
   BELAY_EMU_STICKY();
   const uint64_t seq = event_of(event)->seq;
-  if (rt().executed < seq && (rt().rng() & 1u)) drain(rt().executed + 1);  // the device moves on a little
+  if (rt().executed < seq && (rt().rng() & 1u)) drain(rt().executed + 1, false);  // the device moves on a little
   BELAY_EMU_STICKY();
   // An event never recorded counts as complete, as on a GPU.
   return rt().executed >= seq ? cudaSuccess : fail(cudaErrorNotReady);
@@ -551,6 +608,15 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(rt().mutex);
   if (!event_of(event)) return fail(cudaErrorInvalidResourceHandle);
   drain(event_of(event)->seq);
+  BELAY_EMU_STICKY();
+  return cudaSuccess;
+}
+
+// One in-order queue: the stream's later work already follows everything recorded before.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  (void)stream;
+  Lock lock(rt().mutex);
+  if (!event_of(event) || flags != 0) return fail(event_of(event) ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
   BELAY_EMU_STICKY();
   return cudaSuccess;
 }

@@ -2,6 +2,7 @@
 // hands a validated launch to simt.cpp (the scheduler), which runs its grid.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,14 @@ struct GridLaunch {
 // (a race, a divergent barrier, a deadlock, an out-of-bounds shared access, a misaligned
 // vector access), its report; launch.fault_error is then the fault's CUDA error.
 std::string run_grid(GridLaunch& launch);
+
+// Work that is not a kernel, queued in order with the stream's other work: `op` runs when
+// the device reaches it (the emulated NCCL posts a collective to its ring there).
+void enqueue_on_stream(cudaStream_t stream, std::function<void()> op);
+// The stream's later work waits until `done()` holds (the ring has finished). A call that
+// waits for the device (a synchronize, a synchronous copy) waits for it; a launch or an event
+// query never blocks the host on it, as a GPU's stream waiting for a NCCL kernel does not.
+void enqueue_stall_on_stream(cudaStream_t stream, std::function<bool()> done);
 
 // BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queue.
 uint64_t emulator_seed();

@@ -1,0 +1,139 @@
+// The emulated NCCL's all-reduce, run by mpirun on N ranks (tests/dist/nccl_test.sh runs it on
+// 3, where the order of a ring's sums shows): each rank's result must be, bit for bit, the
+// ring's documented order (kernels/cuda/emulation/nccl.cpp: chunk c summed as
+// ((x_c + x_{c+1}) + x_{c+2}) + ..., rounded to the dtype at every hop), and within the
+// tolerance helper's bound of the FP64 sum: N-1 roundings of u each, on partial sums no
+// larger than sum |x_i|, are inside tolerance_for(dtype, dtype, N) * sum |x_i|.
+// The work is ordered on a stream as a GPU orders it: the inputs are copied in on the stream,
+// the result copied out after the collective and waited for by polling an event.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "tests/tolerance.h"
+
+namespace belay::test {
+namespace {
+
+struct Mpi {
+  Mpi() { MPI_Init(nullptr, nullptr); }
+  ~Mpi() { MPI_Finalize(); }
+};
+Mpi& mpi() {
+  static Mpi m;
+  return m;
+}
+
+// Rank r's element i: magnitudes spread over 2^-8 .. 2^8 and both signs, so that the order of
+// the sums changes the rounded result.
+float input(int r, size_t i) {
+  uint64_t h = (static_cast<uint64_t>(r) + 1) * 0x9e3779b97f4a7c15ull ^ (i * 0xbf58476d1ce4e5b9ull);
+  h ^= h >> 31;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 29;
+  const double mant = 1.0 + static_cast<double>(h & 0xffff) / 65536.0;
+  const int exp = static_cast<int>((h >> 16) % 17) - 8;
+  return static_cast<float>(((h >> 40) & 1 ? -1.0 : 1.0) * std::ldexp(mant, exp));
+}
+
+// The documented ring order for element i of a buffer of `count` elements.
+float ring_sum(DType dtype, size_t count, size_t i, int n, size_t slot_elems, std::vector<char>& one) {
+  const size_t slice = static_cast<size_t>(n) * slot_elems;
+  const size_t first = i / slice * slice, len = std::min(slice, count - first), at = i - first;
+  int c = 0;
+  while (len * static_cast<size_t>(c + 1) / static_cast<size_t>(n) <= at) ++c;
+  auto rounded = [&](float x) {
+    store_from_f32(one.data(), dtype, 0, x);
+    return load_as_f32(one.data(), dtype, 0);
+  };
+  float acc = rounded(input(c, i));
+  for (int k = 1; k < n; ++k) acc = rounded(acc + rounded(input((c + k) % n, i)));
+  return acc;
+}
+
+void check_all_reduce(DType dtype, ncclDataType_t nccl_type, size_t count, bool in_place) {
+  mpi();
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  ncclUniqueId id;
+  if (rank == 0) REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = nullptr;
+  REQUIRE(ncclCommInitRank(&comm, n, id, rank) == ncclSuccess);
+
+  const size_t es = dtype_size(dtype);
+  std::vector<char> host(count * es), out(count * es), one(4);
+  for (size_t i = 0; i < count; ++i) store_from_f32(host.data(), dtype, i, input(rank, i));
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  void *send = nullptr, *recv = nullptr;
+  REQUIRE(cudaMalloc(&recv, count * es) == cudaSuccess);
+  send = recv;
+  if (!in_place) REQUIRE(cudaMalloc(&send, count * es) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(send, host.data(), count * es, cudaMemcpyHostToDevice, stream) == cudaSuccess);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclAllReduce(send, recv, count, nccl_type, ncclSum, comm, stream) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  void* pinned = nullptr;
+  REQUIRE(cudaMallocHost(&pinned, count * es) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(pinned, recv, count * es, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  cudaEvent_t done;
+  REQUIRE(cudaEventCreate(&done) == cudaSuccess);
+  REQUIRE(cudaEventRecord(done, stream) == cudaSuccess);
+  // Polled, as belay waits: the peers' halves arrive while this host thread goes on.
+  for (cudaError_t rc; (rc = cudaEventQuery(done)) != cudaSuccess;) {
+    REQUIRE(rc == cudaErrorNotReady);
+    (void)cudaGetLastError();
+    ncclResult_t state;
+    REQUIRE(ncclCommGetAsyncError(comm, &state) == ncclSuccess);
+    REQUIRE(state == ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  std::memcpy(out.data(), pinned, count * es);
+
+  // The slot size of nccl.cpp (64 KiB): a buffer past n slots runs in slices.
+  const size_t slot_elems = (size_t{64} << 10) / es;
+  std::vector<float> got(count), expected_bits(count);
+  std::vector<double> exact(count), magnitude(count);
+  size_t differ = 0;
+  for (size_t i = 0; i < count; ++i) {
+    got[i] = load_as_f32(out.data(), dtype, i);
+    expected_bits[i] = ring_sum(dtype, count, i, n, slot_elems, one);
+    for (int r = 0; r < n; ++r) {
+      store_from_f32(one.data(), dtype, 0, input(r, i));
+      const double x = load_as_f32(one.data(), dtype, 0);
+      exact[i] += x;
+      magnitude[i] += std::fabs(x);
+    }
+    if (std::memcmp(&got[i], &expected_bits[i], 4) != 0) ++differ;
+  }
+  INFO("rank " << rank << " of " << n << ", " << dtype_name(dtype) << ", " << count << " elements");
+  check_close(got, exact, tolerance_for(dtype, dtype, n), magnitude);
+  CHECK(differ == 0);  // the ring's order, bit for bit
+
+  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
+  cudaFreeHost(pinned);
+  cudaFree(recv);
+  if (!in_place) cudaFree(send);
+  cudaEventDestroy(done);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("emulated ncclAllReduce sums in the dtype along the ring in order on the stream", "[nccl]") {
+  check_all_reduce(DType::F32, ncclFloat32, 1000, true);
+  check_all_reduce(DType::F16, ncclFloat16, 7, true);
+  check_all_reduce(DType::BF16, ncclBfloat16, 1001, false);
+  // Past 3 slots of 64 KiB: two slices, each its own ring (a cut inside the second).
+  check_all_reduce(DType::F16, ncclFloat16, 3 * (size_t{32} << 10) + 12345, true);
+}
+
+}  // namespace
+}  // namespace belay::test
