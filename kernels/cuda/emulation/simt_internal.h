@@ -1,7 +1,9 @@
-// Between the emulator's two halves: runtime.cpp (the CUDA runtime calls, the stream queue)
-// hands a validated launch to simt.cpp (the scheduler), which runs its grid.
+// Between the emulator's parts: runtime.cpp (the CUDA runtime calls, the stream queues)
+// hands a validated launch to simt.cpp (the scheduler), which runs its grid; other emulated
+// libraries (NCCL) queue their work on a stream through enqueue_on_stream.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,5 +34,12 @@ uint64_t emulator_seed();
 // __PRETTY_FUNCTION__: gcc spells a template kernel with its arguments
 // ("gemm_tc_kernel<true, true, false>"), clang (the CI build) with its name alone.
 std::string short_kernel_name(const char* pretty_function);
+
+// Queues `op` on `stream` (0: the legacy default stream), behind the stream's work and what
+// the legacy stream's implicit synchronisation adds, as a kernel launch would be queued; it
+// runs on the emulated device when its turn comes, under the runtime's lock. A stream that
+// is not one (or cudaStreamPerThread), or a context lost to a fault, records that error as
+// the thread's last error and the operation never runs.
+void enqueue_on_stream(cudaStream_t stream, std::function<void()> op);
 
 }  // namespace belay::emu
