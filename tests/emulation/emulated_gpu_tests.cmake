@@ -104,6 +104,9 @@ belay_planted_bug(swizzle_collision FILE kernels/cuda/gemm_layout.h
 belay_planted_bug(chunk_boundary FILE kernels/cuda/multi_tensor.cuh
   RECOMPILE kernels/cuda/guard_kernels.cu kernels/cuda/optimizer_kernels.cu
   FILTER "cuda adamw follows the CPU step by step and is a no-op under found_inf")
+belay_planted_bug(readback_no_wait FILE kernels/cuda/pinned_transfers.cpp
+  RECOMPILE kernels/cuda/pinned_transfers.cpp
+  FILTER "cuda read_async returns the scalars in order*")
 
 add_test(NAME planted_bugs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/planted_bugs.sh ${BELAY_PLANTED_BUGS})
 set_tests_properties(planted_bugs PROPERTIES LABELS "emulated")
