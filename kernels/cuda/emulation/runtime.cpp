@@ -435,6 +435,7 @@ cudaError_t cudaPeekAtLastError(void) {
 }
 
 const char* cudaGetErrorString(cudaError_t error) { return belay::emu::error_string(error); }
+
 const char* cudaGetErrorName(cudaError_t error) {
   const belay::emu::ErrorText* t = belay::emu::error_text(error);
   return t ? t->name : "unrecognized error code";
@@ -567,6 +568,7 @@ cudaError_t cudaFreeHost(void* ptr) {
 cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int flags) {
   Lock lock(rt().mutex);
   if (!device || flags != 0) return fail(cudaErrorInvalidValue);
+  BELAY_EMU_STICKY();
   const char* base = nullptr;
   const belay::emu::Allocation* a = belay::emu::find(host, 1, &base);
   if (!a || !a->pinned) return fail(cudaErrorInvalidValue);
@@ -577,6 +579,7 @@ cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int fla
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
   Lock lock(rt().mutex);
   if (!free_bytes || !total) return fail(cudaErrorInvalidValue);
+  BELAY_EMU_STICKY();
   *total = rt().device_limit;
   *free_bytes = rt().device_limit - rt().device_bytes;
   return cudaSuccess;
