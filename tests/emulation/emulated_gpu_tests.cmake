@@ -1,7 +1,7 @@
 # The GPU suite (tests/gpu/) on the emulated device (BELAY_CUDA_EMULATION), included by
 # tests/CMakeLists.txt:
 #  - every test case once per scheduler seed (BELAY_EMU_SEED): the threads of a block and
-#    the blocks of a grid run in an order drawn from it, and so do the stream's drains;
+#    the blocks of a grid run in an order drawn from it, and so does the streams' work;
 #  - each run appends how often every kernel ran to emulated-kernels.log
 #    (emulation/coverage_log.cpp), which tests/emulation/kernel_coverage.sh turns into
 #    "emulated kernels: N of M ran";

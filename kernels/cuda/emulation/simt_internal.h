@@ -27,7 +27,7 @@ struct GridLaunch {
 // vector access), its report; launch.fault_error is then the fault's CUDA error.
 std::string run_grid(GridLaunch& launch);
 
-// BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queue.
+// BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queues.
 uint64_t emulator_seed();
 
 // The kernel's name as the coverage report and fault reports print it, from the compiler's
