@@ -3,7 +3,8 @@
 
     plant.py BUG SOURCE_ROOT OUT_FILE
 
-Each bug is one exact text replacement in one file of kernels/cuda/. The text must occur
+Each bug is one exact text replacement in one file of kernels/cuda/ (a kernel, or the host code
+that drives them). The text must occur
 exactly once: if the kernels change so that it no longer does, this fails loudly instead of
 planting nothing (a planted-bug test that plants no bug would pass for the wrong reason).
 """
@@ -52,6 +53,13 @@ BUGS = {
         "kernels/cuda/multi_tensor.cuh",
         "return {r, start, start + kChunk < r.n ? start + kChunk : r.n};",
         "return {r, start, start + kChunk + 1 < r.n ? start + kChunk + 1 : r.n};",
+    ),
+    # The host's wait in a readback: wait() reads the pinned slot before the gather kernel
+    # that fills it has run (a host read before the sync).
+    "readback_no_wait": (
+        "kernels/cuda/pinned_transfers.cpp",
+        "    if (!waited_) {\n      BELAY_CUDA_CHECK(cudaEventSynchronize(slot_->done));\n",
+        "    if (!waited_) {\n",
     ),
 }
 

@@ -18,40 +18,12 @@
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/emulation/simt.h"
 #include "kernels/cuda/simt_seam.cuh"
+#include "tests/emulation/emu_test_util.h"
 
 namespace {
 
 using belay::cuda::launch;
-
-// ---- Host helpers -------------------------------------------------------------------------------
-#define REQUIRE_CUDA(call)                                                   \
-  do {                                                                       \
-    const cudaError_t belay_e = (call);                                      \
-    INFO(#call << ": " << cudaGetErrorName(belay_e) << " ("                 \
-               << cudaGetErrorString(belay_e) << ")");                       \
-    REQUIRE(belay_e == cudaSuccess);                                         \
-  } while (0)
-
-template <class T>
-T* device_alloc(size_t n) {
-  void* p = nullptr;
-  REQUIRE_CUDA(cudaMalloc(&p, n * sizeof(T)));
-  return static_cast<T*>(p);
-}
-
-template <class T>
-T* device_copy(const std::vector<T>& host) {
-  T* d = device_alloc<T>(host.size());
-  REQUIRE_CUDA(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-template <class T>
-std::vector<T> host_copy(const T* d, size_t n) {
-  std::vector<T> host(n);
-  REQUIRE_CUDA(cudaMemcpy(host.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
+using namespace belay::emu_test;
 
 // ---- Kernels ------------------------------------------------------------------------------------
 

@@ -111,5 +111,8 @@ bool register_launch_bounds(const char* kernel, int max_threads);
 // ---- For tests of the emulator itself -------------------------------------------------------
 // How many races (and other kernel faults) the emulator has reported in this process.
 int faults_reported();
+// Draws the stream queues' schedule from `seed` from now on, as BELAY_EMU_SEED=seed would have
+// from the start: one process can show that two seeds order two streams' work differently.
+void reseed_stream_order(uint64_t seed);
 
 }  // namespace belay::emu

@@ -1,5 +1,6 @@
-// Between the emulator's two halves: runtime.cpp (the CUDA runtime calls, the stream queue)
-// hands a validated launch to simt.cpp (the scheduler), which runs its grid.
+// Between the emulator's parts: runtime.cpp (the CUDA runtime calls, the stream queues)
+// hands a validated launch to simt.cpp (the scheduler), which runs its grid; other emulated
+// libraries (NCCL) queue their work on a stream through enqueue_on_stream.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -26,20 +27,25 @@ struct GridLaunch {
 // vector access), its report; launch.fault_error is then the fault's CUDA error.
 std::string run_grid(GridLaunch& launch);
 
-// Work that is not a kernel, queued in order with the stream's other work: `op` runs when
-// the device reaches it (the emulated NCCL posts a collective to its ring there).
-void enqueue_on_stream(cudaStream_t stream, std::function<void()> op);
 // The stream's later work waits until `done()` holds (the ring has finished). A call that
 // waits for the device (a synchronize, a synchronous copy) waits for it; a launch or an event
 // query never blocks the host on it, as a GPU's stream waiting for a NCCL kernel does not.
 void enqueue_stall_on_stream(cudaStream_t stream, std::function<bool()> done);
 
-// BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queue.
+// BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queues.
 uint64_t emulator_seed();
 
 // The kernel's name as the coverage report and fault reports print it, from the compiler's
 // __PRETTY_FUNCTION__: gcc spells a template kernel with its arguments
 // ("gemm_tc_kernel<true, true, false>"), clang (the CI build) with its name alone.
 std::string short_kernel_name(const char* pretty_function);
+
+// Queues `op` on `stream` (0: the legacy default stream), behind the stream's work and what
+// the legacy stream's implicit synchronisation adds, as a kernel launch would be queued; it
+// runs on the emulated device when its turn comes, under the runtime's lock. A stream that
+// is not one (or cudaStreamPerThread), or a context lost to a fault, records that error as
+// the thread's last error and the operation never runs. (The emulated NCCL posts a
+// collective to its ring there.)
+void enqueue_on_stream(cudaStream_t stream, std::function<void()> op);
 
 }  // namespace belay::emu
