@@ -2,9 +2,9 @@
 # Line coverage of the GPU path on the emulated device: what a real GPU build runs, every
 # file of kernels/cuda/ but the emulator (kernels/cuda/emulation/), and the NCCL communicator
 # (amp/dist/nccl_communicator.cpp) when the build compiles it. Needs a build configured with
-# -DBELAY_EMU_LINE_COVERAGE=ON (clang's source-based coverage) whose tests ran with
-#   LLVM_PROFILE_FILE=<build>/profraw/%m-%p.profraw      (one file per process: no clobbering)
-# (clear <build>/profraw before the run). Merges those files, prints
+# -DBELAY_EMU_LINE_COVERAGE=ON (clang's source-based coverage), whose programs write
+# <build>/profraw/%m-%p.profraw (one file per process: no clobbering; clear the folder
+# before the tests run). Merges those files, prints
 #   GPU path: N of M lines executed (P%)
 # and writes every line not executed, as FILE:LINE: source, to <build>/gpu-path-uncovered.txt;
 # docs/gpu-path-uncovered.md says why each kind of line is left. Exit 0 whatever the figure
