@@ -38,6 +38,7 @@ if [ -f "$DEST/MANIFEST" ] && [ "$(cat "$DEST/MANIFEST")" = "${manifest%$'\n'}" 
   exit 0
 fi
 
+mkdir -p "$(dirname "$DEST")"
 tmp="$(mktemp -d "${DEST%/}.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 for p in "${packages[@]}"; do
