@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# ONE prepared run for a lent GPU (an H200, sm_90), in under 8 minutes:
+# ONE prepared run for a lent GPU (an H200, sm_90), within BELAY_GPU_CHECK_BUDGET_S (default
+# 420 s: every stage's timeout is cut to what is left of it, so a run ends by then whatever
+# hangs, and a rerun on the still-warm machine, whose build is kept, fits in the session too):
 #   1. configure for sm_90 only into build-gpu-check/, build what the checks need
 #      (the ptxas register/spill report of every kernel is kept: $OUT/ptxas-table.txt)
 #   2. ctest -L gpu (every CUDA op against the CPU, the guard's inf/NaN hunt, 200-step runs)
@@ -11,8 +13,23 @@
 #      on the same tensors
 # Writes $OUT/gpu-check.log (everything), $OUT/summary.json and the pieces it is made of.
 # Usage: OUT=/some/dir bench/gpu-check.sh   (from anywhere; default OUT=./gpu-check-out)
+# The lent machine has nvcc, CMake, ninja and PyTorch but none of Debian's -dev packages and
+# no network: gather them here first, and carry the folder (git-ignored) with the run:
+#   bash third_party/vendor_gpu_deps.sh          # -> third_party/vendored/ (~14 MB), once
+#   device run: command "bash bench/gpu-check.sh", carry ["third_party/vendored"], timeout_s 480
+# When third_party/vendored/usr exists it is passed as BELAY_DEPS_PREFIX (searched first).
+# tests/install/gpu_check_rehearsal.sh rehearses the configure on a CPU machine with the
+# system's copies hidden (CI runs it). No MPI there: the --dist nccl stage says it is skipped.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CONFIGURE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+if [ -d "$ROOT/third_party/vendored/usr" ]; then
+  CONFIGURE_ARGS+=("-DBELAY_DEPS_PREFIX=$ROOT/third_party/vendored/usr")
+fi
+# tests/install/gpu_check_rehearsal.sh: the configure line alone, into BUILD, with extra args.
+if [ "${1:-}" = "--configure-only" ]; then
+  exec cmake -S "$ROOT" -B "${2:?usage: gpu-check.sh --configure-only BUILD [CMAKE_ARGS...]}" "${CONFIGURE_ARGS[@]}" "${@:3}"
+fi
 OUT="${OUT:-$PWD/gpu-check-out}"
 BUILD="$ROOT/build-gpu-check"
 JOBS="$(nproc 2>/dev/null || echo 8)"
@@ -20,17 +37,28 @@ mkdir -p "$OUT"
 LOG="$OUT/gpu-check.log"
 exec > >(tee -a "$LOG") 2>&1
 START=$(date +%s)
+BUDGET="${BELAY_GPU_CHECK_BUDGET_S:-420}"
 stamp() { echo "== [$(( $(date +%s) - START )) s] $*"; }
+# cap SECONDS: the stage's own limit, cut to what the budget has left once 20 s are kept for
+# the summary (at least 1: `timeout 0` would mean no limit at all). budget_left SECONDS: is
+# that much left? If not, the stage is skipped and says so.
+left_s() { echo $(( START + BUDGET - 20 - $(date +%s) )); }
+cap() { local left; left=$(left_s); (( left < 1 )) && left=1; echo $(( $1 < left ? $1 : left )); }
+budget_left() { (( $(left_s) >= $1 )) || { stamp "skipped: less than $1 s of the ${BUDGET} s budget left"; return 1; }; }
 
 stamp "belay gpu-check at $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || echo "nvidia-smi: not available"
 
 stamp "configure (sm_90)"
-timeout 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  > "$OUT/configure.log" 2>&1 || { stamp "configure FAILED"; tail -30 "$OUT/configure.log"; }
+if ! timeout "$(cap 90)" cmake -S "$ROOT" -B "$BUILD" "${CONFIGURE_ARGS[@]}" > "$OUT/configure.log" 2>&1; then
+  stamp "configure FAILED: nothing else can run"; tail -30 "$OUT/configure.log"
+  [ -d "$ROOT/third_party/vendored/usr" ] ||
+    echo "no third_party/vendored/: run third_party/vendor_gpu_deps.sh where the packages are, and carry it"
+  exit 1
+fi
 
 stamp "build"
-timeout 240 cmake --build "$BUILD" -j "$JOBS" --target belay_core belay_train belay belay_gpu_tests > "$OUT/build.log" 2>&1
+timeout "$(cap 240)" cmake --build "$BUILD" -j "$JOBS" --target belay_core belay_train belay belay_gpu_tests > "$OUT/build.log" 2>&1
 BUILD_RC=$?
 grep -E "error|FAILED" "$OUT/build.log" | head -20
 stamp "build rc=$BUILD_RC"
@@ -40,12 +68,12 @@ ARCHS=sm_90 bash "$ROOT/tests/kernels/check_ptxas.sh" "$OUT/build.log" "$OUT/ptx
 stamp "bench binary (links belay_core and cuBLAS)"
 # The CMake target exists once bench/CMakeLists.txt adds bench/gpu; until then, nvcc directly.
 BENCH_BIN="$(find "$BUILD" -name belay_gpu_bench -type f -perm -u+x 2>/dev/null | head -1)"
-if timeout 120 cmake --build "$BUILD" -j "$JOBS" --target belay_gpu_bench > "$OUT/bench-build.log" 2>&1; then
+if timeout "$(cap 120)" cmake --build "$BUILD" -j "$JOBS" --target belay_gpu_bench > "$OUT/bench-build.log" 2>&1; then
   BENCH_BIN="$(find "$BUILD" -name belay_gpu_bench -type f -perm -u+x | head -1)"
 else
 BENCH_BIN="$BUILD/belay_gpu_bench"
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-timeout 120 "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I"$ROOT" \
+timeout "$(cap 120)" "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I"$ROOT" \
   -DBELAY_HAVE_CUDA=1 "$ROOT/bench/gpu/gpu_bench.cu" "$BUILD/libbelay_core.a" -lcublas -Xcompiler -fopenmp \
   -o "$BENCH_BIN" >> "$OUT/bench-build.log" 2>&1 || { stamp "bench build FAILED"; tail -20 "$OUT/bench-build.log"; }
 fi
@@ -54,14 +82,14 @@ fi
 # instead of 4 of 64 x 64, gemm_layout.h), built while the tests run; only its GEMM
 # section is run, to see which grid is faster on this GPU.
 BUILD_W4="$ROOT/build-gpu-check-warps4"
-( timeout 300 cmake -S "$ROOT" -B "$BUILD_W4" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+( timeout "$(cap 90)" cmake -S "$ROOT" -B "$BUILD_W4" "${CONFIGURE_ARGS[@]}" \
     -DBELAY_GEMM_WARPS_N=4 -DBUILD_TESTING=OFF > "$OUT/build-warps4.log" 2>&1 &&
-  timeout 300 cmake --build "$BUILD_W4" -j "$(( JOBS > 3 ? JOBS - 4 : 1 ))" --target belay_gpu_bench \
+  timeout "$(cap 240)" cmake --build "$BUILD_W4" -j "$(( JOBS > 3 ? JOBS - 4 : 1 ))" --target belay_gpu_bench \
     >> "$OUT/build-warps4.log" 2>&1 ) &  # leaves 4 cores to the tests (ctest -j 4)
 W4_PID=$!
 
 stamp "ctest -L gpu"
-( cd "$BUILD" && timeout 200 ctest -L gpu --output-on-failure --timeout 120 -j 4 ) > "$OUT/ctest-gpu.log" 2>&1
+( cd "$BUILD" && timeout "$(cap 180)" ctest -L gpu --output-on-failure --timeout 90 -j 4 ) > "$OUT/ctest-gpu.log" 2>&1
 CTEST_RC=$?
 tail -40 "$OUT/ctest-gpu.log"
 PASSED=$(grep -oE "[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$OUT/ctest-gpu.log" | tail -1)
@@ -70,8 +98,8 @@ stamp "ctest rc=$CTEST_RC: $PASSED"
 # One process per section: a kernel that takes the CUDA context down costs only its own.
 for section in gemm step sync; do
   stamp "gpu_bench --section $section"
-  if [ -x "$BENCH_BIN" ]; then
-    timeout 120 "$BENCH_BIN" --section $section > "$OUT/gpu_bench_$section.json" 2> "$OUT/gpu_bench_$section.err"
+  if [ -x "$BENCH_BIN" ] && budget_left 30; then
+    timeout "$(cap 90)" "$BENCH_BIN" --section $section > "$OUT/gpu_bench_$section.json" 2> "$OUT/gpu_bench_$section.err"
     echo "rc=$?"
     cat "$OUT/gpu_bench_$section.err"
   else
@@ -82,8 +110,8 @@ done
 stamp "gpu_bench --section gemm, with BELAY_GEMM_WARPS_N=4"
 wait $W4_PID; echo "warps4 build rc=$?"
 W4_BIN="$(find "$BUILD_W4" -name belay_gpu_bench -type f -perm -u+x 2>/dev/null | head -1)"
-if [ -x "$W4_BIN" ]; then
-  timeout 90 "$W4_BIN" --section gemm > "$OUT/gpu_bench_warps4.json" 2> "$OUT/gpu_bench_warps4.err"; echo "rc=$?"
+if [ -x "$W4_BIN" ] && budget_left 30; then
+  timeout "$(cap 90)" "$W4_BIN" --section gemm > "$OUT/gpu_bench_warps4.json" 2> "$OUT/gpu_bench_warps4.err"; echo "rc=$?"
   cat "$OUT/gpu_bench_warps4.err"
 else
   tail -20 "$OUT/build-warps4.log"
@@ -91,15 +119,18 @@ else
 fi
 
 stamp "PyTorch reference step"
-timeout 90 python3 "$ROOT/bench/gpu/torch_amp_step.py" > "$OUT/torch_amp_step.json" 2> "$OUT/torch_amp_step.err" \
-  || { echo '{"error": "torch script failed"}' > "$OUT/torch_amp_step.json"; tail -5 "$OUT/torch_amp_step.err"; }
+if ! budget_left 30; then
+  echo '{"error": "skipped: budget spent"}' > "$OUT/torch_amp_step.json"
+elif ! timeout "$(cap 60)" python3 "$ROOT/bench/gpu/torch_amp_step.py" > "$OUT/torch_amp_step.json" 2> "$OUT/torch_amp_step.err"; then
+  echo '{"error": "torch script failed"}' > "$OUT/torch_amp_step.json"; tail -5 "$OUT/torch_amp_step.err"
+fi
 cat "$OUT/torch_amp_step.json"
 
 stamp "belay train on cuda vs cpu (the README demo, fp16 with an inf at step 5; and a larger MLP)"
 BELAY_BIN="$(find "$BUILD" -maxdepth 2 -name belay -type f -perm -u+x | head -1)"
-if [ -x "$BELAY_BIN" ]; then
+if [ -x "$BELAY_BIN" ] && budget_left 30; then
   for dev in cpu cuda; do
-    timeout 60 "$BELAY_BIN" train --device $dev --dtype fp16 --steps 200 --inject-inf 5 --quiet \
+    timeout "$(cap 45)" "$BELAY_BIN" train --device $dev --dtype fp16 --steps 200 --inject-inf 5 --quiet \
       --csv "$OUT/train-$dev.csv" > "$OUT/train-$dev.out" 2>&1; echo "train $dev rc=$?"
   done
   # A larger run, timed by belay itself ("done: N steps ... in S s"): a 68M-parameter MLP
@@ -109,7 +140,7 @@ if [ -x "$BELAY_BIN" ]; then
   # would): the ratio of the two is what the asynchronous step saves.
   for mode in async sync; do
     extra=""; [ $mode = sync ] && extra="--sync-each-step"
-    timeout 60 "$BELAY_BIN" train --device cuda --model mlp --in 64 --hidden 8192 --layers 3 --out 8 --batch 512 \
+    timeout "$(cap 45)" "$BELAY_BIN" train --device cuda --model mlp --in 64 --hidden 8192 --layers 3 --out 8 --batch 512 \
       --dtype bf16 --clip 1 --steps 200 $extra --csv "$OUT/train-mlp-cuda-$mode.csv" > "$OUT/train-mlp-cuda-$mode.out" 2>&1
     echo "mlp cuda $mode rc=$?"; tail -1 "$OUT/train-mlp-cuda-$mode.out"
   done
@@ -120,14 +151,14 @@ stamp "--dist nccl: one rank (and one per GPU where there are several) against t
 # local run's (the buckets, the second stream and the agreement round trip all exercised).
 # Where several GPUs are visible, one rank per GPU: samples/s and the sync time per rank.
 NGPU="$("$BELAY_BIN" info 2>/dev/null | sed -n 's/.*cuda built: \([0-9]*\) device.*/\1/p')"
-if [ -x "$BELAY_BIN" ] && command -v mpirun >/dev/null 2>&1 && [ "${NGPU:-0}" -gt 0 ]; then
+if [ -x "$BELAY_BIN" ] && command -v mpirun >/dev/null 2>&1 && [ "${NGPU:-0}" -gt 0 ] && budget_left 60; then
   export OMPI_MCA_btl_vader_single_copy_mechanism=none
   NCCL_RUN=(train --device cuda --model mlp --in 64 --hidden 4096 --layers 4 --out 8 --batch 512 --dtype bf16
             --clip 1 --steps 100 --bucket-mb 25)
-  timeout 60 "$BELAY_BIN" "${NCCL_RUN[@]}" --csv "$OUT/nccl-local.csv" > "$OUT/nccl-local.out" 2>&1
+  timeout "$(cap 45)" "$BELAY_BIN" "${NCCL_RUN[@]}" --csv "$OUT/nccl-local.csv" > "$OUT/nccl-local.out" 2>&1
   echo "local rc=$?"; tail -1 "$OUT/nccl-local.out"
   for np in 1 $([ "$NGPU" -gt 1 ] && echo "$NGPU"); do
-    timeout 90 mpirun --allow-run-as-root --oversubscribe -np $np "$BELAY_BIN" "${NCCL_RUN[@]}" --dist nccl \
+    timeout "$(cap 60)" mpirun --allow-run-as-root --oversubscribe -np $np "$BELAY_BIN" "${NCCL_RUN[@]}" --dist nccl \
       --csv "$OUT/nccl-$np.csv" > "$OUT/nccl-$np.out" 2>&1
     echo "nccl -np $np rc=$?"; grep -E '^(done|dist|belay: error)' "$OUT/nccl-$np.out"
   done

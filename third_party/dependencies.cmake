@@ -1,5 +1,16 @@
 # How belay finds what it builds on: Debian packages only (third_party/install_deps.sh
-# installs them), nothing downloaded at build time, nothing vendored.
+# installs them), nothing downloaded at build time, nothing vendored in git.
+# BELAY_DEPS_PREFIX: a folder with the same packages unpacked (third_party/vendor_gpu_deps.sh
+# makes <repo>/third_party/vendored/usr, git-ignored) for a machine without them and without
+# a network, such as the lent GPU machine (bench/gpu-check.sh passes it); searched first.
+set(BELAY_DEPS_PREFIX "" CACHE PATH "a prefix holding Eigen, CLI11, nlohmann-json and Catch2 (third_party/vendor_gpu_deps.sh)")
+if(BELAY_DEPS_PREFIX)
+  if(NOT EXISTS "${BELAY_DEPS_PREFIX}/include/eigen3")
+    message(FATAL_ERROR "belay: BELAY_DEPS_PREFIX=${BELAY_DEPS_PREFIX} holds no include/eigen3: "
+                        "make it with third_party/vendor_gpu_deps.sh (its usr/ folder), or unset it")
+  endif()
+  list(PREPEND CMAKE_PREFIX_PATH "${BELAY_DEPS_PREFIX}")
+endif()
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(CLI11 2.1 CONFIG REQUIRED)
 find_package(OpenMP REQUIRED)

@@ -138,3 +138,7 @@ endif()
 
 add_test(NAME planted_bugs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/planted_bugs.sh ${BELAY_PLANTED_BUGS})
 set_tests_properties(planted_bugs PROPERTIES LABELS "emulated")
+if(BELAY_EMU_LINE_COVERAGE)
+  # A mutant's lines are not the GPU path's: its runs' profiles go elsewhere, uncounted.
+  set_tests_properties(planted_bugs PROPERTIES ENVIRONMENT "LLVM_PROFILE_FILE=${CMAKE_BINARY_DIR}/profraw-planted/%m-%p.profraw")
+endif()
