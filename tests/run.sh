@@ -6,9 +6,12 @@
 #      skipped cleanly where there is no GPU); installs belay into a fresh prefix, builds a
 #      consumer project and the Python module against it and runs the Python tests;
 #   2. everything again under ASan + UBSan (clang) with the CUDA kernels run on the CPU by
-#      the SIMT emulator: the GPU suite under three scheduler seeds, train --device cuda,
-#      the planted bugs and "emulated kernels: N of M ran" (tests/sanitize.sh);
-#   3. the safetensors reader under libFuzzer for a bounded run, tests/fuzz/run_fuzz.sh.
+#      the SIMT emulator: the GPU suite under scheduler seed 1, train --device cuda, --dist
+#      nccl on 2 ranks, the planted bugs, "emulated kernels: N of M ran" and "GPU path: N of
+#      M lines executed" (tests/sanitize.sh);
+#   3. the plain emulated Release build (no sanitizers, the race check on): the GPU suite
+#      under seeds 2 and 3 (tests/emulation/plain_release.sh);
+#   4. the safetensors reader under libFuzzer for a bounded run, tests/fuzz/run_fuzz.sh.
 #   usage: tests/run.sh [--quick]     (--quick: step 1 only)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,8 +42,9 @@ fi
 (cd "$build" && ctest --output-on-failure -j"$(nproc)")
 # The whole suite again with the CPU kernels forced onto the baseline (SSE2) path: the path
 # every x86-64 CPU can run must stay correct whatever the widest one here is.
+# (gpu_check_rehearsal configures a GPU build and runs no CPU kernel: once is enough.)
 echo "== the whole suite on the baseline CPU path (BELAY_CPU_ISA=baseline)"
-(cd "$build" && BELAY_CPU_ISA=baseline ctest --output-on-failure -j"$(nproc)")
+(cd "$build" && BELAY_CPU_ISA=baseline ctest --output-on-failure -j"$(nproc)" -E '^gpu_check_rehearsal$')
 
 # belay as a package: installed into a prefix made afresh under the build directory, a
 # consumer project built against that prefix alone, then the Python module built against
@@ -54,6 +58,10 @@ echo "package checks done at ${SECONDS} s"
 echo "tests done at ${SECONDS} s"
 echo "== ASan + UBSan, the CUDA kernels on the emulated device"
 bash "$root/tests/sanitize.sh"
+echo "sanitizer pass done at ${SECONDS} s"
+
+echo "== the plain emulated Release build: the GPU suite under seeds 2 and 3"
+bash "$root/tests/emulation/plain_release.sh" "$root" "${BELAY_EMU_BUILD_DIR:-$root/build-emu}"
 
 echo "== fuzzing the safetensors reader"
 bash "$root/tests/fuzz/run_fuzz.sh" 200000 45

@@ -11,11 +11,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BELAY_SAN_BUILD_DIR:-$root/build-san}
 runs=${1:-200000}
 seconds=${2:-60}
-sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link $sanitizers" -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" >/dev/null
+bash "$root/tests/configure_san.sh" "$root" "$build"
 cmake --build "$build" -j"${BELAY_FUZZ_JOBS:-$(nproc)}" --target fuzz_safetensors write_sample_safetensors
 
 work=$(mktemp -d)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures the clang build that tests/sanitize.sh and tests/fuzz/run_fuzz.sh share: ASan +
+# UBSan everywhere (any report fails), the CUDA kernels on the emulated device, engine/
+# instrumented for libFuzzer (BELAY_FUZZ_INSTRUMENT), the GPU path measured for line coverage
+# (BELAY_EMU_LINE_COVERAGE). One place, so that the two scripts can
+# never configure the same directory with different flags (and rebuild it from scratch).
+#   usage: tests/configure_san.sh ROOT BUILD_DIR
+set -euo pipefail
+root=$1
+build=$2
+sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+# BELAY_EMU_SEEDS: the GPU suite runs under seed 1 here; seeds 2 and 3 run in the plain
+# emulated Release build (tests/emulation/plain_release.sh), where they take a third the time.
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF -DBELAY_FUZZ_INSTRUMENT=ON \
+  -DBELAY_EMU_SEEDS=1 -DBELAY_EMU_LINE_COVERAGE=ON -DCMAKE_CXX_FLAGS="$sanitizers" -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" >/dev/null
