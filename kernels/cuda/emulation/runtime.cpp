@@ -357,6 +357,19 @@ std::map<std::string, int>& launch_bounds() {
 
 std::string base_name(const std::string& name) { return name.substr(0, name.find('<')); }
 
+// The stream a launch or another operation is queued on, or nullptr with the thread's last
+// error set: the context was lost to a fault, or the handle is not a stream.
+Stream* stream_to_enqueue(cudaStream_t stream) {
+  if (rt().sticky != cudaSuccess) {
+    fail(rt().sticky);
+    return nullptr;
+  }
+  cudaError_t error = cudaSuccess;
+  Stream* s = find_stream(stream, error);
+  if (!s) fail(error);
+  return s;
+}
+
 // A launch's configuration as the driver checks it; cudaSuccess or the error it refuses with.
 cudaError_t launch_error(const void* kernel, const std::string& name, dim3 grid, dim3 block, size_t smem) {
   const uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
@@ -384,20 +397,11 @@ bool register_launch_bounds(const char* kernel, int max_threads) {
 void launch(const void* kernel, const char* name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             LaunchBody* body) {
   std::unique_ptr<LaunchBody> owned(body);
-  Runtime& r = rt();
-  std::lock_guard<std::recursive_mutex> lock(r.mutex);
-  if (r.sticky != cudaSuccess) {
-    fail(r.sticky);
-    return;
-  }
-  cudaError_t error = cudaSuccess;
-  Stream* s = find_stream(stream, error);
-  if (!s) {
-    fail(error);
-    return;
-  }
+  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
+  Stream* s = stream_to_enqueue(stream);
+  if (!s) return;
   const std::string name_of_kernel = short_kernel_name(name);
-  error = launch_error(kernel, name_of_kernel, grid, block, smem);
+  const cudaError_t error = launch_error(kernel, name_of_kernel, grid, block, smem);
   if (error != cudaSuccess) {
     fail(error);
     return;
@@ -416,34 +420,16 @@ void launch(const void* kernel, const char* name, dim3 grid, dim3 block, size_t 
 }
 
 void enqueue_on_stream(cudaStream_t stream, std::function<void()> op) {
-  Runtime& r = rt();
-  std::lock_guard<std::recursive_mutex> lock(r.mutex);
-  if (r.sticky != cudaSuccess) {
-    fail(r.sticky);  // the context is lost: the operation never runs
-    return;
-  }
-  cudaError_t error = cudaSuccess;
-  Stream* s = find_stream(stream, error);
-  if (!s) {
-    fail(error);
-    return;
-  }
+  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
+  Stream* s = stream_to_enqueue(stream);
+  if (!s) return;  // the context is lost, or not a stream: the operation never runs
   enqueue(*s, std::move(op));
 }
 
 void enqueue_stall_on_stream(cudaStream_t stream, std::function<bool()> done) {
-  Runtime& r = rt();
-  std::lock_guard<std::recursive_mutex> lock(r.mutex);
-  if (r.sticky != cudaSuccess) {
-    fail(r.sticky);
-    return;
-  }
-  cudaError_t error = cudaSuccess;
-  Stream* s = find_stream(stream, error);
-  if (!s) {
-    fail(error);
-    return;
-  }
+  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
+  Stream* s = stream_to_enqueue(stream);
+  if (!s) return;  // the context is lost, or not a stream: the operation never runs
   enqueue(*s, [] {}, {}, std::move(done));
 }
 
