@@ -25,6 +25,10 @@ struct GridLaunch {
 // vector access), its report; launch.fault_error is then the fault's CUDA error.
 std::string run_grid(GridLaunch& launch);
 
+// Whether p is inside a cudaMalloc allocation (not pinned host memory), and its bounds: the
+// memory metrics count these accesses as global memory.
+bool device_allocation(const void* p, uintptr_t* lo, uintptr_t* hi);
+
 // BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queue.
 uint64_t emulator_seed();
 
