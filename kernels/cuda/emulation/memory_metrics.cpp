@@ -32,6 +32,7 @@ struct Rec {
   uint32_t occurrence;
   uint8_t lane;
   Space space;
+  bool vector;
   uint32_t bytes;
   uint64_t address;
 };
@@ -155,7 +156,7 @@ void count_requests(const PendingKey& key, Pending& p) {
       if (recs.empty()) continue;
       Totals& t = s.totals[SiteKey{s.kernel, key.site, space, key.write}];
       ++t.requests;
-      for (const Rec* r : recs) t.vector = t.vector && (r->bytes == 8 || r->bytes == 16);
+      for (const Rec* r : recs) t.vector = t.vector && r->vector;
       if (space == Space::Shared)
         count_shared(recs, t);
       else
@@ -246,8 +247,21 @@ std::map<const void*, Location> symbolise(const std::set<const void*>& pcs) {
           const size_t c = s.rfind(':');
           return c != std::string::npos && s.find(':') != c ? s.substr(0, c) : s;
         };
+        // The outermost frame of the kernel sources: a kernel inlined into the emulator's
+        // launch body (simt.h) or a std:: helper is named by its own line.
+        auto kernel_source = [](const std::string& f) {
+          return (f.rfind("kernels/", 0) == 0 || f.rfind("tests/", 0) == 0) && f.rfind("kernels/cuda/emulation/", 0) != 0;
+        };
+        std::string outer = repo_path(strip_column(frames.back()));
+        for (auto f = frames.rbegin(); f != frames.rend(); ++f) {
+          const std::string path = repo_path(strip_column(*f));
+          if (kernel_source(path)) {
+            outer = path;
+            break;
+          }
+        }
         Location& loc = out[list[index].first];
-        loc.outer = repo_path(strip_column(frames.back()));
+        loc.outer = outer;
         const std::string inner = repo_path(strip_column(frames.front()));
         loc.inner = inner != loc.outer ? inner : "";
       }
@@ -317,10 +331,11 @@ void end_launch() {
                         static_cast<int64_t>(s.written_sectors.size()), s.mma});
 }
 
-void access(const void* site, int warp, int lane, Space space, bool write, uint64_t address, uint32_t bytes) {
+void access(const void* site, int warp, int lane, Space space, bool write, uint64_t address, uint32_t bytes,
+            bool vector) {
   if (bytes == 0) return;
   Pending& p = state().pending[PendingKey{site, warp, write}];
-  p.recs.push_back({p.occurrences[lane]++, static_cast<uint8_t>(lane), space, bytes, address});
+  p.recs.push_back({p.occurrences[lane]++, static_cast<uint8_t>(lane), space, vector, bytes, address});
 }
 
 void mma(int count) { state().mma += count; }

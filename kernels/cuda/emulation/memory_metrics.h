@@ -31,8 +31,10 @@ void begin_launch(const std::string& kernel, int threads_per_block);
 void end_block();   // the block's requests are complete: count them
 void end_launch();
 // One lane's access: `site` the instruction's address (a return address into the kernel code),
-// `address` a shared-window address for Space::Shared, a host pointer for Space::Global.
-void access(const void* site, int warp, int lane, Space space, bool write, uint64_t address, uint32_t bytes);
+// `address` a shared-window address for Space::Shared, a host pointer for Space::Global;
+// `vector`: a vector access the source names (load_vector/store_vector, cp.async, ldmatrix).
+void access(const void* site, int warp, int lane, Space space, bool write, uint64_t address, uint32_t bytes,
+            bool vector = false);
 void mma(int count);  // warp-wide mma.sync.m16n8k16 executed (4096 flops each)
 // A vector access (load_vector/store_vector, cp.async) was counted at its own site: the
 // hooked loads and stores that make it up (clang splits or merges them as it likes) are not
@@ -47,7 +49,7 @@ struct SiteStats {
   std::string inlined;   // the innermost frame when it differs ("kernels/cuda/device_access.cuh:57")
   Space space;
   bool write;
-  bool vector;           // every access 8 or 16 bytes wide
+  bool vector;           // every access a vector one (load_vector/store_vector, cp.async, ldmatrix)
   int64_t requests = 0;
   int64_t bytes = 0;                           // distinct bytes asked, summed over requests
   int64_t wavefronts = 0, ideal_wavefronts = 0;  // shared

@@ -392,7 +392,7 @@ BELAY_EMU_HOT bool is_device_memory(uintptr_t a) {
 // One lane's access at `site` (an instruction of the kernel code): shared memory by its
 // window address, global memory (a cudaMalloc allocation) by its address; the fiber's stack
 // (registers the host compiler spilled) and anything else is not counted.
-BELAY_EMU_HOT void count_access(const void* p, size_t size, bool write, const void* site) {
+BELAY_EMU_HOT void count_access(const void* p, size_t size, bool write, const void* site, bool vector = false) {
   Thread* t = g_thread;
   if (!t) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -401,19 +401,19 @@ BELAY_EMU_HOT void count_access(const void* p, size_t size, bool write, const vo
   if (a >= g_shared_lo && a < g_shared_hi) {
     if (SharedRegion* r = region_of(p)) {
       metrics::access(site, t->warp, t->lane, metrics::Space::Shared, write,
-                      r->window + (a - reinterpret_cast<uintptr_t>(r->host)), static_cast<uint32_t>(size));
+                      r->window + (a - reinterpret_cast<uintptr_t>(r->host)), static_cast<uint32_t>(size), vector);
       return;
     }
   }
   if (is_device_memory(a))
-    metrics::access(site, t->warp, t->lane, metrics::Space::Global, write, a, static_cast<uint32_t>(size));
+    metrics::access(site, t->warp, t->lane, metrics::Space::Global, write, a, static_cast<uint32_t>(size), vector);
 }
 
 // A vector access named in the source (load_vector/store_vector): counted whole at its site;
 // the hooked loads or stores clang turns it into are then not counted again.
 void count_vector(const void* p, size_t width, bool write, const void* site) {
   Thread* t = g_thread;
-  count_access(p, width, write, site);
+  count_access(p, width, write, site, true);
   metrics::cover_vector(t->linear, p, static_cast<uint32_t>(width));
 }
 
@@ -513,7 +513,7 @@ void run_ldmatrix(Block& b, int warp) {
     }
     rows[l] = p ? reinterpret_cast<const uint16_t*>(p) : zeros;
     // One row of 16 bytes per lane; the hardware reads the 8 rows of each matrix in one phase.
-    if (metrics::enabled()) metrics::access(t.req.site, warp, l, metrics::Space::Shared, false, t.req.addr, 16);
+    if (metrics::enabled()) metrics::access(t.req.site, warp, l, metrics::Space::Shared, false, t.req.addr, 16, true);
   }
   uint32_t out[32][4];
   ldmatrix_x4_fragments(rows, b.threads[warp * kWarpSize].req.trans, out);
@@ -790,10 +790,10 @@ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
     record(t, *r, static_cast<size_t>(p - r->host), 16, true);
     if (metrics::enabled()) {
       const void* site = __builtin_return_address(0);
-      metrics::access(site, t.warp, t.lane, metrics::Space::Shared, true, dst, 16);
+      metrics::access(site, t.warp, t.lane, metrics::Space::Shared, true, dst, 16, true);
       if (src_bytes > 0 && is_device_memory(from))  // src-size 0 zero-fills: nothing is read
         metrics::access(site, t.warp, t.lane, metrics::Space::Global, false, from,
-                        static_cast<uint32_t>(std::min(src_bytes, 16)));
+                        static_cast<uint32_t>(std::min(src_bytes, 16)), true);
     }
   }
   t.uncommitted.push_back({dst, src, src_bytes});
