@@ -875,7 +875,10 @@ std::string run_grid(GridLaunch& launch) {
   std::string fault_text;
   static Block b;  // its thread states are reused from block to block
   const bool metrics_on = metrics::enabled();
-  if (metrics_on) metrics::begin_launch(launch.name, static_cast<int>(launch.block.x * launch.block.y * launch.block.z));
+  if (metrics_on) {
+    metrics::begin_launch(launch.name, static_cast<int>(launch.block.x * launch.block.y * launch.block.z));
+    g_device_lo = g_device_hi = 0;  // allocations may have been freed since the last launch
+  }
   for (uint64_t id : order) {
     b.launch = &launch;
     b.regions.clear();
