@@ -2,7 +2,7 @@
 // emulator's per-site metrics (kernels/cuda/emulation/memory_metrics.h): a few representative
 // launches each, not the GPU suite.
 //  - the tensor-core GEMM's cp.async stores and ldmatrix reads make no bank conflict (its
-//    swizzle, gemm_layout.h), in all four operand layouts;
+//    swizzle, gemm_layout.h), in all four operand layouts; nor do the FP32 GEMM's tile accesses;
 //  - the bandwidth-bound kernels (guard, unscale, AdamW; cast and the element kernels) use at
 //    least 95% of the 32-byte sectors they touch;
 //  - bench/gpu/h200_expected.json, the time each benchmarked kernel should take at the H200's
@@ -88,6 +88,27 @@ TEST_CASE("memory metrics: the tensor-core GEMM's cp.async stores and ldmatrix r
   }
   CHECK(stores > 0);  // the cp.async stores were seen ...
   CHECK(loads > 0);   // ... and the ldmatrix reads
+}
+
+TEST_CASE("memory metrics: the FP32 SIMT GEMM's shared tile stores and reads make no bank conflict", "[metrics]") {
+  metrics::set_enabled(true);
+  const int64_t n = 64;  // one 64 x 64 tile, 4 k-tiles, in each operand layout
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true}) {
+      Tensor a = filled(Shape{n, n}, DType::F32, 1.0f, 9), b = filled(Shape{n, n}, DType::F32, 1.0f, 10);
+      Tensor c = Tensor::empty(Shape{n, n}, DType::F32, Device::cuda());
+      gpu().gemm(GemmArgs{&a, trans_a, &b, trans_b, &c, 0.0f, nullptr});
+    }
+  gpu().synchronize();
+  int shared_sites = 0;
+  for (const metrics::SiteStats& s : metrics::sites()) {
+    if (s.kernel.rfind("gemm_f32_kernel", 0) != 0 || s.space != metrics::Space::Shared) continue;
+    ++shared_sites;
+    INFO(site_text(s));
+    if (s.wavefronts != s.ideal_wavefronts) report("bank conflict: " + site_text(s));
+    CHECK(s.wavefronts == s.ideal_wavefronts);
+  }
+  CHECK(shared_sites > 0);
 }
 
 TEST_CASE("memory metrics: guard, unscale, AdamW, cast and element kernels use >= 95% of the sectors they touch",
