@@ -116,8 +116,8 @@ TEST_CASE("memory metrics: guard, unscale, AdamW, cast and element kernels use >
   metrics::set_enabled(true);
   const Backend& be = gpu();
   const Device dev = Device::cuda();
-  // Two full chunks of 16384 elements and a short one with a scalar tail, in every dtype.
-  const int64_t n = 2 * 16384 + 1000;
+  // A full chunk of 16384 elements and a short one with a scalar tail, in every dtype.
+  const int64_t n = 16384 + 1000;
   Tensor inv = Tensor::scalar(1.0f / 1024.0f, DType::F32, dev), found = Tensor::scalar(0.0f, DType::F32, dev);
   Tensor norm = Tensor::scalar(0.0f, DType::F32, dev), coef = Tensor::scalar(1.0f, DType::F32, dev);
   Tensor lr = Tensor::scalar(1e-3f, DType::F32, dev), applied = Tensor::scalar(0.0f, DType::F32, dev);
@@ -196,8 +196,9 @@ std::string expected_entry(const std::string& head, double flops, double bytes) 
 TEST_CASE("memory metrics: bench/gpu/h200_expected.json is what the emulator counts", "[metrics]") {
   metrics::set_enabled(true);
   const Device dev = Device::cuda();
-  // ---- GEMM: flops (mma.sync executed) and DRAM bytes (distinct sectors) of one launch at n = 256,
-  // per n^3 and n^2, for the layouts bench/gpu/gpu_bench.cu measures.
+  // ---- GEMM: flops (mma.sync executed) and DRAM bytes (distinct sectors) of one launch at n = 128
+  // (one tile, two k-tiles: the counts scale as n^3 and n^2 for multiples of the tile), for the
+  // layouts bench/gpu/gpu_bench.cu measures.
   struct Layout {
     const char* name;
     bool trans_a, trans_b, c_f32;
@@ -206,7 +207,7 @@ TEST_CASE("memory metrics: bench/gpu/h200_expected.json is what the emulator cou
   const Layout layouts[] = {{"Y=XW^T", false, true, false, {1024, 2048, 4096, 8192}},
                             {"dX=dYW", false, false, false, {4096}},
                             {"dW=dY^TX", true, false, true, {4096}}};
-  const int64_t n = 256;
+  const int64_t n = 128;
   std::string gemm;
   for (const Layout& l : layouts) {
     Tensor a = filled(Shape{n, n}, DType::F16, 1.0f, 5), b = filled(Shape{n, n}, DType::F16, 1.0f, 6);
@@ -229,8 +230,8 @@ TEST_CASE("memory metrics: bench/gpu/h200_expected.json is what the emulator cou
                                flops_per_n3 * double(bn) * bn * bn, bytes_per_n2 * double(bn) * bn);
   }
   // ---- The step: guard and AdamW bytes per parameter (FP32 gradients, an FP16 working copy, as
-  // gpu_bench's step section), from 4 chunks; the bench's 269 M parameters at that rate.
-  const int64_t p = 4 * 16384;
+  // gpu_bench's step section), from 2 chunks; the bench's 269 M parameters at that rate.
+  const int64_t p = 2 * 16384;
   Tensor grad = filled(Shape{p}, DType::F32, 1.0f, 7), master = filled(Shape{p}, DType::F32, 0.5f, 8);
   Tensor m = Tensor::zeros(Shape{p}, DType::F32, dev), v = Tensor::zeros(Shape{p}, DType::F32, dev);
   Tensor working = Tensor::empty(Shape{p}, DType::F16, dev);
