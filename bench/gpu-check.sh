@@ -11,6 +11,7 @@
 #      device copy bandwidth
 #   4. bench/gpu/torch_amp_step.py: PyTorch GradScaler + clip_grad_norm_ + AdamW(fused=True)
 #      on the same tensors
+#   5. beside each measured time, the time at the H200's limits (bench/gpu/expected_column.py)
 # Writes $OUT/gpu-check.log (everything), $OUT/summary.json and the pieces it is made of.
 # Usage: OUT=/some/dir bench/gpu-check.sh   (from anywhere; default OUT=./gpu-check-out)
 # The lent machine has nvcc, CMake, ninja and PyTorch but none of Debian's -dev packages and
@@ -271,4 +272,8 @@ if a.get("seconds") and b.get("seconds"):
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps(summary, indent=1))
 PY
+# Each kernel's measured time beside what it should take at the H200's limits (flops and DRAM
+# bytes counted by the SIMT emulator: bench/gpu/h200_expected.json): which kernel is far off.
+stamp "expected at the H200's limits vs measured ($OUT/expected-vs-measured.txt)"
+python3 "$ROOT/bench/gpu/expected_column.py" "$OUT" || echo "expected column: failed"
 stamp "done"

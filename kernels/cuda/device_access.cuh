@@ -60,41 +60,61 @@ __device__ __forceinline__ void store_vector(V* p, const V& v) {
   *p = v;
 }
 
-// Elements i .. i+7 (i a multiple of 8, base 16-byte aligned): one 16-byte load for 16-bit
-// dtypes, two for FP32. Why: the guard and AdamW are bound by memory bandwidth, and 16-byte
-// transactions per thread are what reaches it.
+// The vector loops of the bandwidth-bound passes (guard, unscale, AdamW): a warp takes 256
+// consecutive elements per pass, and each lane the 8 elements [i, i+4) and [i+128, i+132),
+// i = span + 4 * lane. Why not 8 consecutive elements a lane: a warp-wide access must cover
+// contiguous memory for every 32-byte sector it touches to be used whole. Here each access is
+// 512 contiguous bytes of FP32 (a float4 a lane) or 256 of FP16/BF16 (8 bytes a lane), in every
+// dtype of a kernel that mixes them (AdamW: a 16-bit gradient and working copy beside FP32
+// state). With 8 consecutive FP32 elements a lane, the two float4 of a lane were 32 bytes
+// apart and each warp-wide load used half of the sectors it touched (the emulator's memory
+// metrics, kernels/cuda/emulation/memory_metrics.h, counted 50%).
+constexpr int kVecSpan = 256;  // elements per warp and pass
+constexpr int kVecHalf = 128;  // the second run of a lane's 8
+
+// The first element of this thread's 8, for a chunk [start, vec_end) whose length is a multiple
+// of kVecSpan; blockDim.x a multiple of 32.
+#define BELAY_VEC8_LOOP(i, start, vec_end)                                                                \
+  for (int64_t i = (start) + ::belay::cuda::kVecSpan * (int64_t)(threadIdx.x / 32) + 4 * (threadIdx.x % 32); \
+       i < (vec_end); i += ::belay::cuda::kVecSpan * (int64_t)(blockDim.x / 32))
+
+// Elements [i, i+4) and [i+kVecHalf, i+kVecHalf+4) (i a multiple of 4, base 16-byte aligned):
+// two 16-byte loads for FP32, two 8-byte loads for 16-bit dtypes.
 __device__ __forceinline__ void load8_f32(const void* base, DType dtype, int64_t i, float out[8]) {
-  if (dtype == DType::F32) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-    const float4 a = load_vector(p), b = load_vector(p + 1);
-    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
-    return;
-  }
-  const uint4 raw = load_vector(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i));
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  for (int w = 0; w < 4; ++w) {
-    const uint16_t lo = static_cast<uint16_t>(words[w] & 0xffffu), hi = static_cast<uint16_t>(words[w] >> 16);
-    out[2 * w] = dtype == DType::F16 ? f16_bits_to_f32(lo) : bf16_bits_to_f32(lo);
-    out[2 * w + 1] = dtype == DType::F16 ? f16_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+  for (int h = 0; h < 2; ++h) {
+    const int64_t at = i + h * kVecHalf;
+    float* o = out + 4 * h;
+    if (dtype == DType::F32) {
+      const float4 a = load_vector(reinterpret_cast<const float4*>(static_cast<const float*>(base) + at));
+      o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+      continue;
+    }
+    const uint2 raw = load_vector(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(base) + at));
+    const uint32_t words[2] = {raw.x, raw.y};
+    for (int w = 0; w < 2; ++w) {
+      const uint16_t lo = static_cast<uint16_t>(words[w] & 0xffffu), hi = static_cast<uint16_t>(words[w] >> 16);
+      o[2 * w] = dtype == DType::F16 ? f16_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+      o[2 * w + 1] = dtype == DType::F16 ? f16_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+    }
   }
 }
 
 __device__ __forceinline__ void store8_f32(void* base, DType dtype, int64_t i, const float in[8]) {
-  if (dtype == DType::F32) {
-    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
-    store_vector(p, make_float4(in[0], in[1], in[2], in[3]));
-    store_vector(p + 1, make_float4(in[4], in[5], in[6], in[7]));
-    return;
+  for (int h = 0; h < 2; ++h) {
+    const int64_t at = i + h * kVecHalf;
+    const float* v = in + 4 * h;
+    if (dtype == DType::F32) {
+      store_vector(reinterpret_cast<float4*>(static_cast<float*>(base) + at), make_float4(v[0], v[1], v[2], v[3]));
+      continue;
+    }
+    uint32_t words[2];
+    for (int w = 0; w < 2; ++w) {
+      const uint16_t lo = dtype == DType::F16 ? f32_to_f16_bits(v[2 * w]) : f32_to_bf16_bits(v[2 * w]);
+      const uint16_t hi = dtype == DType::F16 ? f32_to_f16_bits(v[2 * w + 1]) : f32_to_bf16_bits(v[2 * w + 1]);
+      words[w] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+    }
+    store_vector(reinterpret_cast<uint2*>(static_cast<uint16_t*>(base) + at), make_uint2(words[0], words[1]));
   }
-  uint32_t words[4];
-  for (int w = 0; w < 4; ++w) {
-    const uint16_t lo = dtype == DType::F16 ? f32_to_f16_bits(in[2 * w]) : f32_to_bf16_bits(in[2 * w]);
-    const uint16_t hi = dtype == DType::F16 ? f32_to_f16_bits(in[2 * w + 1]) : f32_to_bf16_bits(in[2 * w + 1]);
-    words[w] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-  }
-  store_vector(reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i),
-               make_uint4(words[0], words[1], words[2], words[3]));
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

@@ -30,8 +30,12 @@ struct F32Params {
 };
 
 __global__ void __launch_bounds__(kF32Threads) gemm_f32_kernel(const F32Params p) {
-  BELAY_SHARED(float, as, [kF32BK][kF32Tile + 1]);  // +1: the [m][k]-order stores do not collide
-  BELAY_SHARED(float, bs, [kF32BK][kF32Tile + 1]);
+  // Rows of 66 floats: a warp's store of a k-contiguous operand is (k 0..15) x (m, m+1), and
+  // with a row stride of 2 banks those 32 words fall in 32 different banks (a stride of 65, one
+  // bank, put the two half-warps on 15 common banks: 2 wavefronts, as the emulator's memory
+  // metrics counted); an m-contiguous operand's 32 consecutive m stay conflict-free.
+  BELAY_SHARED(float, as, [kF32BK][kF32Tile + 2]);
+  BELAY_SHARED(float, bs, [kF32BK][kF32Tile + 2]);
   const int t = threadIdx.x;
   const int64_t bm = blockIdx.y, bn = blockIdx.x;
   const int64_t m0 = bm * kF32Tile, n0 = bn * kF32Tile;

@@ -40,10 +40,11 @@ __global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_con
   double acc = 0.0;
   int64_t tail = start;
   if (aligned16(g.data)) {
-    // 8 elements per thread per pass: 16-byte loads (kChunk is a multiple of 8, so every
-    // chunk starts aligned).
-    const int64_t vec_end = start + (end - start) / 8 * 8;
-    for (int64_t i = start + 8 * (int64_t)threadIdx.x; i < vec_end; i += 8 * (int64_t)blockDim.x) {
+    // 8 elements per thread per pass, each warp-wide load contiguous (BELAY_VEC8_LOOP; kChunk
+    // is a multiple of kVecSpan, so every chunk starts aligned). The last < 256 elements of a
+    // tensor go through the scalar loop below.
+    const int64_t vec_end = start + (end - start) / cuda::kVecSpan * cuda::kVecSpan;
+    BELAY_VEC8_LOOP(i, start, vec_end) {
       float x[8];
       load8_f32(g.data, g.dtype, i, x);
 #pragma unroll
@@ -85,8 +86,8 @@ __global__ void __launch_bounds__(kBlock) unscale_kernel(const __grid_constant__
   bool nonfinite = false;
   int64_t tail = start;
   if (aligned16(g.data)) {
-    const int64_t vec_end = start + (end - start) / 8 * 8;
-    for (int64_t i = start + 8 * (int64_t)threadIdx.x; i < vec_end; i += 8 * (int64_t)blockDim.x) {
+    const int64_t vec_end = start + (end - start) / cuda::kVecSpan * cuda::kVecSpan;
+    BELAY_VEC8_LOOP(i, start, vec_end) {
       float x[8];
       load8_f32(g.data, g.dtype, i, x);
 #pragma unroll

@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ O
 
   int64_t tail = start;
   if (all_aligned(s)) {
-    const int64_t vec_end = start + (end - start) / 8 * 8;
-    for (int64_t i = start + 8 * (int64_t)threadIdx.x; i < vec_end; i += 8 * (int64_t)blockDim.x) {
+    const int64_t vec_end = start + (end - start) / cuda::kVecSpan * cuda::kVecSpan;
+    BELAY_VEC8_LOOP(i, start, vec_end) {
       float g[8], p[8], m[8], v[8];
       load8_f32(s.grad, s.grad_dtype, i, g);
       load8(s.master, i, p);

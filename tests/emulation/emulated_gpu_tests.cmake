@@ -53,13 +53,31 @@ add_test(NAME emu.train_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/t
 set_tests_properties(emu.train_cli PROPERTIES LABELS emulated
   ENVIRONMENT "BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
 
+# The memory-traffic targets (emulation/test_memory_metrics.cpp): a few representative launches
+# with the emulator's per-site metrics on (kernels/cuda/emulation/memory_metrics.h); the table
+# of every site they touched is written to emulated-kernel-metrics.txt.
+add_library(belay_metrics_test_objects OBJECT emulation/test_memory_metrics.cpp)
+target_include_directories(belay_metrics_test_objects PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(belay_metrics_test_objects PRIVATE belay_core Catch2::Catch2)
+target_compile_definitions(belay_metrics_test_objects PRIVATE BELAY_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                                                              BELAY_BINARY_DIR="${CMAKE_BINARY_DIR}")
+add_executable(belay_metrics_tests $<TARGET_OBJECTS:belay_metrics_test_objects>)
+target_link_libraries(belay_metrics_tests PRIVATE belay_core Catch2::Catch2WithMain)
+add_test(NAME emu.memory_metrics COMMAND belay_metrics_tests)
+set_tests_properties(emu.memory_metrics PROPERTIES LABELS emulated
+  ENVIRONMENT "BELAY_EMU_METRICS=${CMAKE_BINARY_DIR}/emulated-kernel-metrics.txt")
+
 # ---- planted bugs -----------------------------------------------------------------------
-# belay_planted_bug(NAME FILE <planted file> RECOMPILE <files> FILTER <Catch test spec>):
-# the planted file (and the other files that include it) compiled again against the mutant,
-# linked before belay_core so that their definitions replace the library's.
+# belay_planted_bug(NAME FILE <planted file> RECOMPILE <files> FILTER <Catch test spec>
+#                   [TESTS <object library>]): the planted file (and the other files that include
+# it) compiled again against the mutant, linked before belay_core so that their definitions
+# replace the library's, with the tests of TESTS (default: the GPU suite).
 set(BELAY_PLANTED_BUGS "")
 function(belay_planted_bug name)
-  cmake_parse_arguments(P "" "FILE;FILTER" "RECOMPILE" ${ARGN})
+  cmake_parse_arguments(P "" "FILE;FILTER;TESTS" "RECOMPILE" ${ARGN})
+  if(NOT P_TESTS)
+    set(P_TESTS belay_gpu_test_objects)
+  endif()
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/planted/${name})
   add_custom_command(OUTPUT ${dir}/${P_FILE}
     COMMAND ${BELAY_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py ${name} ${PROJECT_SOURCE_DIR}
@@ -81,7 +99,7 @@ function(belay_planted_bug name)
       set_source_files_properties(${f} PROPERTIES OBJECT_DEPENDS ${dir}/${P_FILE})
     endif()
   endforeach()
-  add_executable(planted_${name} ${sources} $<TARGET_OBJECTS:belay_gpu_test_objects>)
+  add_executable(planted_${name} ${sources} $<TARGET_OBJECTS:${P_TESTS}>)
   # The mutant's directory first: `#include "kernels/cuda/x.h"` finds the planted copy.
   target_include_directories(planted_${name} BEFORE PRIVATE ${dir})
   target_link_libraries(planted_${name} PRIVATE belay_train Catch2::Catch2WithMain)
@@ -101,6 +119,16 @@ belay_planted_bug(swizzle_collision FILE kernels/cuda/gemm_layout.h
   RECOMPILE kernels/cuda/gemm_tensor_core.cu kernels/cuda/gemm_simt_f32.cu kernels/cuda/gemm_dispatch.cu
             kernels/cuda/cuda_backend.cpp
   FILTER "cuda gemm fp16 and bf16 (tensor cores) match FP64 in every layout and odd shape")
+# Only the tensor-core GEMM's file is recompiled (the costly one, ~95 s of CPU): the other
+# includers of gemm_layout.h do not use the swizzle, and the mutant's objects come first at
+# the link, so an out-of-line copy of a layout function is the mutant's everywhere.
+belay_planted_bug(swizzle_off FILE kernels/cuda/gemm_layout.h
+  RECOMPILE kernels/cuda/gemm_tensor_core.cu
+  TESTS belay_metrics_test_objects
+  FILTER "memory metrics: the tensor-core GEMM's cp.async stores and ldmatrix reads make no bank conflict")
+# -O1: the mutant runs a few small launches, and its build is what it costs CI (the GEMM file
+# under the sanitizers: 64 s of CPU at -O1, 126 s at the build's -O2).
+target_compile_options(planted_swizzle_off PRIVATE -O1)
 belay_planted_bug(chunk_boundary FILE kernels/cuda/multi_tensor.cuh
   RECOMPILE kernels/cuda/guard_kernels.cu kernels/cuda/optimizer_kernels.cu
   FILTER "cuda adamw follows the CPU step by step and is a no-op under found_inf")

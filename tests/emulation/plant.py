@@ -47,6 +47,14 @@ BUGS = {
         "    *at = chunk_begin(len, n, c);\n    *count = chunk_begin(len, n, c + 1) - *at;\n",
         "    *at = chunk_begin(len, n, mod(c + 1, n));\n    *count = chunk_begin(len, n, mod(c + 1, n) + 1) - *at;\n",
     ),
+    # No swizzle: the 8 rows that one ldmatrix phase reads at one logical chunk (and the chunks
+    # 8 threads' cp.async write) fall in the same 4 banks. Results stay right; only the memory
+    # metrics see the 8-way bank conflicts.
+    "swizzle_off": (
+        "kernels/cuda/gemm_layout.h",
+        "BELAY_HD constexpr int swizzle_chunk(int row, int chunk) { return chunk ^ (row & 7); }",
+        "BELAY_HD constexpr int swizzle_chunk(int row, int chunk) { return chunk + 0 * row; }",
+    ),
     # Each block's chunk one element longer: the last element of a chunk is also the first of
     # the next block's, updated twice.
     "chunk_boundary": (

@@ -2,7 +2,7 @@
 # Proof that the emulated GPU suite can fail: each argument names a planted bug, the GPU test
 # binary built with it (tests/emulation/emulated_gpu_tests.cmake) and the test case that must
 # catch it. Every bug must make that test fail: a wrong result, the shared-memory race check,
-# a kernel fault the emulator reports, or AddressSanitizer.
+# a kernel fault the emulator reports, AddressSanitizer, or the memory metrics (a bank conflict).
 #   usage: planted_bugs.sh "NAME|BINARY|TEST CASE" ...
 set -u
 total=0
@@ -21,7 +21,9 @@ for spec in "$@"; do
     echo "planted bug $name: NOT caught, '$test_case' passed"
     continue
   fi
-  if grep -q "belay-emu: .*shared-memory race" <<<"$out"; then
+  if grep -q "belay-metrics: " <<<"$out"; then
+    how="the memory metrics: $(grep -m1 -o 'belay-metrics: .*' <<<"$out" | cut -c16-300)"
+  elif grep -q "belay-emu: .*shared-memory race" <<<"$out"; then
     how="the shared-memory race check: $(grep -m1 -o 'belay-emu: .*race.*' <<<"$out" | cut -c1-220)"
   elif grep -q "ERROR: AddressSanitizer" <<<"$out"; then
     how="AddressSanitizer: $(grep -m1 -o 'ERROR: AddressSanitizer: [a-z-]*' <<<"$out")"

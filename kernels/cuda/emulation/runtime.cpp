@@ -388,6 +388,16 @@ cudaError_t launch_error(const void* kernel, const std::string& name, dim3 grid,
 
 }  // namespace
 
+bool device_allocation(const void* p, uintptr_t* lo, uintptr_t* hi) {
+  std::lock_guard<std::recursive_mutex> lock(rt().mutex);
+  const char* base = nullptr;
+  const Allocation* a = find(p, 1, &base);
+  if (!a || a->pinned) return false;
+  *lo = reinterpret_cast<uintptr_t>(base);
+  *hi = *lo + a->bytes;
+  return true;
+}
+
 bool register_launch_bounds(const char* kernel, int max_threads) {
   auto [it, fresh] = launch_bounds().emplace(kernel, max_threads);
   if (!fresh && max_threads < it->second) it->second = max_threads;  // two kernels of one name: the stricter

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/whole_lines.h"
+#include "kernels/cuda/emulation/memory_metrics.h"
 #include "kernels/cuda/emulation/simt_internal.h"
 #include "kernels/cuda/emulation/warp_matrix.h"
 
@@ -102,6 +103,7 @@ struct WarpRequest {
   uint32_t addr = 0;
   bool trans = false;
   uint32_t* regs_out = nullptr;
+  const void* site = nullptr;  // the instruction, for the memory metrics
   // mma
   const uint32_t* a = nullptr;
   const uint32_t* b = nullptr;
@@ -379,6 +381,42 @@ BELAY_EMU_HOT inline void on_access(const void* p, size_t size, bool write) {
   record(*t, *r, static_cast<size_t>(static_cast<const char*>(p) - r->host), size, write);
 }
 
+// ---- Memory metrics (memory_metrics.h): which memory an access is, for the per-site counts -----
+uintptr_t g_device_lo = 0, g_device_hi = 0;  // the last allocation found: most accesses hit it again
+
+BELAY_EMU_HOT bool is_device_memory(uintptr_t a) {
+  if (a >= g_device_lo && a < g_device_hi) return true;
+  return device_allocation(reinterpret_cast<const void*>(a), &g_device_lo, &g_device_hi);
+}
+
+// One lane's access at `site` (an instruction of the kernel code): shared memory by its
+// window address, global memory (a cudaMalloc allocation) by its address; the fiber's stack
+// (registers the host compiler spilled) and anything else is not counted.
+BELAY_EMU_HOT void count_access(const void* p, size_t size, bool write, const void* site, bool vector = false) {
+  Thread* t = g_thread;
+  if (!t) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (a >= reinterpret_cast<uintptr_t>(t->stack) && a < reinterpret_cast<uintptr_t>(t->stack) + kStackBytes) return;
+  if (metrics::covered_by_vector(t->linear, p, static_cast<uint32_t>(size))) return;
+  if (a >= g_shared_lo && a < g_shared_hi) {
+    if (SharedRegion* r = region_of(p)) {
+      metrics::access(site, t->warp, t->lane, metrics::Space::Shared, write,
+                      r->window + (a - reinterpret_cast<uintptr_t>(r->host)), static_cast<uint32_t>(size), vector);
+      return;
+    }
+  }
+  if (is_device_memory(a))
+    metrics::access(site, t->warp, t->lane, metrics::Space::Global, write, a, static_cast<uint32_t>(size), vector);
+}
+
+// A vector access named in the source (load_vector/store_vector): counted whole at its site;
+// the hooked loads or stores clang turns it into are then not counted again.
+void count_vector(const void* p, size_t width, bool write, const void* site) {
+  Thread* t = g_thread;
+  count_access(p, width, write, site, true);
+  metrics::cover_vector(t->linear, p, static_cast<uint32_t>(width));
+}
+
 // A shared-window range [addr, addr + bytes) as a host pointer; a range that is not inside
 // one region is an out-of-bounds shared access (a fault on a GPU too).
 char* window_to_host(const Thread& t, uint32_t addr, size_t bytes, const char* what) {
@@ -474,6 +512,8 @@ void run_ldmatrix(Block& b, int warp) {
       record(t, *r, static_cast<size_t>(p - r->host), 16, false);
     }
     rows[l] = p ? reinterpret_cast<const uint16_t*>(p) : zeros;
+    // One row of 16 bytes per lane; the hardware reads the 8 rows of each matrix in one phase.
+    if (metrics::enabled()) metrics::access(t.req.site, warp, l, metrics::Space::Shared, false, t.req.addr, 16, true);
   }
   uint32_t out[32][4];
   ldmatrix_x4_fragments(rows, b.threads[warp * kWarpSize].req.trans, out);
@@ -490,6 +530,7 @@ void run_mma(Block& b, int warp) {
     std::memcpy(d[l], q.d, 16);
   }
   mma_m16n8k16_fragments(a, bb, b.threads[warp * kWarpSize].req.bf16, d);
+  if (metrics::enabled()) metrics::mma(1);
   for (int l = 0; l < kWarpSize; ++l) std::memcpy(b.threads[warp * kWarpSize + l].req.d, d[l], 16);
 }
 
@@ -722,7 +763,10 @@ uint32_t shared_address(const void* generic) {
 
 bool vector_access_aligned(const void* p, size_t width, bool write) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if ((a & (width - 1)) == 0) return true;
+  if ((a & (width - 1)) == 0) {
+    if (metrics::enabled()) count_vector(p, width, write, __builtin_return_address(0));
+    return true;
+  }
   misaligned(current("a vector access"), "", write, a, width);
   return false;
 }
@@ -744,6 +788,13 @@ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   if (char* p = window_to_host(t, dst, 16, "cp.async")) {
     SharedRegion* r = region_of(p);
     record(t, *r, static_cast<size_t>(p - r->host), 16, true);
+    if (metrics::enabled()) {
+      const void* site = __builtin_return_address(0);
+      metrics::access(site, t.warp, t.lane, metrics::Space::Shared, true, dst, 16, true);
+      if (src_bytes > 0 && is_device_memory(from))  // src-size 0 zero-fills: nothing is read
+        metrics::access(site, t.warp, t.lane, metrics::Space::Global, false, from,
+                        static_cast<uint32_t>(std::min(src_bytes, 16)), true);
+    }
   }
   t.uncommitted.push_back({dst, src, src_bytes});
 }
@@ -769,6 +820,7 @@ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
   t.req.addr = addr;
   t.req.trans = trans;
   t.req.regs_out = r;
+  t.req.site = __builtin_return_address(0);
   wait_warp(t);
 }
 
@@ -822,6 +874,11 @@ std::string run_grid(GridLaunch& launch) {
   std::shuffle(order.begin(), order.end(), g_rng);
   std::string fault_text;
   static Block b;  // its thread states are reused from block to block
+  const bool metrics_on = metrics::enabled();
+  if (metrics_on) {
+    metrics::begin_launch(launch.name, static_cast<int>(launch.block.x * launch.block.y * launch.block.z));
+    g_device_lo = g_device_hi = 0;  // allocations may have been freed since the last launch
+  }
   for (uint64_t id : order) {
     b.launch = &launch;
     b.regions.clear();
@@ -833,6 +890,7 @@ std::string run_grid(GridLaunch& launch) {
                   static_cast<unsigned>(id / (static_cast<uint64_t>(g.x) * g.y))};
     g_block = &b;
     run_block(b);
+    if (metrics_on) metrics::end_block();
     free_regions(b);
     g_block = nullptr;
     if (!b.fault.empty()) {
@@ -842,6 +900,7 @@ std::string run_grid(GridLaunch& launch) {
       break;  // a GPU stops the grid at a fault too; the context is lost from here on
     }
   }
+  if (metrics_on) metrics::end_launch();
   return fault_text;
 }
 
@@ -851,9 +910,19 @@ std::string run_grid(GridLaunch& launch) {
 // Only the kernel files are built with these; every load and store they make lands here and
 // goes to the race check when it touches the running block's shared memory.
 extern "C" {
-#define BELAY_EMU_HOOK(n, type)                                                                  \
-  BELAY_EMU_HOT void __sanitizer_cov_load##n(type* p) { belay::emu::on_access(p, n, false); }    \
-  BELAY_EMU_HOT void __sanitizer_cov_store##n(type* p) { belay::emu::on_access(p, n, true); }
+// With the memory metrics on (memory_metrics.h), each access is also counted at its site: the
+// hook's return address, an instruction of the kernel code.
+#define BELAY_EMU_HOOK(n, type)                                                                           \
+  BELAY_EMU_HOT void __sanitizer_cov_load##n(type* p) {                                                   \
+    if (__builtin_expect(belay::emu::metrics::g_on, 0))                                                   \
+      belay::emu::count_access(p, n, false, __builtin_return_address(0));                                 \
+    belay::emu::on_access(p, n, false);                                                                   \
+  }                                                                                                       \
+  BELAY_EMU_HOT void __sanitizer_cov_store##n(type* p) {                                                  \
+    if (__builtin_expect(belay::emu::metrics::g_on, 0))                                                   \
+      belay::emu::count_access(p, n, true, __builtin_return_address(0));                                  \
+    belay::emu::on_access(p, n, true);                                                                    \
+  }
 BELAY_EMU_HOOK(1, uint8_t)
 BELAY_EMU_HOOK(2, uint16_t)
 BELAY_EMU_HOOK(4, uint32_t)

@@ -32,6 +32,10 @@ std::string run_grid(GridLaunch& launch);
 // query never blocks the host on it, as a GPU's stream waiting for a NCCL kernel does not.
 void enqueue_stall_on_stream(cudaStream_t stream, std::function<bool()> done);
 
+// Whether p is inside a cudaMalloc allocation (not pinned host memory), and its bounds: the
+// memory metrics count these accesses as global memory.
+bool device_allocation(const void* p, uintptr_t* lo, uintptr_t* hi);
+
 // BELAY_EMU_SEED (default 1): the schedule of threads and blocks, and of the stream queues.
 uint64_t emulator_seed();
 
