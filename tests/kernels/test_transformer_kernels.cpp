@@ -13,7 +13,7 @@
 using namespace belay;
 using namespace belay::test::transformer;
 
-TEST_CASE("cpu embedding copies rows; its backward adds them in FP32; bad ids are errors", "[kernels][transformer]") {
+TEST_CASE("cpu embedding copies rows, its backward adds them in FP32, bad ids are errors", "[kernels][transformer]") {
   check_embedding(Device::cpu());
 }
 
