@@ -168,14 +168,15 @@ bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw
 
 void check_cpu(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CPU); }
 
-// The ids of an embedding as row indices, each checked to be an integer in [0, rows).
+// The ids of an embedding as row indices, each checked to be an integer in [0, rows): a bad
+// id is bad input (UsageError), named with its position.
 std::vector<int64_t> read_ids(const char* op, const Tensor& ids, int64_t rows) {
   std::vector<int64_t> out(static_cast<size_t>(ids.numel()));
   const float* p = ids.data_as<const float>();
   for (size_t i = 0; i < out.size(); ++i) {
     const float v = p[i];
     if (!(v >= 0.0f) || v >= static_cast<float>(rows) || v != std::floor(v))
-      throw Error(std::string(op) + ": id " + std::to_string(v) + " at position " + std::to_string(i) +
+      throw UsageError(std::string(op) + ": id " + std::to_string(v) + " at position " + std::to_string(i) +
                   " is not a row of the table (an integer in [0, " + std::to_string(rows) + "))");
     out[i] = static_cast<int64_t>(v);
   }

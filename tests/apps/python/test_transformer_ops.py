@@ -113,3 +113,29 @@ def test_embedding_and_layer_norm_errors_are_usage_errors():
         belay.autocast("fp16", fp32_ops="layernorm")
     with belay.autocast("bf16", fp32_ops="embedding,layer_norm"):  # the new classes are known
         assert belay.layer_norm(belay.tensor(x, dtype="bf16")).dtype == belay.float32
+
+
+def test_embedding_and_layer_norm_modules_in_a_python_model():
+    class Tiny(belay.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = belay.Embedding(1000, 16, seed=1)
+            self.ln = belay.LayerNorm(16)
+
+        def forward(self, ids):
+            return self.ln(self.wte(ids))
+
+    m = Tiny()
+    assert set(m.state_dict()) == {"wte.weight", "ln.weight", "ln.bias"}
+    w = m.wte.weight.numpy()
+    assert abs(float(w.std()) - 0.02) < 1e-3 and abs(float(w.mean())) < 1e-3  # GPT-2's init, 16000 draws
+    ids = np.array([[5, 999, 5]])
+    y = m(ids)
+    assert y.shape == (1, 3, 16)
+    W = w.astype(np.float64)[ids]
+    ref = (W - W.mean(-1, keepdims=True)) / np.sqrt(W.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(f64(y), ref, rtol=RTOL, atol=ATOL)
+    belay.sum(y * belay.Var(np.ones((1, 3, 16), np.float32))).backward()
+    assert m.ln.bias.grad.numpy().tolist() == [3.0] * 16  # d sum / d bias: one per row
+    with pytest.raises(belay.UsageError, match="not a row of the table"):
+        m(np.array([1000]))
