@@ -1,7 +1,7 @@
 // The transformer's backend ops (embedding and its backward, LayerNorm and its backward)
 // against FP64 references of the same already-rounded inputs, through the one tolerance
 // helper, in FP32, FP16 and BF16. Written once for any device (as math_ops_check.h):
-// tests/kernels/test_transformer_kernels.cpp runs it on the CPU backend; the CUDA backend
+// tests/kernels/test_math_kernels.cpp runs it on the CPU backend; the CUDA backend
 // joins when its kernels exist (docs/not-done.md).
 //
 // The bounds (u = FP32's unit roundoff; every result is then rounded once into its dtype):
