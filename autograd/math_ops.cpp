@@ -6,6 +6,7 @@
 #include <string>
 
 #include "amp/autocast.h"
+#include "autograd/autocast_input.h"
 #include "autograd/ops.h"
 #include "engine/error.h"
 
@@ -16,9 +17,8 @@ const Backend& be(const Tensor& t) { return backend_for(t.device()); }
 
 DType promote(DType a, DType b) { return a == b ? a : DType::F32; }
 
-Var fp32_if_kept(const Var& x, OpClass cls) {
-  return autocast_keeps_fp32(cls) && x.dtype() != DType::F32 ? cast(x, DType::F32) : x;
-}
+// An op class's input as autocast's rule for it says (autocast_input.h).
+Var fp32_if_kept(const Var& x, OpClass cls) { return autocast_input(x, cls); }
 
 const char* op_name(BinaryOp op) {
   switch (op) {

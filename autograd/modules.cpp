@@ -68,6 +68,44 @@ std::vector<std::pair<std::string, Var>> Linear::named_parameters() const {
   return out;
 }
 
+static std::string path_of(const std::string& prefix) {
+  return prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1);
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, Rng& rng, Device device, const std::string& prefix)
+    : prefix_(prefix), path_(path_of(prefix)) {
+  if (num <= 0 || dim <= 0)
+    throw UsageError("Embedding: sizes must be positive, got num=" + std::to_string(num) + " dim=" + std::to_string(dim));
+  Tensor host = Tensor::empty(Shape{num, dim}, DType::F32, Device::cpu());
+  float* v = host.data_as<float>();
+  for (int64_t i = 0; i < host.numel(); ++i) v[i] = 0.02f * rng.normal();
+  weight = Var::parameter(device.is_cpu() ? host : host.to(device), prefix + "weight");
+}
+
+Var Embedding::forward(const Var& ids) {
+  if (!ids.defined()) throw UsageError("Embedding: undefined ids");
+  ModuleScope scope(path_.c_str());
+  return embedding(weight, ids.value());
+}
+
+std::vector<std::pair<std::string, Var>> Embedding::named_parameters() const { return {{prefix_ + "weight", weight}}; }
+
+LayerNorm::LayerNorm(int64_t dim, float eps_, Device device, const std::string& prefix)
+    : eps(eps_), prefix_(prefix), path_(path_of(prefix)) {
+  if (dim <= 0) throw UsageError("LayerNorm: size must be positive, got " + std::to_string(dim));
+  weight = Var::parameter(Tensor::full(Shape{dim}, 1.0f, DType::F32, device), prefix + "weight");
+  bias = Var::parameter(Tensor::zeros(Shape{dim}, DType::F32, device), prefix + "bias");
+}
+
+Var LayerNorm::forward(const Var& x) {
+  ModuleScope scope(path_.c_str());
+  return layer_norm(x, weight, bias, eps);
+}
+
+std::vector<std::pair<std::string, Var>> LayerNorm::named_parameters() const {
+  return {{prefix_ + "weight", weight}, {prefix_ + "bias", bias}};
+}
+
 Mlp::Mlp(int64_t in, int64_t hidden, int64_t out, Rng& rng, int layers, Activation act, Device device) : act_(act) {
   if (layers < 2) throw UsageError("Mlp: needs at least 2 layers, got " + std::to_string(layers));
   if (hidden <= 0) throw UsageError("Mlp: hidden size must be positive, got " + std::to_string(hidden));

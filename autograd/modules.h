@@ -1,4 +1,5 @@
-// Modules: parameters with names (the state dict) and a forward. Linear and a small MLP.
+// Modules: parameters with names (the state dict) and a forward. Linear, a small MLP, and the
+// transformer's Embedding and LayerNorm.
 #pragma once
 #include <string>
 #include <utility>
@@ -45,6 +46,35 @@ class Linear : public Module {
  private:
   std::string prefix_;
   std::string path_;  // the module path its ops are recorded under: the prefix without its '.'
+};
+
+// A table of `num` vectors of `dim` (token or position embeddings), initialised as GPT-2's:
+// normal with standard deviation 0.02. forward(ids): ids is a Var holding row indices as FP32
+// values (never differentiated); the result is [ids..., dim].
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, Rng& rng, Device device = Device::cpu(), const std::string& prefix = "");
+  Var forward(const Var& ids) override;
+  std::vector<std::pair<std::string, Var>> named_parameters() const override;
+
+  Var weight;  // [num, dim]
+
+ private:
+  std::string prefix_, path_;
+};
+
+// LayerNorm over the last dim, weight 1 and bias 0 to start (PyTorch's and GPT-2's).
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f, Device device = Device::cpu(), const std::string& prefix = "");
+  Var forward(const Var& x) override;
+  std::vector<std::pair<std::string, Var>> named_parameters() const override;
+
+  Var weight, bias;  // [dim] each
+  float eps;
+
+ private:
+  std::string prefix_, path_;
 };
 
 // in -> hidden -> (activation) -> ... -> out; `layers` linear layers in all (>= 2).

@@ -1,6 +1,9 @@
 #include "autograd/ops.h"
 
+#include <string>
+
 #include "amp/autocast.h"
+#include "autograd/autocast_input.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -16,22 +19,21 @@ void check_inputs(const char* op, const Var& a, const Var& b) {
   check_same_device(op, a.value(), b.value());
 }
 
-// Under autocast, the dtype matrix products run in (FP32 for a class kept out of it with
-// --fp32-ops); otherwise the inputs' own (which must agree).
+// Under autocast, the dtype matrix products run in (the table's rule for the class: the
+// autocast dtype, or FP32 for a class kept out of it with --fp32-ops); otherwise the
+// inputs' own (which must agree).
 DType matmul_dtype(const char* op, OpClass cls, const Var& a, const Var& b) {
-  const AutocastPolicy& policy = autocast_policy();
-  if (policy.enabled) return autocast_keeps_fp32(cls) ? DType::F32 : policy.dtype;
+  const AutocastRule rule = autocast_rule(cls);
+  if (rule == AutocastRule::Fp32) return DType::F32;
+  if (rule == AutocastRule::LowPrecision) return autocast_policy().dtype;
   if (a.dtype() != b.dtype())
     throw UsageError(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
                 "); cast one, or run under autocast");
   return a.dtype();
 }
 
-Var cast_if_needed(const Var& x, DType dtype) { return x.dtype() == dtype ? x : cast(x, dtype); }
-
-// An op class kept in FP32 under autocast reads its inputs in FP32 (a cast, recorded in the
-// graph so the gradient goes back in the input's dtype); otherwise the input as it is.
-Var fp32_if_kept(const Var& x, OpClass cls) { return autocast_keeps_fp32(cls) ? cast_if_needed(x, DType::F32) : x; }
+// An op class's input as autocast's rule for it says (a recorded cast, or the input as it is).
+Var fp32_if_kept(const Var& x, OpClass cls) { return autocast_input(x, cls); }
 
 // Writes a gradient that a kernel can produce in place: straight into an existing FP32
 // gradient buffer (accumulating, no extra pass), else into a fresh tensor that is then
@@ -64,7 +66,38 @@ void check_matrix(const char* op, const char* what, const Tensor& t) {
   if (t.rank() != 2) throw UsageError(std::string(op) + ": " + what + " must be a matrix, got " + t.describe());
 }
 
+// "cast for linear", ...: one string per op class of the table, made once and never freed
+// (Node::op points at it).
+const char* cast_op_name(OpClass cls) {
+  static const std::vector<std::pair<OpClass, std::string>> names = [] {
+    std::vector<std::pair<OpClass, std::string>> out;
+    size_t n = 0;
+    const AutocastEntry* table = autocast_table(&n);
+    for (size_t i = 0; i < n; ++i) out.emplace_back(table[i].op, std::string("cast for ") + table[i].name);
+    return out;
+  }();
+  for (const auto& [op, name] : names)
+    if (op == cls) return name.c_str();
+  return "cast";
+}
+
 }  // namespace
+
+DType autocast_dtype(OpClass cls, DType given) {
+  switch (autocast_rule(cls)) {
+    case AutocastRule::Fp32: return DType::F32;
+    case AutocastRule::LowPrecision: return autocast_policy().dtype;
+    default: return given;
+  }
+}
+
+Var autocast_cast(const Var& x, DType dtype, OpClass cls) {
+  if (x.dtype() == dtype) return x;
+  Tensor out = x.value().to(dtype);
+  return make_result(out, cast_op_name(cls), {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); });
+}
+
+Var autocast_input(const Var& x, OpClass cls) { return autocast_cast(x, autocast_dtype(cls, x.dtype()), cls); }
 
 Var cast(const Var& x, DType dtype) {
   Tensor out = x.value().to(dtype);
@@ -78,7 +111,7 @@ Var matmul(const Var& a_in, const Var& b_in) {
   if (a_in.shape()[1] != b_in.shape()[0])
     throw UsageError("matmul: inner sizes differ, " + a_in.value().describe() + " x " + b_in.value().describe());
   const DType dt = matmul_dtype("matmul", OpClass::Matmul, a_in, b_in);
-  const Var a = cast_if_needed(a_in, dt), b = cast_if_needed(b_in, dt);
+  const Var a = autocast_cast(a_in, dt, OpClass::Matmul), b = autocast_cast(b_in, dt, OpClass::Matmul);
   Tensor out = Tensor::empty(Shape{a.shape()[0], b.shape()[1]}, dt, a.device());
   gemm(a.value(), false, b.value(), false, out, false);
   return make_result(out, "matmul", {a, b}, [](Node& self) {
@@ -103,7 +136,7 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
       throw UsageError("linear: bias " + bias.value().describe() + " does not match weight " + w_in.value().describe());
   }
   const DType dt = matmul_dtype("linear", OpClass::Linear, x_in, w_in);
-  const Var x = cast_if_needed(x_in, dt), w = cast_if_needed(w_in, dt);
+  const Var x = autocast_cast(x_in, dt, OpClass::Linear), w = autocast_cast(w_in, dt, OpClass::Linear);
   Tensor out = Tensor::empty(Shape{x.shape()[0], w.shape()[0]}, dt, x.device());
   // Y = X W^T + b, the bias added in FP32 before the one rounding.
   gemm(x.value(), false, w.value(), true, out, false, bias.defined() ? &bias.value() : nullptr);

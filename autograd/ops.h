@@ -54,4 +54,13 @@ Var reshape(const Var& x, const std::vector<int64_t>& dims);
 Var slice_rows(const Var& x, int64_t begin, int64_t end);  // rows [begin, end) of dim 0 (a copy)
 Var select_row(const Var& x, int64_t index);               // row `index` of dim 0, that dim dropped
 
+// ---- The transformer's ops (autograd/nn_ops.cpp), each with its backward.
+// Rows of table [V, D] picked by ids (any shape; FP32 values holding row indices, as
+// cross_entropy's labels): [ids..., D] in the table's dtype (autocast: the dtype it is given).
+// The table's gradient is summed in FP32 with the same bits at any thread count.
+Var embedding(const Var& table, const Tensor& ids);
+// LayerNorm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, mean and variance
+// in FP32 whatever x's dtype, the result in x's dtype. weight and bias are [D] or undefined.
+Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps = 1e-5f);
+
 }  // namespace belay

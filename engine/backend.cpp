@@ -55,6 +55,41 @@ void check_softmax(const char* op, const Tensor& x, int64_t cols, const Tensor& 
     throw Error(std::string(op) + ": rows of " + std::to_string(cols) + " do not tile " + x.describe());
 }
 
+void check_embedding(const char* op, const Tensor& table, const Tensor& ids, const Tensor& out) {
+  for (const Tensor* t : {&table, &ids, &out}) check_defined(op, *t);
+  check_same_device(op, table, ids);
+  check_same_device(op, table, out);
+  if (table.rank() != 2 || out.rank() != 2 || out.dim(0) != ids.numel() || out.dim(1) != table.dim(1))
+    throw Error(std::string(op) + ": expected table [V, D], ids of N elements and rows [N, D], got " +
+                table.describe() + ", " + ids.describe() + " and " + out.describe());
+  check_dtype(op, ids, DType::F32);
+}
+
+void check_layer_norm(const char* op, const Tensor& x, const Tensor* weight, const Tensor* bias, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd) {
+  for (const Tensor* t : {&x, &y, &mean, &rstd}) check_defined(op, *t);
+  check_same_device(op, x, y);
+  check_same_device(op, x, mean);
+  check_same_device(op, x, rstd);
+  check_same_shape(op, x, y);
+  if (x.rank() == 0 || x.dim(x.rank() - 1) < 1)
+    throw Error(std::string(op) + ": x needs a last dim of at least 1, got " + x.describe());
+  const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
+  for (const Tensor* p : {weight, bias})
+    if (p) {
+      check_defined(op, *p);
+      check_same_device(op, x, *p);
+      if (p->numel() != cols)
+        throw Error(std::string(op) + ": weight and bias need " + std::to_string(cols) + " elements (x's last dim), got " +
+                    p->describe());
+    }
+  check_dtype(op, mean, DType::F32);
+  check_dtype(op, rstd, DType::F32);
+  if (mean.numel() != rows || rstd.numel() != rows)
+    throw Error(std::string(op) + ": mean and rstd need " + std::to_string(rows) + " elements (x's rows), got " +
+                mean.describe() + " and " + rstd.describe());
+}
+
 void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits) {
   for (const Tensor* t : {&logits, &labels, &loss, &dlogits}) check_defined("cross_entropy", *t);
   check_same_device("cross_entropy", logits, labels);

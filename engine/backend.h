@@ -64,6 +64,15 @@ void check_axis_view(const char* op, const Tensor& full, const Tensor& reduced, 
 // softmax's: x and y (and dy, dx) of one shape on one device, the last dim cols >= 1 dividing numel.
 void check_softmax(const char* op, const Tensor& x, int64_t cols, const Tensor& y);
 
+// The operands of the transformer ops, checked for every backend (shapes, dtypes, one device).
+// embedding: table [V, D], ids of any shape (FP32 holding row indices, as cross_entropy's
+// labels), out [ids.numel(), D] in the table's dtype; backward: dout like out, dtable FP32 [V, D].
+void check_embedding(const char* op, const Tensor& table, const Tensor& ids, const Tensor& out);
+// layer_norm: x (and y, dy, dx) [rows, cols] with cols = the last dim; weight and bias (either
+// may be absent) of cols elements; mean and rstd FP32 of rows elements.
+void check_layer_norm(const char* op, const Tensor& x, const Tensor* weight, const Tensor* bias, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd);
+
 struct AdamWHyper {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -168,6 +177,28 @@ class Backend {
   // dy is left out of the sums.
   virtual void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
                                 Tensor& dx) const = 0;
+  // Embedding: row r of out = row ids[r] of table, bit for bit (out has the table's dtype).
+  // ids hold row indices as FP32 values (as cross_entropy's labels: exact up to 2^24); an id
+  // that is not an integer in [0, V) is an Error naming it and its position.
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const = 0;
+  // dtable [V, D] (FP32) += the rows of dout, row r added into row ids[r], deterministically:
+  // the result has the bits of the sequential loop `for r in order: dtable[ids[r]] += dout[r]`
+  // (FP32 additions) at any thread count, repeated ids included. Each table row is owned by
+  // one worker, which adds its occurrences in r order: no float atomics.
+  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const = 0;
+  // LayerNorm over the last dim of x seen as [rows, cols]: mean and variance (biased, over cols)
+  // in FP32 whatever x's dtype, y = (x - mean) * rstd * weight + bias rounded once into y's
+  // dtype, rstd = 1 / sqrt(var + eps). weight and bias may be null (1 and 0). mean and rstd
+  // (FP32 [rows]) are written for the backward.
+  virtual void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) const = 0;
+  // From x, mean, rstd and dy: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy weight
+  // and xhat = (x - mean) rstd, rounded once into dx's dtype; dweight (+)= sum over rows of
+  // dy xhat and dbias (+)= sum over rows of dy (FP32, each null when not wanted; added to when
+  // accumulate), summed in a fixed order whatever the thread count.
+  virtual void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
+                                   bool accumulate) const = 0;
   // out [N, M] = x [M, N] transposed, bit for bit (same dtype).
   virtual void transpose(const Tensor& x, Tensor& out) const = 0;
 

@@ -102,17 +102,8 @@ void bind_autograd(py::module_& m) {
       .def("backward", [](const Var& v, float seed) { v.backward(seed); }, py::arg("seed") = 1.0f,
            py::call_guard<py::gil_scoped_release>())
       .def("zero_grad", &Var::zero_grad, py::arg("set_to_none") = true)
-      .def("__add__", [](const Var& a, py::handle b) { return binary_op(a, b, add); })
-      .def("__mul__", [](const Var& a, py::handle b) {
-        return py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b) ? scale(a, b.cast<float>())
-                                                                            : mul(a, as_var_on(b, a.device()));
-      })
-      .def("__rmul__", [](const Var& a, float s) { return scale(a, s); })
-      .def("__matmul__", [](const Var& a, py::handle b) { return binary_op(a, b, matmul); })
-      .def("__repr__", [](const Var& v) {
-        return "belay.Var(" + (v.name().empty() ? std::string() : v.name() + ": ") + v.value().describe() +
-               (v.requires_grad() ? ", requires_grad" : "") + ")";
-      });
+      // + - * / and repr: bind_var_math.cpp (broadcasting, Python scalars, the values shown).
+      .def("__matmul__", [](const Var& a, py::handle b) { return binary_op(a, b, matmul); });
 
   bind_ops(m);
 }
@@ -161,6 +152,24 @@ void bind_ops(py::module_& m) {
     py::gil_scoped_release nogil;
     return cross_entropy(logits, t);
   }, py::arg("logits"), py::arg("labels"), "Mean cross-entropy of logits [B, C]; labels [B] hold class indices");
+  m.def("embedding", [](const Var& table, py::handle ids) {
+    refresh_working_copy(table);
+    const Tensor t = as_target(ids, table.device());
+    py::gil_scoped_release nogil;
+    return embedding(table, t);
+  }, py::arg("table"), py::arg("ids"),
+     "Rows of table [V, D] picked by ids (integers, any shape): [*ids.shape, D] in the table's dtype. "
+     "The table's gradient is summed in FP32, the same bits at any thread count");
+  m.def("layer_norm", [](py::handle x, std::optional<Var> w, std::optional<Var> b, float eps) {
+    if (w) refresh_working_copy(*w);
+    if (b) refresh_working_copy(*b);
+    const Var in = w ? as_var_on(x, w->device()) : as_var(x);
+    const Var weight = w.value_or(Var()), bias = b.value_or(Var());
+    py::gil_scoped_release nogil;
+    return layer_norm(in, weight, bias, eps);
+  }, py::arg("x"), py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("eps") = 1e-5f,
+     "LayerNorm over the last dim (torch's F.layer_norm(x, x.shape[-1:], weight, bias, eps)): mean and variance in "
+     "FP32 whatever x's dtype, the result in x's dtype");
   py::class_<NoGradScope>(m, "no_grad", "with belay.no_grad(): ops record no graph")
       .def(py::init<>())
       .def("__enter__", [](NoGradScope& s) { s.enter(); })

@@ -1,4 +1,4 @@
-// belay.Module (parameters, state dict, working dtype), Linear and Mlp.
+// belay.Module (parameters, state dict, working dtype), Linear, Mlp, Embedding and LayerNorm.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -119,6 +119,22 @@ void bind_modules(py::module_& m) {
          py::arg("device") = "cpu", "PyTorch's init (uniform in +-1/sqrt(in)) from a seeded generator")
       .def_readonly("weight", &Linear::weight)
       .def_property_readonly("bias", [](const Linear& l) { return l.bias.defined() ? py::cast(l.bias) : py::none(); });
+  py::class_<Embedding, Module>(m, "Embedding")
+      .def(py::init([](int64_t num, int64_t dim, uint64_t seed, const std::string& device) {
+        Rng rng(seed);
+        AllocationPurpose purpose("the parameters of Embedding(" + std::to_string(num) + ", " + std::to_string(dim) + ")");
+        return std::make_unique<Embedding>(num, dim, rng, to_device(device));
+      }), py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("seed") = 0, py::arg("device") = "cpu",
+         "A table of vectors, GPT-2's init (normal, std 0.02) from a seeded generator; model(ids) gathers rows")
+      .def_readonly("weight", &Embedding::weight);
+  py::class_<LayerNorm, Module>(m, "LayerNorm")
+      .def(py::init([](int64_t dim, float eps, const std::string& device) {
+        return std::make_unique<LayerNorm>(dim, eps, to_device(device));
+      }), py::arg("normalized_shape"), py::arg("eps") = 1e-5f, py::arg("device") = "cpu",
+         "LayerNorm over the last dim (of size normalized_shape), weight 1 and bias 0 to start")
+      .def_readonly("weight", &LayerNorm::weight)
+      .def_readonly("bias", &LayerNorm::bias)
+      .def_readonly("eps", &LayerNorm::eps);
   py::class_<Mlp, Module>(m, "Mlp")
       .def(py::init([](int64_t in, int64_t hidden, int64_t out, int layers, const std::string& act, uint64_t seed,
                        const std::string& device) {

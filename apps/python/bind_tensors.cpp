@@ -71,8 +71,7 @@ void bind_tensors(py::module_& m) {
       .def("clone", &Tensor::clone)
       .def("fill", &Tensor::fill)
       .def("set_element", &Tensor::set_element, py::arg("index"), py::arg("value"))
-      .def("__len__", [](const Tensor& t) { return t.rank() ? t.dim(0) : 1; })
-      .def("__repr__", [](const Tensor& t) { return "belay.Tensor(" + t.describe() + ")"; });
+      .def("__len__", [](const Tensor& t) { return t.rank() ? t.dim(0) : 1; });  // repr: bind_var_math.cpp
   m.def("from_numpy", [](const py::array& a, py::object dtype) {
     return python::from_numpy(a, dtype.is_none() ? std::nullopt : std::optional<DType>(to_dtype(dtype)));
   }, py::arg("array"), py::arg("dtype") = py::none(),

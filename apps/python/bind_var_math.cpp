@@ -188,20 +188,11 @@ Var reduce(const Var& x, std::optional<int64_t> axis, bool keepdim, bool is_mean
   return is_mean ? mean(x, *axis, keepdim) : sum(x, *axis, keepdim);
 }
 
-void set_method(py::object cls, const char* name, py::cpp_function f) { py::setattr(cls, name, f); }
-
-template <class F, class... Extra>
-void replace_method(py::object cls, const char* name, F&& f, const Extra&... extra) {
-  // Replaces (not overloads) what module.cpp bound under the same name.
-  set_method(cls, name, py::cpp_function(std::forward<F>(f), py::name(name), py::is_method(cls), extra...));
-}
-
 void bind_operators(py::class_<Var>& cls) {
-  py::object c = cls;
-  replace_method(c, "__add__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Add, a, b, false); });
-  replace_method(c, "__mul__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Mul, a, b, false); });
-  replace_method(c, "__rmul__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Mul, a, b, true); });
-  cls.def("__radd__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Add, a, b, true); })
+  cls.def("__add__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Add, a, b, false); })
+      .def("__mul__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Mul, a, b, false); })
+      .def("__rmul__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Mul, a, b, true); })
+      .def("__radd__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Add, a, b, true); })
       .def("__sub__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Sub, a, b, false); })
       .def("__rsub__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Sub, a, b, true); })
       .def("__truediv__", [](const Var& a, py::handle b) { return binary_with(BinaryOp::Div, a, b, false); })
@@ -285,12 +276,9 @@ void bind_var_math(py::module_& m) {
   // instead of converting the Var through __array__.
   cls.attr("__array_priority__") = 1000;
   bind_functions(m, cls);
-  replace_method(cls, "__repr__", &var_repr);
-  replace_method(cls, "__str__", &var_repr);
-  py::object tensor_cls = m.attr("Tensor");
+  cls.def("__repr__", &var_repr).def("__str__", &var_repr);
   auto tensor_repr = [](const Tensor& t) { return repr_of("belay.Tensor(", t) + ")"; };
-  replace_method(tensor_cls, "__repr__", tensor_repr);
-  replace_method(tensor_cls, "__str__", tensor_repr);
+  py::class_<Tensor>(py::object(m.attr("Tensor"))).def("__repr__", tensor_repr).def("__str__", tensor_repr);
 }
 
 }  // namespace belay::python

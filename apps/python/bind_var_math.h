@@ -8,7 +8,7 @@
 
 namespace belay::python {
 
-// After bind_tensors and bind_autograd (it replaces some of their methods).
+// After bind_tensors and bind_autograd: it adds methods to their classes (each defined once, here).
 void bind_var_math(pybind11::module_& m);
 
 }  // namespace belay::python

@@ -167,6 +167,33 @@ bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw
 }
 
 void check_cpu(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CPU); }
+
+// The ids of an embedding as row indices, each checked to be an integer in [0, rows): a bad
+// id is bad input (UsageError), named with its position.
+std::vector<int64_t> read_ids(const char* op, const Tensor& ids, int64_t rows) {
+  std::vector<int64_t> out(static_cast<size_t>(ids.numel()));
+  const float* p = ids.data_as<const float>();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float v = p[i];
+    if (!(v >= 0.0f) || v >= static_cast<float>(rows) || v != std::floor(v))
+      throw UsageError(std::string(op) + ": id " + std::to_string(v) + " at position " + std::to_string(i) +
+                  " is not a row of the table (an integer in [0, " + std::to_string(rows) + "))");
+    out[i] = static_cast<int64_t>(v);
+  }
+  return out;
+}
+
+// A LayerNorm parameter as FP32 (ones or zeros when absent): read once per call.
+std::vector<float> ln_param(const Tensor* p, int64_t cols, float absent) {
+  std::vector<float> v(static_cast<size_t>(cols), absent);
+  if (p)
+    for (int64_t c = 0; c < cols; ++c) v[c] = load_as_f32(p->data(), p->dtype(), static_cast<size_t>(c));
+  return v;
+}
+
+// LayerNorm's backward sums dweight and dbias over chunks of this many rows (each in double,
+// rows in order), then the chunks in order: the same bits at any thread count.
+constexpr int64_t kNormRowChunk = 32;
 void check_scalar(const char* op, const Tensor& t) { check_f32_scalar(op, t, DeviceKind::CPU); }
 
 class ReadyReadback final : public HostReadback {
@@ -496,6 +523,127 @@ class CpuBackend final : public Backend {
         store_from_f32(pd, td, base + c, d);
       }
     });
+  }
+
+  // Reads N ids and N x D table elements, writes N x D: a copy of each row, no flops.
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const override {
+    check_cpu("embedding", table);
+    check_embedding("embedding", table, ids, out);
+    if (out.dtype() != table.dtype()) throw Error("embedding: out " + out.describe() + " must have the table's dtype");
+    const std::vector<int64_t> idx = read_ids("embedding", ids, table.dim(0));
+    const size_t row_bytes = static_cast<size_t>(table.dim(1)) * dtype_size(table.dtype());
+    const char* src = static_cast<const char*>(table.data());
+    char* dst = static_cast<char*>(out.data());
+    parallel_for(static_cast<int64_t>(idx.size()), [&](int64_t r) {
+      std::memcpy(dst + static_cast<size_t>(r) * row_bytes, src + static_cast<size_t>(idx[r]) * row_bytes, row_bytes);
+    });
+  }
+
+  // Reads dout once (N x D) and writes the touched table rows; one add per element. The ids
+  // are bucketed by row with a counting sort (stable: each bucket lists its positions in
+  // order), then each touched row is owned by one thread, which adds its rows in that order.
+  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const override {
+    check_cpu("embedding_backward", dtable);
+    check_embedding("embedding_backward", dtable, ids, dout);
+    check_dtype("embedding_backward", dtable, DType::F32);
+    const int64_t vocab = dtable.dim(0), dim = dtable.dim(1), n = ids.numel();
+    const std::vector<int64_t> idx = read_ids("embedding_backward", ids, vocab);
+    std::vector<int64_t> start(static_cast<size_t>(vocab) + 1, 0), order(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) ++start[static_cast<size_t>(idx[r]) + 1];
+    for (int64_t v = 0; v < vocab; ++v) start[v + 1] += start[v];
+    std::vector<int64_t> fill(start.begin(), start.end() - 1), touched;
+    for (int64_t r = 0; r < n; ++r) order[static_cast<size_t>(fill[static_cast<size_t>(idx[r])]++)] = r;
+    for (int64_t v = 0; v < vocab; ++v)
+      if (start[v + 1] > start[v]) touched.push_back(v);
+    const void* pg = dout.data();
+    const DType dg = dout.dtype();
+    float* table = dtable.data_as<float>();
+    const int64_t rows = static_cast<int64_t>(touched.size());
+#pragma omp parallel if (n * dim > kParallelThreshold)
+    {
+      std::vector<float> buf(static_cast<size_t>(dim));
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < rows; ++k) {
+        const int64_t v = touched[k];
+        float* dst = table + v * dim;
+        for (int64_t i = start[v]; i < start[v + 1]; ++i) {
+          const float* g = load_block(pg, dg, order[i] * dim, dim, buf.data());
+          for (int64_t c = 0; c < dim; ++c) dst[c] += g[c];
+        }
+      }
+    }
+  }
+
+  // Per row (kernels/cpu/isa, the active path): reads x twice (from a row buffer once widened),
+  // writes y once; ~7 flops per element.
+  void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y, Tensor& mean,
+                  Tensor& rstd) const override {
+    check_cpu("layer_norm", x);
+    check_layer_norm("layer_norm", x, weight, bias, y, mean, rstd);
+    const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
+    const std::vector<float> w = ln_param(weight, cols, 1.0f), b = ln_param(bias, cols, 0.0f);
+    const void* px = x.data();
+    void* py = y.data();
+    const DType tx = x.dtype(), ty = y.dtype();
+    float *pm = mean.data_as<float>(), *pr = rstd.data_as<float>();
+    const ElementBlocks& blocks = cpu_element_blocks();
+#pragma omp parallel if (x.numel() > kParallelThreshold)
+    {
+      std::vector<float> xb(static_cast<size_t>(cols)), yb(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = load_block(px, tx, r * cols, cols, xb.data());
+        float* yr = out_block(py, ty, r * cols, yb.data());
+        blocks.layer_norm_row(xr, w.data(), b.data(), cols, eps, yr, pm + r, pr + r);
+        store_block(py, ty, r * cols, cols, yr);
+      }
+    }
+  }
+
+  // Reads x and dy once, writes dx once (~12 flops per element); then sums the chunks'
+  // dweight and dbias (rows / 32 x cols doubles each) in chunk order.
+  void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
+                           bool accumulate) const override {
+    check_cpu("layer_norm_backward", x);
+    check_layer_norm("layer_norm_backward", x, weight, nullptr, dy, mean, rstd);
+    check_same_shape("layer_norm_backward", x, dx);
+    const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
+    for (Tensor* p : {dweight, dbias})
+      if (p && (p->dtype() != DType::F32 || p->numel() != cols || !p->device().is_cpu()))
+        throw Error("layer_norm_backward: dweight and dbias must be fp32 of " + std::to_string(cols) + " elements, got " +
+                    p->describe());
+    const std::vector<float> w = ln_param(weight, cols, 1.0f);
+    const int64_t chunks = (rows + kNormRowChunk - 1) / kNormRowChunk;
+    std::vector<double> pw(static_cast<size_t>(chunks * cols), 0.0), pb(static_cast<size_t>(chunks * cols), 0.0);
+    const void *px = x.data(), *pg = dy.data();
+    void* pd = dx.data();
+    const DType tx = x.dtype(), tg = dy.dtype(), td = dx.dtype();
+    const float *pm = mean.data_as<const float>(), *pr = rstd.data_as<const float>();
+    const ElementBlocks& blocks = cpu_element_blocks();
+#pragma omp parallel if (x.numel() > kParallelThreshold)
+    {
+      std::vector<float> xb(static_cast<size_t>(cols)), gb(static_cast<size_t>(cols)), db(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t ch = 0; ch < chunks; ++ch)
+        for (int64_t r = ch * kNormRowChunk; r < std::min(rows, (ch + 1) * kNormRowChunk); ++r) {
+          const float* xr = load_block(px, tx, r * cols, cols, xb.data());
+          const float* gr = load_block(pg, tg, r * cols, cols, gb.data());
+          float* dr = out_block(pd, td, r * cols, db.data());
+          blocks.layer_norm_row_backward(xr, gr, w.data(), cols, pm[r], pr[r], dr, &pw[ch * cols], &pb[ch * cols]);
+          store_block(pd, td, r * cols, cols, dr);
+        }
+    }
+    for (auto [out, part] : {std::pair{dweight, &pw}, std::pair{dbias, &pb}}) {
+      if (!out) continue;
+      float* po = out->data_as<float>();
+      const double* p = part->data();
+      parallel_for(cols, [&](int64_t c) {
+        double s = 0.0;
+        for (int64_t ch = 0; ch < chunks; ++ch) s += p[ch * cols + c];
+        po[c] = accumulate ? po[c] + static_cast<float>(s) : static_cast<float>(s);
+      });
+    }
   }
 
   // Moves 2 x numel x dtype bytes; tiles of 32 x 32 keep both sides' lines in cache.

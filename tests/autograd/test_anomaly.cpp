@@ -157,3 +157,40 @@ TEST_CASE("anomaly: a NaN reaching an op is reported at the loss, and check_fini
     CHECK(e.report().input_nonfinite == 0);  // the target is not an input of the graph
   }
 }
+
+TEST_CASE("anomaly: the transformer's ops are named with their module paths", "[autograd][anomaly][transformer]") {
+  // An embedding table whose FP16 working copy overflowed (a master of 1e5): its output is the
+  // first non-finite value of the forward, at "wte embedding" (the table itself is a leaf).
+  Rng rng(3);
+  Embedding wte(6, 4, rng, Device::cpu(), "wte.");
+  const_cast<Tensor&>(wte.weight.master()).set_element(9, 1e5f);  // row 2
+  wte.set_working_dtype(DType::F16);
+  const Var ids(Tensor::from_vector({0, 2, 5}, Shape{3}));
+  {
+    DetectAnomaly detect;
+    try {
+      (void)wte(ids);
+      FAIL("no anomaly reported");
+    } catch (const AnomalyError& e) {
+      CHECK(e.report().phase == "forward");
+      CHECK(e.report().where() == "wte embedding");
+      CHECK(e.report().first_row == 1);
+      CHECK(e.report().input_nonfinite == 1);
+    }
+  }
+  // LayerNorm of a nearly constant row (variance ~2e-7, eps 0: rstd ~2300) times an upstream
+  // gradient of 100 on one element gives dx ~ 1.6e5: past FP16's range in the backward, at "blocks.0.ln_1 layer_norm".
+  LayerNorm ln(4, 0.0f, Device::cpu(), "blocks.0.ln_1.");
+  Var x(Tensor::from_vector({1.0f, 1.0f, 1.0f, 1.0f + 1.0f / 1024}, Shape{1, 4}, DType::F16), true);
+  DetectAnomaly detect;
+  const Var y = ln(x);  // finite: xhat is at most sqrt(3)
+  CHECK(y.dtype() == DType::F16);
+  try {
+    sum(mul(y, Var(Tensor::from_vector({100, 0, 0, 0}, Shape{1, 4}, DType::F16)))).backward();
+    FAIL("no anomaly reported");
+  } catch (const AnomalyError& e) {
+    CHECK(e.report().phase == "backward");
+    CHECK(e.report().where() == "blocks.0.ln_1 layer_norm");
+    CHECK(e.report().dtype == "fp16");
+  }
+}

@@ -452,3 +452,44 @@ TEST_CASE("gradcheck: transpose, reshape, rows", "[autograd][gradcheck][math]") 
   CHECK_THROWS_WITH(reshape(x, {5, -1}), Catch::Contains("cannot infer"));
   CHECK_THROWS_WITH(select_row(x, 3), Catch::Contains("out of range"));
 }
+
+TEST_CASE("gradcheck: embedding (repeated ids) and layer_norm (x, weight, bias)", "[autograd][gradcheck][transformer]") {
+  Var table = leaf(Shape{5, 3}, 41);
+  const Tensor ids = Tensor::from_vector({1, 4, 1, 0, 1, 3}, Shape{2, 3});  // id 1 three times, 2 never
+  gradcheck("embedding", {table}, [&] { return objective(embedding(table, ids)); });
+  CHECK(embedding(table, ids).shape() == Shape{2, 3, 3});
+  const std::vector<float> g = table.grad().to_vector();
+  CHECK((g[6] == 0.0f && g[7] == 0.0f && g[8] == 0.0f));  // row 2: no id picks it, no gradient
+  // LayerNorm: inputs in [-2, 2] over rows of 6 (the variance well away from 0, so the
+  // third derivative stays as small as the step assumes); weight and bias, then neither.
+  Var x = leaf(Shape{2, 3, 6}, 42, -2.0f, 2.0f), w = leaf(Shape{6}, 43, 0.5f, 1.5f), b = leaf(Shape{6}, 44);
+  gradcheck("layer_norm", {x, w, b}, [&] { return objective(layer_norm(x, w, b, 1e-5f)); });
+  gradcheck("layer_norm without weight and bias", {x}, [&] { return objective(layer_norm(x, Var(), Var())); });
+  CHECK_THROWS_AS(layer_norm(x, leaf(Shape{5}, 45), b), UsageError);
+  CHECK_THROWS_AS(embedding(leaf(Shape{5}, 46), ids), UsageError);
+  CHECK_THROWS_AS(embedding(table, Tensor::from_vector({5}, Shape{1})), Error);
+}
+
+TEST_CASE("embedding and layer_norm under autocast: dtypes and FP32 gradients", "[autograd][autocast][transformer]") {
+  // A GPT's parameters: FP32 masters, BF16 working copies; the table's gradient in FP32.
+  Var table = Var::parameter(random_tensor(Shape{10, 8}, 51), "wte");
+  Var w = Var::parameter(random_tensor(Shape{8}, 52, 0.5f, 1.5f), "ln.weight");
+  Var b = Var::parameter(random_tensor(Shape{8}, 53), "ln.bias");
+  for (Var p : {table, w, b}) p.set_working_dtype(DType::BF16);
+  const Tensor ids = Tensor::from_vector({3, 3, 7, 0}, Shape{4});
+  Autocast bf16(DType::BF16);
+  const Var h = embedding(table, ids);
+  CHECK(h.dtype() == DType::BF16);  // the table's dtype: a gather changes nothing
+  const Var y = layer_norm(h, w, b);
+  CHECK(y.dtype() == DType::BF16);  // the input's dtype; statistics in FP32 inside
+  sum(y).backward();
+  for (const Var& p : {table, w, b}) {
+    REQUIRE(p.grad().defined());
+    CHECK(p.grad().dtype() == DType::F32);
+  }
+  {
+    Autocast kept(DType::BF16, true, parse_fp32_ops("embedding,layer_norm"));
+    CHECK(embedding(table, ids).dtype() == DType::F32);
+    CHECK(layer_norm(h, w, b).dtype() == DType::F32);
+  }
+}

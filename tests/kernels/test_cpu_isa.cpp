@@ -294,6 +294,27 @@ void element_suite(CpuIsa isa) {
       CHECK(bad_b == bad_w);
       CHECK(bits_of(rb) == bits_of(rw));
     }
+    // LayerNorm rows: y, mean, rstd, dx and the dw/db accumulators (16 lanes in a fixed order).
+    {
+      Rng rng(88);
+      std::vector<float> xr(x.size()), dy(x.size()), w(x.size()), b(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        xr[i] = rng.uniform(-3.0f, 5.0f), dy[i] = rng.uniform(-1.0f, 1.0f);
+        w[i] = rng.uniform(0.5f, 1.5f), b[i] = rng.uniform(-1.0f, 1.0f);
+      }
+      std::vector<float> yb(x.size()), yw(x.size()), dxb(x.size()), dxw(x.size());
+      std::vector<double> dwb(x.size(), 0.5), dww(x.size(), 0.5), dbb(x.size(), 0.25), dbw(x.size(), 0.25);
+      float mb = 0, rb0 = 0, mw = 0, rw0 = 0;
+      base.layer_norm_row(xr.data(), w.data(), b.data(), n, 1e-5f, yb.data(), &mb, &rb0);
+      wide.layer_norm_row(xr.data(), w.data(), b.data(), n, 1e-5f, yw.data(), &mw, &rw0);
+      CHECK(bits_of(yb) == bits_of(yw));
+      CHECK(bits_of(std::vector<float>{mb, rb0}) == bits_of(std::vector<float>{mw, rw0}));
+      base.layer_norm_row_backward(xr.data(), dy.data(), w.data(), n, mb, rb0, dxb.data(), dwb.data(), dbb.data());
+      wide.layer_norm_row_backward(xr.data(), dy.data(), w.data(), n, mb, rb0, dxw.data(), dww.data(), dbw.data());
+      CHECK(bits_of(dxb) == bits_of(dxw));
+      CHECK(dwb == dww);  // doubles: == compares every bit of a finite value
+      CHECK(dbb == dbw);
+    }
     // AdamW: master, moments and the FP16 working copy, plain and non-temporal stores.
     for (const bool stream : {false, true}) {
       std::vector<float> g = element_inputs(n, 950 + static_cast<uint64_t>(n));

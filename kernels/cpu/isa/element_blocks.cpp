@@ -11,6 +11,8 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "engine/half_bits.h"
 #include "kernels/common/element_math.h"
 #include "kernels/cpu/isa/erf_exp.h"
@@ -268,10 +270,60 @@ bool adamw(const AdamWBlock& b) {
 }
 #endif
 
+// ---- LayerNorm rows -------------------------------------------------------------------------
+// A row's sums in FP32 over kLanes lanes: element j goes to lane j % kLanes in index order,
+// then the lanes are added pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1). The order is fixed by the
+// code, not by the vector width, so every path gives the baseline's bits; the compiler keeps
+// the 16 lanes in one AVX-512 or two AVX2 registers (or a loop, on baseline).
+constexpr int64_t kLanes = 16;
+
+template <class F>
+inline float lane_sum(int64_t n, F&& f) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) acc[k] += f(j + k);
+  for (int64_t k = 0; j + k < n; ++k) acc[k] += f(j + k);
+  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
+    for (int64_t k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+// Reads x twice (mean, then the variance of x - mean: two passes, no cancellation), writes y.
+// 2 loads, 1 store and ~7 flops per element.
+void layer_norm_row(const float* x, const float* w, const float* b, int64_t n, float eps, float* y, float* mean_out,
+                    float* rstd_out) {
+  const float nf = static_cast<float>(n);
+  const float mean = lane_sum(n, [&](int64_t j) { return x[j]; }) / nf;
+  const float var = lane_sum(n, [&](int64_t j) {
+                      const float d = x[j] - mean;
+                      return d * d;
+                    }) / nf;
+  const float rstd = 1.0f / sqrtf(var + eps);
+  for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - mean) * rstd * w[j] + b[j];
+  *mean_out = mean;
+  *rstd_out = rstd;
+}
+
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w; dw[j] += dy xhat and db[j] += dy in
+// double (the caller sums a fixed chunk of rows into them, then the chunks in order).
+void layer_norm_row_backward(const float* x, const float* dy, const float* w, int64_t n, float mean, float rstd,
+                             float* dx, double* dw, double* db) {
+  const float nf = static_cast<float>(n);
+  const float mg = lane_sum(n, [&](int64_t j) { return dy[j] * w[j]; }) / nf;
+  const float mgx = lane_sum(n, [&](int64_t j) { return dy[j] * w[j] * ((x[j] - mean) * rstd); }) / nf;
+  for (int64_t j = 0; j < n; ++j) {
+    const float xhat = (x[j] - mean) * rstd;
+    dx[j] = rstd * ((dy[j] * w[j] - mg) - xhat * mgx);
+    dw[j] += static_cast<double>(dy[j] * xhat);
+    db[j] += static_cast<double>(dy[j]);
+  }
+}
+
 }  // namespace
 
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   relu,        relu_grad,
-                                             sum_squares_8};
+                                             sum_squares_8, layer_norm_row, layer_norm_row_backward};
 
 }  // namespace belay::BELAY_ISA_NS

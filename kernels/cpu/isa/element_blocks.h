@@ -1,6 +1,6 @@
 // The CPU element kernels' inner loops, once per vector ISA (element_blocks.cpp, built by
 // kernels/cpu/isa/isa.cmake with that path's -m flags and -ffp-contract=off): the 16-bit
-// conversions, unscale-and-check, the AdamW and SGD updates of one block and the activations (GELU
+// conversions, unscale-and-check, the AdamW and SGD updates of one block, LayerNorm rows and the activations (GELU
 // through belay's own erf and exp, erf_exp.h, so they vectorize too). Every path does the same
 // IEEE operations in the same order as kernels/common/element_math.h (GELU: its formula,
 // with erf_exp.h's erf and exp in place of libm's; no FMA contraction, sqrt and division
@@ -58,6 +58,13 @@ struct ElementBlocks {
   // transpose them, so each lane still adds its own chunk's squares in order: the
   // baseline's bits (the square of a float is exact in double).
   void (*sum_squares_8)(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out);
+  // LayerNorm of one row of n FP32 values (the backend's layer_norm): mean and variance summed
+  // in FP32 over 16 lanes in a fixed order (the same on every path), y = (x - mean) rstd w + b.
+  void (*layer_norm_row)(const float* x, const float* w, const float* b, int64_t n, float eps, float* y,
+                         float* mean, float* rstd);
+  // Its backward: dx of the row, and dy xhat and dy added into the double accumulators dw, db.
+  void (*layer_norm_row_backward)(const float* x, const float* dy, const float* w, int64_t n, float mean, float rstd,
+                                  float* dx, double* dw, double* db);
 };
 
 namespace isa_baseline { extern const ElementBlocks element_blocks; }

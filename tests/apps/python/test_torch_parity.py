@@ -163,3 +163,42 @@ def test_var_operators_match_pytorch_values_and_gradients():
     np.testing.assert_allclose(float(lb), lt.item(), rtol=1e-5)
     for t, b in zip(tb, bb):
         np.testing.assert_allclose(b.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_embedding_and_layer_norm_match_pytorch(dtype):
+    """belay.embedding and belay.layer_norm, forward and backward, against F.embedding and
+    F.layer_norm on the same inputs (a GPT's first steps: token rows, a pre-LayerNorm, ids
+    repeated). FP32: relative 1e-5 (sums of 48 terms in different orders; a wrong formula or a
+    lost term is off by far more). BF16 (activations in BF16, weight and bias FP32, both
+    libraries compute the statistics in FP32 and round the result once): 2 BF16 epsilons
+    relative and absolute (one rounding each side may land on neighbouring BF16 values); the
+    gradients of the table, weight and bias sum up to 8 rows, so their absolute bound is 8
+    times that. Weight and bias are cast to the activations' dtype on both sides. Stated
+    before the first run. FP16 is left out: PyTorch's CPU layer_norm in FP16 is not
+    the reference belay's kernel is meant to match (it is BF16 that CPUs train in)."""
+    import torch.nn.functional as F
+    rtol = atol = 1e-5 if dtype == "fp32" else 2 * 2.0 ** -7
+    tdt = torch.float32 if dtype == "fp32" else torch.bfloat16
+    rng = np.random.default_rng(7)
+    table = rng.normal(0, 1, (11, 48)).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, 48).astype(np.float32)
+    b = rng.uniform(-0.5, 0.5, 48).astype(np.float32)
+    ids = np.array([[3, 1, 3, 10], [0, 3, 7, 1]])
+    r = rng.uniform(-1, 1, (2, 4, 48)).astype(np.float32)
+
+    tt = torch.tensor(table, requires_grad=True)
+    tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+    th = F.embedding(torch.tensor(ids), tt.to(tdt))
+    ty = F.layer_norm(th, (48,), tw.to(tdt), tb.to(tdt), 1e-5)
+    (ty.float() * torch.tensor(r)).sum().backward()
+
+    bt = belay.Var(belay.tensor(table), requires_grad=True)
+    bw, bb = belay.Var(w, requires_grad=True), belay.Var(b, requires_grad=True)
+    bh = belay.embedding(belay.cast(bt, dtype), ids)
+    by = belay.layer_norm(bh, belay.cast(bw, dtype), belay.cast(bb, dtype), eps=1e-5)
+    belay.sum(belay.cast(by, "fp32") * belay.Var(r)).backward()
+
+    np.testing.assert_allclose(by.value.to("fp32").numpy(), ty.float().detach().numpy(), rtol=rtol, atol=atol)
+    for got, want in ((bt, tt), (bw, tw), (bb, tb)):
+        np.testing.assert_allclose(got.grad.to("fp32").numpy(), want.grad.float().numpy(), rtol=rtol, atol=atol * 8)

@@ -1,0 +1,18 @@
+// Internal to autograd: how an op reads an input under autocast. The op class's rule
+// (amp/autocast.h: the table, --fp32-ops, low_ops) picks the dtype; a cast, when needed, is
+// recorded in the graph as "cast for <op>" so the gradient goes back in the input's dtype and
+// anomaly mode names the op that asked for it (a cast to FP16 is where an overflow starts).
+#pragma once
+#include "amp/autocast.h"
+#include "autograd/graph.h"
+
+namespace belay {
+
+// The dtype an op of this class runs in for an input of dtype `given`.
+DType autocast_dtype(OpClass cls, DType given);
+// x cast to `dtype` (x itself when it has it), recorded as "cast for <op>".
+Var autocast_cast(const Var& x, DType dtype, OpClass cls);
+// x as an op of this class reads it: autocast_cast(x, autocast_dtype(cls, x.dtype()), cls).
+Var autocast_input(const Var& x, OpClass cls);
+
+}  // namespace belay

@@ -1,0 +1,141 @@
+"""belay.embedding and belay.layer_norm (issue 25) against NumPy in float64, forward and
+backward, in fp32, fp16 and bf16; their argument errors as belay.UsageError.
+
+Tolerances, set before the first run (as test_var_ops.py): FP32 within RTOL = 1e-5 plus
+ATOL = 1e-5 (LayerNorm's sums of 64 terms and its backward's two more: a few hundred FP32
+roundings at most, relative to values of order 1). FP16/BF16: the float64 result of the same
+rounded inputs within 4 units of the dtype's epsilon, relative and absolute (the inputs and
+output rounded, the FP32 math far below them). The embedding's forward is a copy: exact.
+"""
+import numpy as np
+import pytest
+
+import belay
+
+RTOL = 1e-5
+ATOL = 1e-5
+EPS = {"fp16": 2.0 ** -10, "bf16": 2.0 ** -7}
+DTYPES = ["fp32", "fp16", "bf16"]
+
+
+def f64(v):
+    """A Var's or Tensor's values in float64 (FP16/BF16 widened exactly through FP32)."""
+    t = v.value if isinstance(v, belay.Var) else v
+    return t.to("fp32").numpy().astype(np.float64)
+
+
+def rounded(a, dtype):
+    """a as the dtype stores it, in float64 (what the reference must see)."""
+    return f64(belay.tensor(np.asarray(a, np.float32), dtype=dtype))
+
+
+BELAY_DTYPE = {"fp32": belay.float32, "fp16": belay.float16, "bf16": belay.bfloat16}
+
+
+def tol(dtype):
+    return (RTOL, ATOL) if dtype == "fp32" else (4 * EPS[dtype], 4 * EPS[dtype])
+
+
+def layer_norm_ref(x, w, b, dy, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = (x - mu) * rstd
+    g = dy * w
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    return xhat * w + b, dx, (dy * xhat).reshape(-1, x.shape[-1]).sum(0), dy.reshape(-1, x.shape[-1]).sum(0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_matches_numpy_forward_and_backward(dtype):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(1.0, 5.0, (2, 3, 64)).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, 64).astype(np.float32)
+    r = rng.uniform(-1.0, 1.0, (2, 3, 64)).astype(np.float32)
+    X, R = rounded(x, dtype), rounded(r, dtype)
+    xv = belay.Var(belay.tensor(x, dtype=dtype), requires_grad=True)
+    wv, bv = belay.Var(w, requires_grad=True), belay.Var(b, requires_grad=True)
+    y = belay.layer_norm(xv, wv, bv, eps=1e-5)
+    assert y.dtype == BELAY_DTYPE[dtype]  # the input's dtype
+    assert y.shape == (2, 3, 64)
+    belay.sum(y * belay.Var(belay.tensor(r, dtype=dtype))).backward()
+    yr, dx, dw, db = layer_norm_ref(X, w.astype(np.float64), b.astype(np.float64), R)
+    rtol, atol = tol(dtype)
+    np.testing.assert_allclose(f64(y), yr, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(f64(xv.grad), dx, rtol=rtol, atol=atol)
+    # dweight and dbias are sums over 6 rows in FP32 of products rounded to the dtype: scale
+    # the bound by the rows summed.
+    np.testing.assert_allclose(wv.grad.numpy(), dw, rtol=rtol, atol=6 * atol)
+    np.testing.assert_allclose(bv.grad.numpy(), db, rtol=rtol, atol=6 * atol)
+
+
+def test_layer_norm_without_weight_and_bias():
+    x = np.random.default_rng(2).uniform(-2, 2, (4, 10)).astype(np.float32)
+    y = belay.layer_norm(x).numpy().astype(np.float64)
+    X = x.astype(np.float64)
+    ref = (X - X.mean(-1, keepdims=True)) / np.sqrt(X.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embedding_gathers_rows_and_sums_repeated_ids_in_fp32(dtype):
+    rng = np.random.default_rng(3)
+    table = rng.uniform(-1, 1, (7, 5)).astype(np.float32)
+    ids = np.array([[1, 4, 1], [0, 1, 6]])  # id 1 three times
+    tv = belay.Var(belay.tensor(table, dtype=dtype), requires_grad=True)
+    out = belay.embedding(tv, ids)
+    assert out.shape == (2, 3, 5)
+    T = rounded(table, dtype)
+    np.testing.assert_array_equal(f64(out), T[ids])  # a copy: exact
+    r = rng.uniform(-1, 1, (2, 3, 5)).astype(np.float32)
+    R = rounded(r, dtype)
+    belay.sum(out * belay.Var(belay.tensor(r, dtype=dtype))).backward()
+    ref = np.zeros((7, 5))
+    np.add.at(ref, ids.reshape(-1), R.reshape(-1, 5))
+    rtol, atol = tol(dtype)
+    np.testing.assert_allclose(f64(tv.grad), ref, rtol=rtol, atol=atol)
+
+
+def test_embedding_and_layer_norm_errors_are_usage_errors():
+    table = belay.Var(np.zeros((4, 3), np.float32), requires_grad=True)
+    for bad in ([4], [-1], [1.5]):
+        with pytest.raises(belay.UsageError, match="not a row of the table"):
+            belay.embedding(table, np.array(bad))
+    with pytest.raises(belay.UsageError, match=r"matrix \[V, D\]"):
+        belay.embedding(belay.Var(np.zeros(4, np.float32)), np.array([0]))
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(belay.UsageError, match="weight and bias must be"):
+        belay.layer_norm(x, belay.Var(np.ones(4, np.float32)))
+    with pytest.raises(belay.UsageError, match="last dim"):
+        belay.layer_norm(belay.Var(np.zeros((2, 0), np.float32)))
+    with pytest.raises(belay.UsageError, match="unknown op class"):
+        belay.autocast("fp16", fp32_ops="layernorm")
+    with belay.autocast("bf16", fp32_ops="embedding,layer_norm"):  # the new classes are known
+        assert belay.layer_norm(belay.tensor(x, dtype="bf16")).dtype == belay.float32
+
+
+def test_embedding_and_layer_norm_modules_in_a_python_model():
+    class Tiny(belay.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = belay.Embedding(1000, 16, seed=1)
+            self.ln = belay.LayerNorm(16)
+
+        def forward(self, ids):
+            return self.ln(self.wte(ids))
+
+    m = Tiny()
+    assert set(m.state_dict()) == {"wte.weight", "ln.weight", "ln.bias"}
+    w = m.wte.weight.numpy()
+    assert abs(float(w.std()) - 0.02) < 1e-3 and abs(float(w.mean())) < 1e-3  # GPT-2's init, 16000 draws
+    ids = np.array([[5, 999, 5]])
+    y = m(ids)
+    assert y.shape == (1, 3, 16)
+    W = w.astype(np.float64)[ids]
+    ref = (W - W.mean(-1, keepdims=True)) / np.sqrt(W.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(f64(y), ref, rtol=RTOL, atol=ATOL)
+    belay.sum(y * belay.Var(np.ones((1, 3, 16), np.float32))).backward()
+    assert m.ln.bias.grad.numpy().tolist() == [3.0] * 16  # d sum / d bias: one per row
+    with pytest.raises(belay.UsageError, match="not a row of the table"):
+        m(np.array([1000]))
