@@ -9,7 +9,8 @@
 #     cost), with the shared-memory race check on (clang's load/store hooks), `belay train
 #     --device cuda` end to end, `--dist nccl` on 2 ranks (emu.dist_nccl), and planted_bugs
 #     (each known bug planted in a copy of the kernels is caught);
-#   - then the coverage line: every __global__ kernel of kernels/cuda/ must have run;
+#   - then the memory-traffic table emu.memory_metrics wrote (bank conflicts, sectors);
+#   - the coverage line: every __global__ kernel of kernels/cuda/ must have run;
 #   - and the GPU path's line coverage (BELAY_EMU_LINE_COVERAGE; tests/emulation/line_coverage.sh):
 #     "GPU path: N of M lines executed", the lines left in build-san/gpu-path-uncovered.txt
 #     (docs/gpu-path-uncovered.md says why each kind is left).
@@ -27,5 +28,8 @@ rm -rf emulated-kernels.log profraw profraw-planted
 # reachable, so LeakSanitizer does not report them).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j"$(nproc)"
+# The table emu.memory_metrics wrote: per kernel and access site, bank conflicts and sectors.
+echo "== each kernel's memory traffic, as Nsight Compute counts it (emulated-kernel-metrics.txt)"
+cat emulated-kernel-metrics.txt
 bash "$root/tests/emulation/kernel_coverage.sh" "$root" emulated-kernels.log emulated-kernels.txt
 bash "$root/tests/emulation/line_coverage.sh" "$build" "$root"
