@@ -102,6 +102,9 @@ function(belay_planted_bug name)
   add_executable(planted_${name} ${sources} $<TARGET_OBJECTS:${P_TESTS}>)
   # The mutant's directory first: `#include "kernels/cuda/x.h"` finds the planted copy.
   target_include_directories(planted_${name} BEFORE PRIVATE ${dir})
+  # -O1: a mutant runs one test case, and its build is what it costs CI (the tensor-core GEMM
+  # file under the sanitizers: 64 s of CPU at -O1, 126 s at the build's -O2).
+  target_compile_options(planted_${name} PRIVATE -O1)
   target_link_libraries(planted_${name} PRIVATE belay_train Catch2::Catch2WithMain)
   set(BELAY_PLANTED_BUGS ${BELAY_PLANTED_BUGS} "${name}|$<TARGET_FILE:planted_${name}>|${P_FILTER}" PARENT_SCOPE)
 endfunction()
@@ -126,9 +129,6 @@ belay_planted_bug(swizzle_off FILE kernels/cuda/gemm_layout.h
   RECOMPILE kernels/cuda/gemm_tensor_core.cu
   TESTS belay_metrics_test_objects
   FILTER "memory metrics: the tensor-core GEMM's cp.async stores and ldmatrix reads make no bank conflict")
-# -O1: the mutant runs a few small launches, and its build is what it costs CI (the GEMM file
-# under the sanitizers: 64 s of CPU at -O1, 126 s at the build's -O2).
-target_compile_options(planted_swizzle_off PRIVATE -O1)
 belay_planted_bug(chunk_boundary FILE kernels/cuda/multi_tensor.cuh
   RECOMPILE kernels/cuda/guard_kernels.cu kernels/cuda/optimizer_kernels.cu
   FILTER "cuda adamw follows the CPU step by step and is a no-op under found_inf")
