@@ -159,6 +159,7 @@ void set_precision(TrainCommand& t) {
 // --dist: the communicator and its settings; without it, a run under mpirun is refused.
 void set_dist(TrainCommand& t, std::unique_ptr<Communicator>& comm) {
   if (t.dist != "local") {
+    validate_dist_device(t.dist, t.config.device);  // before MPI's (and NCCL's) init
     comm = make_communicator(t.dist);
     t.config.comm = comm.get();
     if (!(t.bucket_mb >= 0.0 && t.bucket_mb <= 1.0e6))

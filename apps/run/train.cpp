@@ -82,10 +82,7 @@ void validate_dist(const TrainConfig& c) {
     // Its snapshots and report are per process, not yet agreed across ranks.
     if (c.rollback.enabled()) throw UsageError("--rollback-on is single-process only for now; drop it with --dist");
   }
-  if (c.comm && c.comm->name() == "mpi" && c.device != "cpu")
-    throw UsageError("--dist mpi trains on --device cpu; use --dist nccl for GPUs");
-  if (c.comm && c.comm->name() == "nccl" && c.device == "cpu")
-    throw UsageError("--dist nccl trains on GPU tensors: add --device cuda (or use --dist mpi on the CPU)");
+  if (c.comm) validate_dist_device(c.comm->name(), c.device);
   if (c.inject_rank >= c.world_size())
     throw UsageError("--inject-rank " + std::to_string(c.inject_rank) + " is not a rank of this run (world size " +
                      std::to_string(c.world_size()) + ")");
@@ -127,6 +124,12 @@ void validate_belts(const TrainConfig& c) {
 }
 
 }  // namespace
+
+void validate_dist_device(const std::string& dist, const std::string& device) {
+  if (dist == "mpi" && device != "cpu") throw UsageError("--dist mpi trains on --device cpu; use --dist nccl for GPUs");
+  if (dist == "nccl" && device == "cpu")
+    throw UsageError("--dist nccl trains on GPU tensors: add --device cuda (or use --dist mpi on the CPU)");
+}
 
 void validate(const TrainConfig& c) {
   validate_sizes(c);

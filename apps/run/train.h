@@ -117,6 +117,9 @@ struct TrainResult {
 
 // Every option checked, in one place: throws UsageError naming the first bad one.
 void validate(const TrainConfig& config);
+// Which --dist fits which --device (part of validate). The CLI asks it before it makes the
+// communicator too: a refused pairing then stops before MPI or NCCL starts.
+void validate_dist_device(const std::string& dist, const std::string& device);
 // Options a user writes as words, read here for the CLI and the Python module alike;
 // `option` is the name as that user writes it ("--clip-mode", "clip_mode"), for the message.
 bool parse_grad_dtype(const std::string& word, const std::string& option);  // true: "compute", false: "fp32"
