@@ -7,10 +7,10 @@
 #      consumer project and the Python module against it and runs the Python tests;
 #   2. everything again under ASan + UBSan (clang) with the CUDA kernels run on the CPU by
 #      the SIMT emulator: the GPU suite under scheduler seed 1, train --device cuda, --dist
-#      nccl on 2 ranks, the planted bugs, "emulated kernels: N of M ran" and "GPU path: N of
-#      M lines executed" (tests/sanitize.sh);
+#      nccl on 2 ranks, the planted bugs only ASan sees, "emulated kernels: N of M ran" and
+#      "GPU path: N of M lines executed" (tests/sanitize.sh);
 #   3. the plain emulated Release build (no sanitizers, the race check on): the GPU suite
-#      under seeds 2 and 3 (tests/emulation/plain_release.sh);
+#      under seeds 2 and 3 and the other planted bugs (tests/emulation/plain_release.sh);
 #   4. the safetensors reader under libFuzzer for a bounded run, tests/fuzz/run_fuzz.sh.
 #   usage: tests/run.sh [--quick]     (--quick: step 1 only)
 set -euo pipefail

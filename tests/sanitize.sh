@@ -8,7 +8,8 @@
 #     run in the plain emulated build, tests/emulation/plain_release.sh, at a third of the
 #     cost), with the shared-memory race check on (clang's load/store hooks), `belay train
 #     --device cuda` end to end, `--dist nccl` on 2 ranks (emu.dist_nccl), and planted_bugs
-#     (each known bug planted in a copy of the kernels is caught);
+#     for the bugs only AddressSanitizer sees (the others are built and caught in the plain
+#     emulated build, tests/emulation/plain_release.sh);
 #   - then the memory-traffic table emu.memory_metrics wrote (bank conflicts, sectors);
 #   - the coverage line: every __global__ kernel of kernels/cuda/ must have run;
 #   - and the GPU path's line coverage (BELAY_EMU_LINE_COVERAGE; tests/emulation/line_coverage.sh):

@@ -69,12 +69,24 @@ set_tests_properties(emu.memory_metrics PROPERTIES LABELS emulated
 
 # ---- planted bugs -----------------------------------------------------------------------
 # belay_planted_bug(NAME FILE <planted file> RECOMPILE <files> FILTER <Catch test spec>
-#                   [TESTS <object library>]): the planted file (and the other files that include
-# it) compiled again against the mutant, linked before belay_core so that their definitions
-# replace the library's, with the tests of TESTS (default: the GPU suite).
+#                   [TESTS <object library>] [ASAN]): the planted file (and the other files that
+# include it) compiled again against the mutant, linked before belay_core so that their
+# definitions replace the library's, with the tests of TESTS (default: the GPU suite).
+# Which build makes the mutants (BELAY_EMU_PLANTED): "all" (a developer's build), "asan" (only
+# those marked ASAN, the bugs only AddressSanitizer sees: the sanitizer build of
+# tests/sanitize.sh), "plain" (the others: the plain emulated build of
+# tests/emulation/plain_release.sh, where a mutant compiles in half the time), "none".
+# Target belay_planted_bugs builds the mutants of this build.
+set(BELAY_EMU_PLANTED all CACHE STRING "planted bugs built here: all | asan | plain | none")
+set_property(CACHE BELAY_EMU_PLANTED PROPERTY STRINGS all asan plain none)
+add_custom_target(belay_planted_bugs)
 set(BELAY_PLANTED_BUGS "")
 function(belay_planted_bug name)
-  cmake_parse_arguments(P "" "FILE;FILTER;TESTS" "RECOMPILE" ${ARGN})
+  cmake_parse_arguments(P "ASAN" "FILE;FILTER;TESTS" "RECOMPILE" ${ARGN})
+  if(BELAY_EMU_PLANTED STREQUAL "none" OR (BELAY_EMU_PLANTED STREQUAL "asan" AND NOT P_ASAN)
+     OR (BELAY_EMU_PLANTED STREQUAL "plain" AND P_ASAN))
+    return()
+  endif()
   if(NOT P_TESTS)
     set(P_TESTS belay_gpu_test_objects)
   endif()
@@ -106,6 +118,7 @@ function(belay_planted_bug name)
   # file under the sanitizers: 64 s of CPU at -O1, 126 s at the build's -O2).
   target_compile_options(planted_${name} PRIVATE -O1)
   target_link_libraries(planted_${name} PRIVATE belay_train Catch2::Catch2WithMain)
+  add_dependencies(belay_planted_bugs planted_${name})
   set(BELAY_PLANTED_BUGS ${BELAY_PLANTED_BUGS} "${name}|$<TARGET_FILE:planted_${name}>|${P_FILTER}" PARENT_SCOPE)
 endfunction()
 
@@ -115,7 +128,9 @@ belay_planted_bug(block_sum_barrier FILE kernels/cuda/device_access.cuh
 belay_planted_bug(gemm_wait_group FILE kernels/cuda/gemm_tensor_core.cu
   RECOMPILE kernels/cuda/gemm_tensor_core.cu
   FILTER "cuda gemm fp16 and bf16 (tensor cores) match FP64 in every layout and odd shape")
-belay_planted_bug(edge_predicate_k FILE kernels/cuda/gemm_simt_f32.cu
+# A read one element past the row: the value is multiplied by B's predicated zero, so no
+# result changes; only AddressSanitizer sees it (at the last row, past the allocation).
+belay_planted_bug(edge_predicate_k FILE kernels/cuda/gemm_simt_f32.cu ASAN
   RECOMPILE kernels/cuda/gemm_simt_f32.cu
   FILTER "cuda gemm fp32 (SIMT) matches FP64 in every layout and odd shape")
 belay_planted_bug(swizzle_collision FILE kernels/cuda/gemm_layout.h
@@ -147,6 +162,9 @@ if(BELAY_HAVE_NCCL)
   # A planted bug in the NCCL path: the ring's reduction order shifted by one rank (chunk c
   # summed from x_{c-1}), which only the order check on 3 ranks sees. The mutant nccl.cpp is
   # linked before belay_core; planted_bugs.sh runs it through a wrapper that starts mpirun.
+  # Not an ASan-only bug: built where the plain mutants are.
+endif()
+if(BELAY_HAVE_NCCL AND (BELAY_EMU_PLANTED STREQUAL "all" OR BELAY_EMU_PLANTED STREQUAL "plain"))
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/planted/nccl_ring_order)
   add_custom_command(OUTPUT ${dir}/kernels/cuda/emulation/nccl.cpp
     COMMAND ${BELAY_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/emulation/plant.py nccl_ring_order ${PROJECT_SOURCE_DIR}
@@ -156,7 +174,9 @@ if(BELAY_HAVE_NCCL)
   add_executable(planted_nccl_ring_order ${dir}/kernels/cuda/emulation/nccl.cpp
                  ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_nccl_ring.cpp)
   target_link_libraries(planted_nccl_ring_order PRIVATE belay_core Catch2::Catch2WithMain)
+  add_dependencies(belay_planted_bugs planted_nccl_ring_order)
   file(GENERATE OUTPUT ${dir}/run.sh CONTENT "#!/usr/bin/env bash
+[ -x $<TARGET_FILE:planted_nccl_ring_order> ] || { echo \"belay-planted: $<TARGET_FILE:planted_nccl_ring_order> was not built\"; exit 1; }
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 ASAN_OPTIONS=\"\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}detect_leaks=0\" exec mpirun --allow-run-as-root --oversubscribe -np 3 $<TARGET_FILE:planted_nccl_ring_order> \"\$@\"
 " FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
@@ -164,9 +184,11 @@ ASAN_OPTIONS=\"\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}detect_leaks=0\" exec mpirun --a
        "nccl_ring_order|${dir}/run.sh|emulated ncclAllReduce sums in the dtype along the ring in order on the stream")
 endif()
 
-add_test(NAME planted_bugs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/planted_bugs.sh ${BELAY_PLANTED_BUGS})
-set_tests_properties(planted_bugs PROPERTIES LABELS "emulated")
-if(BELAY_EMU_LINE_COVERAGE)
+if(BELAY_PLANTED_BUGS)
+  add_test(NAME planted_bugs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/planted_bugs.sh ${BELAY_PLANTED_BUGS})
+  set_tests_properties(planted_bugs PROPERTIES LABELS "emulated")
+endif()
+if(BELAY_PLANTED_BUGS AND BELAY_EMU_LINE_COVERAGE)
   # A mutant's lines are not the GPU path's: its runs' profiles go elsewhere, uncounted.
   set_tests_properties(planted_bugs PROPERTIES ENVIRONMENT "LLVM_PROFILE_FILE=${CMAKE_BINARY_DIR}/profraw-planted/%m-%p.profraw")
 endif()

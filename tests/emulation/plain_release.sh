@@ -3,10 +3,13 @@
 # check included (clang's load/store hooks need no sanitizer runtime; simt.cpp supplies the
 # one symbol they ask for). The configuration a developer iterates with, checked to build and
 # pass: only the targets the emulated suite needs, then the GPU suite (tests/gpu/) under the
-# scheduler seeds the sanitizer pass leaves to it, the emulator's own tests (emu.simt.*) and
-# `belay train --device cuda` (emu.train_cli). tests/run.sh runs it with seeds 2 and 3: the
-# sanitizer pass (tests/sanitize.sh) runs seed 1 and everything else, and the same seeds
-# under ASan cost three times as much.
+# scheduler seeds the sanitizer pass leaves to it, the emulator's own tests (emu.simt.*),
+# `belay train --device cuda` (emu.train_cli) and the planted bugs that need no sanitizer to
+# be caught (BELAY_EMU_PLANTED=plain: a wrong result, the race check, an emulator fault, the
+# memory metrics; a mutant compiles here in about half its time under ASan). tests/run.sh
+# runs it with seeds 2 and 3: the sanitizer pass (tests/sanitize.sh) runs seed 1, the
+# ASan-only planted bugs and everything else, and the same seeds under ASan cost three times
+# as much.
 #   usage: tests/emulation/plain_release.sh <root> <build-dir>
 #   env:   BELAY_EMU_SEEDS_PLAIN (default "2 3"): the seeds; CMAKE_CXX_COMPILER_LAUNCHER
 #          (e.g. ccache) is read by CMake itself.
@@ -21,13 +24,13 @@ seeds=${BELAY_EMU_SEEDS_PLAIN:-2 3}
 jobs=$(nproc)
 start=$(date +%s)
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF -DBELAY_EMU_SEEDS="${seeds// /;}" >/dev/null
-cmake --build "$build" -j"$jobs" --target belay_gpu_tests belay_emulator_tests belay
+  -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF -DBELAY_EMU_SEEDS="${seeds// /;}" -DBELAY_EMU_PLANTED=plain >/dev/null
+cmake --build "$build" -j"$jobs" --target belay_gpu_tests belay_emulator_tests belay belay_planted_bugs
 built=$(date +%s)
 cd "$build"
 rm -f emulated-kernels.log
 status=0
-ctest -j"$jobs" --output-on-failure -R "^emu\.(seed(${seeds// /|})\.|simt\.|train_cli$)" || status=$?
+ctest -j"$jobs" --output-on-failure -R "^(emu\.(seed(${seeds// /|})\.|simt\.|train_cli$)|planted_bugs$)" || status=$?
 done_at=$(date +%s)
 echo "plain emulated Release: configure+build $((built - start)) s, tests $((done_at - built)) s," \
      "total $((done_at - start)) s (seeds $seeds, $jobs jobs)"

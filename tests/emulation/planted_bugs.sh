@@ -10,9 +10,18 @@ caught=0
 for spec in "$@"; do
   IFS='|' read -r name binary test_case <<<"$spec"
   total=$((total + 1))
+  # A binary that is not there would "fail" too: that is a broken build, not a caught bug.
+  if [ ! -x "$binary" ]; then
+    echo "planted bug $name: NOT caught, its binary $binary was not built"
+    continue
+  fi
   # -a: stop at the first failed assertion; one seed is enough for a bug planted on purpose.
   out=$(BELAY_EMU_SEED=1 "$binary" -a "$test_case" 2>&1)
   rc=$?
+  if grep -q "belay-planted: .* was not built" <<<"$out"; then
+    echo "planted bug $name: NOT caught, $(grep -m1 -o 'belay-planted: .*' <<<"$out" | cut -c16-)"
+    continue
+  fi
   if grep -q "No test cases matched" <<<"$out"; then
     echo "planted bug $name: the test case '$test_case' does not exist"
     continue
