@@ -448,6 +448,12 @@ std::vector<int64_t> SafetensorsFile::int64s(const std::string& name) const {
   return out;
 }
 
+std::vector<uint8_t> SafetensorsFile::uint8s(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  if (e.dtype != "U8") throw UsageError(source_ + ": tensor '" + name + "' is " + e.dtype + ", expected U8");
+  return std::vector<uint8_t>(bytes_of(e), bytes_of(e) + (e.end - e.begin));
+}
+
 // ---------------------------------------------------------------- writing
 
 namespace {

@@ -51,6 +51,8 @@ class SafetensorsFile {
   Tensor tensor(const std::string& name) const;
   // An I64 tensor's values, flattened row-major.
   std::vector<int64_t> int64s(const std::string& name) const;
+  // A U8 tensor's bytes, flattened row-major (byte-level token files, apps/run/token_dataset.h).
+  std::vector<uint8_t> uint8s(const std::string& name) const;
 
  private:
   friend SafetensorsFile parse_safetensors_buffer(std::vector<uint8_t> bytes, const std::string& source);
