@@ -229,7 +229,7 @@ TEST_CASE("tokens: describe() names the data by its contents, so a resume on oth
   CHECK(a.describe().find("train 100, held-out 20") != std::string::npos);
 }
 
-TEST_CASE("tokens: the unigram entropy against its closed form; bytes to tokens and back", "[apps][data][tokens]") {
+TEST_CASE("tokens: the unigram entropy against its closed form, and bytes to tokens and back", "[apps][data][tokens]") {
   // 4 ids equally often: ln 4; ids 0 x3 and 1 x1: -(3/4 ln 3/4 + 1/4 ln 1/4).
   TokenDataset u({0, 1, 2, 3, 3, 2, 1, 0}, {0, 1}, 8, 1, 1, "mem"), s({0, 0, 1, 0}, {0, 1}, 2, 1, 1, "mem");
   const double skew = -(0.75 * std::log(0.75) + 0.25 * std::log(0.25));
