@@ -117,7 +117,8 @@ TEST_CASE("tokens: starts cover every window that fits, evenly, and the seed cha
 
 TEST_CASE("tokens: N batches, the position saved, a fresh dataset there gives the same batches bit for bit",
           "[apps][data][tokens]") {
-  const std::string path = write_temp("resume.safetensors", u8_file({{"train", std::string(3000, 'a') + "bcdefgh"},
+  const std::vector<int32_t> ids = ids_of(3000, 256);
+  const std::string path = write_temp("resume.safetensors", u8_file({{"train", std::string(ids.begin(), ids.end())},
                                                                        {"heldout", "the held-out text"}},
                                                                       kByteMeta));
   const std::unique_ptr<TokenDataset> a = load_token_dataset(path, 16, 42);
