@@ -55,7 +55,7 @@ struct DTypeInfo {
   size_t size;
 };
 
-// The standard safetensors element types. belay loads F32/F16/BF16 and I64; the others are
+// The standard safetensors element types. belay loads F32/F16/BF16, I64 and U8; the others are
 // laid out and validated, so a data file that carries an extra tensor still opens.
 constexpr DTypeInfo kDTypes[] = {
     {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},

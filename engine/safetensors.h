@@ -25,7 +25,7 @@ inline constexpr const char* kHeaderChecksumKey = "belay.header_checksum";
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
 // One tensor as the header describes it. `dtype` is the safetensors name ("F32", "F16",
-// "BF16", "I64", and the other standard names, which belay lays out but cannot load).
+// "BF16", "I64", "U8", and the other standard names, which belay lays out but cannot load).
 // `begin`/`end` are byte offsets into the data section.
 struct SafetensorsEntry {
   std::string name;
