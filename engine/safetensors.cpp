@@ -55,7 +55,7 @@ struct DTypeInfo {
   size_t size;
 };
 
-// The standard safetensors element types. belay loads F32/F16/BF16 and I64; the others are
+// The standard safetensors element types. belay loads F32/F16/BF16, I64 and U8; the others are
 // laid out and validated, so a data file that carries an extra tensor still opens.
 constexpr DTypeInfo kDTypes[] = {
     {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
@@ -446,6 +446,12 @@ std::vector<int64_t> SafetensorsFile::int64s(const std::string& name) const {
   std::vector<int64_t> out(static_cast<size_t>((e.end - e.begin) / 8));
   if (!out.empty()) std::memcpy(out.data(), bytes_of(e), e.end - e.begin);
   return out;
+}
+
+std::vector<uint8_t> SafetensorsFile::uint8s(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  if (e.dtype != "U8") throw UsageError(source_ + ": tensor '" + name + "' is " + e.dtype + ", expected U8");
+  return std::vector<uint8_t>(bytes_of(e), bytes_of(e) + (e.end - e.begin));
 }
 
 // ---------------------------------------------------------------- writing

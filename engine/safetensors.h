@@ -25,7 +25,7 @@ inline constexpr const char* kHeaderChecksumKey = "belay.header_checksum";
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
 // One tensor as the header describes it. `dtype` is the safetensors name ("F32", "F16",
-// "BF16", "I64", and the other standard names, which belay lays out but cannot load).
+// "BF16", "I64", "U8", and the other standard names, which belay lays out but cannot load).
 // `begin`/`end` are byte offsets into the data section.
 struct SafetensorsEntry {
   std::string name;
@@ -51,6 +51,8 @@ class SafetensorsFile {
   Tensor tensor(const std::string& name) const;
   // An I64 tensor's values, flattened row-major.
   std::vector<int64_t> int64s(const std::string& name) const;
+  // A U8 tensor's bytes, flattened row-major (byte-level token files, apps/run/token_dataset.h).
+  std::vector<uint8_t> uint8s(const std::string& name) const;
 
  private:
   friend SafetensorsFile parse_safetensors_buffer(std::vector<uint8_t> bytes, const std::string& source);

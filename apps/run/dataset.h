@@ -11,8 +11,8 @@
 namespace belay {
 
 struct Batch {
-  Tensor x;  // [B, in] FP32/FP16/BF16
-  Tensor y;  // regression: [B, out]; classification: [B] class indices held as FP32
+  Tensor x;  // [B, in] FP32/FP16/BF16; tokens (apps/run/token_dataset.h): [B, T] ids held as FP32
+  Tensor y;  // regression: [B, out]; classification: [B] class indices held as FP32; tokens: [B, T] next ids
 };
 
 class Dataset {
