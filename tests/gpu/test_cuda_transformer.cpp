@@ -17,7 +17,7 @@ TEST_CASE("cuda embedding copies rows and its backward adds them in FP32 (FP64 r
   transformer::check_embedding(Device::cuda());
 }
 
-TEST_CASE("cuda embedding backward gives the sequential loop's bits, as the CPU backend", "[gpu][transformer]") {
+TEST_CASE("cuda embedding backward gives the bits of the sequential loop as the CPU backend does", "[gpu][transformer]") {
   BELAY_REQUIRE_GPU();
   // 300 positions: more than one chunk of the bucketing block (256), so a row's occurrences
   // span two chunks; 7 rows, each id repeated ~43 times, where an add out of order shows.
@@ -69,7 +69,7 @@ TEST_CASE("cuda embedding turns an invalid id into a NaN row instead of a host c
   CHECK(bits_of(dtable.to(Device::cpu())) == bits_of(want));
 }
 
-TEST_CASE("cuda layer_norm and its backward (dx, dweight, dbias) match FP64", "[gpu][transformer]") {
+TEST_CASE("cuda layer_norm and its backward match FP64 for dx and dweight and dbias", "[gpu][transformer]") {
   BELAY_REQUIRE_GPU();
   transformer::check_layer_norm(Device::cuda());
   // 70 rows: dweight and dbias summed over three chunks of rows (32 a chunk), then the chunks.
