@@ -21,21 +21,27 @@ TEST_CASE("cuda embedding backward gives the bits of the sequential loop as the 
   BELAY_REQUIRE_GPU();
   // 300 positions: more than one chunk of the bucketing block (256), so a row's occurrences
   // span two chunks; 7 rows, each id repeated ~43 times, where an add out of order shows.
-  const int64_t n = 300, vocab = 7, dim = 33;
-  const std::vector<float> idv = transformer::repeated_ids(n, vocab);
-  const Pair ids = make_pair(idv, Shape{n}, DType::F32);
-  for (DType dt : math::kMathDtypes) {
-    INFO(name_of(dt));
-    const std::vector<float> gv = math::values(n * dim, 81, dt), old = math::values(vocab * dim, 82, DType::F32);
-    std::vector<float> seq = old;  // the contract: for r in order: dtable[ids[r]] += dout[r]
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < dim; ++c) seq[static_cast<size_t>(idv[r]) * dim + c] += gv[r * dim + c];
-    const Pair g = make_pair(gv, Shape{n, dim}, dt);
-    Pair dtable = make_pair(old, Shape{vocab, dim}, DType::F32);
-    cpu().embedding_backward(g.host, ids.host, dtable.host);
-    gpu().embedding_backward(g.device, ids.device, dtable.device);
-    CHECK(bits_of(dtable.device.to(Device::cpu())) == bits_of(seq));
-    CHECK(bits_of(dtable.host) == bits_of(seq));
+  // Then one id into a table of one column.
+  struct Case {
+    int64_t n, vocab, dim;
+  };
+  for (const Case& k : {Case{300, 7, 33}, Case{1, 3, 1}}) {
+    for (DType dt : math::kMathDtypes) {
+      const int64_t n = k.n, vocab = k.vocab, dim = k.dim;
+      INFO(name_of(dt) << ", " << n << " ids into " << vocab << " x " << dim);
+      const std::vector<float> idv = transformer::repeated_ids(n, vocab);
+      const Pair ids = make_pair(idv, Shape{n}, DType::F32);
+      const std::vector<float> gv = math::values(n * dim, 81, dt), old = math::values(vocab * dim, 82, DType::F32);
+      std::vector<float> seq = old;  // the contract: for r in order: dtable[ids[r]] += dout[r]
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < dim; ++c) seq[static_cast<size_t>(idv[r]) * dim + c] += gv[r * dim + c];
+      const Pair g = make_pair(gv, Shape{n, dim}, dt);
+      Pair dtable = make_pair(old, Shape{vocab, dim}, DType::F32);
+      cpu().embedding_backward(g.host, ids.host, dtable.host);
+      gpu().embedding_backward(g.device, ids.device, dtable.device);
+      CHECK(bits_of(dtable.device.to(Device::cpu())) == bits_of(seq));
+      CHECK(bits_of(dtable.host) == bits_of(seq));
+    }
   }
 }
 
@@ -74,38 +80,36 @@ TEST_CASE("cuda layer_norm and its backward match FP64 for dx and dweight and db
   transformer::check_layer_norm(Device::cuda());
   // 70 rows: dweight and dbias summed over three chunks of rows (32 a chunk), then the chunks.
   transformer::check_layer_norm_case(Device::cuda(), transformer::NormCase{70, 20, true}, DType::F32, DType::F32);
+  // One row; and a row longer than the block (257 columns: a thread takes two).
+  transformer::check_layer_norm_case(Device::cuda(), transformer::NormCase{1, 37, true}, DType::F16, DType::F32);
+  transformer::check_layer_norm_case(Device::cuda(), transformer::NormCase{2, 257, true}, DType::BF16, DType::F32);
 }
 
-TEST_CASE("cuda layer_norm and embedding backward repeat bit for bit, without weight and dweight too",
-          "[gpu][transformer]") {
+TEST_CASE("cuda layer_norm with bias only repeats bit for bit and its dbias has the CPU's bits", "[gpu][transformer]") {
   BELAY_REQUIRE_GPU();
   const int64_t rows = 9, cols = 43;
-  const Tensor x = math::make(math::values(rows * cols, 85, DType::BF16), Shape{rows, cols}, DType::BF16, Device::cuda());
-  const Tensor dy = math::make(math::values(rows * cols, 86, DType::BF16), x.shape(), DType::BF16, Device::cuda());
-  const Tensor b = math::make(math::values(cols, 87, DType::F32), Shape{cols}, DType::F32, Device::cuda());
-  auto run = [&] {
-    Tensor y = Tensor::empty(x.shape(), DType::BF16, Device::cuda()), dx = Tensor::empty(x.shape(), DType::BF16, Device::cuda());
-    Tensor mean = Tensor::empty(Shape{rows}, DType::F32, Device::cuda()), rstd = Tensor::empty(Shape{rows}, DType::F32, Device::cuda());
-    Tensor db = Tensor::zeros(Shape{cols}, DType::F32, Device::cuda());
-    gpu().layer_norm(x, nullptr, &b, 1e-5f, y, mean, rstd);  // bias only
-    gpu().layer_norm_backward(x, nullptr, mean, rstd, dy, dx, nullptr, &db, false);
-    std::vector<float> all = y.to(Device::cpu()).to_vector();
-    for (const Tensor* t : {&mean, &rstd, &dx, &db}) {
-      const std::vector<float> v = t->to(Device::cpu()).to_vector();
+  const std::vector<float> xv = math::values(rows * cols, 85, DType::BF16), gv = math::values(rows * cols, 86, DType::BF16);
+  const std::vector<float> bv = math::values(cols, 87, DType::F32);
+  // y, mean, rstd, dx and dbias (no weight, no dweight), as bits.
+  auto run = [&](Device dev) {
+    const Tensor x = math::make(xv, Shape{rows, cols}, DType::BF16, dev), dy = math::make(gv, x.shape(), DType::BF16, dev);
+    const Tensor b = math::make(bv, Shape{cols}, DType::F32, dev);
+    Tensor y = Tensor::empty(x.shape(), DType::BF16, dev), dx = Tensor::empty(x.shape(), DType::BF16, dev);
+    Tensor mean = Tensor::empty(Shape{rows}, DType::F32, dev), rstd = Tensor::empty(Shape{rows}, DType::F32, dev);
+    Tensor db = Tensor::zeros(Shape{cols}, DType::F32, dev);
+    backend_for(dev).layer_norm(x, nullptr, &b, 1e-5f, y, mean, rstd);
+    backend_for(dev).layer_norm_backward(x, nullptr, mean, rstd, dy, dx, nullptr, &db, false);
+    std::vector<float> all;
+    for (const Tensor* t : {&y, &mean, &rstd, &dx, &db}) {
+      const std::vector<float> v = math::host(*t);
       all.insert(all.end(), v.begin(), v.end());
     }
     return bits_of(all);
   };
-  CHECK(run() == run());
-  // dbias alone is the column sums of dy, as the CPU's (both in double, in row order, per chunk).
-  Tensor y = Tensor::empty(x.shape(), DType::BF16, Device::cpu()), dx = Tensor::empty(x.shape(), DType::BF16, Device::cpu());
-  Tensor mean = Tensor::empty(Shape{rows}, DType::F32, Device::cpu()), rstd = Tensor::empty(Shape{rows}, DType::F32, Device::cpu());
-  Tensor db = Tensor::zeros(Shape{cols}, DType::F32, Device::cpu());
-  const Tensor xc = x.to(Device::cpu()), dyc = dy.to(Device::cpu()), bc = b.to(Device::cpu());
-  cpu().layer_norm(xc, nullptr, &bc, 1e-5f, y, mean, rstd);
-  cpu().layer_norm_backward(xc, nullptr, mean, rstd, dyc, dx, nullptr, &db, false);
-  const std::vector<uint32_t> g = run();
-  CHECK(std::vector<uint32_t>(g.end() - cols, g.end()) == bits_of(db));
+  const std::vector<uint32_t> g = run(Device::cuda()), c = run(Device::cpu());
+  CHECK(run(Device::cuda()) == g);
+  // dbias is the column sums of dy: in double, rows in order within a chunk, on both backends.
+  CHECK(std::vector<uint32_t>(g.end() - cols, g.end()) == std::vector<uint32_t>(c.end() - cols, c.end()));
 }
 
 TEST_CASE("cuda embedding and layer_norm as autograd ops: values and gradients as on the CPU", "[gpu][transformer]") {
