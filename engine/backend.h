@@ -179,7 +179,9 @@ class Backend {
                                 Tensor& dx) const = 0;
   // Embedding: row r of out = row ids[r] of table, bit for bit (out has the table's dtype).
   // ids hold row indices as FP32 values (as cross_entropy's labels: exact up to 2^24); an id
-  // that is not an integer in [0, V) is an Error naming it and its position.
+  // that is not an integer in [0, V) is an Error naming it and its position. (CUDA: the host
+  // never reads device memory, so there, as with cross_entropy's labels, such an id gives a
+  // NaN row instead, and the backward leaves it out.)
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const = 0;
   // dtable [V, D] (FP32) += the rows of dout, row r added into row ids[r], deterministically:
   // the result has the bits of the sequential loop `for r in order: dtable[ids[r]] += dout[r]`

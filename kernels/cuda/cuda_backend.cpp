@@ -196,22 +196,66 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  // The transformer ops' CUDA kernels come in a later session (docs/not-done.md): until
-  // then each says so, rather than being missing from the op table.
-  [[noreturn]] static void not_on_cuda_yet(const char* op) {
-    throw Error(std::string(op) + ": not on CUDA yet (the CPU backend has it; its CUDA kernel is still to come, "
-                "docs/not-done.md); run on --device cpu");
+  // Embedding (embedding_kernels.cu). An id that is not a row cannot be an Error here
+  // without reading the ids on the host: as cross_entropy's labels, it gives a NaN row
+  // (engine/backend.h), and the backward leaves it out.
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const override {
+    check_cuda("embedding", table);
+    check_embedding("embedding", table, ids, out);
+    if (out.dtype() != table.dtype()) throw Error("embedding: out " + out.describe() + " must have the table's dtype");
+    launch_embedding(table.data(), table.dtype(), ids.data_as<float>(), ids.numel(), table.dim(0), table.dim(1),
+                     out.data());
+    after_launch();
   }
-  void embedding(const Tensor&, const Tensor&, Tensor&) const override { not_on_cuda_yet("embedding"); }
-  void embedding_backward(const Tensor&, const Tensor&, Tensor&) const override {
-    not_on_cuda_yet("embedding_backward");
+
+  // Scratch: the buckets of a stable counting sort of the ids (2V + 1 + N ints, from the
+  // caching allocator); positions and rows are int32 on the device.
+  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const override {
+    check_cuda("embedding_backward", dtable);
+    check_embedding("embedding_backward", dtable, ids, dout);
+    check_dtype("embedding_backward", dtable, DType::F32);
+    const int64_t n = ids.numel(), vocab = dtable.dim(0);
+    if (n >= std::numeric_limits<int32_t>::max() || vocab >= std::numeric_limits<int32_t>::max() / 2)
+      throw Error("embedding_backward: " + std::to_string(n) + " ids into " + std::to_string(vocab) +
+                  " rows is beyond the CUDA kernel's 32-bit positions; split the batch");
+    Tensor scratch = Tensor::empty(Shape{embedding_scratch_ints(n, vocab)}, DType::F32, dtable.device());
+    launch_embedding_backward(dout.data(), dout.dtype(), ids.data_as<float>(), n, vocab, dtable.dim(1),
+                              static_cast<int32_t*>(scratch.data()), dtable.data_as<float>());
+    after_launch();
   }
-  void layer_norm(const Tensor&, const Tensor*, const Tensor*, float, Tensor&, Tensor&, Tensor&) const override {
-    not_on_cuda_yet("layer_norm");
+
+  // LayerNorm (layer_norm_kernels.cu).
+  void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y, Tensor& mean,
+                  Tensor& rstd) const override {
+    check_cuda("layer_norm", x);
+    check_layer_norm("layer_norm", x, weight, bias, y, mean, rstd);
+    const int64_t cols = x.dim(x.rank() - 1);
+    launch_layer_norm(x.data(), x.dtype(), weight ? weight->data() : nullptr, weight ? weight->dtype() : DType::F32,
+                      bias ? bias->data() : nullptr, bias ? bias->dtype() : DType::F32, x.numel() / cols, cols, eps,
+                      y.data(), y.dtype(), mean.data_as<float>(), rstd.data_as<float>());
+    after_launch();
   }
-  void layer_norm_backward(const Tensor&, const Tensor*, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor*,
-                           Tensor*, bool) const override {
-    not_on_cuda_yet("layer_norm_backward");
+
+  void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
+                           bool accumulate) const override {
+    check_cuda("layer_norm_backward", x);
+    check_layer_norm("layer_norm_backward", x, weight, nullptr, dy, mean, rstd);
+    check_same_device("layer_norm_backward", x, dx);
+    check_same_shape("layer_norm_backward", x, dx);
+    const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
+    for (Tensor* p : {dweight, dbias})
+      if (p && (p->dtype() != DType::F32 || p->numel() != cols || !p->device().is_cuda() || p->device() != x.device()))
+        throw Error("layer_norm_backward: dweight and dbias must be fp32 of " + std::to_string(cols) +
+                    " elements on x's device, got " + p->describe());
+    const bool params = dweight || dbias;
+    Tensor partials = scratch_doubles(params ? 2 * layer_norm_chunks(rows).chunks * cols : 0, x.device());
+    launch_layer_norm_backward(x.data(), x.dtype(), weight ? weight->data() : nullptr,
+                               weight ? weight->dtype() : DType::F32, mean.data_as<float>(), rstd.data_as<float>(),
+                               dy.data(), dy.dtype(), rows, cols, dx.data(), dx.dtype(),
+                               static_cast<double*>(partials.data()), dweight ? dweight->data_as<float>() : nullptr,
+                               dbias ? dbias->data_as<float>() : nullptr, accumulate);
+    after_launch();
   }
 
   void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {

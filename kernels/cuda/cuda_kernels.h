@@ -45,6 +45,28 @@ void launch_softmax(const void* x, DType dx, int64_t rows, int64_t cols, bool lo
 void launch_softmax_backward(const void* y, DType dy, const void* g, DType dg, int64_t rows, int64_t cols, bool log,
                              bool causal, void* dx, DType ddx);
 
+// ---- embedding_kernels.cu
+// out [n, dim] = rows ids[r] of table [vocab, dim] (F32, F16 or BF16), bit for bit; a bad id
+// gives a NaN row. The backward adds dout's rows into dtable in the sequential loop's order;
+// scratch: embedding_scratch_ints(n, vocab) ints of device memory.
+inline int64_t embedding_scratch_ints(int64_t n, int64_t vocab) { return 2 * vocab + 1 + n; }
+void launch_embedding(const void* table, DType dt, const float* ids, int64_t n, int64_t vocab, int64_t dim, void* out);
+void launch_embedding_backward(const void* dout, DType dg, const float* ids, int64_t n, int64_t vocab, int64_t dim,
+                               int32_t* scratch, float* dtable);
+
+// ---- layer_norm_kernels.cu
+// w and b may be null (1 and 0). The backward's partials: 2 x chunks x cols
+// doubles (layer_norm_chunks), needed only when dweight or dbias is wanted.
+struct LayerNormChunks {
+  int64_t chunks, rows_per_chunk;
+};
+LayerNormChunks layer_norm_chunks(int64_t rows);
+void launch_layer_norm(const void* x, DType dx, const void* w, DType dw, const void* b, DType db, int64_t rows,
+                       int64_t cols, float eps, void* y, DType dy, float* mean, float* rstd);
+void launch_layer_norm_backward(const void* x, DType dx_t, const void* w, DType dw_t, const float* mean,
+                                const float* rstd, const void* dy, DType dy_t, int64_t rows, int64_t cols, void* dx,
+                                DType ddx, double* partials, float* dweight, float* dbias, bool accumulate);
+
 // ---- reduce_kernels.cu
 // How many double partials launch_sum / launch_mse need as scratch.
 int reduce_partials(int64_t n);

@@ -150,6 +150,15 @@ belay_planted_bug(chunk_boundary FILE kernels/cuda/multi_tensor.cuh
 belay_planted_bug(readback_no_wait FILE kernels/cuda/pinned_transfers.cpp
   RECOMPILE kernels/cuda/pinned_transfers.cpp
   FILTER "cuda read_async returns the scalars in order*")
+belay_planted_bug(embedding_sum_order FILE kernels/cuda/embedding_kernels.cu
+  RECOMPILE kernels/cuda/embedding_kernels.cu
+  FILTER "cuda embedding backward gives the bits of the sequential loop as the CPU backend does")
+belay_planted_bug(embedding_chunk_barrier FILE kernels/cuda/embedding_kernels.cu
+  RECOMPILE kernels/cuda/embedding_kernels.cu
+  FILTER "cuda embedding backward gives the bits of the sequential loop as the CPU backend does")
+belay_planted_bug(layer_norm_chunk_overlap FILE kernels/cuda/layer_norm_kernels.cu
+  RECOMPILE kernels/cuda/layer_norm_kernels.cu
+  FILTER "cuda layer_norm and its backward match FP64 for dx and dweight and dbias")
 
 # --dist nccl on 2 ranks of the emulated device, and the emulated NCCL's ring on 3
 # (tests/dist/nccl_test.sh); only where MPI (and so NCCL) is built.

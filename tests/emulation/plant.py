@@ -62,6 +62,27 @@ BUGS = {
         "return {r, start, start + kChunk < r.n ? start + kChunk : r.n};",
         "return {r, start, start + kChunk + 1 < r.n ? start + kChunk + 1 : r.n};",
     ),
+    # The embedding backward adds a row's occurrences last to first: every sum is within any
+    # tolerance of the right one, but not the bits of the sequential loop the contract asks for.
+    "embedding_sum_order": (
+        "kernels/cuda/embedding_kernels.cu",
+        "      for (int32_t i = begin; i < end; ++i) acc +=",
+        "      for (int32_t i = end - 1; i >= begin; --i) acc +=",
+    ),
+    # The bucketing block's barrier at the end of a chunk: a thread writes its id of the next
+    # chunk into rows[] while another still compares with the previous chunk's.
+    "embedding_chunk_barrier": (
+        "kernels/cuda/embedding_kernels.cu",
+        "    __syncthreads();  // rows[] is rewritten by the next chunk\n",
+        "",
+    ),
+    # LayerNorm's parameter sums with chunks one row too long: the first row of each next chunk
+    # is added into dweight and dbias twice.
+    "layer_norm_chunk_overlap": (
+        "kernels/cuda/layer_norm_kernels.cu",
+        "r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;",
+        "r1 = r0 + rows_per_chunk + 1 < rows ? r0 + rows_per_chunk + 1 : rows;",
+    ),
     # The host's wait in a readback: wait() reads the pinned slot before the gather kernel
     # that fills it has run (a host read before the sync).
     "readback_no_wait": (

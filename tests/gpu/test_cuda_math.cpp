@@ -80,13 +80,3 @@ TEST_CASE("cuda Var operators: values and gradients as on the CPU", "[gpu][math]
   for (size_t i = 0; i < ref.size(); ++i) mag[i] = std::max(1.0, std::fabs(ref[i]));
   check_close(g, ref, tolerance_for(DType::F32, DType::F32, 64), mag);
 }
-
-TEST_CASE("cuda embedding and layer_norm say they are not on CUDA yet, naming the op", "[gpu][transformer]") {
-  // Their kernels come later (docs/not-done.md); until then a clear error, never a missing op.
-  BELAY_REQUIRE_GPU();
-  const Var table(Tensor::zeros(Shape{4, 3}, DType::F32, Device::cuda()), true);
-  const Tensor ids = Tensor::zeros(Shape{2}, DType::F32, Device::cuda());
-  CHECK_THROWS_WITH(embedding(table, ids), Catch::Contains("embedding: not on CUDA yet"));
-  const Var x(Tensor::zeros(Shape{2, 3}, DType::F32, Device::cuda()), true);
-  CHECK_THROWS_WITH(layer_norm(x, Var(), Var()), Catch::Contains("layer_norm: not on CUDA yet"));
-}

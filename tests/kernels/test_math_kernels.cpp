@@ -65,6 +65,7 @@ TEST_CASE("cpu math ops give the same bits on every ISA path", "[kernels][math]"
 
 TEST_CASE("cpu embedding copies rows, its backward adds them in FP32, bad ids are errors", "[kernels][transformer]") {
   test::transformer::check_embedding(Device::cpu());
+  test::transformer::check_embedding_bad_ids(Device::cpu());
 }
 
 TEST_CASE("cpu layer_norm and its backward (dx, dweight, dbias) match FP64", "[kernels][transformer]") {

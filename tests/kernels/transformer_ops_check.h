@@ -1,8 +1,8 @@
 // The transformer's backend ops (embedding and its backward, LayerNorm and its backward)
 // against FP64 references of the same already-rounded inputs, through the one tolerance
 // helper, in FP32, FP16 and BF16. Written once for any device (as math_ops_check.h):
-// tests/kernels/test_math_kernels.cpp runs it on the CPU backend; the CUDA backend
-// joins when its kernels exist (docs/not-done.md).
+// tests/kernels/test_math_kernels.cpp runs it on the CPU backend, tests/gpu/test_cuda_transformer.cpp
+// on the CUDA one.
 //
 // The bounds (u = FP32's unit roundoff; every result is then rounded once into its dtype):
 //  - embedding: a copy, bit for bit. Its backward adds k FP32 values into a row (k = how
@@ -76,7 +76,13 @@ inline void check_embedding(Device dev) {
     for (int64_t k : count) most = std::max(most, k);
     check_close(host(dtable), ref, tolerance_for(dt, DType::F32, most + 1), mag);
   }
-  // An id that is not a row: out of range, negative, not an integer. An Error, naming it.
+}
+
+// An id that is not a row: out of range, negative, not an integer. An Error, naming it (the
+// backends that read ids on the host; the CUDA backend's NaN rows are its own test's).
+inline void check_embedding_bad_ids(Device dev) {
+  const Backend& be = backend_for(dev);
+  const int64_t vocab = 11, dim = 37;
   const Tensor table = make(values(vocab * dim, 54, DType::F32), Shape{vocab, dim}, DType::F32, dev);
   Tensor out = Tensor::empty(Shape{2, dim}, DType::F32, dev);
   for (float bad : {11.0f, -1.0f, 2.5f, NAN}) {
