@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   };
 
   std::printf("Machine: %s\n\n", machine.c_str());
+  if (doc.value("clock", "wall") == "thread_cpu")
+    std::printf("Times are one thread's CPU time (--cpu-time), not wall time.\n\n");
   if (doc.contains("stream")) {
     const Json& s = doc["stream"];
     std::printf("### Memory bandwidth (%d threads, %.0f MiB arrays)\n\n", s["threads"].get<int>(),
@@ -297,6 +299,8 @@ int main(int argc, char** argv) {
   } else {
     const Json& t = doc["torch"];
     Json vs = Json::object();
+    if (doc.value("clock", "wall") != t.value("clock", "wall"))
+      std::printf("**belay and PyTorch were timed on different clocks: the ratios mean nothing**\n\n");
     std::printf("PyTorch %s (cpu capability %s), %d threads; belay: %s threads, cpu isa %s\n\n",
                 t["version"].get<std::string>().c_str(), t["cpu_capability"].get<std::string>().c_str(),
                 t["threads"].get<int>(), doc.value("omp_max_threads", Json()).dump().c_str(),

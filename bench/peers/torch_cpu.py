@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch on the CPU as belay_bench's peer: the same work, the same sizes, the same threads.
 
-    torch_cpu.py [--quick] [--threads N] --json FILE
+    torch_cpu.py [--quick] [--threads N] [--cpu-time] --json FILE
 
 Runs in the venv that bench/peers/setup_torch_venv.sh makes; bench/run_all.sh calls it
 after belay_bench and passes belay's OpenMP thread count. Writes one JSON document
@@ -62,6 +62,10 @@ def summarize(ms):
             "iqr_rel": (quantile(0.75) - quantile(0.25)) / median if median > 0 else 0.0, "reps": len(ms)}
 
 
+# Wall time, or with --cpu-time this thread's CPU time (as belay_bench --cpu-time; one thread).
+CLOCK = [time.perf_counter]
+
+
 def time_it(warmup, reps, body, before=None):
     """Runs body warmup times untimed, then reps times timed; before() runs untimed ahead
     of each run (resetting state)."""
@@ -73,9 +77,9 @@ def time_it(warmup, reps, body, before=None):
     for _ in range(reps):
         if before:
             before()
-        t0 = time.perf_counter()
+        t0 = CLOCK[0]()
         body()
-        ms.append((time.perf_counter() - t0) * 1e3)
+        ms.append((CLOCK[0]() - t0) * 1e3)
     return summarize(ms)
 
 
@@ -360,12 +364,19 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (default: as OpenMP's default)")
     ap.add_argument("--only", default="gemm,train,amp,rows", help="sections, comma separated")
     ap.add_argument("--json", required=True, help="output file")
+    ap.add_argument("--cpu-time", action="store_true", help="time this thread's CPU time (one thread only)")
     args = ap.parse_args()
 
     threads = args.threads or default_threads()
+    if args.cpu_time:
+        if threads != 1:
+            print("torch_cpu: error: --cpu-time counts one thread's CPU time; use --threads 1", file=sys.stderr)
+            return 2
+        CLOCK[0] = time.thread_time
     torch.set_num_threads(threads)
     doc = {"version": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-           "threads": torch.get_num_threads(), "quick": args.quick}
+           "threads": torch.get_num_threads(), "quick": args.quick,
+           "clock": "thread_cpu" if args.cpu_time else "wall"}
     sections = {"gemm": bench_gemm, "train": bench_train, "amp": bench_amp, "rows": bench_rows}
     try:
         for name in args.only.split(","):
