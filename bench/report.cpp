@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   };
 
   std::printf("Machine: %s\n\n", machine.c_str());
+  if (doc.value("clock", "wall") == "thread_cpu")
+    std::printf("Times are one thread's CPU time (--cpu-time), not wall time.\n\n");
   if (doc.contains("stream")) {
     const Json& s = doc["stream"];
     std::printf("### Memory bandwidth (%d threads, %.0f MiB arrays)\n\n", s["threads"].get<int>(),
@@ -274,6 +276,19 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+  if (doc.contains("rows")) {
+    // LayerNorm and softmax rows (bench/rows.cpp): memory-bound passes, against the copy
+    // bandwidth measured in the same section.
+    const Json& r = doc["rows"];
+    std::printf("### LayerNorm and softmax rows, %lld x %lld (copy bandwidth %.1f GB/s, same section)\n\n",
+                static_cast<long long>(r["rows"].get<int64_t>()), static_cast<long long>(r["cols"].get<int64_t>()),
+                num(r["copy_gb_per_s"]));
+    print_header({"op", "pass", "dtype", "ms (median ±IQR)", "GB/s", "of copy BW"});
+    for (const Json& o : r["ops"])
+      print_row({o["op"], o["pass"], o["dtype"], pm(o["time"]), fmt(num(o["gb_per_s"])),
+                 fmt(num(o["fraction_of_copy"]), 2)});
+    std::printf("\n");
+  }
   // PyTorch on the same CPU (bench/peers/torch_cpu.py; run_all.sh runs it when its venv
   // exists): belay / PyTorch for the rows both timed. It ran in another process after
   // belay's, so on a loaded machine these ratios carry the drift between the two runs.
@@ -284,6 +299,8 @@ int main(int argc, char** argv) {
   } else {
     const Json& t = doc["torch"];
     Json vs = Json::object();
+    if (doc.value("clock", "wall") != t.value("clock", "wall"))
+      std::printf("**belay and PyTorch were timed on different clocks: the ratios mean nothing**\n\n");
     std::printf("PyTorch %s (cpu capability %s), %d threads; belay: %s threads, cpu isa %s\n\n",
                 t["version"].get<std::string>().c_str(), t["cpu_capability"].get<std::string>().c_str(),
                 t["threads"].get<int>(), doc.value("omp_max_threads", Json()).dump().c_str(),
@@ -354,6 +371,24 @@ int main(int argc, char** argv) {
         }
       target("PyTorch / belay fused AMP optimizer step time at " + std::to_string(last >> 20) + "M params (belay's speedup)",
              speedup, ">=", 1.3);
+      std::printf("\n");
+    }
+    if (doc.contains("rows") && t.contains("rows")) {
+      // Time ratio: below 1, belay is faster (issue 25: at or under PyTorch's time, every row).
+      print_header({"op", "pass", "dtype", "belay ms", "PyTorch ms", "belay / PyTorch time"});
+      vs["rows"] = Json::array();
+      double worst = 0.0;
+      for (const Json& p : t["rows"]["ops"])
+        for (const Json& b : doc["rows"]["ops"]) {
+          if (b["op"] != p["op"] || b["pass"] != p["pass"] || b["dtype"] != p["dtype"]) continue;
+          const double ratio = num(b["time"]["median_ms"]) / num(p["time"]["median_ms"]);
+          worst = std::fmax(worst, ratio);
+          print_row({b["op"], b["pass"], b["dtype"], pm(b["time"]), pm(p["time"]), fmt(ratio, 2)});
+          vs["rows"].push_back({{"op", b["op"]}, {"pass", b["pass"]}, {"dtype", b["dtype"]},
+                                {"belay_ms", num(b["time"]["median_ms"])}, {"torch_ms", num(p["time"]["median_ms"])},
+                                {"belay_over_torch", ratio}});
+        }
+      target("LayerNorm and softmax rows, belay / PyTorch time (worst row)", worst, "<=", 1.0);
       std::printf("\n");
     }
     doc["vs_pytorch"] = vs;

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch on the CPU as belay_bench's peer: the same work, the same sizes, the same threads.
 
-    torch_cpu.py [--quick] [--threads N] --json FILE
+    torch_cpu.py [--quick] [--threads N] [--cpu-time] --json FILE
 
 Runs in the venv that bench/peers/setup_torch_venv.sh makes; bench/run_all.sh calls it
 after belay_bench and passes belay's OpenMP thread count. Writes one JSON document
 {"torch": {...}} that belay_bench_report merges beside belay's sections and compares row
-by row (bench/report.cpp, "PyTorch peer"). Three sections, each mirroring one of
+by row (bench/report.cpp, "PyTorch peer"). Four sections, each mirroring one of
 belay_bench's:
 
   gemm   (bench/gemm.cpp)       the products of a Linear(n -> n) layer at batch 256:
@@ -22,6 +22,8 @@ belay_bench's:
                                 (quick: 1M, 4M) in 8 FP32 tensors, loss scale 2^16:
                                 scaler.unscale_ + clip_grad_norm_ + scaler.step(AdamW) +
                                 scaler.update.
+  rows   (bench/rows.cpp)       LayerNorm and softmax forward and backward on [8192, 768]
+                                (quick: 1024 rows) in fp32 and bf16.
 
 Timing follows bench/harness.h: warm-up runs, timed repetitions, median, min, max and the
 relative interquartile range, the same repetition counts as belay. Results are checked
@@ -60,6 +62,10 @@ def summarize(ms):
             "iqr_rel": (quantile(0.75) - quantile(0.25)) / median if median > 0 else 0.0, "reps": len(ms)}
 
 
+# Wall time, or with --cpu-time this thread's CPU time (as belay_bench --cpu-time; one thread).
+CLOCK = [time.perf_counter]
+
+
 def time_it(warmup, reps, body, before=None):
     """Runs body warmup times untimed, then reps times timed; before() runs untimed ahead
     of each run (resetting state)."""
@@ -71,9 +77,9 @@ def time_it(warmup, reps, body, before=None):
     for _ in range(reps):
         if before:
             before()
-        t0 = time.perf_counter()
+        t0 = CLOCK[0]()
         body()
-        ms.append((time.perf_counter() - t0) * 1e3)
+        ms.append((CLOCK[0]() - t0) * 1e3)
     return summarize(ms)
 
 
@@ -270,6 +276,77 @@ def bench_amp(quick):
     return {"sizes": rows}
 
 
+# --- rows -----------------------------------------------------------------------------
+
+def check_rows(x, g, w, b, y, dx, layer_norm, what):
+    """4 sampled rows of y and dx against FP64 from the inputs as stored, within 64 eps of
+    the output dtype times the row's largest reference value (as bench/rows.cpp)."""
+    eps = 2.0 ** -24 if y.dtype == torch.float32 else 2.0 ** -8
+    n = x.shape[0]
+    for r in (0, n // 3, n // 2 + 1, n - 1):
+        xr, gr = x[r].double(), g[r].double()
+        if layer_norm:
+            mu = xr.mean()
+            rs = 1.0 / torch.sqrt(((xr - mu) ** 2).mean() + 1e-5)
+            xh = (xr - mu) * rs
+            yref = xh * w.double() + b.double()
+            gw = gr * w.double()
+            dref = rs * (gw - gw.mean() - xh * (gw * xh).mean())
+        else:
+            yref = torch.softmax(xr, -1)
+            yr = y[r].double()
+            dref = yr * (gr - (gr * yr).sum())
+        for got, ref, part in ((y[r], yref, "forward"), (dx[r], dref, "backward")):
+            err = float((got.double() - ref).abs().max())
+            require(err <= 64 * eps * float(ref.abs().max()), f"{what} row {r} {part}: max error {err}")
+
+
+def bench_rows(quick):
+    """LayerNorm and softmax forward and backward on [8192, 768] (quick: 1024 rows), fp32 and
+    bf16 (bf16 in and out; LayerNorm's weight and bias FP32, PyTorch's mixed-type CPU path),
+    as bench/rows.cpp. The backward is the ATen kernel autograd calls
+    (native_layer_norm_backward, _softmax_backward_data), timed alone as belay's is."""
+    rows_n, cols = (1024 if quick else 8192), 768
+    reps, warm = (5 if quick else 20), 3
+    g = torch.Generator().manual_seed(2025)
+    x32 = torch.rand(rows_n, cols, generator=g) * 8 - 4
+    g32 = torch.rand(rows_n, cols, generator=g) * 2 - 1
+    w = torch.rand(cols, generator=g) + 0.5
+    b = torch.rand(cols, generator=g) - 0.5
+    out = []
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        x, dy = x32.to(dt), g32.to(dt)
+        res = {}
+
+        def ln_fwd():
+            res["ln"] = torch.ops.aten.native_layer_norm(x, [cols], w, b, 1e-5)
+
+        t_lf = time_it(warm, reps, ln_fwd)
+        y, mean, rstd = res["ln"]
+
+        def ln_bwd():
+            res["lnb"] = torch.ops.aten.native_layer_norm_backward(dy, x, [cols], mean, rstd, w, b, [True, True, True])
+
+        t_lb = time_it(warm, reps, ln_bwd)
+        check_rows(x, dy, w, b, y, res["lnb"][0], True, f"torch layer_norm {name}")
+
+        def sm_fwd():
+            res["sm"] = torch._softmax(x, -1, False)
+
+        t_sf = time_it(warm, reps, sm_fwd)
+        ys = res["sm"]
+
+        def sm_bwd():
+            res["smb"] = torch._softmax_backward_data(dy, ys, -1, dt)
+
+        t_sb = time_it(warm, reps, sm_bwd)
+        check_rows(x, dy, w, b, ys, res["smb"], False, f"torch softmax {name}")
+        for op, pas, t in (("layer_norm", "forward", t_lf), ("layer_norm", "backward", t_lb),
+                           ("softmax", "forward", t_sf), ("softmax", "backward", t_sb)):
+            out.append({"op": op, "pass": pas, "dtype": name, "time": t})
+    return {"rows": rows_n, "cols": cols, "ops": out}
+
+
 # --- main -----------------------------------------------------------------------------
 
 def default_threads():
@@ -285,15 +362,22 @@ def main():
     ap = argparse.ArgumentParser(description="PyTorch CPU peer of belay_bench")
     ap.add_argument("--quick", action="store_true", help="small sizes, as belay_bench --quick")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (default: as OpenMP's default)")
-    ap.add_argument("--only", default="gemm,train,amp", help="sections, comma separated")
+    ap.add_argument("--only", default="gemm,train,amp,rows", help="sections, comma separated")
     ap.add_argument("--json", required=True, help="output file")
+    ap.add_argument("--cpu-time", action="store_true", help="time this thread's CPU time (one thread only)")
     args = ap.parse_args()
 
     threads = args.threads or default_threads()
+    if args.cpu_time:
+        if threads != 1:
+            print("torch_cpu: error: --cpu-time counts one thread's CPU time; use --threads 1", file=sys.stderr)
+            return 2
+        CLOCK[0] = time.thread_time
     torch.set_num_threads(threads)
     doc = {"version": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-           "threads": torch.get_num_threads(), "quick": args.quick}
-    sections = {"gemm": bench_gemm, "train": bench_train, "amp": bench_amp}
+           "threads": torch.get_num_threads(), "quick": args.quick,
+           "clock": "thread_cpu" if args.cpu_time else "wall"}
+    sections = {"gemm": bench_gemm, "train": bench_train, "amp": bench_amp, "rows": bench_rows}
     try:
         for name in args.only.split(","):
             print(f"torch_cpu: {name}...", end="", file=sys.stderr, flush=True)

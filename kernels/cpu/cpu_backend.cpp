@@ -464,43 +464,32 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Per row: reads x once (widened into a row buffer), writes y once; one exp and ~3 flops
-  // per element.
+  // Per row (kernels/cpu/isa, the active path): reads x once (FP32 in place, else widened
+  // into a row buffer), writes y once; one exp and ~4 flops per element.
   void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
     check_cpu("softmax", x);
     check_softmax("softmax", x, cols, y);
     const void* px = x.data();
     void* py = y.data();
-    const DType dx = x.dtype(), dy = y.dtype();
+    const DType tx = x.dtype(), ty = y.dtype();
     const int64_t rows = x.numel() / cols;
+    const ElementBlocks& blocks = cpu_element_blocks();
 #pragma omp parallel if (x.numel() > kParallelThreshold)
     {
-      std::vector<float> row(static_cast<size_t>(cols));
+      std::vector<float> xb(static_cast<size_t>(cols)), yb(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t base = r * cols, live = causal ? r % cols + 1 : cols;  // unmasked columns [0, live)
-        float* v = row.data();
-        const float* src = load_block(px, dx, base, cols, v);
-        if (src != v) std::memcpy(v, src, static_cast<size_t>(cols) * 4);
-        float mx = -INFINITY;
-        for (int64_t c = 0; c < live; ++c) mx = std::max(mx, v[c]);
-        double z = 0.0;
-        for (int64_t c = 0; c < live; ++c) {
-          const float shifted = v[c] - mx;
-          v[c] = log ? shifted : expf(shifted);
-          z += log ? expf(shifted) : v[c];
-        }
-        const double log_z = std::log(z);
-        for (int64_t c = 0; c < cols; ++c) {
-          if (c >= live) v[c] = log ? -INFINITY : 0.0f;
-          else v[c] = log ? static_cast<float>(v[c] - log_z) : static_cast<float>(v[c] / z);
-        }
-        store_block(py, dy, base, cols, v);
+        const int64_t live = causal ? r % cols + 1 : cols;  // unmasked columns [0, live)
+        const float* xr = load_block(px, tx, r * cols, cols, xb.data());
+        float* yr = out_block(py, ty, r * cols, yb.data());
+        blocks.softmax_row(xr, yr, cols, live, log);
+        store_block(py, ty, r * cols, cols, yr);
       }
     }
   }
 
-  // Per row: reads y and dy twice, writes dx once.
+  // Per row (the active path): reads y and dy once (widened into row buffers unless FP32),
+  // writes dx once.
   void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
                         Tensor& dx) const override {
     check_cpu("softmax_backward", y);
@@ -509,20 +498,21 @@ class CpuBackend final : public Backend {
     const void *pyv = y.data(), *pg = dy.data();
     void* pd = dx.data();
     const DType ty = y.dtype(), tg = dy.dtype(), td = dx.dtype();
-    parallel_for(y.numel() / cols, [&](int64_t r) {
-      const int64_t base = r * cols, live = causal ? r % cols + 1 : cols;
-      double s = 0.0;  // softmax: sum(dy y); log-softmax: sum(dy), over the unmasked columns
-      for (int64_t c = 0; c < live; ++c) {
-        const double g = load_as_f32(pg, tg, base + c);
-        s += log ? g : g * load_as_f32(pyv, ty, base + c);
+    const int64_t rows = y.numel() / cols;
+    const ElementBlocks& blocks = cpu_element_blocks();
+#pragma omp parallel if (y.numel() > kParallelThreshold)
+    {
+      std::vector<float> yb(static_cast<size_t>(cols)), gb(static_cast<size_t>(cols)), db(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t live = causal ? r % cols + 1 : cols;
+        const float* yr = load_block(pyv, ty, r * cols, cols, yb.data());
+        const float* gr = load_block(pg, tg, r * cols, cols, gb.data());
+        float* dr = out_block(pd, td, r * cols, db.data());
+        blocks.softmax_row_backward(yr, gr, dr, cols, live, log);
+        store_block(pd, td, r * cols, cols, dr);
       }
-      const float sf = static_cast<float>(s);
-      for (int64_t c = 0; c < cols; ++c) {
-        const float g = load_as_f32(pg, tg, base + c), v = load_as_f32(pyv, ty, base + c);
-        const float d = c >= live ? 0.0f : (log ? g - expf(v) * sf : v * (g - sf));
-        store_from_f32(pd, td, base + c, d);
-      }
-    });
+    }
   }
 
   // Reads N ids and N x D table elements, writes N x D: a copy of each row, no flops.

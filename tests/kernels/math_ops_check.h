@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -153,15 +154,18 @@ inline void check_broadcast(Device dev) {
     }
 }
 
-// Softmax and log-softmax of rows of 300 (over a block) and of 5 x 5 causal blocks, forward
-// and backward, in every dtype.
-inline void check_softmax(Device dev) {
+// Softmax and log-softmax of rows of 300 (over a block) and of 5 x 5 causal blocks (or the
+// cases given), forward and backward, in every dtype.
+struct SoftmaxCase {
+  int64_t rows, cols;
+  bool causal;
+};
+
+inline void check_softmax(Device dev, std::initializer_list<SoftmaxCase> cases = {SoftmaxCase{3, 300, false},
+                                                                                 SoftmaxCase{10, 5, true},
+                                                                                 SoftmaxCase{4, 1, false}}) {
   const Backend& be = backend_for(dev);
-  struct Case {
-    int64_t rows, cols;
-    bool causal;
-  };
-  for (const Case& c : {Case{3, 300, false}, Case{10, 5, true}, Case{4, 1, false}})
+  for (const SoftmaxCase& c : cases)
     for (bool log : {false, true})
       for (DType dt : kMathDtypes) {
         INFO((log ? "log_softmax " : "softmax ") << c.rows << " x " << c.cols << (c.causal ? " causal" : "") << " in "

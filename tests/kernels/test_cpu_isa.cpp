@@ -314,6 +314,17 @@ void element_suite(CpuIsa isa) {
       CHECK(bits_of(dxb) == bits_of(dxw));
       CHECK(dwb == dww);  // doubles: == compares every bit of a finite value
       CHECK(dbb == dbw);
+      // Softmax rows, plain and log, all columns live and the first (n + 1) / 2 only (causal).
+      for (const bool log : {false, true})
+        for (const int64_t live : {n, (n + 1) / 2}) {
+          INFO((log ? "log_softmax" : "softmax") << " live " << live);
+          base.softmax_row(xr.data(), yb.data(), n, live, log);
+          wide.softmax_row(xr.data(), yw.data(), n, live, log);
+          CHECK(bits_of(yb) == bits_of(yw));
+          base.softmax_row_backward(yb.data(), dy.data(), dxb.data(), n, live, log);
+          wide.softmax_row_backward(yb.data(), dy.data(), dxw.data(), n, live, log);
+          CHECK(bits_of(dxb) == bits_of(dxw));
+        }
     }
     // AdamW: master, moments and the FP16 working copy, plain and non-temporal stores.
     for (const bool stream : {false, true}) {

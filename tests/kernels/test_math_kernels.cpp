@@ -4,10 +4,12 @@
 // Then the transformer's ops (embedding, LayerNorm, forward and backward) against FP64
 // (tests/kernels/transformer_ops_check.h), and the determinism they owe: the same bits at any
 // thread count (the embedding's backward with repeated ids, LayerNorm's dweight and dbias) and
-// on every ISA path (LayerNorm's rows are per-ISA code).
+// on every ISA path (LayerNorm's and softmax's rows are per-ISA code), at odd widths too.
 #include <catch2/catch.hpp>
 #include <omp.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
 
 #include "engine/backend.h"
@@ -16,6 +18,36 @@
 
 using namespace belay;
 using namespace belay::test::math;
+
+namespace {
+// The property the ISA dispatch owes every op: run() (the op's results as bits) gives the
+// baseline path's bits on every other path this CPU has. A path it lacks is skipped (an
+// AVX2 machine runs baseline and avx2); the active path is put back afterwards.
+// How many elements of got differ from want (a size mismatch counts as all): a count, so a
+// failure prints one number, not two vectors of a hundred thousand elements.
+int64_t bits_differing(const std::vector<uint32_t>& got, const std::vector<uint32_t>& want) {
+  if (got.size() != want.size()) return static_cast<int64_t>(std::max(got.size(), want.size()));
+  int64_t n = 0;
+  for (size_t i = 0; i < got.size(); ++i) n += got[i] != want[i];
+  return n;
+}
+
+void check_same_bits_on_every_isa(const std::function<std::vector<uint32_t>()>& run) {
+  const std::string active = active_cpu_isa_name();
+  select_cpu_isa("baseline");
+  const std::vector<uint32_t> baseline = run();
+  for (const char* isa : {"avx2", "avx512"}) {
+    try {
+      select_cpu_isa(isa);
+    } catch (const Error&) {
+      continue;  // this CPU lacks the path
+    }
+    INFO(isa);
+    CHECK(bits_differing(run(), baseline) == 0);
+  }
+  select_cpu_isa(active);
+}
+}  // namespace
 
 TEST_CASE("cpu unary ops (exp, log, tanh, sigmoid, pow) and their backward match FP64", "[kernels][math]") {
   check_unary(Device::cpu());
@@ -32,9 +64,8 @@ TEST_CASE("cpu softmax and log_softmax (plain and causal) and their backward mat
 TEST_CASE("cpu transpose copies every bit", "[kernels][math]") { check_transpose(Device::cpu()); }
 
 TEST_CASE("cpu math ops give the same bits on every ISA path", "[kernels][math]") {
-  const std::string active = active_cpu_isa_name();
   const std::vector<float> xv = values(2000, 41, DType::F32, -3.0f, 3.0f);
-  auto run = [&] {
+  check_same_bits_on_every_isa([&] {
     const Backend& be = backend_for(Device::cpu());
     Tensor x = Tensor::from_vector(xv, Shape{40, 50}, DType::F16);
     Tensor y = Tensor::empty(x.shape(), DType::F16), s = Tensor::empty(x.shape(), DType::F16);
@@ -46,21 +77,7 @@ TEST_CASE("cpu math ops give the same bits on every ISA path", "[kernels][math]"
     all.insert(all.end(), sv.begin(), sv.end());
     all.insert(all.end(), rv.begin(), rv.end());
     return test::bits_of(all);
-  };
-  const std::vector<uint32_t> baseline = [&] {
-    select_cpu_isa("baseline");
-    return run();
-  }();
-  for (const char* isa : {"avx2", "avx512"}) {
-    try {
-      select_cpu_isa(isa);
-    } catch (const Error&) {
-      continue;  // this CPU lacks the path
-    }
-    INFO(isa);
-    CHECK(run() == baseline);
-  }
-  select_cpu_isa(active);
+  });
 }
 
 TEST_CASE("cpu embedding copies rows, its backward adds them in FP32, bad ids are errors", "[kernels][transformer]") {
@@ -123,8 +140,7 @@ TEST_CASE("cpu embedding backward (repeated ids) and layer_norm give the same bi
 }
 
 TEST_CASE("cpu layer_norm gives the same bits on every ISA path", "[kernels][transformer]") {
-  const std::string active = active_cpu_isa_name();
-  auto run = [] {
+  check_same_bits_on_every_isa([] {
     const Backend& be = backend_for(Device::cpu());
     std::vector<float> all;
     for (DType dt : kMathDtypes) {
@@ -143,17 +159,68 @@ TEST_CASE("cpu layer_norm gives the same bits on every ISA path", "[kernels][tra
       }
     }
     return test::bits_of(all);
+  });
+}
+
+// The rows at widths that are not multiples of the 16 lanes (1, 7, 33, 768 + 3), against FP64.
+TEST_CASE("cpu softmax and layer_norm rows of odd widths match FP64", "[kernels][transformer]") {
+  check_softmax(Device::cpu(), {SoftmaxCase{3, 1, false}, SoftmaxCase{5, 7, true}, SoftmaxCase{4, 33, false},
+                                SoftmaxCase{40, 33, true}, SoftmaxCase{3, 771, false}, SoftmaxCase{5, 771, true}});
+  for (int64_t cols : {1, 7, 33, 771})
+    for (DType dt : kMathDtypes) test::transformer::check_layer_norm_case(Device::cpu(), {5, cols, true}, dt, DType::F32);
+}
+
+namespace {
+// Softmax and log-softmax (plain and causal), forward and backward, and LayerNorm forward and
+// backward on rows of `cols`, in FP32 and BF16 (FP16 rows go through the same row kernels,
+// widened the same way), as bits. Just over 2^15 elements: the backend splits the rows
+// between threads.
+std::vector<uint32_t> row_op_bits(int64_t cols) {
+  const Backend& be = backend_for(Device::cpu());
+  const int64_t rows = std::max<int64_t>(9, (1 << 15) / cols + 1), n = rows * cols;
+  std::vector<float> all;
+  auto keep = [&](const Tensor& t) {
+    const std::vector<float> v = t.to_vector();
+    all.insert(all.end(), v.begin(), v.end());
   };
-  select_cpu_isa("baseline");
-  const std::vector<uint32_t> baseline = run();
-  for (const char* isa : {"avx2", "avx512"}) {
-    try {
-      select_cpu_isa(isa);
-    } catch (const Error&) {
-      continue;  // this CPU lacks the path
-    }
-    INFO(isa);
-    CHECK(run() == baseline);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor x = Tensor::from_vector(values(n, 91, dt, -6.0f, 6.0f), Shape{rows, cols}, dt);
+    const Tensor dy = Tensor::from_vector(values(n, 92, dt), Shape{rows, cols}, dt);
+    Tensor y = Tensor::empty(x.shape(), dt), dx = Tensor::empty(x.shape(), dt);
+    for (bool log : {false, true})
+      for (bool causal : {false, true}) {
+        be.softmax(x, cols, log, causal, y);
+        be.softmax_backward(y, dy, cols, log, causal, dx);
+        keep(y);
+        keep(dx);
+      }
+    const Tensor w = Tensor::from_vector(values(cols, 93, DType::F32, 0.5f, 1.5f), Shape{cols});
+    Tensor mean = Tensor::empty(Shape{rows}, DType::F32), rstd = Tensor::empty(Shape{rows}, DType::F32);
+    Tensor dw = Tensor::zeros(Shape{cols}, DType::F32), db = Tensor::zeros(Shape{cols}, DType::F32);
+    be.layer_norm(x, &w, &w, 1e-5f, y, mean, rstd);
+    be.layer_norm_backward(x, &w, mean, rstd, dy, dx, &dw, &db, false);
+    for (const Tensor* t : {&y, &mean, &rstd, &dx, &dw, &db}) keep(*t);
   }
-  select_cpu_isa(active);
+  return test::bits_of(all);
+}
+}  // namespace
+
+TEST_CASE("cpu softmax and layer_norm rows give the baseline's bits on every ISA path at 1 and 2 threads",
+          "[kernels][transformer]") {
+  const int threads = omp_get_max_threads();
+  for (int64_t cols : {1, 7, 33, 771}) {
+    INFO("cols " << cols);
+    // Every path against the baseline on one thread (the rows' kernels), then the active path
+    // on two threads against the same bits (the backend's split of the rows).
+    omp_set_num_threads(1);
+    std::vector<uint32_t> want;
+    check_same_bits_on_every_isa([&] {
+      std::vector<uint32_t> bits = row_op_bits(cols);
+      if (want.empty()) want = bits;  // the first run is the baseline's
+      return bits;
+    });
+    omp_set_num_threads(2);
+    CHECK(bits_differing(row_op_bits(cols), want) == 0);
+    omp_set_num_threads(threads);
+  }
 }

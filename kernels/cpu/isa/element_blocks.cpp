@@ -11,6 +11,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/half_bits.h"
@@ -270,22 +271,61 @@ bool adamw(const AdamWBlock& b) {
 }
 #endif
 
-// ---- LayerNorm rows -------------------------------------------------------------------------
-// A row's sums in FP32 over kLanes lanes: element j goes to lane j % kLanes in index order,
-// then the lanes are added pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1). The order is fixed by the
-// code, not by the vector width, so every path gives the baseline's bits; the compiler keeps
-// the 16 lanes in one AVX-512 or two AVX2 registers (or a loop, on baseline).
+// ---- LayerNorm and softmax rows -------------------------------------------------------------
+// A row's sums over kLanes lanes (in FP32 for LayerNorm, in double for softmax): element j
+// goes to lane j % kLanes in index order, then the lanes are added pairwise (8 + 8, 4 + 4,
+// 2 + 2, 1 + 1). The order is fixed by the code, not by the vector width, so every path
+// gives the baseline's bits; the compiler keeps the 16 lanes in registers (one zmm or two
+// ymm of FP32, two zmm or four ymm of double; a loop on baseline). The row maximum runs over
+// the same lanes (a maximum does not depend on the order, but a NaN's place would).
 constexpr int64_t kLanes = 16;
 
-template <class F>
-inline float lane_sum(int64_t n, F&& f) {
-  float acc[kLanes] = {};
+template <class Acc>
+inline Acc reduce_lanes(Acc (&acc)[kLanes]) {
+  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
+    for (int64_t k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+template <class Acc, class F>
+inline Acc lane_sum(int64_t n, F&& f) {
+  Acc acc[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
     for (int64_t k = 0; k < kLanes; ++k) acc[k] += f(j + k);
   for (int64_t k = 0; j + k < n; ++k) acc[k] += f(j + k);
+  return reduce_lanes(acc);
+}
+
+// The maximum of x[0, n) over the same lanes: a NaN element is skipped (m < NaN is false,
+// as in std::max(m, x)); the row's exp then gives NaN anyway. The whole blocks run as
+// MAXPS(x, m), which is exactly m < x ? x : m per lane (it returns its second operand when
+// either is NaN), in registers of this path's width (g++ leaves the ?: loop scalar).
+inline float lane_max(const float* x, int64_t n) {
+  alignas(64) float acc[kLanes];
+  int64_t j = 0;
+#if defined(BELAY_ISA_avx512)
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (; j + kLanes <= n; j += kLanes) m = _mm512_max_ps(_mm512_loadu_ps(x + j), m);
+  _mm512_store_ps(acc, m);
+#elif defined(BELAY_ISA_avx2)
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  for (; j + kLanes <= n; j += kLanes) {
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + j), m0);
+    m1 = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), m1);
+  }
+  _mm256_store_ps(acc, m0);
+  _mm256_store_ps(acc + 8, m1);
+#else
+  __m128 m[4];
+  for (__m128& v : m) v = _mm_set1_ps(-INFINITY);
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < 4; ++k) m[k] = _mm_max_ps(_mm_loadu_ps(x + j + 4 * k), m[k]);
+  for (int k = 0; k < 4; ++k) _mm_store_ps(acc + 4 * k, m[k]);
+#endif
+  for (int64_t k = 0; j + k < n; ++k) acc[k] = acc[k] < x[j + k] ? x[j + k] : acc[k];
   for (int64_t w = kLanes / 2; w >= 1; w /= 2)
-    for (int64_t k = 0; k < w; ++k) acc[k] += acc[k + w];
+    for (int64_t k = 0; k < w; ++k) acc[k] = acc[k] < acc[k + w] ? acc[k + w] : acc[k];
   return acc[0];
 }
 
@@ -294,8 +334,8 @@ inline float lane_sum(int64_t n, F&& f) {
 void layer_norm_row(const float* x, const float* w, const float* b, int64_t n, float eps, float* y, float* mean_out,
                     float* rstd_out) {
   const float nf = static_cast<float>(n);
-  const float mean = lane_sum(n, [&](int64_t j) { return x[j]; }) / nf;
-  const float var = lane_sum(n, [&](int64_t j) {
+  const float mean = lane_sum<float>(n, [&](int64_t j) { return x[j]; }) / nf;
+  const float var = lane_sum<float>(n, [&](int64_t j) {
                       const float d = x[j] - mean;
                       return d * d;
                     }) / nf;
@@ -310,8 +350,8 @@ void layer_norm_row(const float* x, const float* w, const float* b, int64_t n, f
 void layer_norm_row_backward(const float* x, const float* dy, const float* w, int64_t n, float mean, float rstd,
                              float* dx, double* dw, double* db) {
   const float nf = static_cast<float>(n);
-  const float mg = lane_sum(n, [&](int64_t j) { return dy[j] * w[j]; }) / nf;
-  const float mgx = lane_sum(n, [&](int64_t j) { return dy[j] * w[j] * ((x[j] - mean) * rstd); }) / nf;
+  const float mg = lane_sum<float>(n, [&](int64_t j) { return dy[j] * w[j]; }) / nf;
+  const float mgx = lane_sum<float>(n, [&](int64_t j) { return dy[j] * w[j] * ((x[j] - mean) * rstd); }) / nf;
   for (int64_t j = 0; j < n; ++j) {
     const float xhat = (x[j] - mean) * rstd;
     dx[j] = rstd * ((dy[j] * w[j] - mg) - xhat * mgx);
@@ -320,10 +360,59 @@ void layer_norm_row_backward(const float* x, const float* dy, const float* w, in
   }
 }
 
+// Softmax: reads x twice (the maximum, then e^(x - max) into y), y twice more in L1 (the sum,
+// the scaling); memory traffic 1 read and 1 write per element, ~25 flops (exp_f32).
+// log-softmax: y = (x - max) - log z, the difference in double, rounded once. e^(x - max) is
+// staged kStage values at a time on the stack (y may be x, so it cannot hold them), the
+// stage's values added to the same lanes as lane_sum would (kStage is a multiple of kLanes).
+constexpr int64_t kStage = 256;
+
+void softmax_row(const float* x, float* y, int64_t n, int64_t live, bool log) {
+  const float mx = lane_max(x, live);
+  if (log) {
+    double acc[kLanes] = {};
+    float e[kStage];
+    for (int64_t j0 = 0; j0 < live; j0 += kStage) {
+      const int64_t len = std::min(kStage, live - j0);
+      for (int64_t i = 0; i < len; ++i) e[i] = cpu_math::exp_f32(x[j0 + i] - mx);
+      int64_t i = 0;
+      for (; i + kLanes <= len; i += kLanes)
+        for (int64_t k = 0; k < kLanes; ++k) acc[k] += static_cast<double>(e[i + k]);
+      for (int64_t k = 0; i + k < len; ++k) acc[k] += static_cast<double>(e[i + k]);
+    }
+    const double log_z = std::log(reduce_lanes(acc));
+    for (int64_t j = 0; j < live; ++j) y[j] = static_cast<float>(static_cast<double>(x[j] - mx) - log_z);
+  } else {
+    // y = e * (1 / z) in FP32: two roundings (within 1.5 ulps), a multiply where a division
+    // in double would cost two conversions and a divide per element.
+    for (int64_t j = 0; j < live; ++j) y[j] = cpu_math::exp_f32(x[j] - mx);
+    const double z = lane_sum<double>(live, [&](int64_t j) { return static_cast<double>(y[j]); });
+    const float inv_z = static_cast<float>(1.0 / z);
+    for (int64_t j = 0; j < live; ++j) y[j] = y[j] * inv_z;
+  }
+  for (int64_t j = live; j < n; ++j) y[j] = log ? -INFINITY : 0.0f;
+}
+
+// Reads y and dy twice (the second time from L1), writes dx once; ~4 flops per element (log:
+// an exp_f32 more). The sum of dy y in double: each product exact, the sum in lanes.
+void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n, int64_t live, bool log) {
+  const double s = log ? lane_sum<double>(live, [&](int64_t j) { return static_cast<double>(dy[j]); })
+                       : lane_sum<double>(live, [&](int64_t j) {
+                           return static_cast<double>(dy[j]) * static_cast<double>(y[j]);
+                         });
+  const float sf = static_cast<float>(s);
+  if (log)
+    for (int64_t j = 0; j < live; ++j) dx[j] = dy[j] - cpu_math::exp_f32(y[j]) * sf;
+  else
+    for (int64_t j = 0; j < live; ++j) dx[j] = y[j] * (dy[j] - sf);
+  for (int64_t j = live; j < n; ++j) dx[j] = 0.0f;
+}
+
 }  // namespace
 
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   relu,        relu_grad,
-                                             sum_squares_8, layer_norm_row, layer_norm_row_backward};
+                                             sum_squares_8, layer_norm_row, layer_norm_row_backward,
+                                             softmax_row, softmax_row_backward};
 
 }  // namespace belay::BELAY_ISA_NS

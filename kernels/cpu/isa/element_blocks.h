@@ -1,6 +1,6 @@
 // The CPU element kernels' inner loops, once per vector ISA (element_blocks.cpp, built by
 // kernels/cpu/isa/isa.cmake with that path's -m flags and -ffp-contract=off): the 16-bit
-// conversions, unscale-and-check, the AdamW and SGD updates of one block, LayerNorm rows and the activations (GELU
+// conversions, unscale-and-check, the AdamW and SGD updates of one block, LayerNorm and softmax rows and the activations (GELU
 // through belay's own erf and exp, erf_exp.h, so they vectorize too). Every path does the same
 // IEEE operations in the same order as kernels/common/element_math.h (GELU: its formula,
 // with erf_exp.h's erf and exp in place of libm's; no FMA contraction, sqrt and division
@@ -65,6 +65,13 @@ struct ElementBlocks {
   // Its backward: dx of the row, and dy xhat and dy added into the double accumulators dw, db.
   void (*layer_norm_row_backward)(const float* x, const float* dy, const float* w, int64_t n, float mean, float rstd,
                                   float* dx, double* dw, double* db);
+  // Softmax (log: log-softmax) of one row of n FP32 values whose columns [live, n) are masked
+  // (the causal mask; live = n without one): the maximum subtracted, e^x through erf_exp.h's
+  // exp_f32, the sum in double over 16 lanes in a fixed order (lane_sum). y may be x.
+  void (*softmax_row)(const float* x, float* y, int64_t n, int64_t live, bool log);
+  // Its backward from the output y: dx = y (dy - sum(dy y)), log: dy - e^y sum(dy); masked
+  // columns get 0. dx may be dy.
+  void (*softmax_row_backward)(const float* y, const float* dy, float* dx, int64_t n, int64_t live, bool log);
 };
 
 namespace isa_baseline { extern const ElementBlocks element_blocks; }
