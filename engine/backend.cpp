@@ -36,8 +36,13 @@ GemmDims check_gemm(const GemmArgs& args) {
   check_defined("gemm", c);
   check_same_device("gemm", a, b);
   check_same_device("gemm", a, c);
+  // Unbatched: matrices (leading dims of extent 1 allowed, as a batch of one).
   const bool batched = args.batch != 1;
-  if (batched ? (a.rank() < 2 || b.rank() < 2 || c.rank() < 2) : (a.rank() != 2 || b.rank() != 2 || c.rank() != 2))
+  const auto fits = [batched](const Tensor& t) {
+    const StoredMatrix s = stored_matrix(t);
+    return t.rank() >= 2 && (batched || t.numel() == s.rows * s.cols);
+  };
+  if (!fits(a) || !fits(b) || !fits(c))
     throw Error("gemm: expected matrices, got " + a.describe() + ", " + b.describe() + ", " + c.describe());
   if (a.dtype() != b.dtype())
     throw Error("gemm: operand dtypes differ, " + a.describe() + " vs " + b.describe() + " (cast one first)");
