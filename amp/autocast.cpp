@@ -51,6 +51,9 @@ const AutocastEntry kAutocastTable[] = {
     {"layer_norm", OpClass::LayerNorm, kGiven, kGiven,
      "PyTorch: fp32 (output FP32); belay's kernel takes mean and variance in FP32 from any dtype and rounds once "
      "into the input's dtype, so no input cast and no FP32 copy of the activations"},
+    {"bmm", OpClass::Bmm, kLow, kLow,
+     "attention's batched products on the tensor cores; FP32 accumulation, one rounding (PyTorch: "
+     "lower_precision_fp)"},
 };
 
 const AutocastEntry* find_entry(OpClass op) {

@@ -44,6 +44,7 @@ enum class OpClass : uint32_t {
   // The transformer's ops (issue 25).
   Embedding = 1u << 20,
   LayerNorm = 1u << 21,
+  Bmm = 1u << 22,
 };
 
 // What autocast does to an op class's inputs (autocast.cpp's kAutocastTable says which and why).

@@ -63,4 +63,16 @@ Var embedding(const Var& table, const Tensor& ids);
 // in FP32 whatever x's dtype, the result in x's dtype. weight and bias are [D] or undefined.
 Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps = 1e-5f);
 
+// ---- Attention's products and views (autograd/batched_ops.cpp), each with its backward.
+// [..., M, K] x [..., K, N] -> [..., M, N], one product per item of the leading dims, which a
+// and b share; or b a matrix [K, N], the same for every item (its gradient summed over them).
+// trans_a / trans_b: the last two dims of a (b) are read transposed, by the GEMM's layout
+// flags, not a copy: Q K^T is bmm(q, k, false, true). Autocast: FP16/BF16 (as matmul).
+Var bmm(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+// dims dim0 and dim1 swapped (negative counts from the end): one copy (Backend::swap_axes).
+Var transpose(const Var& x, int64_t dim0, int64_t dim1);
+// [..., T, H * d] -> [..., H, T, d] (reshape, then transpose(-3, -2)), and back.
+Var split_heads(const Var& x, int64_t heads);
+Var merge_heads(const Var& x);
+
 }  // namespace belay

@@ -4,6 +4,28 @@
 
 namespace belay {
 
+StoredMatrix stored_matrix(const Tensor& t) {
+  if (t.rank() < 2) return {0, 0};
+  return {t.dim(t.rank() - 2), t.dim(t.rank() - 1)};
+}
+
+namespace {
+
+// A batched operand's items must lie inside it and start on a stored row (the CUDA kernels
+// copy whole rows, padded, and need each item 16-byte aligned like the first).
+void check_batch_operand(const char* what, const Tensor& t, int64_t batch, int64_t stride) {
+  const StoredMatrix s = stored_matrix(t);
+  const int64_t items = s.rows * s.cols;
+  const bool row_multiple = stride == 0 || (s.cols > 0 && stride % s.cols == 0 && stride >= items);
+  if (stride < 0 || !row_multiple || (batch - 1) * stride + items > t.numel())
+    throw Error(std::string("gemm: ") + what + " " + t.describe() + " does not hold " + std::to_string(batch) +
+                " matrices of [" + std::to_string(s.rows) + ", " + std::to_string(s.cols) + "] " +
+                std::to_string(stride) + " elements apart (a stride is 0 or a whole number of rows, at least one "
+                "matrix)");
+}
+
+}  // namespace
+
 GemmDims check_gemm(const GemmArgs& args) {
   if (!args.a || !args.b || !args.c) throw Error("gemm: missing operand");
   const Tensor& a = *args.a;
@@ -14,18 +36,33 @@ GemmDims check_gemm(const GemmArgs& args) {
   check_defined("gemm", c);
   check_same_device("gemm", a, b);
   check_same_device("gemm", a, c);
-  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2)
+  // Unbatched: matrices (leading dims of extent 1 allowed, as a batch of one).
+  const bool batched = args.batch != 1;
+  const auto fits = [batched](const Tensor& t) {
+    const StoredMatrix s = stored_matrix(t);
+    return t.rank() >= 2 && (batched || t.numel() == s.rows * s.cols);
+  };
+  if (!fits(a) || !fits(b) || !fits(c))
     throw Error("gemm: expected matrices, got " + a.describe() + ", " + b.describe() + ", " + c.describe());
   if (a.dtype() != b.dtype())
     throw Error("gemm: operand dtypes differ, " + a.describe() + " vs " + b.describe() + " (cast one first)");
+  const StoredMatrix sa = stored_matrix(a), sb = stored_matrix(b), sc = stored_matrix(c);
   GemmDims d;
-  d.m = args.trans_a ? a.dim(1) : a.dim(0);
-  d.k = args.trans_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = args.trans_b ? b.dim(1) : b.dim(0);
-  d.n = args.trans_b ? b.dim(0) : b.dim(1);
-  if (d.k != kb || c.dim(0) != d.m || c.dim(1) != d.n)
+  d.m = args.trans_a ? sa.cols : sa.rows;
+  d.k = args.trans_a ? sa.rows : sa.cols;
+  const int64_t kb = args.trans_b ? sb.cols : sb.rows;
+  d.n = args.trans_b ? sb.rows : sb.cols;
+  if (d.k != kb || sc.rows != d.m || sc.cols != d.n)
     throw Error("gemm: shapes do not chain, op(A) is [" + std::to_string(d.m) + ", " + std::to_string(d.k) +
                 "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(d.n) + "], C is " + c.describe());
+  if (batched) {
+    if (args.batch < 1) throw Error("gemm: batch " + std::to_string(args.batch) + " (expected >= 1)");
+    check_batch_operand("A", a, args.batch, args.stride_a);
+    check_batch_operand("B", b, args.batch, args.stride_b);
+    if (c.numel() != args.batch * d.m * d.n)
+      throw Error("gemm: C " + c.describe() + " is not " + std::to_string(args.batch) + " dense [" +
+                  std::to_string(d.m) + ", " + std::to_string(d.n) + "] results");
+  }
   if (args.beta != 0.0f && (args.beta != 1.0f || c.dtype() != DType::F32))
     throw Error("gemm: beta must be 0, or 1 with an fp32 C (gradient accumulation)");
   if (args.bias) {
@@ -34,6 +71,17 @@ GemmDims check_gemm(const GemmArgs& args) {
       throw Error("gemm: bias " + args.bias->describe() + " does not match N = " + std::to_string(d.n));
   }
   return d;
+}
+
+void check_swap_axes(const Tensor& x, const SwapAxesView& view, const Tensor& out) {
+  check_defined("swap_axes", x);
+  check_defined("swap_axes", out);
+  check_same_device("swap_axes", x, out);
+  const bool ok = view.outer >= 0 && view.p >= 0 && view.mid >= 0 && view.q >= 0 && view.inner >= 0;
+  if (!ok || x.numel() != view.numel() || out.numel() != view.numel() || x.dtype() != out.dtype())
+    throw Error("swap_axes: " + x.describe() + " and " + out.describe() + " do not fit the view [" +
+                std::to_string(view.outer) + ", " + std::to_string(view.p) + ", " + std::to_string(view.mid) + ", " +
+                std::to_string(view.q) + ", " + std::to_string(view.inner) + "] with one dtype");
 }
 
 void check_axis_view(const char* op, const Tensor& full, const Tensor& reduced, const AxisView& view) {

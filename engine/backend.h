@@ -36,6 +36,12 @@ struct AxisView {
 // A and B are FP32, FP16 or BF16 (same dtype); products and sums are FP32; C is written in
 // its own dtype (rounded once). beta == 1 needs an FP32 C: it is how weight gradients
 // accumulate across micro-batches with no extra pass.
+// Batched (batch > 1): C_i = op(A_i) op(B_i) (+ bias) (+ C_i) for i < batch, each item with
+// the bits of the unbatched call on it. The matrices are each operand's last two dims;
+// A_i starts stride_a elements after A_{i-1} (0: one A for every item, as a weight shared
+// over the batch), likewise B_i; C is dense, [..., M, N] with batch * M * N elements. A
+// nonzero stride is a whole number of stored rows, at least one matrix: attention's
+// [B, H, T, d] x [B, H, d, T] is batch B * H with strides T * d.
 struct GemmArgs {
   const Tensor* a = nullptr;
   bool trans_a = false;
@@ -44,6 +50,8 @@ struct GemmArgs {
   Tensor* c = nullptr;
   float beta = 0.0f;
   const Tensor* bias = nullptr;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0;  // elements; 0: broadcast over the batch
 };
 
 // The extents of a product, once its operands are checked: all three on one device, the
@@ -52,6 +60,11 @@ struct GemmArgs {
 struct GemmDims {
   int64_t m = 0, n = 0, k = 0;
 };
+// The stored extents of a GEMM operand: its last two dims (a matrix, or each item of a batch).
+struct StoredMatrix {
+  int64_t rows = 0, cols = 0;
+};
+StoredMatrix stored_matrix(const Tensor& t);
 GemmDims check_gemm(const GemmArgs& args);
 
 // The operands of cross_entropy, checked for every backend: logits [B, C], labels [B], loss
@@ -72,6 +85,13 @@ void check_embedding(const char* op, const Tensor& table, const Tensor& ids, con
 // may be absent) of cols elements; mean and rstd FP32 of rows elements.
 void check_layer_norm(const char* op, const Tensor& x, const Tensor* weight, const Tensor* bias, const Tensor& y,
                       const Tensor& mean, const Tensor& rstd);
+
+// swap_axes's view of a tensor: [outer, p, mid, q, inner] (engine/backend.h, Backend::swap_axes).
+struct SwapAxesView {
+  int64_t outer = 1, p = 1, mid = 1, q = 1, inner = 1;
+  constexpr int64_t numel() const { return outer * p * mid * q * inner; }
+};
+void check_swap_axes(const Tensor& x, const SwapAxesView& view, const Tensor& out);
 
 struct AdamWHyper {
   float beta1 = 0.9f;
@@ -203,6 +223,10 @@ class Backend {
                                    bool accumulate) const = 0;
   // out [N, M] = x [M, N] transposed, bit for bit (same dtype).
   virtual void transpose(const Tensor& x, Tensor& out) const = 0;
+  // Two axes of x swapped, bit for bit (same dtype): x seen as [outer, p, mid, q, inner] is
+  // written as out [outer, q, mid, p, inner]. The heads of attention ([B, T, H, d] <->
+  // [B, H, T, d] is {B, T, 1, H, d}); its own inverse with p and q exchanged.
+  virtual void swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) const = 0;
 
   // Matrix products and reductions (fixed order, so a run repeats bit for bit).
   virtual void gemm(const GemmArgs& args) const = 0;

@@ -170,6 +170,33 @@ void bind_ops(py::module_& m) {
   }, py::arg("x"), py::arg("weight") = py::none(), py::arg("bias") = py::none(), py::arg("eps") = 1e-5f,
      "LayerNorm over the last dim (torch's F.layer_norm(x, x.shape[-1:], weight, bias, eps)): mean and variance in "
      "FP32 whatever x's dtype, the result in x's dtype");
+  // Attention's products and head views (autograd/batched_ops.cpp).
+  m.def("bmm", [](py::handle a, py::handle b, bool trans_a, bool trans_b) {
+    const Var x = as_var(a);
+    const Var y = as_var_on(b, x.device());
+    refresh_working_copy(x);
+    refresh_working_copy(y);
+    py::gil_scoped_release nogil;
+    return bmm(x, y, trans_a, trans_b);
+  }, py::arg("a"), py::arg("b"), py::arg("trans_a") = false, py::arg("trans_b") = false,
+     "[..., M, K] @ [..., K, N] per item of the shared leading dims (or b a matrix [K, N] for every item); "
+     "trans_a / trans_b read the last two dims transposed (q @ k^T is bmm(q, k, trans_b=True)). "
+     "Autocast: FP16/BF16, as matmul");
+  m.def("transpose_dims", [](py::handle x, int64_t dim0, int64_t dim1) {
+    const Var in = as_var(x);
+    py::gil_scoped_release nogil;
+    return transpose(in, dim0, dim1);
+  }, py::arg("x"), py::arg("dim0"), py::arg("dim1"), "x with dims dim0 and dim1 swapped (torch.transpose; a copy)");
+  m.def("split_heads", [](py::handle x, int64_t heads) {
+    const Var in = as_var(x);
+    py::gil_scoped_release nogil;
+    return split_heads(in, heads);
+  }, py::arg("x"), py::arg("heads"), "[..., T, H * d] -> [..., H, T, d]");
+  m.def("merge_heads", [](py::handle x) {
+    const Var in = as_var(x);
+    py::gil_scoped_release nogil;
+    return merge_heads(in);
+  }, py::arg("x"), "[..., H, T, d] -> [..., T, H * d]");
   py::class_<NoGradScope>(m, "no_grad", "with belay.no_grad(): ops record no graph")
       .def(py::init<>())
       .def("__enter__", [](NoGradScope& s) { s.enter(); })

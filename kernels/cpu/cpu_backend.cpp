@@ -656,6 +656,25 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Moves 2 x numel x dtype bytes: each (outer, j, m, i) row of `inner` elements is one
+  // contiguous copy (a head's d values when splitting heads).
+  void swap_axes(const Tensor& x, const SwapAxesView& v, Tensor& out) const override {
+    check_cpu("swap_axes", x);
+    check_swap_axes(x, v, out);
+    const size_t row = static_cast<size_t>(v.inner) * dtype_size(x.dtype());
+    const char* px = static_cast<const char*>(x.data());
+    char* po = static_cast<char*>(out.data());
+    parallel_for(v.outer * v.q, [&](int64_t oj) {  // out [outer, q, mid, p, inner]
+      const int64_t o = oj / v.q, j = oj % v.q;
+      for (int64_t m = 0; m < v.mid; ++m)
+        for (int64_t i = 0; i < v.p; ++i) {
+          const int64_t src = (((o * v.p + i) * v.mid + m) * v.q + j);
+          const int64_t dst = (((o * v.q + j) * v.mid + m) * v.p + i);
+          std::memcpy(po + dst * row, px + src * row, row);
+        }
+    });
+  }
+
   void gemm(const GemmArgs& args) const override { cpu_gemm(args); }
 
   // Reads x once, writes N floats. Each column sums its rows in row order in double, as a

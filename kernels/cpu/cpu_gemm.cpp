@@ -48,10 +48,12 @@ void require_path(CpuIsa isa) {
     throw Error(std::string("gemm: the ") + cpu_isa_name(isa) + " path cannot run on this CPU");
 }
 
-// Checks the arguments, widens the bias, runs `product` (FP32 C) and rounds to C's dtype.
+// Checks the arguments, widens the bias, runs `product` (FP32 C) once per batch item and
+// rounds to C's dtype. Each item is the unbatched product on pointers moved by the strides,
+// so it has that call's bits.
 template <class Product>
 void run_gemm(const GemmArgs& args, Product&& product) {
-  check_gemm(args);
+  const GemmDims d = check_gemm(args);
   if (!args.a->device().is_cpu()) throw Error("gemm: CPU backend given " + args.a->describe());
   const Tensor& a = *args.a;
   const Tensor& b = *args.b;
@@ -63,21 +65,25 @@ void run_gemm(const GemmArgs& args, Product&& product) {
   Tensor bias32;
   if (args.bias) bias32 = as_f32(*args.bias);
 
+  const StoredMatrix sa = stored_matrix(a), sb = stored_matrix(b);
   GemmF32Args g;
-  g.a = a.data();
   g.a_type = gemm_elem_of(a.dtype());
-  g.a_rows = a.dim(0);
-  g.a_cols = a.dim(1);
+  g.a_rows = sa.rows;
+  g.a_cols = sa.cols;
   g.trans_a = args.trans_a;
-  g.b = b.data();
   g.b_type = gemm_elem_of(b.dtype());
-  g.b_rows = b.dim(0);
-  g.b_cols = b.dim(1);
+  g.b_rows = sb.rows;
+  g.b_cols = sb.cols;
   g.trans_b = args.trans_b;
-  g.c = scratch.data_as<float>();
   g.accumulate = args.beta == 1.0f;
   g.bias = args.bias ? bias32.data_as<float>() : nullptr;
-  product(g);
+  const size_t es = dtype_size(a.dtype());
+  for (int64_t i = 0; i < args.batch; ++i) {
+    g.a = static_cast<const char*>(a.data()) + i * args.stride_a * es;
+    g.b = static_cast<const char*>(b.data()) + i * args.stride_b * es;
+    g.c = scratch.data_as<float>() + i * d.m * d.n;
+    product(g);
+  }
   if (!direct) c.copy_from(scratch);
 }
 

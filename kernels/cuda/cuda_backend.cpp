@@ -285,6 +285,25 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
+  void swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) const override {
+    check_cuda("swap_axes", x);
+    check_swap_axes(x, view, out);
+    launch_swap_axes(x.data(), dtype_size(x.dtype()), view, out.data());
+    after_launch();
+  }
+
+  // A copy of t whose rows are padded to gemm::padded_ld(ld) elements (zero-filled); moves
+  // `base`, `ld` and the batch `stride` to it.
+  static Tensor pad_operand(const Tensor& t, const void*& base, int64_t& ld, int64_t& stride) {
+    const int64_t rows = t.numel() / ld, padded = gemm::padded_ld(ld);
+    Tensor out = Tensor::empty(Shape{rows, padded}, t.dtype(), t.device());
+    launch_pad_rows(t.data(), rows, ld, out.data());
+    base = out.data();
+    stride = stride / ld * padded;
+    ld = padded;
+    return out;
+  }
+
   void gemm(const GemmArgs& args) const override {
     const auto [m, n, k] = check_gemm(args);  // first: it reports a missing operand
     check_cuda("gemm", *args.a);
@@ -307,8 +326,11 @@ class CudaBackend final : public Backend {
     p.m = m;
     p.n = n;
     p.k = k;
-    p.lda = a.dim(1);  // row-major storage: the stored row length
-    p.ldb = b.dim(1);
+    p.lda = stored_matrix(a).cols;  // row-major storage: the stored row length
+    p.ldb = stored_matrix(b).cols;
+    p.batch = args.batch;
+    p.stride_a = args.batch > 1 ? args.stride_a : 0;
+    p.stride_b = args.batch > 1 ? args.stride_b : 0;
     p.trans_a = args.trans_a;
     p.trans_b = args.trans_b;
     p.ab_dtype = a.dtype();
@@ -317,21 +339,12 @@ class CudaBackend final : public Backend {
     p.beta = args.beta;
     // The tensor-core kernel copies 16-byte chunks (cp.async): an operand whose rows are not
     // 16-byte aligned is first copied into a zero-padded buffer whose rows are. O(MK + KN)
-    // extra traffic against O(MNK) work; the buffers come from the caching allocator.
+    // extra traffic against O(MNK) work; the buffers come from the caching allocator. A
+    // batched operand is padded whole (all its rows), its stride kept a whole number of rows.
     Tensor a_padded, b_padded;
     if (a.dtype() != DType::F32 && m > 0 && n > 0) {
-      if (!rows_aligned(p.a, p.lda)) {
-        a_padded = Tensor::empty(Shape{a.dim(0), gemm::padded_ld(p.lda)}, a.dtype(), a.device());
-        launch_pad_rows(p.a, a.dim(0), a.dim(1), a_padded.data());
-        p.a = a_padded.data();
-        p.lda = gemm::padded_ld(p.lda);
-      }
-      if (!rows_aligned(p.b, p.ldb)) {
-        b_padded = Tensor::empty(Shape{b.dim(0), gemm::padded_ld(p.ldb)}, b.dtype(), b.device());
-        launch_pad_rows(p.b, b.dim(0), b.dim(1), b_padded.data());
-        p.b = b_padded.data();
-        p.ldb = gemm::padded_ld(p.ldb);
-      }
+      if (!rows_aligned(p.a, p.lda)) a_padded = pad_operand(a, p.a, p.lda, p.stride_a);
+      if (!rows_aligned(p.b, p.ldb)) b_padded = pad_operand(b, p.b, p.ldb, p.stride_b);
     }
     launch_gemm(p);
     after_launch();

@@ -39,6 +39,8 @@ void launch_binary_broadcast(BinaryOp op, const void* a, DType da, const void* b
 void launch_broadcast_axis(const void* g, DType dg, const AxisView& view, float alpha, void* out, DType dout, int64_t n);
 void launch_sum_axis(const void* x, DType dx, const AxisView& view, float alpha, void* out, DType dout, bool accumulate);
 void launch_transpose(const void* x, size_t elem_bytes, int64_t rows, int64_t cols, void* out);
+// Backend::swap_axes: x [outer, p, mid, q, inner] -> out [outer, q, mid, p, inner], bit for bit.
+void launch_swap_axes(const void* x, size_t elem_bytes, const SwapAxesView& view, void* out);
 
 // ---- softmax_kernels.cu
 void launch_softmax(const void* x, DType dx, int64_t rows, int64_t cols, bool log, bool causal, void* y, DType dy);
@@ -151,6 +153,10 @@ struct GemmProblem {
   bool trans_a, trans_b;
   DType ab_dtype, c_dtype, bias_dtype;
   float beta;  // 0, or 1 with an FP32 C
+  // Batched (engine/backend.h GemmArgs): item i of A at a + i * stride_a elements (0: shared),
+  // of B likewise, of C at c + i * m * n. gridDim.z runs over the items.
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0;
 };
 void launch_gemm(const GemmProblem& p);
 

@@ -25,6 +25,7 @@ struct F32Params {
   void* c;
   const void* bias;
   int64_t lda, ldb, m, n, k;
+  int64_t stride_a, stride_b;  // batch item strides (elements); C's is m * n
   bool trans_a, trans_b, accumulate;
   DType c_dtype, bias_dtype;
 };
@@ -36,6 +37,10 @@ __global__ void __launch_bounds__(kF32Threads) gemm_f32_kernel(const F32Params p
   // metrics counted); an m-contiguous operand's 32 consecutive m stay conflict-free.
   BELAY_SHARED(float, as, [kF32BK][kF32Tile + 2]);
   BELAY_SHARED(float, bs, [kF32BK][kF32Tile + 2]);
+  // Batch item blockIdx.z: its operands, as if it were the only product.
+  const float* pa = p.a + blockIdx.z * p.stride_a;
+  const float* pb = p.b + blockIdx.z * p.stride_b;
+  const int64_t c0 = blockIdx.z * p.m * p.n;
   const int t = threadIdx.x;
   const int64_t bm = blockIdx.y, bn = blockIdx.x;
   const int64_t m0 = bm * kF32Tile, n0 = bn * kF32Tile;
@@ -51,14 +56,14 @@ __global__ void __launch_bounds__(kF32Threads) gemm_f32_kernel(const F32Params p
       const int ak = p.trans_a ? id / kF32Tile : id % kF32BK;
       const int64_t gm = m0 + am, gk = k0 + ak;
       float va = 0.0f;
-      if (gm < p.m && gk < p.k) va = p.trans_a ? p.a[gk * p.lda + gm] : p.a[gm * p.lda + gk];
+      if (gm < p.m && gk < p.k) va = p.trans_a ? pa[gk * p.lda + gm] : pa[gm * p.lda + gk];
       as[ak][am] = va;
       // B: stored [K][N] (n contiguous) or [N][K] (k contiguous).
       const int bnn = p.trans_b ? id / kF32BK : id % kF32Tile;
       const int bk = p.trans_b ? id % kF32BK : id / kF32Tile;
       const int64_t gn = n0 + bnn, gk2 = k0 + bk;
       float vb = 0.0f;
-      if (gn < p.n && gk2 < p.k) vb = p.trans_b ? p.b[gn * p.ldb + gk2] : p.b[gk2 * p.ldb + gn];
+      if (gn < p.n && gk2 < p.k) vb = p.trans_b ? pb[gn * p.ldb + gk2] : pb[gk2 * p.ldb + gn];
       bs[bk][bnn] = vb;
     }
     __syncthreads();
@@ -83,7 +88,7 @@ __global__ void __launch_bounds__(kF32Threads) gemm_f32_kernel(const F32Params p
     for (int j = 0; j < kF32Micro; ++j) {
       const Coord64 e = f32_element(bm, bn, t, i, j);
       if (e.row >= p.m || e.col >= p.n) continue;
-      const int64_t idx = e.row * p.n + e.col;
+      const int64_t idx = c0 + e.row * p.n + e.col;
       float v = acc[i][j];
       if (p.accumulate) v = static_cast<const float*>(p.c)[idx] + v;
       if (p.bias) v += cuda::load_f32(p.bias, p.bias_dtype, e.col);
@@ -95,8 +100,9 @@ __global__ void __launch_bounds__(kF32Threads) gemm_f32_kernel(const F32Params p
 
 void launch_gemm_simt_f32(const GemmProblem& g) {
   F32Params p{static_cast<const float*>(g.a), static_cast<const float*>(g.b), g.c, g.bias, g.lda, g.ldb, g.m, g.n,
-              g.k, g.trans_a, g.trans_b, g.beta == 1.0f, g.c_dtype, g.bias_dtype};
-  const dim3 grid(static_cast<unsigned>(ceil_div(g.n, kF32Tile)), static_cast<unsigned>(ceil_div(g.m, kF32Tile)));
+              g.k, g.stride_a, g.stride_b, g.trans_a, g.trans_b, g.beta == 1.0f, g.c_dtype, g.bias_dtype};
+  const dim3 grid(static_cast<unsigned>(ceil_div(g.n, kF32Tile)), static_cast<unsigned>(ceil_div(g.m, kF32Tile)),
+                  static_cast<unsigned>(g.batch));
   cuda::launch<gemm_f32_kernel>(grid, kF32Threads, 0, nullptr, p);
 }
 

@@ -16,6 +16,7 @@
 // of 8) are first copied by the caller into a zero-padded buffer whose rows are a multiple
 // of 8 elements (launch_pad_rows below), so one kernel, always on the cp.async path, serves
 // every shape.
+// Batched products run their items along gridDim.z, each block on one item's operands.
 // Bytes: (M*K + K*N) * 2 * (re-reads: N/128 for A, M/128 for B, mostly from L2) + M*N*|C|;
 // flops: 2*M*N*K.
 #include <cstdint>
@@ -103,6 +104,7 @@ struct TcParams {
   void* c;
   const void* bias;
   int64_t lda, ldb;
+  int64_t stride_a, stride_b;  // batch item strides (elements; 0: shared); C's is m * n
   int m, n, k;
   DType c_dtype, bias_dtype;
   bool accumulate;  // beta == 1: C is FP32 and is added
@@ -140,14 +142,18 @@ __global__ void __launch_bounds__(kThreads, kThreads == 128 ? 2 : 1) gemm_tc_ker
   const int bm = blockIdx.y, bn = blockIdx.x;
   const int m0 = bm * kBM, n0 = bn * kBN;
   const int k_tiles = static_cast<int>(ceil_div(p.k, kBK));
+  // Batch item blockIdx.z: its operands, as if it were the only product.
+  const uint16_t* ga = p.a + blockIdx.z * p.stride_a;
+  const uint16_t* gb = p.b + blockIdx.z * p.stride_b;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.z) * p.m * p.n;
 
   auto stage_a = [&](int s) { return smem + s * kStageElems; };
   auto stage_b = [&](int s) { return smem + s * kStageElems + kTileElems; };
   auto load_stage = [&](int kt) {
     if (kt < k_tiles) {
       const int s = kt % kStages;
-      load_tile<kAKMajor>(stage_a(s), p.a, p.lda, p.m, p.k, m0, kt * kBK);
-      load_tile<kBKMajor>(stage_b(s), p.b, p.ldb, p.n, p.k, n0, kt * kBK);
+      load_tile<kAKMajor>(stage_a(s), ga, p.lda, p.m, p.k, m0, kt * kBK);
+      load_tile<kBKMajor>(stage_b(s), gb, p.ldb, p.n, p.k, n0, kt * kBK);
     }
     cp_async_commit();  // one group per k-tile, empty past the end
   };
@@ -212,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == 128 ? 2 : 1) gemm_tc_ker
         const Coord64 e = c_element(bm, bn, warp, mi, ni, lane, r);
         const float v = acc[mi][ni][r];
         if (e.row < p.m && e.col < p.n)
-          store_c(p.c, p.c_dtype, p.bias, p.bias_dtype, p.accumulate, e.row * p.n + e.col, e.col, v);
+          store_c(p.c, p.c_dtype, p.bias, p.bias_dtype, p.accumulate, c0 + e.row * p.n + e.col, e.col, v);
       }
 }
 
@@ -234,18 +240,19 @@ void configure_variant() {
 }
 
 template <bool kAKMajor, bool kBKMajor, bool kBf16>
-void launch_variant(const TcParams& p) {
+void launch_variant(const TcParams& p, int64_t batch) {
   configure_variant<gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>>();
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kBN)), static_cast<unsigned>(ceil_div(p.m, kBM)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kBN)), static_cast<unsigned>(ceil_div(p.m, kBM)),
+                  static_cast<unsigned>(batch));
   cuda::launch<gemm_tc_kernel<kAKMajor, kBKMajor, kBf16>>(grid, kThreads, kSmemBytes, nullptr, p);
 }
 
 template <bool kBf16>
-void launch_layouts(const TcParams& p, bool a_kmajor, bool b_kmajor) {
-  if (a_kmajor && b_kmajor) launch_variant<true, true, kBf16>(p);
-  else if (a_kmajor) launch_variant<true, false, kBf16>(p);
-  else if (b_kmajor) launch_variant<false, true, kBf16>(p);
-  else launch_variant<false, false, kBf16>(p);
+void launch_layouts(const TcParams& p, int64_t batch, bool a_kmajor, bool b_kmajor) {
+  if (a_kmajor && b_kmajor) launch_variant<true, true, kBf16>(p, batch);
+  else if (a_kmajor) launch_variant<true, false, kBf16>(p, batch);
+  else if (b_kmajor) launch_variant<false, true, kBf16>(p, batch);
+  else launch_variant<false, false, kBf16>(p, batch);
 }
 
 // dst[r][c] = c < cols ? src[r][c] : 0 for c < ld_dst: 16-bit elements, any alignment.
@@ -286,6 +293,8 @@ void launch_gemm_tensor_core(const GemmProblem& g) {
   p.bias = g.bias;
   p.lda = g.lda;
   p.ldb = g.ldb;
+  p.stride_a = g.stride_a;
+  p.stride_b = g.stride_b;
   p.m = static_cast<int>(g.m);
   p.n = static_cast<int>(g.n);
   p.k = static_cast<int>(g.k);
@@ -295,9 +304,9 @@ void launch_gemm_tensor_core(const GemmProblem& g) {
   // A not transposed is stored [M][K]: K-major. B transposed is stored [N][K]: K-major.
   const bool a_kmajor = !g.trans_a, b_kmajor = g.trans_b;
   if (g.ab_dtype == DType::BF16)
-    launch_layouts<true>(p, a_kmajor, b_kmajor);
+    launch_layouts<true>(p, g.batch, a_kmajor, b_kmajor);
   else
-    launch_layouts<false>(p, a_kmajor, b_kmajor);
+    launch_layouts<false>(p, g.batch, a_kmajor, b_kmajor);
 }
 
 }  // namespace belay

@@ -4,7 +4,7 @@
 // Bytes per element: the inputs read plus the output written (unary fp16: 4 B; backward
 // fp16: 8 B; broadcast: the full operand and the output, the small one from cache); flops:
 // 1 for arithmetic, ~20 for a transcendental. sum_axis reads x once and writes outer * inner
-// floats; transpose moves 2 x numel x dtype bytes. All memory-bound.
+// floats; transpose and swap_axes move 2 x numel x dtype bytes. All memory-bound.
 #include <cstdint>
 
 #include "kernels/common/unary_math.h"
@@ -68,6 +68,23 @@ __global__ void transpose_kernel(const Bits* x, int64_t rows, int64_t cols, Bits
   }
 }
 
+// out [outer, q, mid, p, inner] from x [outer, p, mid, q, inner] (Backend::swap_axes), one
+// thread per output element, the bits copied: consecutive threads write consecutive elements
+// and read runs of `inner` (a head's d values when splitting heads).
+template <class Bits>
+__global__ void swap_axes_kernel(const Bits* x, SwapAxesView v, Bits* out) {
+  BELAY_GRID_STRIDE(k, v.numel()) {
+    const int64_t n = k % v.inner;
+    int64_t rest = k / v.inner;
+    const int64_t i = rest % v.p;
+    rest /= v.p;
+    const int64_t m = rest % v.mid;
+    rest /= v.mid;
+    const int64_t j = rest % v.q, o = rest / v.q;
+    out[k] = x[(((o * v.p + i) * v.mid + m) * v.q + j) * v.inner + n];
+  }
+}
+
 }  // namespace
 
 void launch_unary(UnaryOp op, float p, const void* x, DType dx, void* y, DType dy, int64_t n) {
@@ -98,6 +115,16 @@ void launch_transpose(const void* x, size_t elem_bytes, int64_t rows, int64_t co
                                              static_cast<uint16_t*>(out));
   else
     cuda::launch<transpose_kernel<uint32_t>>(grid_for(n), kBlock, 0, nullptr, static_cast<const uint32_t*>(x), rows, cols,
+                                             static_cast<uint32_t*>(out));
+}
+void launch_swap_axes(const void* x, size_t elem_bytes, const SwapAxesView& view, void* out) {
+  const int64_t n = view.numel();
+  if (n == 0) return;
+  if (elem_bytes == 2)
+    cuda::launch<swap_axes_kernel<uint16_t>>(grid_for(n), kBlock, 0, nullptr, static_cast<const uint16_t*>(x), view,
+                                             static_cast<uint16_t*>(out));
+  else
+    cuda::launch<swap_axes_kernel<uint32_t>>(grid_for(n), kBlock, 0, nullptr, static_cast<const uint32_t*>(x), view,
                                              static_cast<uint32_t*>(out));
 }
 

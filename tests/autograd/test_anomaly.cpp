@@ -194,3 +194,25 @@ TEST_CASE("anomaly: the transformer's ops are named with their module paths", "[
     CHECK(e.report().dtype == "fp16");
   }
 }
+
+TEST_CASE("anomaly: attention scores that overflow FP16 are named at bmm; --fp32-ops bmm keeps them finite",
+          "[autograd][anomaly][bmm]") {
+  // q k^T of rows of 300s over d = 2: 180000 per score, past FP16's 65504 under autocast.
+  const Var q(Tensor::full(Shape{1, 2, 3, 2}, 300.0f), true);
+  DetectAnomaly detect;
+  {
+    Autocast fp16(DType::F16);
+    try {
+      (void)bmm(q, q, false, true);
+      FAIL("no anomaly reported");
+    } catch (const AnomalyError& e) {
+      CHECK(e.report().phase == "forward");
+      CHECK(e.report().where() == "bmm");
+      CHECK(e.report().infs == 18);
+    }
+  }
+  Autocast kept(DType::F16, true, parse_fp32_ops("bmm"));
+  const Var s = bmm(q, q, false, true);
+  CHECK(s.dtype() == DType::F32);
+  CHECK(s.value().to_vector() == std::vector<float>(18, 180000.0f));
+}

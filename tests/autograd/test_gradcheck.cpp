@@ -493,3 +493,64 @@ TEST_CASE("embedding and layer_norm under autocast: dtypes and FP32 gradients", 
     CHECK(layer_norm(h, w, b).dtype() == DType::F32);
   }
 }
+
+TEST_CASE("gradcheck: bmm in every layout, per item and with b shared over the batch", "[autograd][gradcheck][bmm]") {
+  // [2, 3] items of op(A) [3, 4] x op(B) [4, 5]; stored transposed when the flag is set.
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Var a = leaf(ta ? Shape{2, 3, 4, 3} : Shape{2, 3, 3, 4}, 61);
+      Var b = leaf(tb ? Shape{2, 3, 5, 4} : Shape{2, 3, 4, 5}, 62);
+      Var w = leaf(tb ? Shape{5, 4} : Shape{4, 5}, 63);  // one B for all six items
+      const std::string layout = " trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb);
+      gradcheck("bmm" + layout, {a, b}, [&] { return objective(bmm(a, b, ta, tb)); });
+      gradcheck("bmm, b shared" + layout, {a, w}, [&] { return objective(bmm(a, w, ta, tb)); });
+      CHECK(bmm(a, b, ta, tb).shape() == Shape{2, 3, 3, 5});
+    }
+  Var q = leaf(Shape{2, 3, 4}, 64), k = leaf(Shape{2, 5, 4}, 65);
+  gradcheck("bmm(q, k^T) then bmm(., k)", {q, k}, [&] { return objective(bmm(bmm(q, k, false, true), k)); });
+  CHECK_THROWS_WITH(bmm(q, leaf(Shape{3, 4, 5}, 66)), Catch::Contains("leading dims differ"));
+  CHECK_THROWS_WITH(bmm(q, k), Catch::Contains("inner sizes differ"));
+  CHECK_THROWS_AS(bmm(leaf(Shape{4}, 67), k), UsageError);
+}
+
+TEST_CASE("gradcheck: transpose of two dims, split_heads and merge_heads", "[autograd][gradcheck][bmm]") {
+  Var x = leaf(Shape{2, 3, 4, 5}, 71);
+  gradcheck("transpose(1, 2)", {x}, [&] { return objective(transpose(x, 1, 2)); });
+  gradcheck("transpose(0, -1)", {x}, [&] { return objective(transpose(x, 0, -1)); });
+  gradcheck("transpose(-2, -1)", {x}, [&] { return objective(transpose(x, -2, -1)); });
+  Var h = leaf(Shape{2, 3, 6}, 72);  // [B, T, H * d] with H = 2, d = 3
+  gradcheck("split_heads", {h}, [&] { return objective(split_heads(h, 2)); });
+  gradcheck("merge_heads", {x}, [&] { return objective(merge_heads(x)); });
+  // The values: [B, H, T, d] element (b, i, t, j) is [B, T, H * d] element (b, t, i * d + j).
+  const std::vector<float> hv = h.value().to_vector(), sv = split_heads(h, 2).value().to_vector();
+  REQUIRE(split_heads(h, 2).shape() == Shape{2, 2, 3, 3});
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < 2; ++i)
+      for (int t = 0; t < 3; ++t)
+        for (int j = 0; j < 3; ++j) CHECK(sv[((b * 2 + i) * 3 + t) * 3 + j] == hv[(b * 3 + t) * 6 + i * 3 + j]);
+  CHECK(merge_heads(split_heads(h, 2)).value().to_vector() == hv);
+  CHECK(transpose(x, 1, 3).shape() == Shape{2, 5, 4, 3});
+  CHECK_THROWS_WITH(transpose(x, 0, 4), Catch::Contains("out of range"));
+  CHECK_THROWS_AS(split_heads(h, 4), UsageError);
+}
+
+TEST_CASE("bmm under autocast: the low dtype, FP32 with --fp32-ops bmm, FP32 gradients", "[autograd][autocast][bmm]") {
+  Var w = Var::parameter(random_tensor(Shape{4, 5}, 81), "w");
+  w.set_working_dtype(DType::BF16);
+  Var q = leaf(Shape{2, 3, 4}, 82), k = leaf(Shape{2, 3, 4}, 83);
+  for (DType low : {DType::F16, DType::BF16}) {
+    Autocast on(low);
+    const Var s = bmm(q, k, false, true);
+    CHECK(s.dtype() == low);
+    CHECK(bmm(q, w).dtype() == low);
+    Autocast kept(low, true, parse_fp32_ops("bmm"));
+    CHECK(bmm(q, k, false, true).dtype() == DType::F32);
+  }
+  {
+    Autocast bf16(DType::BF16);
+    sum(bmm(q, w)).backward();
+  }
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().dtype() == DType::F32);
+  CHECK(fp32_ops_names(parse_fp32_ops("bmm")) == "bmm");
+}

@@ -133,6 +133,9 @@ belay_planted_bug(gemm_wait_group FILE kernels/cuda/gemm_tensor_core.cu
 belay_planted_bug(edge_predicate_k FILE kernels/cuda/gemm_simt_f32.cu ASAN
   RECOMPILE kernels/cuda/gemm_simt_f32.cu
   FILTER "cuda gemm fp32 (SIMT) matches FP64 in every layout and odd shape")
+belay_planted_bug(bmm_stride_b FILE kernels/cuda/gemm_dispatch.cu
+  RECOMPILE kernels/cuda/gemm_dispatch.cu
+  FILTER "cuda batched gemm fp16 and bf16 (tensor cores): items match FP64 and the unbatched bits")
 belay_planted_bug(swizzle_collision FILE kernels/cuda/gemm_layout.h
   RECOMPILE kernels/cuda/gemm_tensor_core.cu kernels/cuda/gemm_simt_f32.cu kernels/cuda/gemm_dispatch.cu
             kernels/cuda/cuda_backend.cpp

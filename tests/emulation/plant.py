@@ -26,6 +26,14 @@ BUGS = {
         "    cp_async_wait<kStages - 2>();\n    __syncthreads();\n",
         "    __syncthreads();\n",
     ),
+    # The batch stride of B ignored: every item of a batched product reads B's first matrix
+    # (as if B were shared over the batch). Planted in the dispatch (a small file), so the
+    # mutant recompiles no kernel.
+    "bmm_stride_b": (
+        "kernels/cuda/gemm_dispatch.cu",
+        "    GemmProblem slice = p;\n",
+        "    GemmProblem slice = p;\n    slice.stride_b = 0;\n",
+    ),
     # The FP32 GEMM's K-edge predicate off by one: with K = 129 it reads element 129 of a row.
     "edge_predicate_k": (
         "kernels/cuda/gemm_simt_f32.cu",

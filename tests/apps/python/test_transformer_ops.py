@@ -1,5 +1,7 @@
 """belay.embedding and belay.layer_norm (issue 25) against NumPy in float64, forward and
-backward, in fp32, fp16 and bf16; their argument errors as belay.UsageError.
+backward, in fp32, fp16 and bf16; their argument errors as belay.UsageError. Then belay.bmm and
+the head views (transpose_dims, split_heads, merge_heads) against NumPy, and against PyTorch
+where torch is importable (skipped otherwise: CI needs no torch).
 
 Tolerances, set before the first run (as test_var_ops.py): FP32 within RTOL = 1e-5 plus
 ATOL = 1e-5 (LayerNorm's sums of 64 terms and its backward's two more: a few hundred FP32
@@ -139,3 +141,93 @@ def test_embedding_and_layer_norm_modules_in_a_python_model():
     assert m.ln.bias.grad.numpy().tolist() == [3.0] * 16  # d sum / d bias: one per row
     with pytest.raises(belay.UsageError, match="not a row of the table"):
         m(np.array([1000]))
+
+
+def bmm_ref(a, b, ta, tb):
+    """op(a) @ op(b) in float64, b broadcast when it is a matrix."""
+    A = np.swapaxes(a, -1, -2) if ta else a
+    B = np.swapaxes(b, -1, -2) if tb else b
+    return A @ B
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_bmm_matches_numpy_forward_and_backward(dtype, ta, tb, shared):
+    # [2, 3] items of op(a) [5, 7] x op(b) [7, 4]: sums of 7 products (and, for dB shared over
+    # the items, of 6 * 5 = 30 in FP32) of values rounded to the dtype.
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, (2, 3) + ((7, 5) if ta else (5, 7))).astype(np.float32)
+    b = rng.uniform(-1, 1, (() if shared else (2, 3)) + ((4, 7) if tb else (7, 4))).astype(np.float32)
+    r = rng.uniform(-1, 1, (2, 3, 5, 4)).astype(np.float32)
+    A, B, R = rounded(a, dtype), rounded(b, dtype), rounded(r, dtype)
+    av = belay.Var(belay.tensor(a, dtype=dtype), requires_grad=True)
+    bv = belay.Var(belay.tensor(b, dtype=dtype), requires_grad=True)
+    y = belay.bmm(av, bv, trans_a=ta, trans_b=tb)
+    assert y.dtype == BELAY_DTYPE[dtype] and y.shape == (2, 3, 5, 4)
+    belay.sum(y * belay.Var(belay.tensor(r, dtype=dtype))).backward()
+    rtol, atol = tol(dtype)
+    atol = 7 * atol if dtype == "fp32" else atol  # FP32: 7-term sums of values of order 1
+    np.testing.assert_allclose(f64(y), bmm_ref(A, B, ta, tb), rtol=rtol, atol=atol)
+    da = R @ (np.swapaxes(B, -1, -2) if not tb else B)  # dC op(B)^T, as [.., 5, 7]
+    db_full = np.swapaxes(A if not ta else np.swapaxes(A, -1, -2), -1, -2) @ R  # op(A)^T dC, [.., 7, 4]
+    if ta:
+        da = np.swapaxes(da, -1, -2)
+    if tb:
+        db_full = np.swapaxes(db_full, -1, -2)
+    db = db_full.sum(axis=(0, 1)) if shared else db_full
+    np.testing.assert_allclose(f64(av.grad), da, rtol=rtol, atol=4 * atol)
+    np.testing.assert_allclose(f64(bv.grad), db, rtol=rtol, atol=30 * atol if shared else 4 * atol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_head_views_are_exact_copies_with_their_backward(dtype):
+    rng = np.random.default_rng(12)
+    x = rng.uniform(-1, 1, (2, 5, 12)).astype(np.float32)  # [B, T, H * d], H = 3, d = 4
+    X = rounded(x, dtype)
+    xv = belay.Var(belay.tensor(x, dtype=dtype), requires_grad=True)
+    h = belay.split_heads(xv, 3)
+    assert h.shape == (2, 3, 5, 4) and h.dtype == BELAY_DTYPE[dtype]
+    np.testing.assert_array_equal(f64(h), X.reshape(2, 5, 3, 4).transpose(0, 2, 1, 3))
+    np.testing.assert_array_equal(f64(belay.merge_heads(h)), X)
+    t = belay.transpose_dims(h, 0, -1)
+    np.testing.assert_array_equal(f64(t), np.swapaxes(X.reshape(2, 5, 3, 4).transpose(0, 2, 1, 3), 0, -1))
+    r = rng.uniform(-1, 1, (4, 3, 5, 2)).astype(np.float32)
+    belay.sum(t * belay.Var(belay.tensor(r, dtype=dtype))).backward()
+    R = rounded(r, dtype)
+    np.testing.assert_array_equal(f64(xv.grad), np.swapaxes(R, 0, -1).transpose(0, 2, 1, 3).reshape(2, 5, 12))
+
+
+def test_bmm_errors_and_autocast():
+    q = np.zeros((2, 3, 4), np.float32)
+    with pytest.raises(belay.UsageError, match="leading dims differ"):
+        belay.bmm(q, np.zeros((3, 4, 5), np.float32))
+    with pytest.raises(belay.UsageError, match="inner sizes differ"):
+        belay.bmm(q, q)
+    with pytest.raises(belay.UsageError, match="heads"):
+        belay.split_heads(q, 3)
+    with belay.autocast("fp16"):
+        assert belay.bmm(q, q, trans_b=True).dtype == belay.float16
+    with belay.autocast("bf16", fp32_ops="bmm"):
+        assert belay.bmm(q, q, trans_b=True).dtype == belay.float32
+
+
+def test_bmm_and_head_views_match_torch():
+    """Parity with PyTorch: the attention scores and output of causal-free heads, forward and
+    backward, FP32 within 1e-5 (sums of 8 products), through torch.matmul and transpose."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (not needed in CI)")
+    rng = np.random.default_rng(13)
+    x = rng.uniform(-1, 1, (2, 6, 8)).astype(np.float32)  # [B, T, C], 2 heads of 4
+    w = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
+    xv, wv = belay.Var(x, requires_grad=True), belay.Var(w, requires_grad=True)
+    q = belay.split_heads(belay.bmm(xv, wv), 2)
+    s = belay.bmm(q, q, trans_b=True)
+    y = belay.merge_heads(belay.bmm(s, q))
+    belay.sum(y * y).backward()
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    qt = (xt @ wt).reshape(2, 6, 2, 4).transpose(1, 2)
+    yt = ((qt @ qt.transpose(-1, -2)) @ qt).transpose(1, 2).reshape(2, 6, 8)
+    (yt * yt).sum().backward()
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(xv.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(wv.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-4)
