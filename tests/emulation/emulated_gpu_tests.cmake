@@ -11,6 +11,7 @@ file(GLOB BELAY_GPU_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/g
 add_library(belay_gpu_test_objects OBJECT ${BELAY_GPU_TEST_SOURCES})
 target_include_directories(belay_gpu_test_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(belay_gpu_test_objects PRIVATE belay_train Catch2::Catch2)
+belay_test_pch(belay_gpu_test_objects)
 
 set(BELAY_EMU_COVERAGE_LOG ${CMAKE_BINARY_DIR}/emulated-kernels.log)
 add_executable(belay_gpu_tests $<TARGET_OBJECTS:belay_gpu_test_objects> emulation/coverage_log.cpp)
@@ -170,7 +171,7 @@ if(BELAY_HAVE_NCCL)
   target_link_libraries(nccl_ring_tests PRIVATE belay_core Catch2::Catch2WithMain)
   add_test(NAME emu.dist_nccl COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/nccl_test.sh $<TARGET_FILE:belay>
            $<TARGET_FILE:compare_checkpoints> $<TARGET_FILE:nccl_ring_tests>)
-  set_tests_properties(emu.dist_nccl PROPERTIES LABELS emulated SKIP_RETURN_CODE 77)
+  set_tests_properties(emu.dist_nccl PROPERTIES LABELS emulated SKIP_RETURN_CODE 77 COST 90)
   # A planted bug in the NCCL path: the ring's reduction order shifted by one rank (chunk c
   # summed from x_{c-1}), which only the order check on 3 ranks sees. The mutant nccl.cpp is
   # linked before belay_core; planted_bugs.sh runs it through a wrapper that starts mpirun.
@@ -198,7 +199,7 @@ endif()
 
 if(BELAY_PLANTED_BUGS)
   add_test(NAME planted_bugs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/planted_bugs.sh ${BELAY_PLANTED_BUGS})
-  set_tests_properties(planted_bugs PROPERTIES LABELS "emulated")
+  set_tests_properties(planted_bugs PROPERTIES LABELS "emulated" COST 40)
 endif()
 if(BELAY_PLANTED_BUGS AND BELAY_EMU_LINE_COVERAGE)
   # A mutant's lines are not the GPU path's: its runs' profiles go elsewhere, uncounted.

@@ -139,3 +139,17 @@ TEST_CASE("cuda embedding and layer_norm as autograd ops: values and gradients a
   for (size_t i = 0; i < ref.size(); ++i) mag[i] = std::max(1.0, std::fabs(ref[i]));
   check_close(g, ref, tolerance_for(DType::F32, DType::F32, 64), mag);
 }
+
+TEST_CASE("cuda layer_norm_backward refuses a dweight or dbias that is not FP32 of the row width", "[gpu][transformer]") {
+  BELAY_REQUIRE_GPU();
+  const Device dev = Device::cuda();
+  const int64_t rows = 2, cols = 8;
+  const Tensor x = math::make(math::values(rows * cols, 91, DType::F32), Shape{rows, cols}, DType::F32, dev);
+  Tensor y = Tensor::empty(x.shape(), DType::F32, dev), dx = Tensor::empty(x.shape(), DType::F32, dev);
+  Tensor mean = Tensor::empty(Shape{rows}, DType::F32, dev), rstd = Tensor::empty(Shape{rows}, DType::F32, dev);
+  backend_for(dev).layer_norm(x, nullptr, nullptr, 1e-5f, y, mean, rstd);
+  Tensor half_db = Tensor::zeros(Shape{cols}, DType::F16, dev), short_db = Tensor::zeros(Shape{cols - 1}, DType::F32, dev);
+  for (Tensor* bad : {&half_db, &short_db})
+    CHECK_THROWS_WITH(backend_for(dev).layer_norm_backward(x, nullptr, mean, rstd, x, dx, nullptr, bad, false),
+                      Catch::Contains("dweight and dbias must be fp32 of 8 elements"));
+}
