@@ -25,10 +25,13 @@ bash "$root/tests/configure_san.sh" "$root" "$build"
 cmake --build "$build" -j"$(nproc)"
 cd "$build"
 rm -rf emulated-kernels.log profraw profraw-planted
+# The checks that run no program of belay's (scripts over the sources, objects and reports)
+# run once, in the first build of tests/run.sh; not again here.
+scripts_only='^(layering|isa_objects|isa_objects_bench|ptxas_check|bench_expected_column)$'
 # detect_leaks: a leak is a bug too (the allocator singletons are leaked on purpose but stay
 # reachable, so LeakSanitizer does not report them).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure -j"$(nproc)"
+  ctest --output-on-failure -j"$(nproc)" -E "$scripts_only"
 # The table emu.memory_metrics wrote: per kernel and access site, bank conflicts and sectors.
 echo "== each kernel's memory traffic, as Nsight Compute counts it (emulated-kernel-metrics.txt)"
 cat emulated-kernel-metrics.txt
