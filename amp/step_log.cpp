@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "engine/atomic_file.h"
@@ -26,9 +27,10 @@ std::string format_step_row(const StepRow& r) {
          "," + num(r.loss) + "," + (r.skipped ? "1" : "0") + "," + r.skip_reason + "," + num(r.scaler_scale);
 }
 
-StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through, bool policy_column)
-    : path_(path), policy_column_(policy_column) {
-  const std::string columns = std::string(kStepLogHeader) + (policy_column ? ",policy" : "");
+StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through, std::vector<std::string> extra_columns)
+    : path_(path), extra_columns_(std::move(extra_columns)) {
+  std::string columns = kStepLogHeader;
+  for (const std::string& c : extra_columns_) columns += "," + c;
   std::vector<std::string> kept;
   if (keep_rows_through >= 0) {
     std::ifstream in(path);
@@ -37,7 +39,7 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through,
     while (in && std::getline(in, line)) {
       if (header) {
         header = false;
-        if (line == std::string(kStepLogHeader) + ",policy" || line == kStepLogHeader) {
+        if (line.rfind(kStepLogHeader, 0) == 0) {
           if (line != columns)
             throw UsageError("step log '" + path + "' has the columns " + line + ", this run writes " + columns +
                              ": use another --csv");
@@ -61,11 +63,18 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through,
 
 StepLogWriter::~StepLogWriter() { close(); }
 
-void StepLogWriter::write(const StepRow& row, const std::string& policy) {
+void StepLogWriter::write(const StepRow& row, const std::vector<std::string>& extra) {
   if (!file_) throw Error("step log '" + path_ + "' is closed");
-  if (policy_column_ && (policy.empty() || policy.find_first_of(",\n") != std::string::npos))
-    throw Error("step log '" + path_ + "': a policy label must be non-empty, without commas");
-  const std::string line = format_step_row(row) + (policy_column_ ? "," + policy : "") + "\n";
+  if (extra.size() != extra_columns_.size())
+    throw Error("step log '" + path_ + "': " + std::to_string(extra.size()) + " extra values for " +
+                std::to_string(extra_columns_.size()) + " extra columns");
+  std::string line = format_step_row(row);
+  for (size_t i = 0; i < extra.size(); ++i) {
+    if (extra[i].find_first_of(",\n") != std::string::npos || (extra_columns_[i] == "policy" && extra[i].empty()))
+      throw Error("step log '" + path_ + "': a " + extra_columns_[i] + " value must be non-empty, without commas");
+    line += "," + extra[i];
+  }
+  line += "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw Error("writing step log '" + path_ + "' failed: " + std::strerror(errno));
 }

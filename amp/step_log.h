@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <string>
+#include <vector>
 
 namespace belay {
 
@@ -32,20 +33,23 @@ class StepLogWriter {
   // Opens (truncates) `path` and writes the header; throws UsageError naming the path if
   // it cannot be written. With keep_rows_through >= 0 an existing log is kept up to and
   // including that step (resuming a run) and appended to.
-  // policy_column: a ninth column, `policy`, for a run whose rollback may change the
-  // precision policy or the LR (only then: the default log keeps exactly the 8 columns). A
+  // extra_columns: columns after the canonical 8, given only when a run asks for them (the
+  // default log keeps exactly the 8): `policy`, for a run whose rollback may change the
+  // precision policy or the LR; `heldout_loss`, for a run that evaluates held-out text. A
   // resumed log must have the same columns.
-  explicit StepLogWriter(const std::string& path, int64_t keep_rows_through = -1, bool policy_column = false);
+  explicit StepLogWriter(const std::string& path, int64_t keep_rows_through = -1,
+                         std::vector<std::string> extra_columns = {});
   ~StepLogWriter();
   StepLogWriter(const StepLogWriter&) = delete;
   StepLogWriter& operator=(const StepLogWriter&) = delete;
-  void write(const StepRow& row, const std::string& policy = "");  // policy: with the policy column
+  // extra: one value per extra column (no commas; a policy label is never empty).
+  void write(const StepRow& row, const std::vector<std::string>& extra = {});
   void close();
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  bool policy_column_;
+  std::vector<std::string> extra_columns_;
   std::FILE* file_ = nullptr;
 };
 

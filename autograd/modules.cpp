@@ -43,13 +43,27 @@ static Tensor uniform_tensor(const Shape& shape, float bound, Rng& rng, Device d
   return device.is_cpu() ? host : host.to(device);
 }
 
-Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Device device, const std::string& prefix)
+// Normal(0, std) values, drawn in order into the tensor's own storage (GPT-2's init).
+static Tensor normal_tensor(const Shape& shape, float std, Rng& rng, Device device) {
+  Tensor host = Tensor::empty(shape, DType::F32, Device::cpu());
+  float* v = host.data_as<float>();
+  for (int64_t i = 0; i < host.numel(); ++i) v[i] = std * rng.normal();
+  return device.is_cpu() ? host : host.to(device);
+}
+
+Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Device device, const std::string& prefix,
+               float init_std)
     : prefix_(prefix), path_(prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1)) {
   if (in <= 0 || out <= 0)
     throw UsageError("Linear: sizes must be positive, got in=" + std::to_string(in) + " out=" + std::to_string(out));
   // A weight whose size overflows is a UsageError from Shape, one the allocator cannot give an
   // Error naming the bytes (uniform_tensor allocates before it draws): never a hang or a crash.
   const Shape weight_shape{out, in};
+  if (init_std > 0.0f) {
+    weight = Var::parameter(normal_tensor(weight_shape, init_std, rng, device), prefix + "weight");
+    if (with_bias) bias = Var::parameter(Tensor::zeros(Shape{out}, DType::F32, device), prefix + "bias");
+    return;
+  }
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));
   weight = Var::parameter(uniform_tensor(weight_shape, bound, rng, device), prefix + "weight");
   if (with_bias) bias = Var::parameter(uniform_tensor(Shape{out}, bound, rng, device), prefix + "bias");
@@ -76,10 +90,7 @@ Embedding::Embedding(int64_t num, int64_t dim, Rng& rng, Device device, const st
     : prefix_(prefix), path_(path_of(prefix)) {
   if (num <= 0 || dim <= 0)
     throw UsageError("Embedding: sizes must be positive, got num=" + std::to_string(num) + " dim=" + std::to_string(dim));
-  Tensor host = Tensor::empty(Shape{num, dim}, DType::F32, Device::cpu());
-  float* v = host.data_as<float>();
-  for (int64_t i = 0; i < host.numel(); ++i) v[i] = 0.02f * rng.normal();
-  weight = Var::parameter(device.is_cpu() ? host : host.to(device), prefix + "weight");
+  weight = Var::parameter(normal_tensor(Shape{num, dim}, 0.02f, rng, device), prefix + "weight");
 }
 
 Var Embedding::forward(const Var& ids) {

@@ -1,5 +1,5 @@
 // Modules: parameters with names (the state dict) and a forward. Linear, a small MLP, and the
-// transformer's Embedding and LayerNorm.
+// transformer's Embedding and LayerNorm (the GPT built from them: autograd/gpt.h).
 #pragma once
 #include <string>
 #include <utility>
@@ -23,7 +23,7 @@ class Module {
   void zero_grad(bool set_to_none = true);
   // FP16/BF16 working copies for the forward (FP32 shares the masters), and the dtype
   // weight gradients accumulate in (FP32 by default; the compute dtype halves the memory).
-  void set_working_dtype(DType dtype);
+  virtual void set_working_dtype(DType dtype);
   void set_grad_dtype(DType dtype);
 
   // Training or evaluation (PyTorch's module.train()/eval()). The modules here behave the same
@@ -34,9 +34,10 @@ class Module {
 
 class Linear : public Module {
  public:
-  // PyTorch's default init: weight and bias uniform in +-1/sqrt(in_features).
+  // PyTorch's default init: weight and bias uniform in +-1/sqrt(in_features); with
+  // init_std > 0, GPT-2's: weight normal(0, init_std), bias 0.
   Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias = true, Device device = Device::cpu(),
-         const std::string& prefix = "");
+         const std::string& prefix = "", float init_std = 0.0f);
   Var forward(const Var& x) override;
   std::vector<std::pair<std::string, Var>> named_parameters() const override;
 

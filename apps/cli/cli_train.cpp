@@ -28,11 +28,19 @@ std::pair<int64_t, float> parse_spike(const std::string& s) {
 }
 
 void add_model_options(CLI::App* train, TrainConfig& tc) {
-  train->add_option("--model", tc.model, "linear | mlp")->capture_default_str();
+  train->add_option("--model", tc.model, "linear | mlp | gpt (a small transformer on a tokens file: --data)")->capture_default_str();
   train->add_option("--in", tc.in_features, "input features")->capture_default_str();
   train->add_option("--out", tc.out_features, "output features")->capture_default_str();
   train->add_option("--hidden", tc.hidden, "MLP hidden width")->capture_default_str();
-  train->add_option("--layers", tc.layers, "MLP linear layers")->capture_default_str();
+  train->add_option("--layers", tc.layers, "MLP linear layers; GPT blocks")->capture_default_str();
+  train->add_option("--width", tc.width, "GPT: width of the residual stream")->capture_default_str();
+  train->add_option("--heads", tc.heads, "GPT: attention heads (they divide --width)")->capture_default_str();
+  train->add_option("--context", tc.context, "GPT: tokens per sequence (--batch counts sequences)")->capture_default_str();
+  train->add_option("--eval-every", tc.eval_every,
+                    "GPT: held-out loss after every N steps and the last (CSV column heldout_loss); 0: never")
+      ->capture_default_str();
+  train->add_option("--eval-windows", tc.eval_windows, "GPT: held-out windows (of --context tokens) per evaluation")
+      ->capture_default_str();
   train->add_option("--batch", tc.batch, "samples per optimizer step (the effective batch)")->capture_default_str();
   train->add_option("--micro-batch", tc.micro_batch,
                     "samples per forward/backward; gradients accumulate over batch/micro-batch of them");

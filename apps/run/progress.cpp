@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -11,8 +12,13 @@ namespace belay {
 
 bool is_terminal(std::ostream& out) { return &out == &std::cout && isatty(STDOUT_FILENO); }
 
-Progress::Progress(std::ostream& out, int64_t total, bool live)
-    : out_(out), total_(total), live_(live), every_(total >= 10 ? total / 10 : 1) {}
+Progress::Progress(std::ostream& out, int64_t total, bool live, int64_t tokens_per_step)
+    : out_(out),
+      total_(total),
+      live_(live),
+      every_(total >= 10 ? total / 10 : 1),
+      tokens_per_step_(tokens_per_step),
+      t0_(std::chrono::steady_clock::now()) {}
 
 std::string describe_row(const StepRow& r) {
   char buf[256];
@@ -27,10 +33,16 @@ std::string describe_row(const StepRow& r) {
 
 void Progress::update(const StepRow& r, int64_t skipped) {
   const int64_t done = r.step + 1;
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "step %lld/%lld  loss %.6g  lr %.4g  scale %g  skipped %lld",
-                static_cast<long long>(done), static_cast<long long>(total_), (double)r.loss, (double)r.lr,
-                (double)r.scaler_scale, static_cast<long long>(skipped));
+  char buf[240];
+  int n = std::snprintf(buf, sizeof buf, "step %lld/%lld  loss %.6g  lr %.4g  scale %g  skipped %lld",
+                        static_cast<long long>(done), static_cast<long long>(total_), (double)r.loss, (double)r.lr,
+                        (double)r.scaler_scale, static_cast<long long>(skipped));
+  ++steps_seen_;
+  if (tokens_per_step_ > 0) {  // over the steps this process ran (a resumed run counts from its start)
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), "  %.4g tokens/s",
+                  static_cast<double>(steps_seen_ * tokens_per_step_) / std::max(seconds, 1e-9));
+  }
   if (live_) {
     out_ << "\r" << buf << "\033[K" << std::flush;
     dirty_ = true;

@@ -8,6 +8,7 @@
 
 #include "amp/dist/communicator.h"
 #include "apps/run/rollback.h"
+#include "autograd/gpt.h"
 #include "autograd/modules.h"
 #include "engine/backend.h"
 #include "engine/error.h"
@@ -22,9 +23,20 @@ std::string short_count(double n) {
   return buf;
 }
 
+GptConfig gpt_config_of(const TrainConfig& c) {
+  GptConfig g;
+  g.vocab = c.out_features;  // the tokens file's vocabulary
+  g.context = c.context;
+  g.width = c.width;
+  g.layers = c.layers;
+  g.heads = c.heads;
+  return g;
+}
+
 double parameter_count_of(const TrainConfig& c) {
   const double in = static_cast<double>(c.in_features), out = static_cast<double>(c.out_features);
   const double h = static_cast<double>(c.hidden);
+  if (c.model == "gpt") return gpt_config_of(c).parameter_count();
   if (c.model != "mlp") return in * out + out;
   return in * h + h + (c.layers - 2) * (h * h + h) + h * out + out;
 }
@@ -90,7 +102,12 @@ void validate_dist(const TrainConfig& c) {
 
 // The model, the optimizer and its learning-rate schedule.
 void validate_optimizer(const TrainConfig& c) {
-  if (c.model != "linear" && c.model != "mlp") throw UsageError("unknown model '" + c.model + "': use linear or mlp");
+  if (c.model != "linear" && c.model != "mlp" && c.model != "gpt")
+    throw UsageError("unknown model '" + c.model + "': use linear, mlp or gpt");
+  if (c.model == "gpt") gpt_config_of(c).validate();
+  if (c.eval_every < 0) throw UsageError("--eval-every must be >= 0, got " + std::to_string(c.eval_every));
+  if (c.eval_windows <= 0) throw UsageError("--eval-windows must be positive, got " + std::to_string(c.eval_windows));
+  if (c.eval_every > 0 && c.model != "gpt") throw UsageError("--eval-every needs --model gpt (held-out text)");
   if (c.model == "mlp" && c.layers < 2) throw UsageError("--layers must be at least 2, got " + std::to_string(c.layers));
   if (c.optimizer != "adamw" && c.optimizer != "sgd")
     throw UsageError("unknown optimizer '" + c.optimizer + "': use adamw or sgd");
@@ -147,6 +164,7 @@ void validate(const TrainConfig& c) {
 }
 
 std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device) {
+  if (c.model == "gpt") return std::make_unique<Gpt>(gpt_config_of(c), rng, device);
   if (c.model == "mlp")
     return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
   return std::make_unique<Linear>(c.in_features, c.out_features, rng, true, device);

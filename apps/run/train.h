@@ -26,11 +26,22 @@ class Dataset;
 class Communicator;
 
 struct TrainConfig {
-  std::string model = "linear";  // linear | mlp
+  std::string model = "linear";  // linear | mlp | gpt
   int64_t in_features = 64;      // with --data: taken from the file
   int64_t out_features = 8;      // with --data: taken from the file
   int64_t hidden = 64;
-  int layers = 2;
+  int layers = 2;                // mlp: linear layers; gpt: blocks
+  // --model gpt (autograd/gpt.h) on a tokens file (--data; apps/run/token_dataset.h): the width
+  // of the residual stream, the heads, and the context (tokens per sequence; --batch counts
+  // sequences). The vocabulary is the file's.
+  int64_t width = 128;
+  int64_t heads = 4;
+  int64_t context = 64;
+  // Held-out loss (token data): after every eval_every-th step and the last, the mean loss
+  // over the first eval_windows held-out windows, in the CSV's `heldout_loss` column and the
+  // summary. 0: never (the CSV keeps its 8 columns).
+  int64_t eval_every = 0;
+  int64_t eval_windows = 64;
   int64_t batch = 32;        // samples per optimizer step (the effective batch)
   int64_t micro_batch = 0;   // samples per forward/backward; 0: the whole batch
   int64_t steps = 200;       // the run's total, also when resuming
@@ -113,6 +124,9 @@ struct TrainResult {
   float min_clip_cosine = 1.0f;      // over those steps (1 under norm clipping)
   double mean_clip_cosine = 1.0;
   std::vector<AnomalyReport> scaler_events;  // --detect-anomaly with loss scaling
+  std::vector<std::pair<int64_t, double>> heldout;  // (step, held-out loss) of each evaluation
+  double unigram_entropy = 0.0;      // token data: the training split's, in nats (the loss to beat)
+  int64_t tokens_per_step = 0;       // token data: batch x context
 };
 
 // Every option checked, in one place: throws UsageError naming the first bad one.
@@ -126,6 +140,9 @@ bool parse_grad_dtype(const std::string& word, const std::string& option);  // t
 ClipMode parse_clip_mode(const std::string& word, const std::string& option);
 // skip-rate, nonfinite-loss, divergence: each turns its condition on.
 void parse_rollback_on(const std::vector<std::string>& words, const std::string& option, RollbackOptions& rollback);
+// --model gpt's shape from the config (vocab: out_features, the tokens file's).
+struct GptConfig;
+GptConfig gpt_config_of(const TrainConfig& c);
 // The model's parameter count by the config, in double (it is checked before it is built).
 double parameter_count_of(const TrainConfig& c);
 std::string short_count(double n);  // "%.3g": a count or a size in a message

@@ -14,6 +14,7 @@
 #include "amp/autocast.h"
 #include "amp/checkpoint.h"
 #include "amp/dist/communicator.h"
+#include "apps/run/token_dataset.h"
 #include "engine/backend.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -129,6 +130,13 @@ auto allocating(const std::string& what, double bytes, F&& f) -> decltype(f()) {
   return out_of_memory_as_error(bytes, f);
 }
 
+// A held-out loss as the CSV and the summary print it: 6 significant digits.
+std::string heldout_text(double loss) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", loss);
+  return buf;
+}
+
 std::string short_float(float x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
@@ -162,6 +170,15 @@ void Trainer::build_data() {
     data_ = c_.make_dataset();
     c_.in_features = data_->in_features();
     c_.out_features = data_->out_features();
+  } else if (c_.model == "gpt") {
+    if (c_.data.empty())
+      throw UsageError("--model gpt trains on a tokens file: give --data FILE (make one with python3 "
+                       "apps/data/make_text_corpus.py -o text.safetensors)");
+    auto tokens = load_token_dataset(c_.data, c_.context, c_.seed);
+    tokens_ = tokens.get();
+    data_ = std::move(tokens);
+    c_.in_features = c_.context;
+    c_.out_features = tokens_->vocab();
   } else if (!c_.data.empty()) {
     // Anomaly mode keeps non-finite rows, so that the run meets them and says where.
     data_ = load_dataset(c_.data, c_.detect_anomaly);
@@ -282,7 +299,10 @@ void Trainer::open_outputs() {
   if (c_.rollback.enabled()) check_writable(rollback_report_);
   // Open the log before any work: an unwritable path fails here, leaving nothing behind.
   // A resumed run keeps the rows up to the checkpoint, so the file reads as one run.
-  if (!c_.csv.empty() && rank_ == 0) log_.emplace(c_.csv, c_.resume.empty() ? -1 : first_step_ - 1, policy_column_);
+  std::vector<std::string> extra_columns;
+  if (policy_column_) extra_columns.push_back("policy");
+  if (c_.eval_every > 0) extra_columns.push_back("heldout_loss");
+  if (!c_.csv.empty() && rank_ == 0) log_.emplace(c_.csv, c_.resume.empty() ? -1 : first_step_ - 1, extra_columns);
   // Rank 0 writes the checkpoint: a path it cannot write fails now, not after the run.
   if (!c_.checkpoint.empty() && rank_ == 0) check_writable(c_.checkpoint);
 }
@@ -311,7 +331,11 @@ std::string Trainer::policy_label() const { return std::string(dtype_name(c_.dty
 // ---- the steps
 
 void Trainer::start() {
-  progress_.emplace(out_, c_.steps, !c_.show_steps && !c_.quiet && is_terminal(out_));
+  if (tokens_) {
+    result_.unigram_entropy = tokens_->unigram_entropy_nats();
+    result_.tokens_per_step = c_.batch * c_.context;
+  }
+  progress_.emplace(out_, c_.steps, !c_.show_steps && !c_.quiet && is_terminal(out_), result_.tokens_per_step);
   signals_ = std::make_unique<SignalScope>(c_.handle_signals);
   monitor_.emplace(c_.skip);
   scale_monitor_.emplace(scaler_->scale(), so_.growth_interval, so_.min_scale);
@@ -338,12 +362,14 @@ void Trainer::loop() {
   for (int64_t s = first_step_;; ++s) {
     const bool done = s >= last_;
     if (!done) step(s);
+    const bool eval_due = !done && c_.eval_every > 0 && ((s + 1) % c_.eval_every == 0 || s + 1 == last_);
+    if (eval_due) heldout_ = {s, evaluate_heldout()};  // the weights after step s: its row takes the value
     const bool checkpoint_due = !done && !c_.checkpoint.empty() && c_.checkpoint_every > 0 && (s + 1) % c_.checkpoint_every == 0;
     const bool snapshot_due = !done && snapshot_ && s + 1 - snapshot_->next_step >= c_.rollback.every;
     // Every row up to here is in the CSV (and judged) before a checkpoint or a snapshot is
     // taken, and before a rollback restores: the price is one wait for the device there.
     // A snapshot stays due while the state is not healthy, so such a stretch waits each step.
-    if (done || checkpoint_due || snapshot_due || rollback_reason_) drain(0);
+    if (done || eval_due || checkpoint_due || snapshot_due || rollback_reason_) drain(0);
     if (rollback_reason_) {
       if (!rollback()) break;
       s = snapshot_->next_step - 1;  // the loop's ++s runs the step after the snapshot next
@@ -393,14 +419,34 @@ void Trainer::step(int64_t s) {
   in_flight_.push_back(safe_step_->enqueue([&](int k) {
     const Tensor x = accum_ == 1 ? batch.x : batch.x.slice_rows(k * micro_, (k + 1) * micro_);
     const Tensor y = accum_ == 1 ? batch.y : batch.y.slice_rows(k * micro_, (k + 1) * micro_);
-    Autocast autocast(c_.dtype, c_.dtype != DType::F32, c_.fp32_ops);
-    Var pred = (*model_)(Var(x));
-    return classify_ ? cross_entropy(pred, y) : mse_loss(pred, y);
+    return loss_of(x, y);
   }));
   if (anomaly_) check_optimizer();
   drain(c_.sync_each_step ? 0 : 1);
   // The period of the loop: in steady state, one step of the device's work.
   result_.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
+}
+
+// The model's loss on one (micro-)batch, under the run's autocast. Token data: the logits of
+// every position [B T, V] against the next ids [B, T], flattened in the same order.
+Var Trainer::loss_of(const Tensor& x, const Tensor& y) {
+  Autocast autocast(c_.dtype, c_.dtype != DType::F32, c_.fp32_ops);
+  Var pred = (*model_)(Var(x));
+  if (!classify_) return mse_loss(pred, y);
+  return cross_entropy(pred, y.shape().rank() == 2 ? y.reshape(Shape{y.numel()}) : y);
+}
+
+// The mean loss over the first eval_windows held-out windows (each window's T tokens count
+// the same), under the run's autocast as PyTorch evaluates under autocast; no graph recorded.
+double Trainer::evaluate_heldout() {
+  NoGrad no_grad;
+  HeldOutBatches batches(*tokens_, c_.micro_batch_size(), c_.eval_windows);
+  double sum = 0.0;
+  while (std::optional<Batch> b = batches.next(device_)) {
+    const double n = static_cast<double>(b->x.shape()[0]);
+    sum += n * static_cast<double>(loss_of(b->x, b->y).value().item());
+  }
+  return sum / static_cast<double>(batches.windows());
 }
 
 void Trainer::drain(size_t keep) {
@@ -437,7 +483,11 @@ void Trainer::check_optimizer() {
 // One finished step: CSV row, progress, the monitors (the skip monitor may end the run: exit 1).
 void Trainer::log(const StepRow& row) {
   result_.rows.push_back(row);
-  if (log_) log_->write(row, policy_column_ ? policy_label() : std::string());
+  std::vector<std::string> extra;
+  if (policy_column_) extra.push_back(policy_label());
+  if (c_.eval_every > 0) extra.push_back(heldout_ && heldout_->first == row.step ? heldout_text(heldout_->second) : "");
+  if (heldout_ && heldout_->first == row.step) result_.heldout.push_back(*heldout_);
+  if (log_) log_->write(row, extra);
   if (c_.rollback.enabled() && !rollback_reason_) {
     rollback_reason_ = trigger_->observe(row);
     if (rollback_reason_) rollback_fired_at_ = row.step;
@@ -614,12 +664,20 @@ void Trainer::print_summary(const CommCounters& run_counters) {
   if (c_.fp32_ops) out_ << "; fp32 ops " << fp32_ops_names(c_.fp32_ops);
   if (c_.detect_anomaly) out_ << "; " << r.scaler_events.size() << " scaler event(s), no anomaly";
   if (!c_.csv.empty()) out_ << "; log " << c_.csv;
+  if (r.tokens_per_step > 0)
+    out_ << "; " << short_count(static_cast<double>(r.tokens_per_step) * static_cast<double>(r.rows.size()) /
+                                std::max(r.seconds, 1e-9))
+         << " tokens/s";
   if (!c_.checkpoint.empty()) out_ << "; checkpoint " << c_.checkpoint;
   out_ << "\n";
   if (world_ > 1 || comm_->name() != "local") print_dist_summary(run_counters);
   if (scaler_->enabled())
     out_ << "scale: min " << r.scale.min << ", max " << r.scale.max << ", " << r.scale.backoffs << " backoffs, "
          << r.scale.growths << " growths\n";
+  if (!r.heldout.empty())
+    out_ << "held-out loss " << heldout_text(r.heldout.front().second) << " (after step " << r.heldout.front().first
+         << ") -> " << heldout_text(r.heldout.back().second) << " (after step " << r.heldout.back().first
+         << ") nats per token; the training text's unigram entropy " << heldout_text(r.unigram_entropy) << "\n";
   if (r.clipped > 0) {
     out_ << "clipping (" << (c_.clip_mode == ClipMode::Value ? "value" : "norm") << " at " << c_.max_norm
          << "): " << r.clipped << " of " << r.rows.size() - r.skipped << " applied steps clipped; cosine(raw, applied gradient) ";

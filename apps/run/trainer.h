@@ -39,6 +39,7 @@
 namespace belay {
 
 class SignalScope;
+class TokenDataset;
 
 class Trainer {
  public:
@@ -73,6 +74,8 @@ class Trainer {
   bool stop_signalled(int64_t s);
   void drain(size_t keep);  // logs the rows of all but the newest `keep` steps in flight
   void check_batch(const Batch& batch);
+  Var loss_of(const Tensor& x, const Tensor& y);
+  double evaluate_heldout();
   void check_optimizer();
   void on_after_backward(int64_t s, Optimizer& o);
   // log
@@ -90,6 +93,7 @@ class Trainer {
   std::ostream& out_;
   // build
   std::unique_ptr<Dataset> data_;
+  TokenDataset* tokens_ = nullptr;  // data_ when it is token data (--model gpt)
   Device device_;
   double param_bytes_ = 0.0;
   std::unique_ptr<Module> model_;
@@ -118,6 +122,7 @@ class Trainer {
   TrainResult result_;
   std::optional<DetectAnomaly> anomaly_;
   int64_t accum_ = 1, micro_ = 0;
+  std::optional<std::pair<int64_t, double>> heldout_;  // the last evaluation: (step, loss)
   bool classify_ = false;
   // Rows are read one step late: step s is enqueued, then the row of step s - 1 is taken,
   // so a GPU always has the next step queued while the host logs the last one, and never
