@@ -94,6 +94,12 @@ std::map<std::string, std::string> run_settings(const TrainConfig& c, const Data
     s["hidden"] = std::to_string(c.hidden);
     s["layers"] = std::to_string(c.layers);
   }
+  if (c.model == "gpt") {  // the shape (belay sample and validate rebuild the model from it); vocab: "out"
+    s["layers"] = std::to_string(c.layers);
+    s["width"] = std::to_string(c.width);
+    s["heads"] = std::to_string(c.heads);
+    s["context"] = std::to_string(c.context);
+  }
   if (c.optimizer == "sgd") s["momentum"] = exact_float(c.momentum);
   if (c.schedule == "cosine") {
     s["warmup"] = std::to_string(c.warmup);
