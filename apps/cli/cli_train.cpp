@@ -1,6 +1,8 @@
 // `belay train`: its option table, and the parsed options turned into a TrainConfig (each
 // bad value one UsageError) and a run of the training library.
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <iostream>
 
 #include "amp/autocast.h"
@@ -187,6 +189,17 @@ void set_dist(TrainCommand& t, std::unique_ptr<Communicator>& comm) {
   }
 }
 
+// The tokens file the build makes (the belay_text_corpus target, which apps/belay.sh builds):
+// data/text.safetensors beside the executable. Empty when it is not there: the run then says
+// how to make one.
+std::string default_tokens_path() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const std::filesystem::path file = exe.parent_path() / "data" / "text.safetensors";
+  return std::filesystem::exists(file, ec) ? file.string() : "";
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, TrainCommand& t) {
@@ -203,6 +216,11 @@ int run_train_command(TrainCommand& t, std::unique_ptr<Communicator>& comm) {
     return run_broken_batch(std::cout);
   }
   TrainConfig& tc = t.config;
+  std::set<std::string> given;
+  for (const CLI::Option* o : t.app->get_options())
+    if (o->count() > 0) given.insert(o->get_lnames().begin(), o->get_lnames().end());  // "lr", "weight-decay"
+  apply_gpt_defaults(tc, given);
+  if (tc.model == "gpt" && tc.data.empty()) tc.data = default_tokens_path();
   set_precision(t);
   set_rollback(t, tc.rollback);
   tc.clip_mode = parse_clip_mode(t.clip_mode, "--clip-mode");

@@ -33,6 +33,22 @@ GptConfig gpt_config_of(const TrainConfig& c) {
   return g;
 }
 
+void apply_gpt_defaults(TrainConfig& c, const std::set<std::string>& given) {
+  if (c.model != "gpt") return;
+  auto set = [&](const char* name, auto& field, auto value) {
+    if (!given.count(name)) field = value;
+  };
+  set("lr", c.lr, 3e-3f);
+  set("schedule", c.schedule, std::string("cosine"));
+  set("warmup", c.warmup, int64_t{100});
+  set("weight-decay", c.weight_decay, 0.1f);
+  set("clip", c.max_norm, 1.0f);
+  set("batch", c.batch, int64_t{32});
+  set("steps", c.steps, int64_t{1500});
+  set("eval-every", c.eval_every, int64_t{250});
+  if (c.schedule == "cosine" && !given.count("warmup") && c.warmup >= c.steps) c.warmup = c.steps / 10;
+}
+
 double parameter_count_of(const TrainConfig& c) {
   const double in = static_cast<double>(c.in_features), out = static_cast<double>(c.out_features);
   const double h = static_cast<double>(c.hidden);

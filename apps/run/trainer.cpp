@@ -176,6 +176,10 @@ void Trainer::build_data() {
     data_ = c_.make_dataset();
     c_.in_features = data_->in_features();
     c_.out_features = data_->out_features();
+    tokens_ = dynamic_cast<TokenDataset*>(data_.get());
+    if ((tokens_ != nullptr) != (c_.model == "gpt"))
+      throw UsageError(tokens_ ? "token data needs --model gpt" : "--model gpt needs token data");
+    if (tokens_) c_.context = tokens_->context();
   } else if (c_.model == "gpt") {
     if (c_.data.empty())
       throw UsageError("--model gpt trains on a tokens file: give --data FILE (make one with python3 "
