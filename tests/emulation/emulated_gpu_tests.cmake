@@ -54,6 +54,12 @@ add_test(NAME emu.train_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/t
 set_tests_properties(emu.train_cli PROPERTIES LABELS emulated
   ENVIRONMENT "BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
 
+# belay train --model gpt --device cuda: a tiny GPT's steps and held-out losses against the CPU's.
+add_test(NAME emu.train_gpt_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/train_gpt_cli.sh
+                                        $<TARGET_FILE:belay> ${PROJECT_SOURCE_DIR})
+set_tests_properties(emu.train_gpt_cli PROPERTIES LABELS emulated
+  ENVIRONMENT "BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
+
 # The memory-traffic targets (emulation/test_memory_metrics.cpp): a few representative launches
 # with the emulator's per-site metrics on (kernels/cuda/emulation/memory_metrics.h); the table
 # of every site they touched is written to emulated-kernel-metrics.txt.
