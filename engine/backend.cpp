@@ -138,6 +138,18 @@ void check_layer_norm(const char* op, const Tensor& x, const Tensor* weight, con
                 mean.describe() + " and " + rstd.describe());
 }
 
+void check_layer_norm_grads(const char* op, const Tensor& x, const Tensor& dx, const Tensor* dweight,
+                            const Tensor* dbias) {
+  check_defined(op, dx);
+  check_same_device(op, x, dx);
+  check_same_shape(op, x, dx);
+  const int64_t cols = x.dim(x.rank() - 1);
+  for (const Tensor* p : {dweight, dbias})
+    if (p && (!p->defined() || p->dtype() != DType::F32 || p->numel() != cols || p->device() != x.device()))
+      throw Error(std::string(op) + ": dweight and dbias must be fp32 of " + std::to_string(cols) +
+                  " elements on x's device, got " + p->describe());
+}
+
 void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits) {
   for (const Tensor* t : {&logits, &labels, &loss, &dlogits}) check_defined("cross_entropy", *t);
   check_same_device("cross_entropy", logits, labels);

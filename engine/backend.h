@@ -85,6 +85,10 @@ void check_embedding(const char* op, const Tensor& table, const Tensor& ids, con
 // may be absent) of cols elements; mean and rstd FP32 of rows elements.
 void check_layer_norm(const char* op, const Tensor& x, const Tensor* weight, const Tensor* bias, const Tensor& y,
                       const Tensor& mean, const Tensor& rstd);
+// layer_norm_backward's outputs: dx like x (same device), dweight and dbias (either may be
+// absent) FP32 of the row width on x's device.
+void check_layer_norm_grads(const char* op, const Tensor& x, const Tensor& dx, const Tensor* dweight,
+                            const Tensor* dbias);
 
 // swap_axes's view of a tensor: [outer, p, mid, q, inner] (engine/backend.h, Backend::swap_axes).
 struct SwapAxesView {

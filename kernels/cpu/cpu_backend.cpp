@@ -597,12 +597,8 @@ class CpuBackend final : public Backend {
                            bool accumulate) const override {
     check_cpu("layer_norm_backward", x);
     check_layer_norm("layer_norm_backward", x, weight, nullptr, dy, mean, rstd);
-    check_same_shape("layer_norm_backward", x, dx);
+    check_layer_norm_grads("layer_norm_backward", x, dx, dweight, dbias);
     const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
-    for (Tensor* p : {dweight, dbias})
-      if (p && (p->dtype() != DType::F32 || p->numel() != cols || !p->device().is_cpu()))
-        throw Error("layer_norm_backward: dweight and dbias must be fp32 of " + std::to_string(cols) + " elements, got " +
-                    p->describe());
     const std::vector<float> w = ln_param(weight, cols, 1.0f);
     const int64_t chunks = (rows + kNormRowChunk - 1) / kNormRowChunk;
     std::vector<double> pw(static_cast<size_t>(chunks * cols), 0.0), pb(static_cast<size_t>(chunks * cols), 0.0);

@@ -241,13 +241,8 @@ class CudaBackend final : public Backend {
                            bool accumulate) const override {
     check_cuda("layer_norm_backward", x);
     check_layer_norm("layer_norm_backward", x, weight, nullptr, dy, mean, rstd);
-    check_same_device("layer_norm_backward", x, dx);
-    check_same_shape("layer_norm_backward", x, dx);
+    check_layer_norm_grads("layer_norm_backward", x, dx, dweight, dbias);
     const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
-    for (Tensor* p : {dweight, dbias})
-      if (p && (p->dtype() != DType::F32 || p->numel() != cols || !p->device().is_cuda() || p->device() != x.device()))
-        throw Error("layer_norm_backward: dweight and dbias must be fp32 of " + std::to_string(cols) +
-                    " elements on x's device, got " + p->describe());
     const bool params = dweight || dbias;
     Tensor partials = scratch_doubles(params ? 2 * layer_norm_chunks(rows).chunks * cols : 0, x.device());
     launch_layer_norm_backward(x.data(), x.dtype(), weight ? weight->data() : nullptr,

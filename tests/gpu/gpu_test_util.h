@@ -4,6 +4,7 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -68,6 +69,17 @@ inline const std::vector<int64_t>& odd_sizes() {
 }
 
 inline const char* name_of(DType d) { return dtype_name(d); }
+
+// One autograd graph run on the CUDA device against the same graph on the CPU (each op is
+// checked against FP64 on its own elsewhere): `gpu` and `cpu` are what the graph gave on
+// each (a loss, then its gradients, flattened), within the tolerance of a few dozen FP32
+// roundings of magnitude max(1, |cpu|).
+inline void check_graph_matches_cpu(const std::vector<float>& gpu, const std::vector<float>& cpu) {
+  const std::vector<double> ref(cpu.begin(), cpu.end());
+  std::vector<double> mag(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) mag[i] = std::max(1.0, std::fabs(ref[i]));
+  check_close(gpu, ref, tolerance_for(DType::F32, DType::F32, 64), mag);
+}
 
 // Work that keeps the GPU busy for a few milliseconds (an FP32 SIMT product of 2048^3, ~17
 // GFLOP), so what is enqueued after it is still waiting when the host goes on. The operands

@@ -224,3 +224,22 @@ TEST_CASE("cpu softmax and layer_norm rows give the baseline's bits on every ISA
     omp_set_num_threads(threads);
   }
 }
+
+TEST_CASE("cpu layer_norm_backward refuses a dweight or dbias that is not FP32 of the row width", "[kernels][transformer]") {
+  // The same check as the CUDA backend's (engine/backend.cpp, check_layer_norm_grads).
+  const Backend& be = backend_for(Device::cpu());
+  const int64_t rows = 3, cols = 8;
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 5) - 2.0f;
+  const Tensor x = Tensor::from_vector(v, Shape{rows, cols});
+  Tensor y = Tensor::empty(x.shape(), DType::F32, Device::cpu()), dx = Tensor::empty(x.shape(), DType::F32, Device::cpu());
+  Tensor mean = Tensor::empty(Shape{rows}, DType::F32, Device::cpu()), rstd = Tensor::empty(Shape{rows}, DType::F32, Device::cpu());
+  be.layer_norm(x, nullptr, nullptr, 1e-5f, y, mean, rstd);
+  Tensor half_db = Tensor::zeros(Shape{cols}, DType::F16, Device::cpu());
+  Tensor short_db = Tensor::zeros(Shape{cols - 1}, DType::F32, Device::cpu());
+  for (Tensor* bad : {&half_db, &short_db})
+    CHECK_THROWS_WITH(be.layer_norm_backward(x, nullptr, mean, rstd, x, dx, nullptr, bad, false),
+                      Catch::Contains("dweight and dbias must be fp32 of 8 elements"));
+  Tensor short_dx = Tensor::empty(Shape{rows, cols - 1}, DType::F32, Device::cpu());
+  CHECK_THROWS_AS(be.layer_norm_backward(x, nullptr, mean, rstd, x, short_dx, nullptr, nullptr, false), Error);
+}
