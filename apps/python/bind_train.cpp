@@ -1,4 +1,5 @@
 // belay.train: `belay train` as a function, the CLI's long options as keywords.
+#include <pybind11/eval.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -154,6 +155,9 @@ bool read_model_option(TrainConfig& c, const Keyword& k, std::optional<int64_t>&
   else if (key == "out_features" || key == "out") c.out_features = *(out_features = k.i64());
   else if (key == "hidden") c.hidden = k.i64();
   else if (key == "layers") c.layers = k.i32();
+  else if (key == "width") c.width = k.i64();  // --model gpt: the residual stream, heads, tokens per sequence
+  else if (key == "heads") c.heads = k.i64();
+  else if (key == "context") c.context = k.i64();
   else if (key == "batch") c.batch = k.i64();
   else if (key == "micro_batch") c.micro_batch = k.i64();
   else if (key == "steps") c.steps = k.i64();
@@ -223,6 +227,8 @@ bool read_output_option(TrainConfig& c, const Keyword& k) {
   else if (key == "show_steps") c.show_steps = k.flag();
   else if (key == "sync_each_step") c.sync_each_step = k.flag();
   else if (key == "quiet") c.quiet = k.flag();
+  else if (key == "eval_every") c.eval_every = k.i64();  // --model gpt: the held-out loss every N steps
+  else if (key == "eval_windows") c.eval_windows = k.i64();
   else return false;
   return true;
 }
@@ -251,10 +257,39 @@ TrainConfig train_config(const py::kwargs& kw) {
   return c;
 }
 
+// belay.TrainRows: what belay.train returns, the rows as a list (as before token data came)
+// with the run's results beside them. Written in Python: a list subclass with attributes.
+const char* kTrainRows = R"(
+class TrainRows(list):
+    """The StepRows of a belay.train run (a list), and on token data (model='gpt'):
+    heldout: [(step, held-out loss)] of each evaluation (eval_every=N), in nats per token;
+    unigram_entropy: the training text's, in nats per token (the loss a model must beat);
+    tokens_per_step: batch x context."""
+    heldout = ()
+    unigram_entropy = None
+    tokens_per_step = 0
+)";
+
+py::handle train_rows_type;  // belay.TrainRows; the module keeps it alive
+
+py::list run_rows(const py::list& rows, const TrainResult& result) {
+  py::list out = train_rows_type(rows);
+  if (result.tokens_per_step == 0) return out;  // not token data: the class's defaults
+  py::list heldout;
+  for (const auto& [step, loss] : result.heldout) heldout.append(py::make_tuple(step, loss));
+  out.attr("heldout") = heldout;
+  out.attr("unigram_entropy") = result.unigram_entropy;
+  out.attr("tokens_per_step") = result.tokens_per_step;
+  return out;
+}
+
 }  // namespace
 
 void bind_train(py::module_& m) {
   // ---- belay train
+  py::exec(kTrainRows, m.attr("__dict__"));
+  train_rows_type = m.attr("TrainRows");
+  train_rows_type.attr("__module__") = "belay";
   m.def("train", [](py::kwargs kw) {
     TrainConfig c = train_config(kw);
     // Ctrl-C: Python's handler only sets a flag while the run holds no GIL. Between steps the
@@ -282,6 +317,7 @@ void bind_train(py::module_& m) {
     if (!c.quiet) py::print(out.str(), py::arg("end") = "");
     py::list rows;
     for (const StepRow& r : result.rows) rows.append(to_py(r));
+    rows = run_rows(rows, result);
     if (raised_type) {  // a KeyboardInterrupt (or what the user's handler raised), with the rows run
       if (raised_value && PyObject_SetAttrString(raised_value.ptr(), "rows", rows.ptr()) != 0) PyErr_Clear();
       PyErr_Restore(raised_type.release().ptr(), raised_value.release().ptr(), raised_trace.release().ptr());
@@ -297,7 +333,8 @@ void bind_train(py::module_& m) {
       throw py::error_already_set();
     }
     return rows;
-  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows. "
+  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows "
+     "(a belay.TrainRows: a list; with model='gpt' also .heldout, .unigram_entropy and .tokens_per_step). "
      "A run that stops early (max_skip_rate, a stopping rollback) raises belay.Error with the reason, its rows "
      "in .rows; Ctrl-C stops after the step (checkpointing if asked) and raises KeyboardInterrupt, rows in .rows");
 }
