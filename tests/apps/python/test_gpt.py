@@ -186,3 +186,20 @@ def test_bad_gpt_options_on_a_file(tokens_file):
         data.heldout_batch(0, 10_000)
     with pytest.raises(belay.UsageError):
         data.set_position(belay.load_tokens(tokens_file, context=16, seed=2).position)  # another seed's
+
+
+def test_gpt_checkpoint_loads_and_resumes_bit_for_bit(tokens_file, tmp_path):
+    """load_checkpoint(path) rebuilds the Gpt from the shape the settings record, and
+    train(resume=path) continues it as if the run had not stopped."""
+    opts = dict(model="gpt", data=str(tokens_file), batch=4, context=16, width=32, heads=2, layers=1, seed=4,
+                lr=3e-3, quiet=True)
+    whole = belay.train(steps=6, **opts)
+    ck = tmp_path / "gpt.safetensors"
+    belay.train(steps=4, checkpoint=str(ck), **opts)
+    loaded = belay.load_checkpoint(str(ck))
+    assert isinstance(loaded.model, belay.Gpt)
+    c = loaded.model.config
+    assert (c.vocab, c.context, c.width, c.heads, c.layers) == (256, 16, 32, 2, 1)
+    rest = belay.train(resume=str(ck), steps=6, data=str(tokens_file), quiet=True)
+    assert [r.step for r in rest] == [4, 5]
+    assert [r.loss for r in rest] == [r.loss for r in whole[4:]]
