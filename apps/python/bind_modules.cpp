@@ -103,7 +103,8 @@ void bind_gpt(py::module_& m) {
         return make(GptConfig{vocab, context, width, layers, heads}, seed, device);
       }), py::kw_only(), py::arg("vocab") = 256, py::arg("context") = 64, py::arg("width") = 128, py::arg("layers") = 2,
          py::arg("heads") = 4, py::arg("seed") = 0, py::arg("device") = "cpu")
-      .def_property_readonly("config", &Gpt::config);
+      .def_property_readonly("config", [](const Gpt& g) { return g.config(); },
+                             "The sizes (a copy: changing it changes no model)");
 }
 
 }  // namespace

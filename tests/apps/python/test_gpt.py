@@ -68,6 +68,8 @@ def test_gpt_has_the_cpp_names_shapes_and_count():
     count = v * d + c * d + 2 * (12 * d * d + 13 * d) + 2 * d  # the head is tied: no V x D of its own
     assert model.parameter_count == count == model.config.parameter_count
     assert sum(int(np.prod(p.shape)) for p in model.parameters()) == count
+    model.config.context = 1000  # a copy: the model keeps its own
+    assert model.config.context == c
 
 
 def test_gpt_init_is_gpt2s_and_set_by_the_seed():
