@@ -1,4 +1,4 @@
-// belay.Module (parameters, state dict, working dtype), Linear, Mlp, Embedding and LayerNorm.
+// belay.Module (parameters, state dict, working dtype), Linear, Mlp, Embedding, LayerNorm and the GPT.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "amp/autocast.h"
+#include "autograd/gpt.h"
 #include "autograd/modules.h"
 #include "bindings.h"
 #include "engine/allocator.h"
@@ -39,7 +40,14 @@ py::object call_module(py::object self, py::args args, py::kwargs kwargs) {
   std::unique_ptr<Autocast> autocast;
   if (!mod.training) {
     no_grad = std::make_unique<NoGrad>();
-    const DType working = params.empty() ? DType::F32 : params[0].dtype();
+    // The first low-precision parameter names the dtype: a GPT keeps its embeddings and
+    // LayerNorms (its first parameters) in FP32 while its Linears read FP16/BF16 copies.
+    DType working = DType::F32;
+    for (const Var& p : params)
+      if (p.dtype() != DType::F32) {
+        working = p.dtype();
+        break;
+      }
     if (working != DType::F32 && !autocast_policy().enabled) autocast = std::make_unique<Autocast>(working);
   }
   if (dynamic_cast<PyModule*>(&mod)) return self.attr("forward")(*args, **kwargs);
@@ -58,6 +66,45 @@ py::object call_module(py::object self, py::args args, py::kwargs kwargs) {
 py::object set_training(py::object self, bool mode) {
   self.cast<Module&>().training = mode;
   return self;
+}
+
+// belay.GptConfig and belay.Gpt (autograd/gpt.h), as nanoGPT's GPTConfig and GPT: the sizes,
+// then a model from them and a seed (the same seed gives `belay train --model gpt --seed`'s init).
+void bind_gpt(py::module_& m) {
+  py::class_<GptConfig>(m, "GptConfig", "The GPT's sizes: vocab, context, width, layers, heads")
+      .def(py::init([](int64_t vocab, int64_t context, int64_t width, int64_t layers, int64_t heads) {
+        return GptConfig{vocab, context, width, layers, heads};
+      }), py::arg("vocab") = 256, py::arg("context") = 64, py::arg("width") = 128, py::arg("layers") = 2,
+         py::arg("heads") = 4)
+      .def_readwrite("vocab", &GptConfig::vocab)
+      .def_readwrite("context", &GptConfig::context)
+      .def_readwrite("width", &GptConfig::width)
+      .def_readwrite("layers", &GptConfig::layers)
+      .def_readwrite("heads", &GptConfig::heads)
+      .def_property_readonly("parameter_count", [](const GptConfig& c) { return static_cast<int64_t>(c.parameter_count()); })
+      .def("__repr__", [](const GptConfig& c) {
+        return "GptConfig(vocab=" + std::to_string(c.vocab) + ", context=" + std::to_string(c.context) + ", width=" +
+               std::to_string(c.width) + ", layers=" + std::to_string(c.layers) + ", heads=" + std::to_string(c.heads) + ")";
+      });
+  auto make = [](const GptConfig& c, uint64_t seed, const std::string& device) {
+    c.validate();  // before any allocation: a bad size is a UsageError naming it
+    Rng rng(seed);
+    AllocationPurpose purpose("the parameters of a GPT of " + std::to_string(static_cast<int64_t>(c.parameter_count())) +
+                              " parameters");
+    return std::make_unique<Gpt>(c, rng, to_device(device));
+  };
+  py::class_<Gpt, Module>(m, "Gpt",
+                          "A decoder-only transformer (autograd/gpt.h): pre-LayerNorm blocks of causal attention and a "
+                          "GELU MLP, tied head, GPT-2's init from `seed`. model(ids [B, T] ints) -> logits [B T, vocab]")
+      .def(py::init([make](const GptConfig& c, uint64_t seed, const std::string& device) { return make(c, seed, device); }),
+           py::arg("config"), py::arg("seed") = 0, py::arg("device") = "cpu")
+      .def(py::init([make](int64_t vocab, int64_t context, int64_t width, int64_t layers, int64_t heads, uint64_t seed,
+                           const std::string& device) {
+        return make(GptConfig{vocab, context, width, layers, heads}, seed, device);
+      }), py::kw_only(), py::arg("vocab") = 256, py::arg("context") = 64, py::arg("width") = 128, py::arg("layers") = 2,
+         py::arg("heads") = 4, py::arg("seed") = 0, py::arg("device") = "cpu")
+      .def_property_readonly("config", [](const Gpt& g) { return g.config(); },
+                             "The sizes (a copy: changing it changes no model)");
 }
 
 }  // namespace
@@ -146,6 +193,7 @@ void bind_modules(py::module_& m) {
                                      to_device(device));
       }), py::arg("in_features"), py::arg("hidden"), py::arg("out_features"), py::arg("layers") = 2,
          py::arg("activation") = "gelu", py::arg("seed") = 0, py::arg("device") = "cpu");
+  bind_gpt(m);
 }
 
 }  // namespace belay::python

@@ -1,4 +1,9 @@
-// belay.train: `belay train` as a function, the CLI's long options as keywords.
+// belay.train: `belay train` as a function, the CLI's long options as keywords; and
+// belay.load_tokens / belay.TokenDataset: a tokens file (apps/data/make_text_corpus.py) as the
+// GPT's batches, the same windows `belay train --model gpt` draws for the same seed, so a
+// Python loop (or PyTorch beside belay) sees exactly the trainer's batches. (One file: each
+// pybind11 file costs CI ~11 s of compiling.)
+#include <pybind11/eval.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,6 +16,7 @@
 
 #include "amp/autocast.h"
 #include "apps/run/dataset.h"
+#include "apps/run/token_dataset.h"
 #include "apps/run/trainer.h"
 #include "bindings.h"
 #include "engine/error.h"
@@ -154,6 +160,9 @@ bool read_model_option(TrainConfig& c, const Keyword& k, std::optional<int64_t>&
   else if (key == "out_features" || key == "out") c.out_features = *(out_features = k.i64());
   else if (key == "hidden") c.hidden = k.i64();
   else if (key == "layers") c.layers = k.i32();
+  else if (key == "width") c.width = k.i64();  // --model gpt: the residual stream, heads, tokens per sequence
+  else if (key == "heads") c.heads = k.i64();
+  else if (key == "context") c.context = k.i64();
   else if (key == "batch") c.batch = k.i64();
   else if (key == "micro_batch") c.micro_batch = k.i64();
   else if (key == "steps") c.steps = k.i64();
@@ -223,6 +232,8 @@ bool read_output_option(TrainConfig& c, const Keyword& k) {
   else if (key == "show_steps") c.show_steps = k.flag();
   else if (key == "sync_each_step") c.sync_each_step = k.flag();
   else if (key == "quiet") c.quiet = k.flag();
+  else if (key == "eval_every") c.eval_every = k.i64();  // --model gpt: the held-out loss every N steps
+  else if (key == "eval_windows") c.eval_windows = k.i64();
   else return false;
   return true;
 }
@@ -251,10 +262,39 @@ TrainConfig train_config(const py::kwargs& kw) {
   return c;
 }
 
+// belay.TrainRows: what belay.train returns, the rows as a list (as before token data came)
+// with the run's results beside them. Written in Python: a list subclass with attributes.
+const char* kTrainRows = R"(
+class TrainRows(list):
+    """The StepRows of a belay.train run (a list), and on token data (model='gpt'):
+    heldout: [(step, held-out loss)] of each evaluation (eval_every=N), in nats per token;
+    unigram_entropy: the training text's, in nats per token (the loss a model must beat);
+    tokens_per_step: batch x context."""
+    heldout = ()
+    unigram_entropy = None
+    tokens_per_step = 0
+)";
+
+py::handle train_rows_type;  // belay.TrainRows; the module keeps it alive
+
+py::list run_rows(const py::list& rows, const TrainResult& result) {
+  py::list out = train_rows_type(rows);
+  if (result.tokens_per_step == 0) return out;  // not token data: the class's defaults
+  py::list heldout;
+  for (const auto& [step, loss] : result.heldout) heldout.append(py::make_tuple(step, loss));
+  out.attr("heldout") = heldout;
+  out.attr("unigram_entropy") = result.unigram_entropy;
+  out.attr("tokens_per_step") = result.tokens_per_step;
+  return out;
+}
+
 }  // namespace
 
 void bind_train(py::module_& m) {
   // ---- belay train
+  py::exec(kTrainRows, m.attr("__dict__"));
+  train_rows_type = m.attr("TrainRows");
+  train_rows_type.attr("__module__") = "belay";
   m.def("train", [](py::kwargs kw) {
     TrainConfig c = train_config(kw);
     // Ctrl-C: Python's handler only sets a flag while the run holds no GIL. Between steps the
@@ -282,6 +322,7 @@ void bind_train(py::module_& m) {
     if (!c.quiet) py::print(out.str(), py::arg("end") = "");
     py::list rows;
     for (const StepRow& r : result.rows) rows.append(to_py(r));
+    rows = run_rows(rows, result);
     if (raised_type) {  // a KeyboardInterrupt (or what the user's handler raised), with the rows run
       if (raised_value && PyObject_SetAttrString(raised_value.ptr(), "rows", rows.ptr()) != 0) PyErr_Clear();
       PyErr_Restore(raised_type.release().ptr(), raised_value.release().ptr(), raised_trace.release().ptr());
@@ -297,9 +338,59 @@ void bind_train(py::module_& m) {
       throw py::error_already_set();
     }
     return rows;
-  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows. "
+  }, "belay train as a function: the CLI's long options as keywords ('-' as '_'); returns the StepRows "
+     "(a belay.TrainRows: a list; with model='gpt' also .heldout, .unigram_entropy and .tokens_per_step). "
      "A run that stops early (max_skip_rate, a stopping rollback) raises belay.Error with the reason, its rows "
      "in .rows; Ctrl-C stops after the step (checkpointing if asked) and raises KeyboardInterrupt, rows in .rows");
+}
+
+namespace {
+
+// Token ids [B, T] held as FP32 (exact below 2^24) -> an int64 array, as a user indexes with.
+py::array_t<int64_t> ids_of(const Tensor& t) {
+  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+  const float* src = host.data_as<float>();
+  py::array_t<int64_t> out({host.shape()[0], host.shape()[1]});
+  int64_t* dst = out.mutable_data();
+  for (int64_t i = 0; i < host.numel(); ++i) dst[i] = static_cast<int64_t>(src[i]);
+  return out;
+}
+
+py::tuple pair_of(const Batch& b) { return py::make_tuple(ids_of(b.x), ids_of(b.y)); }
+
+}  // namespace
+
+void bind_tokens(py::module_& m) {
+  // ---- token data
+  py::class_<TokenDataset>(m, "TokenDataset",
+                           "A tokens file's training split as seeded random windows and its held-out split in order: "
+                           "the batches of `belay train --model gpt` (belay.load_tokens makes one)")
+      .def("next", [](TokenDataset& d, int64_t batch) { return pair_of(d.next(batch, Device::cpu())); },
+           py::arg("batch"),
+           "The next `batch` training windows: (x, y), int64 arrays [batch, context], y the ids after x's")
+      .def("heldout_batch", [](const TokenDataset& d, int64_t first, int64_t count) {
+        return pair_of(d.heldout_batch(first, count, Device::cpu()));
+      }, py::arg("first"), py::arg("count"),
+         "Held-out windows [first, first + count): (x, y) int64 arrays [count, context] (window w starts at w * context)")
+      .def_property_readonly("vocab", &TokenDataset::vocab)
+      .def_property_readonly("context", &TokenDataset::context)
+      .def_property_readonly("heldout_windows", &TokenDataset::heldout_windows)
+      .def_property_readonly("train_tokens", [](const TokenDataset& d) { return d.train_ids().size(); })
+      .def_property_readonly("heldout_tokens", [](const TokenDataset& d) { return d.heldout_ids().size(); })
+      .def_property_readonly("unigram_entropy_nats", &TokenDataset::unigram_entropy_nats,
+                             "The training split's unigram entropy: the loss of a model that ignores context")
+      .def_property_readonly("position", &TokenDataset::position,
+                             "What the next batch will be (the windows drawn so far), as a checkpoint stores it")
+      .def("set_position", &TokenDataset::set_position, py::arg("position"),
+           "Continue from a position that `position` gave (the same seed's)")
+      .def("__repr__", [](const TokenDataset& d) { return "<belay.TokenDataset " + d.describe() + ">"; });
+  m.def("load_tokens", [](const py::object& path, int64_t context, uint64_t seed) {
+    const std::string file = py::str(py::module_::import("os").attr("fspath")(path));  // a str or a pathlib.Path
+    py::gil_scoped_release nogil;
+    return load_token_dataset(file, context, seed);
+  }, py::arg("path"), py::arg("context"), py::arg("seed") = 0,
+     "A tokens file as a TokenDataset of windows of `context` tokens; the training windows' order comes from "
+     "`seed` (belay.train(model='gpt', data=path, seed=seed) draws the same)");
 }
 
 }  // namespace belay::python

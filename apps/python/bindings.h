@@ -20,7 +20,8 @@ namespace py = pybind11;
 void bind_errors(py::module_& m);        // bind_errors.cpp: belay.Error, belay.UsageError
 void bind_tensors(py::module_& m);       // bind_tensors.cpp: DType, finfo, Tensor, from_numpy
 void bind_autograd(py::module_& m);      // bind_autograd.cpp: Var, ops, no_grad, autocast
-void bind_modules(py::module_& m);       // bind_modules.cpp: Module, Linear, Mlp
+void bind_modules(py::module_& m);       // bind_modules.cpp: Module, Linear, Mlp, ..., GptConfig, Gpt
+void bind_tokens(py::module_& m);        // bind_train.cpp: TokenDataset, load_tokens
 void bind_optimizers(py::module_& m);    // bind_optim.cpp: LrSchedule, Optimizer, AdamW, SGD
 void bind_safe_step(py::module_& m);     // bind_safe_step.cpp: GradScaler, SafeStep, StepRow, the log
 void bind_checkpoints(py::module_& m);   // bind_checkpoint.cpp: RunState, save/load/inspect

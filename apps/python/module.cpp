@@ -25,6 +25,7 @@ PYBIND11_MODULE(_belay, m) {
   bp::bind_autograd(m);
   bp::bind_var_math(m);  // the Var operators, and reprs that show values
   bp::bind_modules(m);
+  bp::bind_tokens(m);
   bp::bind_optimizers(m);
   bp::bind_safe_step(m);
   bp::bind_checkpoints(m);

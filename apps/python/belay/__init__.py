@@ -20,7 +20,7 @@ import os as _os
 
 from . import _belay
 from ._belay import *  # noqa: F401,F403  (the module defines no private names but _belay's own)
-from ._belay import (AdamW, Error, GradScaler, Linear, Mlp, RunState, SGD, StepRow, UsageError, Var, __version__,
+from ._belay import (AdamW, Error, Gpt, GradScaler, Linear, Mlp, RunState, SGD, StepRow, UsageError, Var, __version__,
                      inspect_checkpoint, save_checkpoint)
 from ._belay import Module as _Module
 
@@ -176,6 +176,9 @@ def _train_options_of(path):
         kw["clip"] = clip
     if s.get("fp32_ops", "none") != "none":
         kw["fp32_ops"] = s["fp32_ops"]
+    if kw["model"] == "gpt":  # the shape is in the settings; "in" is the context, "out" the vocabulary
+        del kw["in_features"], kw["out_features"]
+        kw.update({k: int(s[k]) for k in ("layers", "width", "heads", "context")})
     if kw["model"] == "mlp":
         tensors = info["tensors"]
         kw["layers"] = len([n for n in tensors if n.startswith("layers.") and n.endswith(".weight")])
@@ -213,7 +216,7 @@ def load_checkpoint(path, model=None, optimizer=None, settings=None, new_experim
     """Two forms.
 
     load_checkpoint(path): a `belay train` checkpoint alone -> Checkpoint(model, optimizer,
-    scaler, state, settings): the model (Linear or Mlp, in its working dtype) and optimizer
+    scaler, state, settings): the model (Linear, Mlp or Gpt, in its working dtype) and optimizer
     built from the stored settings and loaded bit for bit, a GradScaler in the saved state.
     The LR schedule is the optimizer's constant lr (set_schedule to continue a cosine one).
 
@@ -224,7 +227,10 @@ def load_checkpoint(path, model=None, optimizer=None, settings=None, new_experim
             raise TypeError("load_checkpoint: give both model and optimizer, or neither (to rebuild them from the file)")
         return _belay.load_checkpoint(path, model, optimizer, settings or {}, new_experiment)
     kw, stored = _train_options_of(path)
-    if kw["model"] == "mlp":
+    if kw["model"] == "gpt":
+        net = Gpt(vocab=int(stored["out"]), context=kw["context"], width=kw["width"], layers=kw["layers"],
+                  heads=kw["heads"])
+    elif kw["model"] == "mlp":
         net = Mlp(kw["in_features"], kw["hidden"], kw["out_features"], layers=kw["layers"])
     else:
         net = Linear(kw["in_features"], kw["out_features"])
