@@ -106,7 +106,10 @@ TEST_CASE("validate gpt: decisions counted as defined, the FP32 loss the run's h
     REQUIRE(validates_gpt(c));
     const ValidateResult r = run_validate_gpt(c, out);
     const nlohmann::json& d = r.report["comparison"]["decisions"];
-    const double margin = 64.0 * 0.5 * static_cast<double>(finfo(dtype).eps);  // the default: 64u
+    const double u = 0.5 * static_cast<double>(finfo(dtype).eps);
+    const double margin = 64.0 * u;  // the default: 64u
+    CHECK(r.report["thresholds"]["rtol"] == 8.0 * u * (6 * 1 + 1));  // 8u per product on a 1-block path
+    CHECK(r.report["thresholds"]["tie_margin"] == margin);
     const Counts n = count_by_hand(f, dtype, margin);
     CHECK(n.tokens == kWindows * 8);
     CHECK(d["tokens"] == n.tokens);
