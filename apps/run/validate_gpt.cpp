@@ -220,7 +220,9 @@ Json compare(const Tally& s, const GptThresholds& t, const char* amp_label, std:
 }  // namespace
 
 bool validates_gpt(const ValidateConfig& c) {
-  return c.model == "gpt" || (!c.checkpoint.empty() && checkpoint_setting(c.checkpoint, "model") == "gpt");
+  // With --init too, validate's own check says to pick one (before the file is even read).
+  return c.model == "gpt" ||
+         (!c.checkpoint.empty() && c.init.empty() && checkpoint_setting(c.checkpoint, "model") == "gpt");
 }
 
 ValidateResult run_validate_gpt(const ValidateConfig& c, std::ostream& out) {
