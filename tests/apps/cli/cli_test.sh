@@ -431,6 +431,9 @@ n=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --see
   fail "sample: '$s1' vs '$s2', starts '$n'"
 [ "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 31 --temperature 0 --seed 1 | wc -c)" -eq 36 ] &&
   pass "sample: --tokens 31 --temperature 0: 4 + 31 bytes and a newline" || fail "sample: byte count"
+[ "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 20 --top-k 1 --seed 3 | od -An -c)" = \
+  "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 20 --temperature 0 | od -An -c)" ] &&
+  pass "sample: --top-k 1 is the argmax" || fail "sample: --top-k 1 differs from --temperature 0"
 expect_one_line_error "sample: not a GPT checkpoint" 2 "is of a linear model, not a GPT" \
   sample --checkpoint "$tmp/c.safetensors" --prompt "def "
 expect_one_line_error "sample: empty prompt" 2 "--prompt is empty" sample --checkpoint "$tmp/gpt.ck" --prompt ""
