@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <numeric>
 #include <sstream>
 
@@ -17,8 +18,9 @@ namespace belay {
 namespace {
 
 // The checkpoint's setting `key` as a positive count; a GPT run records every one of them.
-int64_t gpt_setting(const std::string& path, const char* key) {
-  const std::string v = checkpoint_setting(path, key);
+int64_t gpt_setting(const std::string& path, const std::map<std::string, std::string>& settings, const char* key) {
+  const auto it = settings.find(key);
+  const std::string v = it == settings.end() ? "" : it->second;
   char* end = nullptr;
   const long long n = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || n < 1)
@@ -44,16 +46,17 @@ double uniform53(Rng& rng) { return static_cast<double>(rng.next_u64() >> 11) * 
 }  // namespace
 
 std::unique_ptr<Gpt> load_gpt_checkpoint(const std::string& path) {
-  const std::string model = checkpoint_setting(path, "model");  // throws for a file that is no checkpoint
+  const std::map<std::string, std::string> s = inspect_checkpoint(path).state.settings;  // throws for no checkpoint
+  const std::string model = s.count("model") ? s.at("model") : "";
   if (model != "gpt")
     throw UsageError("checkpoint '" + path + "' is of a " + (model.empty() ? std::string("unnamed") : model) +
                      " model, not a GPT: give one written by belay train --model gpt");
   GptConfig g;
-  g.vocab = gpt_setting(path, "out");
-  g.context = gpt_setting(path, "context");
-  g.width = gpt_setting(path, "width");
-  g.layers = gpt_setting(path, "layers");
-  g.heads = gpt_setting(path, "heads");
+  g.vocab = gpt_setting(path, s, "out");
+  g.context = gpt_setting(path, s, "context");
+  g.width = gpt_setting(path, s, "width");
+  g.layers = gpt_setting(path, s, "layers");
+  g.heads = gpt_setting(path, s, "heads");
   g.validate();
   Rng rng(0);  // any init: every parameter is loaded below
   auto gpt = std::make_unique<Gpt>(g, rng, Device::cpu());
