@@ -11,6 +11,7 @@
 
 #include "amp/dist/communicator.h"
 #include "apps/run/accum_check.h"
+#include "apps/run/sample.h"
 #include "apps/run/train.h"
 #include "apps/run/validate.h"
 
@@ -43,6 +44,14 @@ struct ValidateCommand {
 };
 void add_validate_command(CLI::App& app, ValidateCommand& v);
 int run_validate_command(ValidateCommand& v);
+
+// `belay sample`: text from a GPT checkpoint (apps/run/sample.h).
+struct SampleCommand {
+  CLI::App* app = nullptr;
+  SampleConfig config;
+};
+void add_sample_command(CLI::App& app, SampleCommand& s);
+int run_sample_command(const SampleCommand& s);
 
 // `belay sweep`
 struct SweepCommand {

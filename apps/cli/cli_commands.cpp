@@ -1,4 +1,4 @@
-// The CLI's other subcommands: validate, accum-check, sweep, finfo, info, plot, export.
+// The CLI's other subcommands: validate, sample, accum-check, sweep, finfo, info, plot, export.
 // Each: its option table, and the parsed options handed to the library.
 #include <omp.h>
 
@@ -29,7 +29,7 @@ void add_validate_command(CLI::App& app, ValidateCommand& v) {
   CLI::App* validate = v.app =
       app.add_subcommand("validate", "check fp16/bf16 autocast against the FP32 reference on a fixed set");
   validate->add_option("--dtype", v.dtype, "fp16 | bf16")->capture_default_str();
-  validate->add_option("--model", vc.model, "linear | mlp (ignored with --checkpoint)")->capture_default_str();
+  validate->add_option("--model", vc.model, "linear | mlp | gpt (ignored with --checkpoint; a GPT needs --checkpoint and --data)")->capture_default_str();
   validate->add_option("--in", vc.in_features, "input features")->capture_default_str();
   validate->add_option("--out", vc.out_features, "outputs (classes of the generated set)")->capture_default_str();
   validate->add_option("--hidden", vc.hidden, "MLP hidden width")->capture_default_str();
@@ -37,7 +37,7 @@ void add_validate_command(CLI::App& app, ValidateCommand& v) {
   validate->add_option("--seed", vc.seed, "seed of the model and the generated set")->capture_default_str();
   validate->add_option("--init", vc.init, "the model's weights (safetensors, state-dict names)");
   validate->add_option("--checkpoint", vc.checkpoint, "the model from a belay checkpoint (its shape too)");
-  validate->add_option("--data", vc.data, "the set: x [N, in], y (I64 labels [N] or targets [N, out]), optional I64 kind [N]");
+  validate->add_option("--data", vc.data, "the set: x [N, in], y (I64 labels [N] or targets [N, out]), optional I64 kind [N]; for a GPT checkpoint, the tokens file (its held-out split)");
   validate->add_option("--rows", vc.rows, "ordinary rows of the generated set (and rows/4 of each other kind)")->capture_default_str();
   validate->add_option("--save-set", vc.save_set, "write the generated set here");
   // Unset unless given: the defaults are the dtype's, and no typed value stands for them.
@@ -54,12 +54,32 @@ void add_validate_command(CLI::App& app, ValidateCommand& v) {
   validate->add_option("--train", vc.train_steps, "first train N steps in fp32 and under AMP from the same init and data");
   validate->add_option("--lr", vc.lr, "AdamW learning rate of --train")->capture_default_str();
   validate->add_option("--batch", vc.batch, "batch of --train")->capture_default_str();
+  validate->add_option("--windows", vc.windows,
+                       "GPT checkpoint: held-out windows of the --data tokens file to run (each a context of "
+                       "next-token decisions)")->capture_default_str();
 }
 
 int run_validate_command(ValidateCommand& v) {
   v.config.dtype = parse_dtype(v.dtype);
   v.config.fp32_ops = parse_fp32_ops(v.fp32_ops);
   return run_validate(v.config, std::cout).exit_code;
+}
+
+void add_sample_command(CLI::App& app, SampleCommand& s) {
+  SampleConfig& sc = s.config;
+  CLI::App* sample = s.app = app.add_subcommand("sample", "generate text from a GPT checkpoint (belay train --model gpt)");
+  sample->add_option("--checkpoint", sc.checkpoint, "a checkpoint of a --model gpt run")->required();
+  sample->add_option("--prompt", sc.prompt, "the text to continue (its bytes are the first tokens)")->required();
+  sample->add_option("--tokens", sc.tokens, "tokens to generate")->capture_default_str();
+  sample->add_option("--temperature", sc.temperature, "softmax(logits / T); 0: always the most likely token")
+      ->capture_default_str();
+  sample->add_option("--seed", sc.seed, "seed of the draws (the same seed gives the same text)")->capture_default_str();
+  sample->add_option("--top-k", sc.top_k, "draw among the K most likely tokens only; 0: all")->capture_default_str();
+}
+
+int run_sample_command(const SampleCommand& s) {
+  std::cout << sample_text(s.config) << "\n";
+  return 0;
 }
 
 void add_finfo_info_commands(CLI::App& app, SmallCommands& s) {

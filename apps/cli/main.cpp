@@ -52,6 +52,7 @@ int usage_error_exit(const std::string& message, const belay::Communicator* comm
 struct Commands {
   belay::TrainCommand train;
   belay::ValidateCommand validate;
+  belay::SampleCommand sample;
   belay::AccumCheckCommand accum;
   belay::SweepCommand sweep;
   belay::SmallCommands small;
@@ -69,6 +70,7 @@ void add_commands(CLI::App& app, Commands& c) {
   app.fallthrough();
   belay::add_train_command(app, c.train);
   belay::add_validate_command(app, c.validate);
+  belay::add_sample_command(app, c.sample);
   belay::add_finfo_info_commands(app, c.small);
   belay::add_accum_check_command(app, c.accum);
   belay::add_sweep_command(app, c.sweep);
@@ -85,6 +87,7 @@ int run_command(Commands& c, int argc, char** argv, std::unique_ptr<belay::Commu
   if (*c.small.info) return belay::run_info_command(isa_line);
   if (*c.accum.app) return belay::run_accum_check(c.accum.config, std::cout);
   if (*c.validate.app) return belay::run_validate_command(c.validate);
+  if (*c.sample.app) return belay::run_sample_command(c.sample);
   if (*c.sweep.app) return belay::run_sweep_command(c.sweep, argc, argv, comm);
   if (*c.small.plot) return belay::run_plot(c.small.plot_csvs, c.small.plot_out, std::cout);
   if (*c.small.exporter) return belay::run_export_command(c.small);

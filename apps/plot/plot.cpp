@@ -193,6 +193,16 @@ void draw_frame(Svg& svg, const Frame& f, const std::string& title, bool x_label
   svg.text(f.x0, f.y0 - 6, title, 12, "start", "#111");
 }
 
+// A heldout_loss cell: empty on a row without an evaluation (NaN here), else a number as
+// the trainer printed it ("%.6g"; "nan" and "inf" included: a diverged model's loss).
+double parse_heldout(const std::string& cell, const std::string& where) {
+  if (cell.empty()) return NAN;
+  char* end = nullptr;
+  const double v = std::strtod(cell.c_str(), &end);
+  if (*end != '\0') throw UsageError(where + ": heldout_loss '" + cell + "' is not a number");
+  return v;
+}
+
 }  // namespace
 
 RunLog read_step_log(const std::string& path) {
@@ -204,11 +214,12 @@ RunLog read_step_log(const std::string& path) {
   if (!std::getline(in, line)) throw UsageError("step log '" + path + "' is empty");
   if (!line.empty() && line.back() == '\r') line.pop_back();
   const std::string header = kStepLogHeader;
-  bool policy = false;
-  if (line == header + ",policy") policy = true;
-  else if (line != header)
-    throw UsageError("'" + path + "' is not a belay step log: its header is not " + header + "[,policy]");
-  const size_t columns = policy ? 9 : 8;
+  const bool policy = line == header + ",policy" || line == header + ",policy,heldout_loss";
+  const bool heldout = line == header + ",heldout_loss" || line == header + ",policy,heldout_loss";
+  if (line != header && !policy && !heldout)
+    throw UsageError("'" + path + "' is not a belay step log: its header is not " + header +
+                     "[,policy][,heldout_loss]");
+  const size_t columns = 8 + policy + heldout;
   int64_t line_no = 1;
   while (std::getline(in, line)) {
     ++line_no;
@@ -236,6 +247,7 @@ RunLog read_step_log(const std::string& path) {
     r.scaler_scale = parse_exact_float(f[7], where);
     log.rows.push_back(r);
     if (policy) log.policy.push_back(f[8]);
+    if (heldout) log.heldout.push_back(parse_heldout(f.back(), where));
   }
   if (log.rows.empty()) throw UsageError("step log '" + path + "' has no rows");
   return log;
@@ -259,6 +271,7 @@ Frames make_frames(const std::vector<RunLog>& logs) {
       scale.push_back(r.scaler_scale);
       lr.push_back(r.lr);
     }
+  for (const RunLog& log : logs) loss.insert(loss.end(), log.heldout.begin(), log.heldout.end());
   if (xlo == xhi) {
     xlo -= 1.0;
     xhi += 1.0;
@@ -296,6 +309,28 @@ void draw_marks(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs)
   }
 }
 
+// The held-out loss of a log: a point per evaluation and a dashed line through them (broken
+// where a rollback replays steps), in the log's colour; rows a rollback abandoned are faint.
+void draw_heldout(Svg& svg, const Frame& f, const RunLog& log, const std::string& color) {
+  const std::vector<bool> gone = abandoned_rows(log);
+  for (bool abandoned : {true, false}) {
+    const double opacity = abandoned ? 0.3 : 1.0;
+    std::vector<std::vector<std::pair<double, double>>> lines(1);
+    int64_t prev_step = std::numeric_limits<int64_t>::min();
+    for (size_t i = 0; i < log.heldout.size(); ++i) {
+      if (gone[i] != abandoned || !f.y.usable(log.heldout[i])) continue;
+      const int64_t step = log.rows[i].step;
+      if (step <= prev_step && !lines.back().empty()) lines.emplace_back();
+      prev_step = step;
+      lines.back().push_back({f.px(static_cast<double>(step)), f.py(log.heldout[i])});
+    }
+    for (const auto& line : lines) {
+      svg.polyline(line, SvgStyle{color, 1.3, "2 3", "none", opacity});
+      for (const auto& [x, y] : line) svg.circle(x, y, 3.0, SvgStyle{color, 1.0, "", color, opacity});
+    }
+  }
+}
+
 // The series, a color per log.
 void draw_series(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs) {
   for (size_t li = 0; li < logs.size(); ++li) {
@@ -316,6 +351,7 @@ void draw_series(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs
          false);
     draw(frames[2], [](const StepRow& r) { return static_cast<double>(r.scaler_scale); }, solid, true);
     draw(frames[3], [](const StepRow& r) { return static_cast<double>(r.lr); }, solid, true);
+    if (!log.heldout.empty()) draw_heldout(svg, frames[0], log, color);
   }
 }
 
@@ -334,6 +370,13 @@ void draw_legend(Svg& svg, const std::vector<RunLog>& logs) {
     svg.text(lx + 27, ly, label, 11);
     lx += 27 + 6.5 * static_cast<double>(label.size()) + 18;
   }
+  if (std::any_of(logs.begin(), logs.end(), [](const RunLog& l) { return !l.heldout.empty(); })) {
+    // The held-out loss: drawn in each log's colour; the legend's sample in grey.
+    svg.line(lx, ly - 4, lx + 22, ly - 4, SvgStyle{"#555", 1.3, "2 3"});
+    svg.circle(lx + 11, ly - 4, 3.0, SvgStyle{"#555", 1.0, "", "#555"});
+    svg.text(lx + 27, ly, "held-out", 11);
+    lx += 27 + 6.5 * 8 + 18;
+  }
   svg.line(lx, ly - 10, lx, ly + 2, SvgStyle{kGradColor, 2});
   svg.text(lx + 5, ly, "skip: nonfinite_grad", 11);
   lx += 5 + 6.5 * 20 + 16;
@@ -349,7 +392,8 @@ std::string plot_svg(const std::vector<RunLog>& logs) {
   const double height = kTop + kPanels * kPanelH + (kPanels - 1) * kGap + kBottom;
   const double plot_w = kWidth - kLeft - kRight;
   Svg svg(kWidth, height);
-  const char* titles[kPanels] = {"loss", "gradient L2 norm: pre-clip (solid), post-clip (dashed)",
+  const bool heldout = std::any_of(logs.begin(), logs.end(), [](const RunLog& l) { return !l.heldout.empty(); });
+  const char* titles[kPanels] = {heldout ? "loss: training (solid), held-out (points, dotted)" : "loss", "gradient L2 norm: pre-clip (solid), post-clip (dashed)",
                                  "loss scale (after the step's update)", "learning rate"};
   for (int i = 0; i < kPanels; ++i) draw_frame(svg, frames[i], titles[i], i == kPanels - 1);
   svg.text(kLeft + plot_w / 2, height - 12, "step", 11, "middle");

@@ -2,6 +2,8 @@
 // Four panels over the step: the loss, the gradient's L2 norm before and after clipping,
 // the loss scale (log2 axis), the LR; every skipped step is a vertical mark through all
 // panels, coloured by its reason. Several logs are overlaid (FP32 vs AMP), one colour each.
+// A log with the `heldout_loss` column (belay train --eval-every N) also has its held-out
+// loss in the loss panel: a point per evaluation, joined by a dashed line, in the log's colour.
 //
 // Why our own SVG writer (apps/plot/svg.h, ~100 lines) and not PLplot: Debian's libplplot-dev
 // pulls in Qt 5, wxWidgets, GTK 3 and gfortran (57 packages on a bare Debian 12) for four
@@ -21,9 +23,13 @@ struct RunLog {
   std::string name;  // as shown in the legend (the path given)
   std::vector<StepRow> rows;
   std::vector<std::string> policy;  // the optional `policy` column, one per row (empty when absent)
+  // The optional `heldout_loss` column, one per row: NaN on a row without an evaluation
+  // (the column's empty cell); empty when the log has no such column.
+  std::vector<double> heldout;
 };
 
-// Reads a belay step log: the canonical 8-column header, optionally followed by `policy`.
+// Reads a belay step log: the canonical 8-column header, optionally followed by `policy`,
+// then optionally `heldout_loss` (the order belay train writes them in).
 // Throws UsageError naming the file and line for anything else.
 RunLog read_step_log(const std::string& path);
 // The SVG document for these logs (at least one).

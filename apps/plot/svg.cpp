@@ -58,6 +58,10 @@ void Svg::rect(double x, double y, double w, double h, const SvgStyle& style) {
            style_attrs(style) + "/>\n";
 }
 
+void Svg::circle(double cx, double cy, double r, const SvgStyle& style) {
+  body_ += "<circle cx=\"" + n(cx) + "\" cy=\"" + n(cy) + "\" r=\"" + n(r) + "\"" + style_attrs(style) + "/>\n";
+}
+
 void Svg::text(double x, double y, const std::string& s, double size, const std::string& anchor,
                const std::string& color, double rotate) {
   body_ += "<text x=\"" + n(x) + "\" y=\"" + n(y) + "\" font-size=\"" + n(size) + "\" text-anchor=\"" +

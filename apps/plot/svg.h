@@ -1,4 +1,4 @@
-// A small SVG writer for `belay plot`: lines, polylines, rectangles and text, with every
+// A small SVG writer for `belay plot`: lines, polylines, rectangles, circles and text, with every
 // number written in fixed notation and every string XML-escaped, so the output is well
 // formed whatever the data or the file names. Why our own and not PLplot: see apps/plot/plot.h.
 #pragma once
@@ -22,6 +22,7 @@ class Svg {
   void line(double x1, double y1, double x2, double y2, const SvgStyle& style);
   void polyline(const std::vector<std::pair<double, double>>& points, const SvgStyle& style);
   void rect(double x, double y, double w, double h, const SvgStyle& style);
+  void circle(double cx, double cy, double r, const SvgStyle& style);
   // anchor: start | middle | end. rotate: degrees about (x, y).
   void text(double x, double y, const std::string& s, double size = 11, const std::string& anchor = "start",
             const std::string& color = "#222", double rotate = 0);

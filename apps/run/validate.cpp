@@ -14,6 +14,7 @@
 #include "apps/run/dataset.h"
 #include "apps/run/train.h"
 #include "apps/run/trainer.h"
+#include "apps/run/validate_gpt.h"
 #include "autograd/modules.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -80,14 +81,6 @@ Thresholds resolve(const ValidateConfig& c) {
   Thresholds t{c.rtol.value_or(16.0 * u), c.atol.value_or(u), c.tie_margin.value_or(64.0 * u), c.min_quality,
                c.max_flips};
   return t;
-}
-
-void check_threshold(const char* option, const std::optional<double>& value) {
-  if (!value || (std::isfinite(*value) && *value >= 0.0)) return;
-  std::ostringstream got;
-  got << *value;
-  throw UsageError(std::string(option) + " must be a finite number >= 0, got " + got.str() +
-                   " (leave it out for the dtype's default)");
 }
 
 TrainConfig model_config(const ValidateConfig& c) {
@@ -786,7 +779,16 @@ bool train_and_compare(const ValidateConfig& c, const TrainConfig& mc, Module& m
 
 }  // namespace
 
+void check_threshold(const char* option, const std::optional<double>& value) {
+  if (!value || (std::isfinite(*value) && *value >= 0.0)) return;
+  std::ostringstream got;
+  got << *value;
+  throw UsageError(std::string(option) + " must be a finite number >= 0, got " + got.str() +
+                   " (leave it out for the dtype's default)");
+}
+
 ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
+  if (validates_gpt(c)) return run_validate_gpt(c, out);
   const TrainConfig mc = checked_model_config(c);
   std::unique_ptr<Module> model = build_model(c, mc);
   const Thresholds t = resolve(c);

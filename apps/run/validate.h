@@ -47,6 +47,8 @@ struct ValidateConfig {
   int64_t train_steps = 0;
   float lr = 1e-2f;
   int64_t batch = 32;
+  // A GPT checkpoint (apps/run/validate_gpt.h): the held-out windows of --data it is run on.
+  int64_t windows = 32;
 };
 
 struct ValidateResult {
@@ -54,6 +56,11 @@ struct ValidateResult {
   nlohmann::json report;
 };
 
+// Linear and MLP checkpoints here; a GPT checkpoint goes to run_validate_gpt (validate_gpt.h).
 ValidateResult run_validate(const ValidateConfig& config, std::ostream& out);
+
+// A threshold option (--rtol, --atol, --tie-margin): unset, or a finite number >= 0; else
+// UsageError naming it.
+void check_threshold(const char* option, const std::optional<double>& value);
 
 }  // namespace belay

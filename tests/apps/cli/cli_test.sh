@@ -404,5 +404,59 @@ expect_error "resume under another op policy" 2 train --dtype fp16 --model mlp -
   grep -q '^experiment: new experiment at step 4' "$tmp/p.out" && pass "--new-experiment resumes under --fp32-ops gelu, recorded" ||
   fail "--new-experiment: $(cat "$tmp/p.out")"
 
+# GPT tools (issue 26): a tiny GPT (1 block, width 16, context 8) trained 20 steps on a
+# tokens file made here (U8 ASCII text, vocabulary 128: a byte >= 128 is no token of it).
+python3 - "$tmp/tok.safetensors" <<'PY'
+import json, struct, sys
+text = ("def f(x):\n    return x + 1\n" * 60).encode()
+cut = len(text) * 9 // 10
+parts = [("train", text[:cut]), ("heldout", text[cut:])]
+header = {"__metadata__": {"tokens.format": "belay.tokens.v1", "tokens.vocab": "128"}}
+at = 0
+for name, b in parts:
+    header[name] = {"dtype": "U8", "shape": [len(b)], "data_offsets": [at, at + len(b)]}
+    at += len(b)
+h = json.dumps(header).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + b"".join(b for _, b in parts))
+PY
+gpt=(--model gpt --data "$tmp/tok.safetensors" --layers 1 --width 16 --heads 2 --context 8 --batch 4)
+"$belay" train "${gpt[@]}" --steps 20 --eval-every 10 --eval-windows 4 --csv "$tmp/gpt.csv" \
+  --checkpoint "$tmp/gpt.ck" --quiet || fail "gpt: the tiny run"
+# belay sample: the prompt then the tokens; a seed repeats its text; temperature 0 needs none.
+s1=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --temperature 0.8 --seed 1 | od -An -c)
+s2=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --temperature 0.8 --seed 1 | od -An -c)
+n=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --seed 1 | head -c 4)
+[ -n "$s1" ] && [ "$s1" = "$s2" ] && [ "$n" = "def " ] && pass "sample: the prompt continued, the same seed the same text" ||
+  fail "sample: '$s1' vs '$s2', starts '$n'"
+[ "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 31 --temperature 0 --seed 1 | wc -c)" -eq 36 ] &&
+  pass "sample: --tokens 31 --temperature 0: 4 + 31 bytes and a newline" || fail "sample: byte count"
+[ "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 20 --top-k 1 --seed 3 | od -An -c)" = \
+  "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 20 --temperature 0 | od -An -c)" ] &&
+  pass "sample: --top-k 1 is the argmax" || fail "sample: --top-k 1 differs from --temperature 0"
+expect_one_line_error "sample: not a GPT checkpoint" 2 "is of a linear model, not a GPT" \
+  sample --checkpoint "$tmp/c.safetensors" --prompt "def "
+expect_one_line_error "sample: empty prompt" 2 "--prompt is empty" sample --checkpoint "$tmp/gpt.ck" --prompt ""
+expect_one_line_error "sample: a byte the vocabulary lacks" 2 "prompt byte 1 (value 233) is not in the model's vocabulary of 128" \
+  sample --checkpoint "$tmp/gpt.ck" --prompt $'d\xe9f'
+expect_one_line_error "sample: negative temperature" 2 "--temperature must be a finite number >= 0" \
+  sample --checkpoint "$tmp/gpt.ck" --prompt "def " --temperature -1
+expect_one_line_error "sample: no tokens" 2 "--tokens must be at least 1" sample --checkpoint "$tmp/gpt.ck" --prompt "d" --tokens 0
+expect_error "sample: a missing checkpoint" 2 sample --checkpoint "$tmp/none.ck" --prompt "d"
+# belay validate on the GPT checkpoint: next-token decisions and the loss in FP32 and bf16.
+"$belay" validate --checkpoint "$tmp/gpt.ck" --data "$tmp/tok.safetensors" --dtype bf16 --windows 4 \
+  --json "$tmp/vg.json" >"$tmp/vg.out" 2>&1
+rc=$?
+{ [ $rc -eq 0 ] || [ $rc -eq 1 ]; } && grep -q '^decisions (next-token argmax, ties to the lowest id): [0-9]* changed of 32 ' "$tmp/vg.out" &&
+  grep -q '^loss (nats per token): ' "$tmp/vg.out" &&
+  python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["comparison"]["decisions"]["tokens"] == 32' "$tmp/vg.json" &&
+  pass "validate: a GPT checkpoint's next-token decisions (exit $rc)" || fail "validate gpt: exit $rc, $(cat "$tmp/vg.out")"
+expect_one_line_error "validate: a GPT without --data" 2 "give --data TOKENS.safetensors" validate --checkpoint "$tmp/gpt.ck"
+# belay plot: the held-out loss drawn from the heldout_loss column.
+"$belay" plot "$tmp/gpt.csv" -o "$tmp/gpt.svg" >/dev/null &&
+  python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$tmp/gpt.svg" &&
+  [ "$(grep -c '<circle' "$tmp/gpt.svg")" -eq 3 ] && grep -q '>held-out</text>' "$tmp/gpt.svg" &&
+  pass "plot: a GPT log's held-out loss (2 points and the legend's)" || fail "plot: held-out loss"
+
 echo "$fails failure(s)"
 [ $fails -eq 0 ]

@@ -5,12 +5,14 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include "apps/plot/plot.h"
 #include "apps/run/train.h"
 #include "engine/error.h"
+#include "tests/apps/run/tiny_gpt.h"
 #include "tests/files.h"
 
 using namespace belay;
@@ -165,4 +167,70 @@ TEST_CASE("plot: the README demo's picture shows the injected skip and the scale
   }
   CHECK(drops == 1);
   CHECK(svg.find(">inf</text>") != std::string::npos);
+}
+
+TEST_CASE("plot: the held-out loss column is read and drawn as points in the loss panel", "[apps][plot]") {
+  // A GPT run with --eval-every 2 over 5 steps: evaluations after steps 1, 3 and 4 (the last).
+  const std::string tokens = test::tiny_tokens_file("plot_heldout"), csv = tmp("gpt.csv");
+  TrainConfig c;
+  c.model = "gpt";
+  c.data = tokens;
+  c.layers = 1;
+  c.width = 16;
+  c.heads = 2;
+  c.context = 8;
+  c.batch = 4;
+  c.steps = 5;
+  c.eval_every = 2;
+  c.eval_windows = 4;
+  c.csv = csv;
+  c.quiet = true;
+  std::ostringstream out;
+  const TrainResult r = run_training(c, out);
+  const RunLog log = read_step_log(csv);
+  REQUIRE(log.heldout.size() == log.rows.size());
+  REQUIRE(r.heldout.size() == 3);
+  size_t at = 0;
+  for (size_t i = 0; i < log.rows.size(); ++i) {
+    if (std::isnan(log.heldout[i])) continue;
+    REQUIRE(at < r.heldout.size());
+    CHECK(log.rows[i].step == r.heldout[at].first);
+    CHECK(std::fabs(log.heldout[i] - r.heldout[at].second) <= 1e-5 * r.heldout[at].second);  // "%.6g" in the CSV
+    ++at;
+  }
+  CHECK(at == 3);
+  const std::string svg = plot_svg({log});
+  CHECK(count(svg, "<circle") == 3 + 1);  // a point per evaluation, and the legend's
+  CHECK(svg.find(">held-out</text>") != std::string::npos);
+  CHECK(count(svg, "stroke-dasharray=\"2 3\"") == 2);  // the series' line and the legend's
+
+  // The same log without the column: no held-out series, no legend entry, the plain title.
+  RunLog plain = log;
+  plain.heldout.clear();
+  const std::string before = plot_svg({plain});
+  CHECK(before.find("<circle") == std::string::npos);
+  CHECK(before.find("held-out") == std::string::npos);
+  CHECK(before.find(">loss</text>") != std::string::npos);
+  // Overlaid with a log that has it: points in that log's colour only.
+  RunLog second = log;
+  second.name = "bf16.csv";
+  const std::string both = plot_svg({plain, second});
+  CHECK(count(both, "<circle") == 3 + 1);
+  CHECK(count(both, "fill=\"#2ca02c\"") == 3);
+  CHECK(count(both, "fill=\"#1f77b4\"") == 0);
+
+  // policy then heldout_loss, as a run with both writes them; a bad cell names its line.
+  const std::string hand = tmp("both.csv");
+  spit(hand, std::string(kStepLogHeader) + ",policy,heldout_loss\n0,0.01,1,1,2,0,,1,fp16@lr=0.01,\n" +
+                 "1,0.01,1,1,1.5,0,,1,fp16@lr=0.01,1.75\n");
+  const RunLog h = read_step_log(hand);
+  REQUIRE(h.heldout.size() == 2);
+  CHECK(std::isnan(h.heldout[0]));
+  CHECK(h.heldout[1] == 1.75);
+  CHECK(h.policy == std::vector<std::string>{"fp16@lr=0.01", "fp16@lr=0.01"});
+  spit(hand, std::string(kStepLogHeader) + ",heldout_loss\n0,0.01,1,1,2,0,,1,low\n");
+  CHECK_THROWS_WITH(read_step_log(hand), Catch::Contains("line 2") && Catch::Contains("heldout_loss 'low'"));
+  spit(hand, std::string(kStepLogHeader) + ",heldout_loss,policy\n0,0.01,1,1,2,0,,1,,p\n");
+  CHECK_THROWS_WITH(read_step_log(hand), Catch::Contains("not a belay step log"));
+  for (const std::string& f : {tokens, csv, hand}) std::remove(f.c_str());
 }

@@ -1,0 +1,130 @@
+#include "apps/run/sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+#include "amp/checkpoint.h"
+#include "apps/run/token_dataset.h"
+#include "autograd/graph.h"
+#include "engine/error.h"
+#include "engine/random.h"
+
+namespace belay {
+
+namespace {
+
+// The checkpoint's setting `key` as a positive count; a GPT run records every one of them.
+int64_t gpt_setting(const std::string& path, const std::map<std::string, std::string>& settings, const char* key) {
+  const auto it = settings.find(key);
+  const std::string v = it == settings.end() ? "" : it->second;
+  char* end = nullptr;
+  const long long n = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 1)
+    throw UsageError("checkpoint '" + path + "' records no valid " + key + " ('" + v +
+                     "'): write it again with a current belay train --model gpt");
+  return n;
+}
+
+void check_options(const SampleConfig& c) {
+  if (c.prompt.empty()) throw UsageError("sample: --prompt is empty: give the text to continue, e.g. --prompt \"def \"");
+  if (c.tokens < 1) throw UsageError("sample: --tokens must be at least 1, got " + std::to_string(c.tokens));
+  if (!(std::isfinite(c.temperature) && c.temperature >= 0.0)) {
+    std::ostringstream t;
+    t << c.temperature;
+    throw UsageError("sample: --temperature must be a finite number >= 0 (0: the most likely token), got " + t.str());
+  }
+  if (c.top_k < 0) throw UsageError("sample: --top-k must be >= 0 (0: every token), got " + std::to_string(c.top_k));
+}
+
+// Uniform in [0, 1) with 53 random bits: every double the draw can need.
+double uniform53(Rng& rng) { return static_cast<double>(rng.next_u64() >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+std::unique_ptr<Gpt> load_gpt_checkpoint(const std::string& path) {
+  const std::map<std::string, std::string> s = inspect_checkpoint(path).state.settings;  // throws for no checkpoint
+  const std::string model = s.count("model") ? s.at("model") : "";
+  if (model != "gpt")
+    throw UsageError("checkpoint '" + path + "' is of a " + (model.empty() ? std::string("unnamed") : model) +
+                     " model, not a GPT: give one written by belay train --model gpt");
+  GptConfig g;
+  g.vocab = gpt_setting(path, s, "out");
+  g.context = gpt_setting(path, s, "context");
+  g.width = gpt_setting(path, s, "width");
+  g.layers = gpt_setting(path, s, "layers");
+  g.heads = gpt_setting(path, s, "heads");
+  g.validate();
+  Rng rng(0);  // any init: every parameter is loaded below
+  auto gpt = std::make_unique<Gpt>(g, rng, Device::cpu());
+  load_initial_weights(path, *gpt);
+  return gpt;
+}
+
+int32_t pick_token(const float* logits, int64_t vocab, double temperature, int64_t top_k, Rng& rng) {
+  for (int64_t j = 0; j < vocab; ++j)
+    if (!std::isfinite(logits[j]))
+      throw Error("sample: the model's logit for token " + std::to_string(j) + " is not finite (" +
+                  std::to_string(logits[j]) + "): the checkpoint's weights are broken");
+  // Ids by logit, largest first, ties to the lowest id: the argmax is order[0].
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (temperature == 0.0) return order[0];
+  const size_t k = top_k > 0 ? static_cast<size_t>(std::min(top_k, vocab)) : order.size();
+  std::vector<double> weight(k);
+  const double top = logits[order[0]];
+  double sum = 0.0;
+  for (size_t i = 0; i < k; ++i) sum += weight[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / temperature);
+  // The first id whose cumulative weight passes u * sum; the top id's weight is 1, so sum >= 1.
+  const double target = uniform53(rng) * sum;
+  double cum = 0.0;
+  for (size_t i = 0; i < k; ++i) {
+    cum += weight[i];
+    if (cum > target) return order[i];
+  }
+  return order[0];  // rounding left target at the sum: the likeliest id (weight 1) stands in
+}
+
+std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, int64_t count, double temperature,
+                              int64_t top_k, uint64_t seed) {
+  const GptConfig& g = model.config();
+  if (prompt.empty()) throw UsageError("sample: the prompt has no tokens");
+  for (int32_t id : prompt)
+    if (id < 0 || id >= g.vocab)
+      throw UsageError("sample: prompt token " + std::to_string(id) + " is not in the model's vocabulary of " +
+                       std::to_string(g.vocab) + " tokens");
+  NoGrad no_grad;
+  Rng rng(seed);
+  std::vector<int32_t> ids = prompt, out;
+  for (int64_t n = 0; n < count; ++n) {
+    const int64_t t = std::min<int64_t>(static_cast<int64_t>(ids.size()), g.context);
+    const std::vector<float> window(ids.end() - t, ids.end());  // ids as FP32, as the model reads them
+    const Var logits = model.forward(Var(Tensor::from_vector(window, Shape{1, t})));
+    const std::vector<float> all = logits.value().to_vector();
+    const int32_t next = pick_token(all.data() + (t - 1) * g.vocab, g.vocab, temperature, top_k, rng);
+    ids.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+std::string sample_text(const SampleConfig& c) {
+  check_options(c);
+  std::unique_ptr<Gpt> model = load_gpt_checkpoint(c.checkpoint);
+  const int64_t vocab = model->config().vocab;
+  if (vocab > 256)
+    throw UsageError("sample: checkpoint '" + c.checkpoint + "' has a vocabulary of " + std::to_string(vocab) +
+                     " tokens: sample reads and prints byte-level tokens (vocabulary <= 256)");
+  const std::vector<int32_t> prompt = bytes_to_tokens(c.prompt);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] >= vocab)
+      throw UsageError("sample: prompt byte " + std::to_string(i) + " (value " + std::to_string(prompt[i]) +
+                       ") is not in the model's vocabulary of " + std::to_string(vocab) + " tokens");
+  return c.prompt + tokens_to_bytes(generate(*model, prompt, c.tokens, c.temperature, c.top_k, c.seed));
+}
+
+}  // namespace belay
