@@ -178,6 +178,37 @@ if run_pair inject "${inj[@]}" --checkpoint-every 1; then
     pass "inject: scaler state equal, weights within 1e-5 of one process" || { fail "inject: state"; cat "$tmp/cmp"; }
 fi
 
+# 4b. The GPT (--model gpt) on a tiny tokens file made here: 2 ranks x 4 sequences vs 1 x 8,
+# fp32, clipped, with the held-out loss. The bound, stated before the run: every step's
+# loss, pre-clip norm and held-out loss within 1e-4 relative, the belt columns identical. The
+# runs differ in how the weight gradients sum over rows (FP32 roundings, ~1e-6 relative), and
+# 6 steps cannot grow that past 1e-4; the weights are not compared element by element:
+# attn.k.bias has no true gradient (softmax ignores a shift of every score), so its gradient
+# is rounding noise, and AdamW moves it by ~lr whatever that noise is.
+python3 - "$(dirname "${BASH_SOURCE[0]}")/../../apps/data" "$tmp/text.safetensors" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from make_text_corpus import write_safetensors
+text = lambda lines, salt: "".join(f"def f{(i * 7 + salt) % 13}(x):\n    return x + {i % 5}\n" for i in range(lines))
+write_safetensors(sys.argv[2], [("train", text(60, 0).encode()), ("heldout", text(8, 3).encode())],
+                  {"tokens.format": "belay.tokens.v1", "tokens.vocab": "256"})
+PY
+gpt=(--model gpt --data "$tmp/text.safetensors" --layers 1 --width 16 --heads 2 --context 8 --batch 8 --steps 6
+     --eval-every 3 --eval-windows 4 --seed 3)
+two_only=()
+if run_pair gpt "${gpt[@]}"; then
+  diff <(belt_columns "$tmp/gpt.one.csv") <(belt_columns "$tmp/gpt.two.csv") >/dev/null &&
+    pass "gpt: 2 ranks = 1 process: step/lr/skip/scale columns identical" || fail "gpt: belt columns differ"
+  worst=$(paste -d, "$tmp/gpt.one.csv" "$tmp/gpt.two.csv" | awk -F, 'NR > 1 {
+      for (c = 3; c <= 9; c += 1) { if (c != 3 && c != 5 && c != 9 || $c == "") continue
+        d = ($c - $(c + 9)) / $c; if (d < 0) d = -d; if (d > w) w = d } }
+      END { printf "%.3g", w }')
+  awk -v w="$worst" 'BEGIN { exit !(w <= 1e-4) }' && pass "gpt: norm, loss and held-out loss within 1e-4 relative (worst $worst)" ||
+    fail "gpt: norm, loss or held-out loss differ by $worst relative"
+  [ "$(awk -F, 'NR > 1 && $9 != ""' "$tmp/gpt.two.csv" | wc -l)" -eq 2 ] && pass "gpt: 2 held-out evaluations logged" ||
+    fail "gpt: held-out column: $(cut -d, -f9 "$tmp/gpt.two.csv" | tr '\n' ' ')"
+fi
+
 # 5. Usage errors stop every rank before any work, said once (whole), exit 2 on every rank.
 expect_mpirun_error "batch 33 on 2 ranks" 2 'not a multiple of the world size 2' 2 "$belay" train --dist mpi --batch 33 --steps 1
 expect_mpirun_error "mpirun without --dist mpi" 2 'started by mpirun with 2 processes but without --dist mpi' \
