@@ -169,3 +169,28 @@ TEST_CASE("gpt: bad options are one UsageError each", "[apps][train][gpt]") {
   m.eval_every = 5;  // held-out text needs a GPT
   CHECK_THROWS_AS(run(m), UsageError);
 }
+
+TEST_CASE("gpt: a skip-rate rollback restores the last good state bit for bit, data position included",
+          "[apps][train][gpt][rollback]") {
+  TrainConfig c = gpt_config(12, DType::F16);
+  c.inject_inf = {5, 6, 7};  // three skipped steps in a row: above a rate of 0.5 over 4 steps
+  c.rollback.on_skip_rate = true;
+  c.rollback.every = 2;
+  c.rollback.skip_window = 4;
+  c.rollback.max_skip_rate = 0.5;
+  c.rollback.report = test::temp_path("gpt_train", "rollback.json");
+  const TrainResult r = run(c);
+  CHECK(r.exit_code == 1);  // the default policy: stop, in the restored state
+  CHECK(r.rollbacks == 1);
+  REQUIRE(r.final_next_step > 0);
+  REQUIRE(r.final_next_step <= 5);  // a snapshot from before the planted steps
+  // The same run stopped at that step: the same masters and the same data position.
+  TrainConfig ref = gpt_config(12, DType::F16);
+  ref.inject_inf = c.inject_inf;
+  ref.stop_at = r.final_next_step;
+  const TrainResult want = run(ref);
+  REQUIRE(want.final_weights.size() == r.final_weights.size());
+  CHECK(std::memcmp(want.final_weights.data(), r.final_weights.data(), r.final_weights.size() * 4) == 0);
+  CHECK(want.final_data_position == r.final_data_position);
+  std::remove(c.rollback.report.c_str());
+}
