@@ -40,15 +40,26 @@ def rows_of(belay_rounds, torch_rounds, section, key_fields):
     return out
 
 
-def parts_of(belay_rounds):
+def parts_of(belay_rounds, section, label):
     out = []
-    for i, row in enumerate(belay_rounds[0]["gpt"]["step_parts"]):
-        rounds = [r["gpt"]["step_parts"][i] for r in belay_rounds]
+    for i, row in enumerate(belay_rounds[0]["gpt"][section]):
+        rounds = [r["gpt"][section][i] for r in belay_rounds]
         step = med(r["step_ms"] for r in rounds)
         parts = [{"part": p["part"], "ms_per_step": med(r["parts"][j]["ms_per_step"] for r in rounds),
+                  "fraction": med(r["parts"][j]["fraction"] for r in rounds),
                   "calls_per_step": p["calls_per_step"]} for j, p in enumerate(row["parts"])]
-        out.append({"batch": row["batch"], "dtype": row["dtype"], "step_ms": step, "parts": parts})
+        out.append({"label": label(row), "dtype": row["dtype"], "step_ms": step, "parts": parts})
     return out
+
+
+def parts_table(title, rows):
+    heads = [f"{p['label']} {p['dtype']}" for p in rows]
+    lines = ["", title, "", "| part | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    for j, p in enumerate(rows[0]["parts"]):
+        cells = [f"{s['parts'][j]['ms_per_step']:.2f} ({100 * s['parts'][j]['fraction']:.0f}%)" for s in rows]
+        lines.append(f"| {p['part']} | " + " | ".join(cells) + " |")
+    lines.append("| **the whole, timed with the parts** | " + " | ".join(f"{s['step_ms']:.2f}" for s in rows) + " |")
+    return lines
 
 
 def markdown(doc):
@@ -72,15 +83,12 @@ def markdown(doc):
                      f"{r['belay_tokens_per_s']:.0f} | {f(r['torch_explicit_ms'])} | "
                      f"{r['torch_explicit_tokens_per_s']:.0f} | {r['ratio_vs_explicit']:.2f} | "
                      f"{f(r['torch_sdpa_ms'])} | {r['ratio_vs_sdpa']:.2f} |")
-    heads = [f"b{p['batch']} {p['dtype']}" for p in doc["step_parts"]]
-    lines += ["", "Where belay's step goes (ms per step; every backend call timed, bench/timed_backend.h; "
-              "`rest` = the step minus the parts: autograd graph, allocation, host work):", "",
-              "| part | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
-    for j, p in enumerate(doc["step_parts"][0]["parts"]):
-        cells = [f"{s['parts'][j]['ms_per_step']:.2f} ({100 * s['parts'][j]['ms_per_step'] / s['step_ms']:.0f}%)"
-                 for s in doc["step_parts"]]
-        lines.append(f"| {p['part']} | " + " | ".join(cells) + " |")
-    lines.append("| **step (timed with the parts)** | " + " | ".join(f"{s['step_ms']:.2f}" for s in doc["step_parts"]) + " |")
+    note = ("(ms per run, median over the rounds of each part's mean; in brackets its fraction of the run; every "
+            "backend call timed, bench/timed_backend.h; `rest` = the run minus the parts: autograd graph, "
+            "allocation, host work. The runs with the timer are separate from the timed rows above and, on a "
+            "loaded machine, slower: read the fractions.)")
+    lines += parts_table("Where belay's block forward + backward goes " + note, doc["block_parts"])
+    lines += parts_table("Where belay's GPT step goes " + note, doc["step_parts"])
     return "\n".join(lines) + "\n"
 
 
@@ -102,7 +110,8 @@ def main():
            "load_start": a.load_start.strip(), "load_end": a.load_end.strip(),
            "block": rows_of(belay, torch_, "block", ("shape", "batch", "tokens", "width", "heads", "dtype")),
            "step": rows_of(belay, torch_, "step", ("batch", "context", "dtype")),
-           "step_parts": parts_of(belay), "belay_rounds": belay, "torch_rounds": torch_}
+           "block_parts": parts_of(belay, "block_parts", lambda r: r["shape"]),
+           "step_parts": parts_of(belay, "step_parts", lambda r: f"batch {r['batch']}"), "belay_rounds": belay, "torch_rounds": torch_}
     with open(a.out + ".json", "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
