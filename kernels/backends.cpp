@@ -1,6 +1,7 @@
 // The device -> backend lookup that engine/backend.h declares. The CUDA backend exists
 // only in a CUDA build (BELAY_HAVE_CUDA) and is usable only when a GPU is visible.
 #include "engine/backend.h"
+#include "kernels/backend_hook.h"
 #include "engine/error.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -34,8 +35,15 @@ void require_device(Device device) {
     throw UsageError("--device " + device.str() + ": only " + std::to_string(n) + " CUDA device(s) visible");
 }
 
+namespace {
+const Backend* g_cpu_override = nullptr;  // kernels/backend_hook.h: the bench's per-op timer
+}  // namespace
+
+void set_cpu_backend_override(const Backend* backend) { g_cpu_override = backend; }
+const Backend& cpu_backend_direct() { return cpu_backend(); }
+
 const Backend& backend_for(Device device) {
-  if (device.is_cpu()) return cpu_backend();
+  if (device.is_cpu()) return g_cpu_override ? *g_cpu_override : cpu_backend();
 #if BELAY_HAVE_CUDA
   require_device(device);
   return cuda_backend();
