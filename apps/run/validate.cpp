@@ -806,9 +806,14 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
   } else {
     pass = train_and_compare(c, mc, *model, set, t, report, out);
   }
+  return conclude_validate(pass, c, std::move(report), "set", out);
+}
+
+ValidateResult conclude_validate(bool pass, const ValidateConfig& c, nlohmann::json report, const char* what,
+                                 std::ostream& out) {
   report["pass"] = pass;
   out << (pass ? "PASS" : "FAIL") << ": " << dtype_name(c.dtype)
-      << (pass ? " holds every threshold" : " fails a threshold") << " on this set\n";
+      << (pass ? " holds every threshold" : " fails a threshold") << " on this " << what << "\n";
   if (!c.json.empty()) write_file_atomically(c.json, report.dump(2) + "\n");
   return {pass ? 0 : 1, report};
 }

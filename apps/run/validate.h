@@ -63,4 +63,9 @@ ValidateResult run_validate(const ValidateConfig& config, std::ostream& out);
 // UsageError naming it.
 void check_threshold(const char* option, const std::optional<double>& value);
 
+// The verdict line ("PASS: bf16 holds every threshold on this <what>"), the JSON report
+// written when asked (atomically), and the result: shared by both kinds of checkpoint.
+ValidateResult conclude_validate(bool pass, const ValidateConfig& config, nlohmann::json report, const char* what,
+                                 std::ostream& out);
+
 }  // namespace belay

@@ -260,11 +260,7 @@ ValidateResult run_validate_gpt(const ValidateConfig& c, std::ostream& out) {
   const Tally s = run_windows(*model, *data, bounded, t);
   report["comparison"] = compare(s, t, dtype_name(c.dtype), out);
   const bool pass = report["comparison"]["pass"];
-  report["pass"] = pass;
-  out << (pass ? "PASS" : "FAIL") << ": " << dtype_name(c.dtype)
-      << (pass ? " holds every threshold" : " fails a threshold") << " on this text\n";
-  if (!c.json.empty()) write_file_atomically(c.json, report.dump(2) + "\n");
-  return {pass ? 0 : 1, report};
+  return conclude_validate(pass, c, std::move(report), "text", out);
 }
 
 }  // namespace belay

@@ -172,19 +172,10 @@ TEST_CASE("plot: the README demo's picture shows the injected skip and the scale
 TEST_CASE("plot: the held-out loss column is read and drawn as points in the loss panel", "[apps][plot]") {
   // A GPT run with --eval-every 2 over 5 steps: evaluations after steps 1, 3 and 4 (the last).
   const std::string tokens = test::tiny_tokens_file("plot_heldout"), csv = tmp("gpt.csv");
-  TrainConfig c;
-  c.model = "gpt";
-  c.data = tokens;
-  c.layers = 1;
-  c.width = 16;
-  c.heads = 2;
-  c.context = 8;
-  c.batch = 4;
-  c.steps = 5;
+  TrainConfig c = test::tiny_gpt_config(tokens, 5);
   c.eval_every = 2;
   c.eval_windows = 4;
   c.csv = csv;
-  c.quiet = true;
   std::ostringstream out;
   const TrainResult r = run_training(c, out);
   const RunLog log = read_step_log(csv);

@@ -29,18 +29,9 @@ struct Fixture {
   std::string tokens, ck;
   double heldout = 0;
   explicit Fixture(const std::string& prefix) : tokens(test::tiny_tokens_file(prefix)) {
-    TrainConfig c;
-    c.model = "gpt";
-    c.data = tokens;
-    c.layers = 1;
-    c.width = 16;
-    c.heads = 2;
-    c.context = 8;
-    c.batch = 4;
-    c.steps = 5;
+    TrainConfig c = test::tiny_gpt_config(tokens, 5);
     c.eval_every = 5;
     c.eval_windows = kWindows;
-    c.quiet = true;
     c.checkpoint = ck = test::temp_path(prefix, "gpt.ck");
     std::ostringstream out;
     heldout = run_training(c, out).heldout.back().second;

@@ -25,8 +25,8 @@ inline std::string tiny_tokens_file(const std::string& prefix) {
   return path;
 }
 
-// Trains the tiny GPT `steps` steps on `tokens` and returns its checkpoint's path.
-inline std::string tiny_gpt_checkpoint(const std::string& prefix, const std::string& tokens, int64_t steps = 5) {
+// The tiny GPT's run on `tokens` (1 block, width 16, 2 heads, context 8, batch 4), quiet.
+inline TrainConfig tiny_gpt_config(const std::string& tokens, int64_t steps) {
   TrainConfig c;
   c.model = "gpt";
   c.data = tokens;
@@ -37,6 +37,12 @@ inline std::string tiny_gpt_checkpoint(const std::string& prefix, const std::str
   c.batch = 4;
   c.steps = steps;
   c.quiet = true;
+  return c;
+}
+
+// Trains the tiny GPT `steps` steps on `tokens` and returns its checkpoint's path.
+inline std::string tiny_gpt_checkpoint(const std::string& prefix, const std::string& tokens, int64_t steps = 5) {
+  TrainConfig c = tiny_gpt_config(tokens, steps);
   c.checkpoint = temp_path(prefix, "gpt.ck");
   std::ostringstream out;
   run_training(c, out);
