@@ -116,8 +116,8 @@ void validate_dist(const TrainConfig& c) {
                      std::to_string(c.world_size()) + ")");
 }
 
-// The model, the optimizer and its learning-rate schedule.
-void validate_optimizer(const TrainConfig& c) {
+// The model, and the held-out evaluation a GPT may ask for.
+void validate_model(const TrainConfig& c) {
   if (c.model != "linear" && c.model != "mlp" && c.model != "gpt")
     throw UsageError("unknown model '" + c.model + "': use linear, mlp or gpt");
   if (c.model == "gpt") gpt_config_of(c).validate();
@@ -125,6 +125,10 @@ void validate_optimizer(const TrainConfig& c) {
   if (c.eval_windows <= 0) throw UsageError("--eval-windows must be positive, got " + std::to_string(c.eval_windows));
   if (c.eval_every > 0 && c.model != "gpt") throw UsageError("--eval-every needs --model gpt (held-out text)");
   if (c.model == "mlp" && c.layers < 2) throw UsageError("--layers must be at least 2, got " + std::to_string(c.layers));
+}
+
+// The optimizer and its learning-rate schedule.
+void validate_optimizer(const TrainConfig& c) {
   if (c.optimizer != "adamw" && c.optimizer != "sgd")
     throw UsageError("unknown optimizer '" + c.optimizer + "': use adamw or sgd");
   if (!(c.lr > 0.0f) || !std::isfinite(c.lr)) throw UsageError("--lr must be a positive number");
@@ -167,6 +171,7 @@ void validate_dist_device(const std::string& dist, const std::string& device) {
 void validate(const TrainConfig& c) {
   validate_sizes(c);
   validate_dist(c);
+  validate_model(c);
   validate_optimizer(c);
   validate_belts(c);
   // A size that cannot even be counted in bytes is bad input, not an out-of-memory.

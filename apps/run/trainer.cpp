@@ -437,6 +437,14 @@ void Trainer::step(int64_t s) {
   result_.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
 }
 
+// The values of the CSV's extra columns for this row: the policy, the held-out loss.
+std::vector<std::string> Trainer::extra_columns(const StepRow& row) const {
+  std::vector<std::string> extra;
+  if (policy_column_) extra.push_back(policy_label());
+  if (c_.eval_every > 0) extra.push_back(heldout_ && heldout_->first == row.step ? heldout_text(heldout_->second) : "");
+  return extra;
+}
+
 // The model's loss on one (micro-)batch, under the run's autocast. Token data: the logits of
 // every position [B T, V] against the next ids [B, T], flattened in the same order.
 Var Trainer::loss_of(const Tensor& x, const Tensor& y) {
@@ -493,11 +501,8 @@ void Trainer::check_optimizer() {
 // One finished step: CSV row, progress, the monitors (the skip monitor may end the run: exit 1).
 void Trainer::log(const StepRow& row) {
   result_.rows.push_back(row);
-  std::vector<std::string> extra;
-  if (policy_column_) extra.push_back(policy_label());
-  if (c_.eval_every > 0) extra.push_back(heldout_ && heldout_->first == row.step ? heldout_text(heldout_->second) : "");
   if (heldout_ && heldout_->first == row.step) result_.heldout.push_back(*heldout_);
-  if (log_) log_->write(row, extra);
+  if (log_) log_->write(row, extra_columns(row));
   if (c_.rollback.enabled() && !rollback_reason_) {
     rollback_reason_ = trigger_->observe(row);
     if (rollback_reason_) rollback_fired_at_ = row.step;

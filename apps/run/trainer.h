@@ -75,6 +75,7 @@ class Trainer {
   void drain(size_t keep);  // logs the rows of all but the newest `keep` steps in flight
   void check_batch(const Batch& batch);
   Var loss_of(const Tensor& x, const Tensor& y);
+  std::vector<std::string> extra_columns(const StepRow& row) const;
   double evaluate_heldout();
   void check_optimizer();
   void on_after_backward(int64_t s, Optimizer& o);
