@@ -111,7 +111,7 @@ const char* kGradColor = "#d62728";   // skip: nonfinite_grad
 const char* kLossColor = "#ff7f0e";   // skip: nonfinite_loss
 const char* kPolicyColor = "#7f3fbf";
 
-constexpr double kWidth = 960, kLeft = 92, kRight = 28, kTop = 78, kPanelH = 150, kGap = 30, kBottom = 48;
+constexpr double kWidth = 960, kLeft = 92, kRight = 28, kTop = 92, kPanelH = 150, kGap = 30, kBottom = 48;
 constexpr int kPanels = 4;
 
 struct Frame {
@@ -355,33 +355,44 @@ void draw_series(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs
   }
 }
 
-// The legend: one entry per log, then the skip reasons.
+// The legend: one entry per log, then the held-out sample and the skip reasons; an entry
+// that would pass the right edge starts a second line (there is room for two above the panels).
 void draw_legend(Svg& svg, const std::vector<RunLog>& logs) {
   double lx = kLeft, ly = 22;
   svg.text(kLeft, ly, logs.size() == 1 ? "belay: " + logs[0].name : "belay: " + std::to_string(logs.size()) + " runs", 14,
            "start", "#111");
   ly += 22;
+  auto place = [&](double width) {  // where the next entry of this width starts
+    if (lx > kLeft && lx + width > kWidth - kRight) {
+      lx = kLeft;
+      ly += 16;
+    }
+  };
   for (size_t li = 0; li < logs.size(); ++li) {
     int64_t skipped = 0;
     for (const StepRow& r : logs[li].rows) skipped += r.skipped;
     const std::string label = logs[li].name + " (" + std::to_string(logs[li].rows.size()) + " rows, " +
                               std::to_string(skipped) + " skipped)";
+    place(27 + 6.5 * static_cast<double>(label.size()));
     svg.line(lx, ly - 4, lx + 22, ly - 4, SvgStyle{kRunColors[li], 2.5});
     svg.text(lx + 27, ly, label, 11);
     lx += 27 + 6.5 * static_cast<double>(label.size()) + 18;
   }
   if (std::any_of(logs.begin(), logs.end(), [](const RunLog& l) { return !l.heldout.empty(); })) {
     // The held-out loss: drawn in each log's colour; the legend's sample in grey.
+    place(27 + 6.5 * 8);
     svg.line(lx, ly - 4, lx + 22, ly - 4, SvgStyle{"#555", 1.3, "2 3"});
     svg.circle(lx + 11, ly - 4, 3.0, SvgStyle{"#555", 1.0, "", "#555"});
     svg.text(lx + 27, ly, "held-out", 11);
     lx += 27 + 6.5 * 8 + 18;
   }
-  svg.line(lx, ly - 10, lx, ly + 2, SvgStyle{kGradColor, 2});
-  svg.text(lx + 5, ly, "skip: nonfinite_grad", 11);
-  lx += 5 + 6.5 * 20 + 16;
-  svg.line(lx, ly - 10, lx, ly + 2, SvgStyle{kLossColor, 2});
-  svg.text(lx + 5, ly, "skip: nonfinite_loss", 11);
+  for (const auto& [color, reason] : {std::pair<const char*, const char*>{kGradColor, "skip: nonfinite_grad"},
+                                      {kLossColor, "skip: nonfinite_loss"}}) {
+    place(5 + 6.5 * 20);
+    svg.line(lx, ly - 10, lx, ly + 2, SvgStyle{color, 2});
+    svg.text(lx + 5, ly, reason, 11);
+    lx += 5 + 6.5 * 20 + 16;
+  }
 }
 
 }  // namespace
