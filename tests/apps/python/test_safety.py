@@ -358,8 +358,12 @@ def test_train_stopped_by_a_rollback_raises_with_its_rows(tmp_path):
 def test_ctrl_c_during_train_stops_after_the_step_checkpoints_and_raises(tmp_path):
     checkpoint = tmp_path / "run.safetensors"
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import signal
         import sys
         import belay
+        # Ctrl-C as at a terminal: a child of a background job (`bash .ci/run &`, nohup)
+        # inherits SIGINT ignored, and Python then installs no handler for it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             belay.train(steps=1000000, batch=64, checkpoint=sys.argv[1], checkpoint_every=20, quiet=True,
                         **{"in": 256, "out": 256})
