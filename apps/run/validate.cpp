@@ -515,12 +515,7 @@ int64_t compare_decisions(const Scores& sc, const Thresholds& t, Json& j, std::o
 // The verdict, threshold by threshold, printed and as the report's "checks" and "pass".
 void verdict(const ScoreErrors& e, int64_t flips, const Quality& qr, const Quality& qa, const char* qname,
              const Thresholds& t, Json& j, std::ostream& out) {
-  struct Check {
-    const char* name;
-    bool pass;
-    std::string detail;
-  };
-  std::vector<Check> checks{
+  std::vector<ValidateCheck> checks{
       {"baseline: FP32 reference finite", e.baseline_rows.empty(),
        std::to_string(e.baseline_rows.size()) + " rows with non-finite reference scores"},
       {"amp: no non-finite value", e.amp_nonfinite_rows == 0,
@@ -536,13 +531,7 @@ void verdict(const ScoreErrors& e, int64_t flips, const Quality& qr, const Quali
                       std::string(qname) + " " + std::to_string(qa.value)});
   }
   bool pass = true;
-  Json cj = Json::array();
-  out << "\nverdict:\n";
-  for (const Check& c : checks) {
-    out << "  " << (c.pass ? "PASS  " : "FAIL  ") << c.name << " (" << c.detail << ")\n";
-    pass = pass && c.pass;
-    cj.push_back({{"check", c.name}, {"pass", c.pass}, {"detail", c.detail}});
-  }
+  const Json cj = print_checks(checks, pass, out);
   if (!e.baseline_rows.empty())
     out << "  the FP32 reference itself is not finite: a failure of the baseline, not of AMP; fix the model or the set "
            "first\n";
@@ -807,6 +796,18 @@ ValidateResult run_validate(const ValidateConfig& c, std::ostream& out) {
     pass = train_and_compare(c, mc, *model, set, t, report, out);
   }
   return conclude_validate(pass, c, std::move(report), "set", out);
+}
+
+Json print_checks(const std::vector<ValidateCheck>& checks, bool& pass, std::ostream& out) {
+  Json cj = Json::array();
+  pass = true;
+  out << "\nverdict:\n";
+  for (const ValidateCheck& c : checks) {
+    out << "  " << (c.pass ? "PASS  " : "FAIL  ") << c.name << " (" << c.detail << ")\n";
+    pass = pass && c.pass;
+    cj.push_back({{"check", c.name}, {"pass", c.pass}, {"detail", c.detail}});
+  }
+  return cj;
 }
 
 ValidateResult conclude_validate(bool pass, const ValidateConfig& c, nlohmann::json report, const char* what,

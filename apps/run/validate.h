@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -62,6 +63,16 @@ ValidateResult run_validate(const ValidateConfig& config, std::ostream& out);
 // A threshold option (--rtol, --atol, --tie-margin): unset, or a finite number >= 0; else
 // UsageError naming it.
 void check_threshold(const char* option, const std::optional<double>& value);
+
+// One threshold's outcome, and the verdict block both kinds of checkpoint print: a PASS or
+// FAIL line per check under "verdict:", the same as the report's "checks" array (returned);
+// `pass` is whether every check holds.
+struct ValidateCheck {
+  const char* name;
+  bool pass;
+  std::string detail;
+};
+nlohmann::json print_checks(const std::vector<ValidateCheck>& checks, bool& pass, std::ostream& out);
 
 // The verdict line ("PASS: bf16 holds every threshold on this <what>"), the JSON report
 // written when asked (atomically), and the result: shared by both kinds of checkpoint.

@@ -190,12 +190,7 @@ Json compare(const Tally& s, const GptThresholds& t, const char* amp_label, std:
                {"amp", std::isfinite(amp_loss) ? Json(amp_loss) : Json(nullptr)},
                {"difference", std::isfinite(amp_loss - ref_loss) ? Json(amp_loss - ref_loss) : Json(nullptr)}};
   const int64_t clear_flips = s.changed - s.near_tie_changed;
-  struct Check {
-    const char* name;
-    bool pass;
-    std::string detail;
-  };
-  const std::vector<Check> checks{
+  const std::vector<ValidateCheck> checks{
       {"baseline: FP32 reference finite", s.ref_nonfinite == 0,
        std::to_string(s.ref_nonfinite) + " positions with non-finite reference logits"},
       {"amp: no non-finite value", s.amp_nonfinite == 0,
@@ -205,13 +200,7 @@ Json compare(const Tally& s, const GptThresholds& t, const char* amp_label, std:
        std::to_string(clear_flips) + " changed, at most " + std::to_string(t.max_flips) + " allowed"},
   };
   bool pass = true;
-  Json cj = Json::array();
-  out << "\nverdict:\n";
-  for (const Check& c : checks) {
-    out << "  " << (c.pass ? "PASS  " : "FAIL  ") << c.name << " (" << c.detail << ")\n";
-    pass = pass && c.pass;
-    cj.push_back({{"check", c.name}, {"pass", c.pass}, {"detail", c.detail}});
-  }
+  const Json cj = print_checks(checks, pass, out);
   j["checks"] = cj;
   j["pass"] = pass;
   return j;
