@@ -224,13 +224,22 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   return st;
 }
 
-std::string checkpoint_setting(const std::string& path, const std::string& key) {
+std::map<std::string, std::string> checkpoint_settings(const std::string& path) {
   const SafetensorsFile f = read_safetensors(path);
   auto format = f.metadata().find("format");
   if (format == f.metadata().end() || format->second != kCheckpointFormat)
     throw UsageError("'" + path + "' is not a belay checkpoint");
-  auto it = f.metadata().find("setting." + key);
-  return it == f.metadata().end() ? "" : it->second;
+  std::map<std::string, std::string> settings;
+  const std::string prefix = "setting.";
+  for (const auto& [key, value] : f.metadata())
+    if (key.compare(0, prefix.size(), prefix) == 0) settings[key.substr(prefix.size())] = value;
+  return settings;
+}
+
+std::string checkpoint_setting(const std::string& path, const std::string& key) {
+  const std::map<std::string, std::string> settings = checkpoint_settings(path);
+  auto it = settings.find(key);
+  return it == settings.end() ? "" : it->second;
 }
 
 void load_initial_weights(const std::string& path, Module& model) {

@@ -68,6 +68,8 @@ CheckpointInfo inspect_checkpoint(const std::string& path);
 // The checkpoint's recorded setting `key` ("" when it has none, as in files written before
 // the setting existed). Throws UsageError for a file that is not a belay checkpoint.
 std::string checkpoint_setting(const std::string& path, const std::string& key);
+// Every setting of it (the keys without "setting."); UsageError if it is not a checkpoint.
+std::map<std::string, std::string> checkpoint_settings(const std::string& path);
 
 // Settings that make a precision policy: the dtype, the gradient dtype, loss scaling and
 // its options, the ops kept in FP32 (--fp32-ops). Resuming under another policy is a new

@@ -13,6 +13,7 @@
 #include "apps/run/accum_check.h"
 #include "apps/run/sample.h"
 #include "apps/run/train.h"
+#include "apps/run/train_options.h"
 #include "apps/run/validate.h"
 
 namespace belay {
@@ -23,14 +24,7 @@ std::string version_string();
 // `belay train`
 struct TrainCommand {
   CLI::App* app = nullptr;
-  TrainConfig config;
-  std::string dtype = "fp32", scenario, grad_dtype = "fp32", clip_mode = "norm", fp32_ops;
-  std::vector<int64_t> inject;
-  std::vector<std::string> spikes, rollback_on, rollback_policy;
-  bool no_scaler = false, scaler_on = false, unfused = false;
-  std::string dist = "local";
-  double bucket_mb = 25.0, dist_timeout = 300.0;
-  bool progress_thread = false;
+  TrainOptions options;  // the option table's fields (apps/run/train_options.h)
 };
 void add_train_command(CLI::App& app, TrainCommand& t);
 // Runs it; a communicator it makes (--dist) is left in `comm`, for main's error handling.

@@ -13,6 +13,7 @@
 #include "amp/grad_scaler.h"
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
+#include "apps/run/train.h"
 #include "bindings.h"
 #include "engine/error.h"
 #include "numpy_interop.h"

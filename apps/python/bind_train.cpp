@@ -13,12 +13,18 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "amp/autocast.h"
 #include "apps/run/dataset.h"
 #include "apps/run/token_dataset.h"
+#include "apps/run/model_kinds.h"
+#include "apps/run/train_options.h"
 #include "apps/run/trainer.h"
+#include "autograd/modules.h"
 #include "bindings.h"
+#include "engine/random.h"
 #include "engine/error.h"
 #include "numpy_interop.h"
 
@@ -32,28 +38,22 @@ std::vector<std::string> as_strings(py::handle value, const std::string& what) {
   return cast_arg<std::vector<std::string>>(value, what, "a str or a list of them");
 }
 
-// spike: "STEP:FACTOR" as on the CLI ("3:1e8"), a list of them, or {step: factor}.
-void read_spikes(py::handle value, std::map<int64_t, float>& spikes) {
-  if (py::isinstance<py::dict>(value)) {
-    for (auto [s, f] : py::reinterpret_borrow<py::dict>(value))
-      spikes[cast_arg<int64_t>(s, "train: spike's step", "an int")] = cast_arg<float>(f, "train: spike's factor", "a number");
-    return;
-  }
-  for (const std::string& s : as_strings(value, "train: spike")) {
-    const size_t colon = s.find(':');
-    size_t used_step = 0, used_factor = 0;
-    int64_t step = -1;
-    float factor = 0.0f;
-    try {
-      step = std::stoll(s.substr(0, colon), &used_step);
-      factor = std::stof(s.substr(colon + 1), &used_factor);
-    } catch (const std::exception&) {
-      used_step = 0;
-    }
-    if (colon == std::string::npos || used_step != colon || used_factor != s.size() - colon - 1 || step < 0)
-      throw UsageError("train: spike expects 'STEP:FACTOR' (e.g. '12:1e8'), got '" + s + "'");
-    spikes[step] = factor;
-  }
+// A float as the words a CLI user would type for it: 9 significant digits give it back exactly.
+std::string exact_words(float f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
+  return buf;
+}
+
+// spike: "STEP:FACTOR" as on the CLI ("3:1e8"), a list of them, or {step: factor} (written
+// as the CLI's words).
+std::vector<std::string> spike_words(py::handle value) {
+  if (!py::isinstance<py::dict>(value)) return as_strings(value, "train: spike");
+  std::vector<std::string> words;
+  for (auto [s, f] : py::reinterpret_borrow<py::dict>(value))
+    words.push_back(std::to_string(cast_arg<int64_t>(s, "train: spike's step", "an int")) + ":" +
+                    exact_words(cast_arg<float>(f, "train: spike's factor", "a number")));
+  return words;
 }
 
 // data=(x, y): arrays (or what NumPy makes arrays of) as the run's dataset, checked here so a
@@ -97,37 +97,6 @@ std::function<std::unique_ptr<Dataset>()> array_dataset(py::handle data, std::op
   return [xt, yt, classification, classes, name] { return make_tensor_dataset(xt, yt, classification, classes, name); };
 }
 
-// The rollback options (--rollback-*, --divergence-*, --max-rollbacks); false for another key.
-bool read_rollback_option(RollbackOptions& r, const std::string& key, py::handle value) {
-  const std::string what = "train: " + key;
-  auto as_i64 = [&] { return cast_arg<int64_t>(value, what, "an int"); };
-  auto as_d = [&] { return cast_arg<double>(value, what, "a number"); };
-  if (key == "rollback_on") {
-    for (const std::string& cond : as_strings(value, what)) {
-      if (cond == "skip-rate") r.on_skip_rate = true;
-      else if (cond == "nonfinite-loss") r.on_nonfinite_loss = true;
-      else if (cond == "divergence") r.on_divergence = true;
-      else throw UsageError("unknown rollback_on '" + cond + "': use skip-rate, nonfinite-loss or divergence");
-    }
-  } else if (key == "rollback_policy") {  // "stop", "fp32", or ("lower-lr", factor)
-    if (py::isinstance<py::str>(value)) {
-      r.policy = value.cast<std::string>();
-    } else {
-      const auto p = cast_arg<std::pair<std::string, float>>(value, what, "'stop', 'fp32' or ('lower-lr', factor)");
-      r.policy = p.first;
-      r.lr_factor = p.second;
-    }
-  } else if (key == "rollback_every") r.every = as_i64();
-  else if (key == "rollback_skip_window") r.skip_window = as_i64();
-  else if (key == "rollback_skip_rate") r.max_skip_rate = as_d();
-  else if (key == "divergence_factor") r.divergence_factor = as_d();
-  else if (key == "divergence_warmup") r.divergence_warmup = as_i64();
-  else if (key == "max_rollbacks") r.max_rollbacks = as_i64();
-  else if (key == "rollback_report") r.report = cast_arg<std::string>(value, what, "a str");
-  else return false;
-  return true;
-}
-
 // dtype: a name ('fp16'), a belay.DType or a NumPy dtype; anything else a TypeError naming the option.
 DType train_dtype(py::handle value) {
   try {
@@ -138,127 +107,84 @@ DType train_dtype(py::handle value) {
   }
 }
 
-// One keyword's value, read as the type the option takes; a wrong type is a TypeError that
-// names the option ("train: steps").
-struct Keyword {
-  const std::string& key;
-  py::handle value;
-  std::string what() const { return "train: " + key; }
-  int64_t i64() const { return cast_arg<int64_t>(value, what(), "an int"); }
-  int i32() const { return cast_arg<int>(value, what(), "an int"); }
-  float f32() const { return cast_arg<float>(value, what(), "a number"); }
-  double f64() const { return cast_arg<double>(value, what(), "a number"); }
-  std::string str() const { return cast_arg<std::string>(value, what(), "a str"); }
-  bool flag() const { return cast_arg<bool>(value, what(), "a bool"); }
-};
+// rollback_policy: 'stop', 'fp32', or ('lower-lr', factor), as the CLI's words.
+std::vector<std::string> policy_words(py::handle value) {
+  if (py::isinstance<py::str>(value)) return {value.cast<std::string>()};
+  const auto p = cast_arg<std::pair<std::string, float>>(value, "train: rollback_policy",
+                                                         "'stop', 'fp32' or ('lower-lr', factor)");
+  return {p.first, exact_words(p.second)};
+}
 
-// The options of the model, its sizes and the run's length (false for another key).
-bool read_model_option(TrainConfig& c, const Keyword& k, std::optional<int64_t>& out_features) {
-  const std::string& key = k.key;
-  if (key == "model") c.model = k.str();
-  else if (key == "in_features" || key == "in") c.in_features = k.i64();
-  else if (key == "out_features" || key == "out") c.out_features = *(out_features = k.i64());
-  else if (key == "hidden") c.hidden = k.i64();
-  else if (key == "layers") c.layers = k.i32();
-  else if (key == "width") c.width = k.i64();  // --model gpt: the residual stream, heads, tokens per sequence
-  else if (key == "heads") c.heads = k.i64();
-  else if (key == "context") c.context = k.i64();
-  else if (key == "batch") c.batch = k.i64();
-  else if (key == "micro_batch") c.micro_batch = k.i64();
-  else if (key == "steps") c.steps = k.i64();
-  else if (key == "seed") c.seed = cast_arg<uint64_t>(k.value, k.what(), "an int >= 0");
-  else if (key == "dtype") c.dtype = train_dtype(k.value);
-  else if (key == "device") c.device = k.str();
-  else if (key == "init") c.init = k.str();
+// One keyword's value into its row's field, read as the field's type; a wrong type is a
+// TypeError naming the keyword ("train: steps").
+void read_keyword(const TrainOption& row, const std::string& key, py::handle value, TrainOptions& o) {
+  const std::string what = "train: " + key;
+  std::visit(
+      [&](auto field) {
+        auto& target = field(o);
+        using T = std::decay_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          target = cast_arg<bool>(value, what, "a bool");
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          target = cast_arg<std::string>(value, what, "a str");
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          const std::vector<std::string> words = as_strings(value, what);
+          target.insert(target.end(), words.begin(), words.end());
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          if (py::isinstance<py::int_>(value)) target.push_back(cast_arg<int64_t>(value, what, "an int"));
+          else for (int64_t s : cast_arg<std::vector<int64_t>>(value, what, "an int or a list of ints")) target.push_back(s);
+        } else if constexpr (std::is_floating_point_v<T>) {
+          target = cast_arg<T>(value, what, "a number");
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          target = cast_arg<T>(value, what, "an int >= 0");
+        } else {
+          target = cast_arg<T>(value, what, "an int");
+        }
+      },
+      row.field);
+}
+
+// The keywords whose Python values are not the CLI's words: data (a path or arrays, read by
+// the caller), dtype (also a belay.DType or NumPy dtype), spike (also {step: factor}),
+// rollback_policy (also ('lower-lr', factor)), and False for a flag with a negation
+// (scaler=False is --no-scaler). False when `row` is read as its field's type.
+bool read_python_value(const TrainOption& row, const std::string& key, py::handle value, TrainOptions& o,
+                       py::object& data) {
+  const std::string name = row.name;
+  if (name == "data") data = py::reinterpret_borrow<py::object>(value);
+  else if (name == "dtype" && !py::isinstance<py::str>(value)) o.dtype = dtype_name(train_dtype(value));
+  else if (name == "spike") for (const std::string& w : spike_words(value)) o.spikes.push_back(w);
+  else if (name == "rollback-policy") o.rollback_policy = policy_words(value);
+  else if (row.negation && !cast_arg<bool>(value, "train: " + key, "a bool")) read_keyword(*option_named(row.negation), key, py::bool_(true), o);
   else return false;
   return true;
 }
 
-// The optimizer's options and the gradients' dtype (false for another key).
-bool read_optimizer_option(TrainConfig& c, const Keyword& k) {
-  const std::string& key = k.key;
-  if (key == "optimizer") c.optimizer = k.str();
-  else if (key == "lr") c.lr = k.f32();
-  else if (key == "weight_decay") c.weight_decay = k.f32();
-  else if (key == "momentum") c.momentum = k.f32();
-  else if (key == "schedule") c.schedule = k.str();
-  else if (key == "warmup") c.warmup = k.i64();
-  else if (key == "grad_dtype") {
-    const std::string g = k.str();
-    if (g != "fp32" && g != "compute") throw UsageError("unknown grad_dtype '" + g + "': use fp32 or compute");
-    c.low_precision_grads = g == "compute";
-  } else return false;
-  return true;
-}
-
-// The belts: clipping, loss scaling, planted faults, the skip-rate watch (false for another key).
-bool read_belt_option(TrainConfig& c, const Keyword& k, std::optional<bool>& scaler) {
-  const std::string& key = k.key;
-  if (key == "clip") c.max_norm = k.f32();
-  else if (key == "clip_mode") c.clip_mode = parse_clip_mode(k.str());
-  else if (key == "unfused") c.fused = !k.flag();
-  else if (key == "scaler") scaler = k.flag();
-  else if (key == "no_scaler") scaler = !k.flag();
-  else if (key == "init_scale") c.scaler.init_scale = k.f32();
-  else if (key == "growth_factor") c.scaler.growth_factor = k.f32();
-  else if (key == "backoff_factor") c.scaler.backoff_factor = k.f32();
-  else if (key == "growth_interval") c.scaler.growth_interval = k.i32();
-  else if (key == "hysteresis") c.scaler.hysteresis = k.i32();
-  else if (key == "min_scale") c.scaler.min_scale = k.f32();
-  else if (key == "max_scale") c.scaler.max_scale = k.f32();
-  else if (key == "skip_window") c.skip.window = k.i64();
-  else if (key == "skip_alert") c.skip.alert_rate = k.f64();
-  else if (key == "max_skip_rate") c.skip.max_rate = k.f64();
-  else if (key == "skip_patience") c.skip.patience = k.i64();
-  else if (key == "detect_anomaly") c.detect_anomaly = k.flag();
-  else if (key == "fp32_ops") c.fp32_ops = parse_fp32_ops(k.str());
-  else if (key == "inject_inf") {
-    if (py::isinstance<py::int_>(k.value)) c.inject_inf.insert(k.i64());
-    else for (int64_t s : cast_arg<std::vector<int64_t>>(k.value, k.what(), "an int or a list of ints")) c.inject_inf.insert(s);
-  } else if (key == "spike") read_spikes(k.value, c.spikes);
-  else return false;
-  return true;
-}
-
-// What the run writes and reads: the log, checkpoints, resume, output (false for another key).
-bool read_output_option(TrainConfig& c, const Keyword& k) {
-  const std::string& key = k.key;
-  if (key == "csv") c.csv = k.str();
-  else if (key == "checkpoint") c.checkpoint = k.str();
-  else if (key == "checkpoint_every") c.checkpoint_every = k.i64();
-  else if (key == "resume") c.resume = k.str();
-  else if (key == "stop_at") c.stop_at = k.i64();
-  else if (key == "new_experiment") c.new_experiment = k.flag();
-  else if (key == "show_steps") c.show_steps = k.flag();
-  else if (key == "sync_each_step") c.sync_each_step = k.flag();
-  else if (key == "quiet") c.quiet = k.flag();
-  else if (key == "eval_every") c.eval_every = k.i64();  // --model gpt: the held-out loss every N steps
-  else if (key == "eval_windows") c.eval_windows = k.i64();
-  else return false;
-  return true;
-}
-
-// belay.train(**options): the names are belay train's long options with '-' as '_'.
-TrainConfig train_config(const py::kwargs& kw) {
-  TrainConfig c;
-  std::optional<bool> scaler;
-  std::optional<int64_t> out_features;
-  py::object data = py::none();
+// belay.train's keywords into the option table's fields (apps/run/train_options.h): the names
+// are belay train's long options with '-' as '_'. `data` gets data= as given.
+TrainOptions read_train_keywords(const py::kwargs& kw, py::object& data) {
+  TrainOptions o;
   for (auto [key_h, value] : kw) {
     const std::string key = py::str(key_h);
-    const Keyword k{key, value};
-    if (key == "data") data = py::reinterpret_borrow<py::object>(value);
-    else if (!read_model_option(c, k, out_features) && !read_optimizer_option(c, k) && !read_belt_option(c, k, scaler) &&
-             !read_output_option(c, k) && !read_rollback_option(c.rollback, key, value))
+    const TrainOption* row = option_of_keyword(key);
+    if (!row)
       throw UsageError("train: unknown option '" + key + "' (the options of `belay train --help`, '-' written '_'; "
                        "--in/--out are in_features/out_features; the multi-process options --dist* and --bucket-mb "
                        "are the CLI's alone)");
+    o.given.insert(row->name);
+    if (!read_python_value(*row, key, value, o, data)) read_keyword(*row, key, value, o);
   }
+  return o;
+}
+
+// belay.train(**options) as a TrainConfig, through the CLI's one reading of the words.
+TrainConfig train_config(const py::kwargs& kw) {
+  py::object data = py::none();
+  TrainOptions o = read_train_keywords(kw, data);
+  TrainConfig c = finish_train_options(o);
   if (py::isinstance<py::str>(data)) c.data = data.cast<std::string>();
-  else if (!data.is_none()) c.make_dataset = array_dataset(data, out_features);
-  // As the CLI decides it: loss scaling on for FP16 unless said otherwise.
-  c.scaler_explicit = scaler.has_value();
-  c.scaler.enabled = scaler.value_or(c.dtype == DType::F16);
+  else if (!data.is_none())
+    c.make_dataset = array_dataset(data, o.given.count("out") ? std::optional<int64_t>(c.out_features) : std::nullopt);
   return c;
 }
 
@@ -291,6 +217,29 @@ py::list run_rows(const py::list& rows, const TrainResult& result) {
 }  // namespace
 
 void bind_train(py::module_& m) {
+  // ---- a `belay train` checkpoint's model, by the model-kind table (apps/run/model_kinds.h)
+  m.def("_model_keywords", [](const Settings& settings, const std::string& path) {
+    TrainConfig c;
+    read_model_settings(settings, path, c);
+    py::dict kw;
+    kw["model"] = c.model;
+    for (const ShapeField& f : model_kind(c.model).shape) kw[py::str(keyword_of(*option_named(f.name)))] = f.get(c);
+    return kw;
+  }, py::arg("settings"), py::arg("path"), "The model and shape keywords of belay.train that a checkpoint's settings record");
+  m.def("_model_from_settings", [](const Settings& settings, const std::string& path) {
+    TrainConfig c;
+    read_model_settings(settings, path, c);
+    model_kind(c.model).check(c);
+    Rng rng(0);  // any init: the caller loads every parameter
+    return make_model(c, rng, Device::cpu());
+  }, py::arg("settings"), py::arg("path"), "The model (Linear, Mlp, Gpt, ...) of a checkpoint's settings, unloaded");
+  m.def("_train_config_text", [](py::kwargs kw) {
+    py::object data = py::none();
+    TrainOptions o = read_train_keywords(kw, data);
+    finish_train_options(o);
+    if (py::isinstance<py::str>(data)) o.config.data = data.cast<std::string>();
+    return train_config_text(o);
+  }, "belay.train's keywords as `belay train --print-config` prints the same options");
   // ---- belay train
   py::exec(kTrainRows, m.attr("__dict__"));
   train_rows_type = m.attr("TrainRows");

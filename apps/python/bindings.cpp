@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "apps/run/train_options.h"
 #include "autograd/modules.h"
 #include "bindings.h"
 #include "engine/error.h"
@@ -39,8 +40,6 @@ std::unordered_map<const Node*, std::weak_ptr<Node>>& masters_handed_out() {
 // A message as Python should read it: the library's errors name the CLI's options
 // ("--new-experiment"), which are keywords here ("new_experiment=True").
 std::string python_message(const std::string& text) {
-  static const char* const flags[] = {"new-experiment", "unfused", "scaler", "no-scaler", "quiet", "show-steps",
-                                      "sync-each-step", "detect-anomaly"};
   std::string out;
   for (size_t i = 0; i < text.size();) {
     // An option starts a word: "--dtype", "(--unfused)"; not the middle of a path ("run--a.csv").
@@ -56,12 +55,13 @@ std::string python_message(const std::string& text) {
                                std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '-'))
       ++j;
     std::string name = text.substr(i + 2, j - i - 2);
-    bool flag = false;
-    for (const char* f : flags) flag = flag || name == f;
+    // belay train's options by their keywords (`in` is a Python keyword: in_features), flags as
+    // name=True; other words with '-' as '_'.
+    const TrainOption* row = option_named(name);
+    if (row) name = keyword_of(*row);
     for (char& c : name)
       if (c == '-') c = '_';
-    if (name == "in" || name == "out") name += "_features";  // `in` is a Python keyword
-    out += flag ? name + "=True" : name;
+    out += row && is_flag(*row) ? name + "=True" : name;
     i = j;
   }
   return out;
@@ -90,12 +90,6 @@ StepRow from_py(py::handle o) {
 }
 
 Device to_device(const std::string& name) { return parse_device(name); }
-
-ClipMode parse_clip_mode(const std::string& mode) {
-  if (mode == "norm") return ClipMode::Norm;
-  if (mode == "value") return ClipMode::Value;
-  throw UsageError("unknown clip_mode '" + mode + "': use norm or value");
-}
 
 const Tensor& hand_out_master(const Var& v) {
   masters_handed_out()[v.node()] = v.node_ptr();

@@ -38,7 +38,6 @@ std::string python_message(const std::string& text);
 void bind_step_row(py::module_& m);
 
 Device to_device(const std::string& name);
-ClipMode parse_clip_mode(const std::string& mode);
 
 // StepRow <-> the Python named tuple (or anything with its eight attributes).
 py::object to_py(const StepRow& r);

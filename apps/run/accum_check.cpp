@@ -15,6 +15,7 @@
 #include "amp/dist/communicator.h"
 #include "amp/safe_step.h"
 #include "apps/run/dataset.h"
+#include "apps/run/model_kinds.h"
 #include "apps/run/trainer.h"
 #include "autograd/modules.h"
 #include "engine/atomic_file.h"
@@ -76,7 +77,9 @@ double max_abs(const std::vector<float>& a) {
 int run_accum_check(const AccumCheckConfig& c, std::ostream& out) {
   if (c.batch < 8 || c.batch % 4 != 0) throw UsageError("accum-check: --batch must be a multiple of 4, at least 8");
   if (c.in_features <= 0 || c.out_features <= 0 || c.hidden <= 0) throw UsageError("accum-check: sizes must be positive");
-  if (c.model != "linear" && c.model != "mlp") throw UsageError("unknown model '" + c.model + "': use linear or mlp");
+  // Accumulation is proved on rows of x and y (an MSE step): the kinds that train on them.
+  const ModelKind* kind = find_model_kind(c.model);
+  if (!kind || !takes_rows(*kind)) throw UsageError("unknown model '" + c.model + "': use " + model_kind_names(takes_rows));
   auto data = make_synthetic_regression(c.in_features, c.out_features, c.seed);
   const Batch batch = data->next(c.batch, Device::cpu());
   const int64_t q = c.batch / 4, h = c.batch / 2;

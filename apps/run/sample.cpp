@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include "amp/checkpoint.h"
+#include "apps/run/model_kinds.h"
 #include "apps/run/token_dataset.h"
+#include "apps/run/train.h"
 #include "autograd/graph.h"
 #include "engine/error.h"
 #include "engine/random.h"
@@ -16,18 +18,6 @@
 namespace belay {
 
 namespace {
-
-// The checkpoint's setting `key` as a positive count; a GPT run records every one of them.
-int64_t gpt_setting(const std::string& path, const std::map<std::string, std::string>& settings, const char* key) {
-  const auto it = settings.find(key);
-  const std::string v = it == settings.end() ? "" : it->second;
-  char* end = nullptr;
-  const long long n = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 1)
-    throw UsageError("checkpoint '" + path + "' records no valid " + key + " ('" + v +
-                     "'): write it again with a current belay train --model gpt");
-  return n;
-}
 
 void check_options(const SampleConfig& c) {
   if (c.prompt.empty()) throw UsageError("sample: --prompt is empty: give the text to continue, e.g. --prompt \"def \"");
@@ -46,22 +36,23 @@ double uniform53(Rng& rng) { return static_cast<double>(rng.next_u64() >> 11) * 
 }  // namespace
 
 std::unique_ptr<Gpt> load_gpt_checkpoint(const std::string& path) {
-  const std::map<std::string, std::string> s = inspect_checkpoint(path).state.settings;  // throws for no checkpoint
+  const Settings s = inspect_checkpoint(path).state.settings;  // throws for no checkpoint
   const std::string model = s.count("model") ? s.at("model") : "";
-  if (model != "gpt")
+  const ModelKind* kind = find_model_kind(model);
+  if (!kind || !kind->token_data)
     throw UsageError("checkpoint '" + path + "' is of a " + (model.empty() ? std::string("unnamed") : model) +
                      " model, not a GPT: give one written by belay train --model gpt");
-  GptConfig g;
-  g.vocab = gpt_setting(path, s, "out");
-  g.context = gpt_setting(path, s, "context");
-  g.width = gpt_setting(path, s, "width");
-  g.layers = gpt_setting(path, s, "layers");
-  g.heads = gpt_setting(path, s, "heads");
-  g.validate();
+  TrainConfig c;
+  read_model_settings(s, path, c);
+  kind->check(c);
   Rng rng(0);  // any init: every parameter is loaded below
-  auto gpt = std::make_unique<Gpt>(g, rng, Device::cpu());
-  load_initial_weights(path, *gpt);
-  return gpt;
+  std::unique_ptr<Module> module = make_model(c, rng, Device::cpu());
+  Gpt* raw = dynamic_cast<Gpt*>(module.get());
+  if (!raw) throw UsageError("checkpoint '" + path + "' holds a " + model + ", which sample cannot run");
+  module.release();
+  std::unique_ptr<Gpt> gpt_model(raw);
+  load_initial_weights(path, *gpt_model);
+  return gpt_model;
 }
 
 int32_t pick_token(const float* logits, int64_t vocab, double temperature, int64_t top_k, Rng& rng) {

@@ -7,9 +7,8 @@
 #include <memory>
 
 #include "amp/dist/communicator.h"
+#include "apps/run/model_kinds.h"
 #include "apps/run/rollback.h"
-#include "autograd/gpt.h"
-#include "autograd/modules.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -23,58 +22,26 @@ std::string short_count(double n) {
   return buf;
 }
 
-GptConfig gpt_config_of(const TrainConfig& c) {
-  GptConfig g;
-  g.vocab = c.out_features;  // the tokens file's vocabulary
-  g.context = c.context;
-  g.width = c.width;
-  g.layers = c.layers;
-  g.heads = c.heads;
-  return g;
-}
+double parameter_count_of(const TrainConfig& c) { return model_kind(c.model).parameter_count(c); }
 
-void apply_gpt_defaults(TrainConfig& c, const std::set<std::string>& given) {
-  if (c.model != "gpt") return;
-  auto set = [&](const char* name, auto& field, auto value) {
-    if (!given.count(name)) field = value;
-  };
-  set("lr", c.lr, 3e-3f);
-  set("schedule", c.schedule, std::string("cosine"));
-  set("warmup", c.warmup, int64_t{100});
-  set("weight-decay", c.weight_decay, 0.1f);
-  set("clip", c.max_norm, 1.0f);
-  set("batch", c.batch, int64_t{32});
-  set("steps", c.steps, int64_t{1500});
-  set("eval-every", c.eval_every, int64_t{250});
-  if (c.schedule == "cosine" && !given.count("warmup") && c.warmup >= c.steps) c.warmup = c.steps / 10;
-}
-
-double parameter_count_of(const TrainConfig& c) {
-  const double in = static_cast<double>(c.in_features), out = static_cast<double>(c.out_features);
-  const double h = static_cast<double>(c.hidden);
-  if (c.model == "gpt") return gpt_config_of(c).parameter_count();
-  if (c.model != "mlp") return in * out + out;
-  return in * h + h + (c.layers - 2) * (h * h + h) + h * out + out;
-}
-
-bool parse_grad_dtype(const std::string& word, const std::string& option) {
+bool parse_grad_dtype(const std::string& word) {
   if (word == "compute") return true;
-  if (word != "fp32") throw UsageError("unknown " + option + " '" + word + "': use fp32 or compute");
+  if (word != "fp32") throw UsageError("unknown --grad-dtype '" + word + "': use fp32 or compute");
   return false;
 }
 
-ClipMode parse_clip_mode(const std::string& word, const std::string& option) {
+ClipMode parse_clip_mode(const std::string& word) {
   if (word == "value") return ClipMode::Value;
-  if (word != "norm") throw UsageError("unknown " + option + " '" + word + "': use norm or value");
+  if (word != "norm") throw UsageError("unknown --clip-mode '" + word + "': use norm or value");
   return ClipMode::Norm;
 }
 
-void parse_rollback_on(const std::vector<std::string>& words, const std::string& option, RollbackOptions& rollback) {
+void parse_rollback_on(const std::vector<std::string>& words, RollbackOptions& rollback) {
   for (const std::string& r : words) {
     if (r == "skip-rate") rollback.on_skip_rate = true;
     else if (r == "nonfinite-loss") rollback.on_nonfinite_loss = true;
     else if (r == "divergence") rollback.on_divergence = true;
-    else throw UsageError("unknown " + option + " '" + r + "': use skip-rate, nonfinite-loss or divergence");
+    else throw UsageError("unknown --rollback-on '" + r + "': use skip-rate, nonfinite-loss or divergence");
   }
 }
 
@@ -87,7 +54,6 @@ void validate_sizes(const TrainConfig& c) {
   };
   positive("in", c.in_features);
   positive("out", c.out_features);
-  positive("hidden", c.hidden);
   positive("batch", c.batch);
   positive("steps", c.steps);
   // The device keeps the applied-step count in FP32, exact up to 2^24.
@@ -116,15 +82,14 @@ void validate_dist(const TrainConfig& c) {
                      std::to_string(c.world_size()) + ")");
 }
 
-// The model, and the held-out evaluation a GPT may ask for.
+// The model: its kind, the options given for it, its own checks, and the held-out evaluation.
 void validate_model(const TrainConfig& c) {
-  if (c.model != "linear" && c.model != "mlp" && c.model != "gpt")
-    throw UsageError("unknown model '" + c.model + "': use linear, mlp or gpt");
-  if (c.model == "gpt") gpt_config_of(c).validate();
+  const ModelKind& kind = model_kind(c.model);
+  check_given_options(kind, c.given);
+  kind.check(c);
   if (c.eval_every < 0) throw UsageError("--eval-every must be >= 0, got " + std::to_string(c.eval_every));
   if (c.eval_windows <= 0) throw UsageError("--eval-windows must be positive, got " + std::to_string(c.eval_windows));
-  if (c.eval_every > 0 && c.model != "gpt") throw UsageError("--eval-every needs --model gpt (held-out text)");
-  if (c.model == "mlp" && c.layers < 2) throw UsageError("--layers must be at least 2, got " + std::to_string(c.layers));
+  if (c.eval_every > 0 && !kind.token_data) throw UsageError("--eval-every needs a model of token data (held-out text)");
 }
 
 // The optimizer and its learning-rate schedule.
@@ -185,10 +150,7 @@ void validate(const TrainConfig& c) {
 }
 
 std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device) {
-  if (c.model == "gpt") return std::make_unique<Gpt>(gpt_config_of(c), rng, device);
-  if (c.model == "mlp")
-    return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
-  return std::make_unique<Linear>(c.in_features, c.out_features, rng, true, device);
+  return model_kind(c.model).build(c, rng, device);
 }
 
 }  // namespace belay

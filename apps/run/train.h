@@ -26,7 +26,7 @@ class Dataset;
 class Communicator;
 
 struct TrainConfig {
-  std::string model = "linear";  // linear | mlp | gpt
+  std::string model = "linear";  // a kind of apps/run/model_kinds.h: linear | mlp | gpt
   int64_t in_features = 64;      // with --data: taken from the file
   int64_t out_features = 8;      // with --data: taken from the file
   int64_t hidden = 64;
@@ -89,6 +89,9 @@ struct TrainConfig {
   bool detect_anomaly = false;
   uint32_t fp32_ops = 0;        // --fp32-ops: op classes autocast leaves in FP32 (amp/autocast.h)
   bool new_experiment = false;  // --new-experiment: resume under another precision policy (dtype, ops), recorded
+  // The options the user gave (names without dashes: "lr", "weight-decay"): the model kind's
+  // defaults fill the others, and an option of another kind is refused (model_kinds.h).
+  std::set<std::string> given;
   // A dataset supplied by the caller (belay validate --train), used instead of --data or
   // the synthetic one; called once per run.
   std::function<std::unique_ptr<Dataset>()> make_dataset;
@@ -134,24 +137,18 @@ void validate(const TrainConfig& config);
 // Which --dist fits which --device (part of validate). The CLI asks it before it makes the
 // communicator too: a refused pairing then stops before MPI or NCCL starts.
 void validate_dist_device(const std::string& dist, const std::string& device);
-// Options a user writes as words, read here for the CLI and the Python module alike;
-// `option` is the name as that user writes it ("--clip-mode", "clip_mode"), for the message.
-bool parse_grad_dtype(const std::string& word, const std::string& option);  // true: "compute", false: "fp32"
-ClipMode parse_clip_mode(const std::string& word, const std::string& option);
+// Options a user writes as words, read once for the CLI and the Python module alike
+// (apps/run/train_options.cpp); a bad word is a UsageError naming the option as the CLI
+// spells it.
+bool parse_grad_dtype(const std::string& word);  // true: "compute", false: "fp32"
+ClipMode parse_clip_mode(const std::string& word);
 // skip-rate, nonfinite-loss, divergence: each turns its condition on.
-void parse_rollback_on(const std::vector<std::string>& words, const std::string& option, RollbackOptions& rollback);
-// --model gpt's shape from the config (vocab: out_features, the tokens file's).
-struct GptConfig;
-GptConfig gpt_config_of(const TrainConfig& c);
-// --model gpt's defaults for the options a user did not give (`given`: option names without
-// dashes, e.g. "lr"): a run that trains the default GPT in minutes on 2 cores (AdamW lr 3e-3 with
-// 100 warmup steps and a cosine decay, weight decay 0.1, clip 1, batch 32 sequences, 1500
-// steps, held-out loss every 250). Other models keep the general defaults.
-void apply_gpt_defaults(TrainConfig& c, const std::set<std::string>& given);
+void parse_rollback_on(const std::vector<std::string>& words, RollbackOptions& rollback);
 // The model's parameter count by the config, in double (it is checked before it is built).
 double parameter_count_of(const TrainConfig& c);
 std::string short_count(double n);  // "%.3g": a count or a size in a message
-// The model a run starts from: c.model's shape, initialised from `rng` (seeded by c.seed).
+// The model a run starts from: c.model's kind (apps/run/model_kinds.h) with c's shape,
+// initialised from `rng` (seeded by c.seed).
 class Module;
 class Rng;
 std::unique_ptr<Module> make_model(const TrainConfig& c, Rng& rng, Device device);

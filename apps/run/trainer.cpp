@@ -14,6 +14,7 @@
 #include "amp/autocast.h"
 #include "amp/checkpoint.h"
 #include "amp/dist/communicator.h"
+#include "apps/run/model_kinds.h"
 #include "apps/run/token_dataset.h"
 #include "engine/backend.h"
 #include "engine/atomic_file.h"
@@ -71,9 +72,6 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const Module& mo
 // Everything that decides the numbers a run produces: a resume must match all of it.
 std::map<std::string, std::string> run_settings(const TrainConfig& c, const Dataset& data, bool scaler_on) {
   std::map<std::string, std::string> s{
-      {"model", c.model},
-      {"in", std::to_string(c.in_features)},
-      {"out", std::to_string(c.out_features)},
       {"dtype", dtype_name(c.dtype)},
       {"grad_dtype", c.low_precision_grads ? "compute" : "fp32"},
       {"optimizer", c.optimizer},
@@ -90,16 +88,7 @@ std::map<std::string, std::string> run_settings(const TrainConfig& c, const Data
       {"fp32_ops", c.fp32_ops ? fp32_ops_names(c.fp32_ops) : "none"},
   };
   if (c.clip_mode == ClipMode::Value) s["clip_mode"] = "value";  // absent: norm (older checkpoints)
-  if (c.model == "mlp") {
-    s["hidden"] = std::to_string(c.hidden);
-    s["layers"] = std::to_string(c.layers);
-  }
-  if (c.model == "gpt") {  // the shape (belay sample and validate rebuild the model from it); vocab: "out"
-    s["layers"] = std::to_string(c.layers);
-    s["width"] = std::to_string(c.width);
-    s["heads"] = std::to_string(c.heads);
-    s["context"] = std::to_string(c.context);
-  }
+  write_model_settings(c, s);  // the model's kind and shape (belay sample and validate rebuild it from them)
   if (c.optimizer == "sgd") s["momentum"] = exact_float(c.momentum);
   if (c.schedule == "cosine") {
     s["warmup"] = std::to_string(c.warmup);
@@ -177,12 +166,13 @@ void Trainer::build_data() {
     c_.in_features = data_->in_features();
     c_.out_features = data_->out_features();
     tokens_ = dynamic_cast<TokenDataset*>(data_.get());
-    if ((tokens_ != nullptr) != (c_.model == "gpt"))
-      throw UsageError(tokens_ ? "token data needs --model gpt" : "--model gpt needs token data");
+    if ((tokens_ != nullptr) != model_kind(c_.model).token_data)
+      throw UsageError(tokens_ ? "token data needs --model " + model_kind_names(takes_tokens)
+                               : "--model " + c_.model + " needs token data");
     if (tokens_) c_.context = tokens_->context();
-  } else if (c_.model == "gpt") {
+  } else if (model_kind(c_.model).token_data) {
     if (c_.data.empty())
-      throw UsageError("--model gpt trains on a tokens file: give --data FILE (make one with python3 "
+      throw UsageError("--model " + c_.model + " trains on a tokens file: give --data FILE (make one with python3 "
                        "apps/data/make_text_corpus.py -o text.safetensors)");
     auto tokens = load_token_dataset(c_.data, c_.context, c_.seed);
     tokens_ = tokens.get();
@@ -194,8 +184,9 @@ void Trainer::build_data() {
     data_ = load_dataset(c_.data, c_.detect_anomaly);
     c_.in_features = data_->in_features();
     c_.out_features = data_->out_features();
-    if (data_->classification() && c_.model != "mlp")
-      throw UsageError("class labels in '" + c_.data + "' need --model mlp (cross-entropy on logits)");
+    if (data_->classification() && !model_kind(c_.model).class_labels)
+      throw UsageError("class labels in '" + c_.data + "' need --model " + model_kind_names(takes_labels) +
+                       " (cross-entropy on logits)");
   }
 }
 

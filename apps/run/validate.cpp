@@ -12,6 +12,7 @@
 #include "amp/checkpoint.h"
 #include "apps/run/accum_check.h"
 #include "apps/run/dataset.h"
+#include "apps/run/model_kinds.h"
 #include "apps/run/train.h"
 #include "apps/run/trainer.h"
 #include "apps/run/validate_gpt.h"
@@ -91,20 +92,7 @@ TrainConfig model_config(const ValidateConfig& c) {
   m.hidden = c.hidden;
   m.layers = c.layers;
   m.seed = c.seed;
-  if (!c.checkpoint.empty()) {  // the checkpoint says what it holds
-    auto setting = [&](const char* key) {
-      const std::string v = checkpoint_setting(c.checkpoint, key);
-      if (v.empty()) throw UsageError("checkpoint '" + c.checkpoint + "' does not record its " + key);
-      return v;
-    };
-    m.model = setting("model");
-    m.in_features = std::stoll(setting("in"));
-    m.out_features = std::stoll(setting("out"));
-    if (m.model == "mlp") {
-      m.hidden = std::stoll(setting("hidden"));
-      m.layers = std::stoi(setting("layers"));
-    }
-  }
+  if (!c.checkpoint.empty()) read_model_settings(checkpoint_settings(c.checkpoint), c.checkpoint, m);
   return m;
 }
 
@@ -625,7 +613,8 @@ void describe(const ValidateConfig& c, const TrainConfig& mc, const Module& mode
                      {"out", mc.out_features},
                      {"from", model_from},
                      {"parameters", model.parameter_count()}};
-  if (mc.model == "mlp") report["model"]["hidden"] = mc.hidden, report["model"]["layers"] = mc.layers;
+  for (const ShapeField& f : model_kind(mc.model).shape)  // its own sizes, beyond in and out
+    if (!report["model"].contains(f.name)) report["model"][f.name] = f.get(mc);
   std::map<std::string, int64_t> kinds;
   for (int64_t k : set.kind) ++kinds[kind_name(k)];
   report["set"] = {{"source", set.source},
@@ -726,8 +715,8 @@ bool train_and_compare(const ValidateConfig& c, const TrainConfig& mc, Module& m
   tc.make_dataset = [&] {
     return make_tensor_dataset(train_set.x, ty, train_set.classification, train_set.outputs, "validate training set");
   };
-  if (train_set.classification && tc.model != "mlp")
-    throw UsageError("class labels need --model mlp (cross-entropy on logits)");
+  if (train_set.classification && !model_kind(tc.model).class_labels)
+    throw UsageError("class labels need --model " + model_kind_names(takes_labels) + " (cross-entropy on logits)");
   std::ostringstream sink;
   TrainConfig t32 = tc, tamp = tc;
   t32.dtype = DType::F32;

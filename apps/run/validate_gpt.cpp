@@ -9,6 +9,7 @@
 
 #include "amp/autocast.h"
 #include "amp/checkpoint.h"
+#include "apps/run/model_kinds.h"
 #include "apps/run/sample.h"
 #include "apps/run/token_dataset.h"
 #include "autograd/graph.h"
@@ -210,8 +211,12 @@ Json compare(const Tally& s, const GptThresholds& t, const char* amp_label, std:
 
 bool validates_gpt(const ValidateConfig& c) {
   // With --init too, validate's own check says to pick one (before the file is even read).
-  return c.model == "gpt" ||
-         (!c.checkpoint.empty() && c.init.empty() && checkpoint_setting(c.checkpoint, "model") == "gpt");
+  // A kind of token data (a GPT), named by --model or by the checkpoint.
+  auto of_tokens = [](const std::string& name) {
+    const ModelKind* kind = find_model_kind(name);
+    return kind && kind->token_data;
+  };
+  return of_tokens(c.model) || (!c.checkpoint.empty() && c.init.empty() && of_tokens(checkpoint_setting(c.checkpoint, "model")));
 }
 
 ValidateResult run_validate_gpt(const ValidateConfig& c, std::ostream& out) {

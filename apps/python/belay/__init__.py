@@ -160,14 +160,13 @@ def _hex_float(text):
 
 def _train_options_of(path):
     """The belay.train keywords a `belay train` checkpoint's stored settings give (what the
-    resume check compares), with an MLP's hidden width and depth read from its tensors."""
+    resume check compares): the model's kind and shape as the model-kind table reads them."""
     info = inspect_checkpoint(path)
     s = dict(info["state"].settings)
     if "model" not in s:
         raise UsageError(f"checkpoint '{path}' holds no `belay train` settings (written by belay.save? "
                          "then build the model and optimizer and call belay.resume)")
-    kw = {"model": s["model"], "in_features": int(s["in"]), "out_features": int(s["out"]), "dtype": s["dtype"],
-          "grad_dtype": s["grad_dtype"], "optimizer": s["optimizer"], "lr": _hex_float(s["lr"]),
+    kw = {**_belay._model_keywords(s, path), "dtype": s["dtype"], "grad_dtype": s["grad_dtype"], "optimizer": s["optimizer"], "lr": _hex_float(s["lr"]),
           "weight_decay": _hex_float(s["weight_decay"]), "schedule": s["schedule"], "batch": int(s["batch"]),
           "micro_batch": int(s["micro_batch"]), "seed": int(s["seed"]), "unfused": s["fused"] == "0",
           "scaler": s["scaler"] == "1"}
@@ -176,13 +175,6 @@ def _train_options_of(path):
         kw["clip"] = clip
     if s.get("fp32_ops", "none") != "none":
         kw["fp32_ops"] = s["fp32_ops"]
-    if kw["model"] == "gpt":  # the shape is in the settings; "in" is the context, "out" the vocabulary
-        del kw["in_features"], kw["out_features"]
-        kw.update({k: int(s[k]) for k in ("layers", "width", "heads", "context")})
-    if kw["model"] == "mlp":
-        tensors = info["tensors"]
-        kw["layers"] = len([n for n in tensors if n.startswith("layers.") and n.endswith(".weight")])
-        kw["hidden"] = tensors["layers.0.weight"][0]
     return kw, s
 
 
@@ -227,13 +219,7 @@ def load_checkpoint(path, model=None, optimizer=None, settings=None, new_experim
             raise TypeError("load_checkpoint: give both model and optimizer, or neither (to rebuild them from the file)")
         return _belay.load_checkpoint(path, model, optimizer, settings or {}, new_experiment)
     kw, stored = _train_options_of(path)
-    if kw["model"] == "gpt":
-        net = Gpt(vocab=int(stored["out"]), context=kw["context"], width=kw["width"], layers=kw["layers"],
-                  heads=kw["heads"])
-    elif kw["model"] == "mlp":
-        net = Mlp(kw["in_features"], kw["hidden"], kw["out_features"], layers=kw["layers"])
-    else:
-        net = Linear(kw["in_features"], kw["out_features"])
+    net = _belay._model_from_settings(stored, path)  # the model-kind table's, as belay train built it
     keeps_fp32 = "linear" in kw.get("fp32_ops", "").split(",")
     net.set_working_dtype("fp32" if keeps_fp32 else kw["dtype"])
     net.set_grad_dtype(kw["dtype"] if kw["grad_dtype"] == "compute" else "fp32")

@@ -370,3 +370,59 @@ def test_every_option_of_belay_train_is_a_keyword():
         key = renamed.get(option, option.replace("-", "_"))
         with pytest.raises(TypeError, match=f"train: {key}|data must be"):  # a wrong type, not an unknown option
             belay.train(**{key: object()})
+
+
+def _cli_or_skip():
+    cli = pathlib.Path("belay")
+    if not cli.exists():
+        pytest.skip("no ./belay here: run through tests/apps/python/run.sh")
+    return str(cli.resolve())
+
+
+# The words of the options that are words; other values follow the type --help gives.
+_GOOD_WORDS = {"model": "mlp", "optimizer": "sgd", "schedule": "cosine", "dtype": "bf16", "grad-dtype": "compute",
+               "clip-mode": "value", "fp32-ops": "linear,gelu", "device": "cuda", "spike": "3:1e8",
+               "rollback-on": "divergence", "rollback-policy": "fp32"}
+
+
+def test_every_keyword_gives_the_config_the_cli_option_gives():
+    # One option table for both (apps/run/train_options.h): the same value, the same config,
+    # as `belay train --print-config` prints it and belay._belay._train_config_text gives it.
+    cli = _cli_or_skip()
+    help_text = subprocess.run([cli, "train", "--help"], capture_output=True, text=True).stdout
+    typed = dict(re.findall(r"--([a-z][a-z0-9-]*) (INT|UINT|FLOAT|TEXT)", help_text))
+    flags = set(re.findall(r"--([a-z][a-z0-9-]*)\s", help_text)) - set(typed) - {"help"}
+    cli_only = {"dist", "dist-progress-thread", "dist-timeout", "bucket-mb", "inject-rank", "scenario", "print-config"}
+    renamed = {"in": "in_features", "out": "out_features"}
+    checked = 0
+    for option in sorted((set(typed) | flags) - cli_only):
+        key = renamed.get(option, option.replace("-", "_"))
+        if option in flags:
+            args, value = [f"--{option}"], True
+        elif option in _GOOD_WORDS:
+            args, value = [f"--{option}", _GOOD_WORDS[option]], _GOOD_WORDS[option]
+        elif typed[option] == "FLOAT":
+            args, value = [f"--{option}", "0.375"], 0.375
+        elif typed[option] == "TEXT":
+            args, value = [f"--{option}", "some/file.safetensors"], "some/file.safetensors"
+        else:
+            args, value = [f"--{option}", "7"], 7
+        printed = subprocess.run([cli, "train", *args, "--print-config"], capture_output=True, text=True)
+        assert printed.returncode == 0, (option, printed.stderr)
+        assert belay._belay._train_config_text(**{key: value}) == printed.stdout, option
+        checked += 1
+    assert checked > 55
+
+
+@pytest.mark.parametrize("option,word", [("grad-dtype", "fp64"), ("clip-mode", "both"), ("rollback-on", "sometimes"),
+                                         ("dtype", "fp8"), ("spike", "12"), ("fp32-ops", "nothing"),
+                                         ("rollback-policy", "lower-lr")])
+def test_a_bad_word_gives_the_cli_message_with_the_keyword(option, word):
+    cli = _cli_or_skip()
+    refused = subprocess.run([cli, "train", f"--{option}", word, "--print-config"], capture_output=True, text=True)
+    assert refused.returncode == 2
+    message = refused.stderr.strip().removeprefix("belay: error: ")
+    key = option.replace("-", "_")
+    with pytest.raises(belay.UsageError) as e:
+        belay.train(**{key: word})
+    assert str(e.value) == message.replace(f"--{option}", key)
