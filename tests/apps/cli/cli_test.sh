@@ -26,6 +26,13 @@ expect_one_line_error "warmup as long as the run" 2 "--warmup 500 is as long as 
 expect_one_line_error "warmup equal to the run" 2 "--warmup 10 is as long as the run" train --schedule cosine --warmup 10 --steps 10
 expect_one_line_error "warmup without the cosine schedule" 2 "--warmup 5 needs --schedule cosine" train --warmup 5 --steps 10
 expect_error "unknown model" 2 train --model transformer
+# An option of another model kind is refused naming both (apps/run/model_kinds.h), not ignored.
+expect_one_line_error "an MLP's option given to a GPT" 2 "--in is not an option of --model gpt" train --model gpt --in 4
+expect_one_line_error "a GPT's option given to the Linear model" 2 "--heads is not an option of --model linear" \
+  train --heads 2 --steps 1
+# --print-config: the options as the run takes them, the model kind's defaults filled in.
+if "$belay" train --model gpt --print-config | grep -qx "steps=1500"; then pass "--print-config shows the GPT's defaults"
+else fail "--print-config"; fi
 expect_error "unknown device" 2 train --device tpu
 # Only where no CUDA device is there: a GPU, or the emulated one of a BELAY_CUDA_EMULATION
 # build, trains (tests/emulation/train_cli.sh runs that).
