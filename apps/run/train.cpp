@@ -1,4 +1,4 @@
-// The options of a training run (TrainConfig), checked in one place: validate() says the
+// The options of a training run (TrainConfig), checked in one place: check_train_config() says the
 // first bad option, one error each, before anything is built. The run itself: apps/run/trainer.cpp.
 #include "apps/run/train.h"
 
@@ -133,7 +133,7 @@ void validate_dist_device(const std::string& dist, const std::string& device) {
     throw UsageError("--dist nccl trains on GPU tensors: add --device cuda (or use --dist mpi on the CPU)");
 }
 
-void validate(const TrainConfig& c) {
+void check_train_config(const TrainConfig& c) {
   validate_sizes(c);
   validate_dist(c);
   validate_model(c);

@@ -133,7 +133,7 @@ struct TrainResult {
 };
 
 // Every option checked, in one place: throws UsageError naming the first bad one.
-void validate(const TrainConfig& config);
+void check_train_config(const TrainConfig& config);
 // Which --dist fits which --device (part of validate). The CLI asks it before it makes the
 // communicator too: a refused pairing then stops before MPI or NCCL starts.
 void validate_dist_device(const std::string& dist, const std::string& device);

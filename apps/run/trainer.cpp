@@ -144,7 +144,7 @@ std::string short_float(float x) {
 
 Trainer::Trainer(const TrainConfig& config, std::ostream& out) : c_(config), out_(out) {
   build_data();
-  validate(c_);
+  check_train_config(c_);
   device_ = parse_device(c_.device);
   param_bytes_ = 4.0 * parameter_count_of(c_);
   build_model();

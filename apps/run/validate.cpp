@@ -598,7 +598,7 @@ TrainConfig checked_model_config(const ValidateConfig& c) {
   check.steps = std::max<int64_t>(1, c.train_steps);
   check.batch = c.batch;
   check.lr = c.lr;
-  validate(check);
+  check_train_config(check);
   return mc;
 }
 

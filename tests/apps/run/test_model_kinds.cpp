@@ -80,18 +80,18 @@ TEST_CASE("model kinds: an option of another kind is a usage error naming both",
   TrainConfig c;
   c.model = "gpt";
   c.given = {"in", "lr"};
-  CHECK_THROWS_WITH(validate(c), "--in is not an option of --model gpt (its options: --context, --eval-every, "
+  CHECK_THROWS_WITH(check_train_config(c), "--in is not an option of --model gpt (its options: --context, --eval-every, "
                                  "--eval-windows, --heads, --layers, --width)");
   c.model = "linear";
   c.given = {"hidden"};
-  CHECK_THROWS_WITH(validate(c), "--hidden is not an option of --model linear (its options: --in, --out)");
+  CHECK_THROWS_WITH(check_train_config(c), "--hidden is not an option of --model linear (its options: --in, --out)");
   c.given = {"in", "out", "lr", "batch"};  // its own and the general ones
-  CHECK_NOTHROW(validate(c));
+  CHECK_NOTHROW(check_train_config(c));
   c.model = "mlp";
   c.given = {"hidden", "layers", "in"};
-  CHECK_NOTHROW(validate(c));
+  CHECK_NOTHROW(check_train_config(c));
   c.given = {"eval-every"};
-  CHECK_THROWS_WITH(validate(c), Catch::StartsWith("--eval-every is not an option of --model mlp"));
+  CHECK_THROWS_WITH(check_train_config(c), Catch::StartsWith("--eval-every is not an option of --model mlp"));
   // Every option some kind takes is named by the table, and each kind takes its own shape.
   for (const ModelKind& kind : model_kinds())
     for (const ShapeField& f : kind.shape) {

@@ -120,7 +120,7 @@ TEST_CASE("rollback options are validated", "[apps][rollback]") {
     TrainConfig c = config();
     c.rollback.on_skip_rate = true;
     change(c);
-    CHECK_THROWS_AS(validate(c), UsageError);
+    CHECK_THROWS_AS(check_train_config(c), UsageError);
   };
   bad([](TrainConfig& c) { c.rollback.every = 0; });
   bad([](TrainConfig& c) { c.rollback.skip_window = 0; });
@@ -137,7 +137,7 @@ TEST_CASE("rollback options are validated", "[apps][rollback]") {
   });
   TrainConfig off = config();
   off.rollback.policy = "fp32";  // a policy without a condition
-  CHECK_THROWS_AS(validate(off), UsageError);
+  CHECK_THROWS_AS(check_train_config(off), UsageError);
 }
 
 TEST_CASE("a forced skip rate rolls back to the snapshot: the restored state is the checkpoint's, bit for bit",

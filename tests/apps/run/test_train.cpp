@@ -237,5 +237,5 @@ TEST_CASE("a model or batch too large for memory says how many bytes, for what",
   // A size past what can be counted is bad input.
   TrainConfig huge;
   huge.in_features = huge.out_features = 100000000000;
-  CHECK_THROWS_AS(validate(huge), UsageError);
+  CHECK_THROWS_AS(check_train_config(huge), UsageError);
 }
