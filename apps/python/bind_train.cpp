@@ -214,10 +214,9 @@ py::list run_rows(const py::list& rows, const TrainResult& result) {
   return out;
 }
 
-}  // namespace
-
-void bind_train(py::module_& m) {
-  // ---- a `belay train` checkpoint's model, by the model-kind table (apps/run/model_kinds.h)
+// A `belay train` checkpoint's model, by the model-kind table (apps/run/model_kinds.h), for
+// belay.load_checkpoint and train(resume=...) in belay/__init__.py.
+void bind_model_kinds(py::module_& m) {
   m.def("_model_keywords", [](const Settings& settings, const std::string& path) {
     TrainConfig c;
     read_model_settings(settings, path, c);
@@ -233,6 +232,12 @@ void bind_train(py::module_& m) {
     Rng rng(0);  // any init: the caller loads every parameter
     return make_model(c, rng, Device::cpu());
   }, py::arg("settings"), py::arg("path"), "The model (Linear, Mlp, Gpt, ...) of a checkpoint's settings, unloaded");
+}
+
+}  // namespace
+
+void bind_train(py::module_& m) {
+  bind_model_kinds(m);
   m.def("_train_config_text", [](py::kwargs kw) {
     py::object data = py::none();
     TrainOptions o = read_train_keywords(kw, data);
