@@ -20,7 +20,7 @@ tokens=$(dirname "$belay")/data/text.safetensors
 # Masks what is not behaviour: times, rates, the scratch directory's name.
 mask() {
   sed -E -e "s#$work#WORK#g" \
-    -e 's/[0-9.]+(k|M)? tokens\/s/N tokens\/s/g' \
+    -e 's/[0-9.]+(e[+-]?[0-9]+)?(k|M)? tokens\/s/N tokens\/s/g' \
     -e 's/[0-9.]+ (ms|s)\b/N \1/g' -e 's/[0-9.]+ steps\/s/N steps\/s/g' -e 's/[0-9.]+ ?(ms|s)\/step/N \1\/step/g'
 }
 
@@ -63,7 +63,7 @@ mkdir -p "$work/resume" && cp "$work/stop_at/ck.safetensors" "$work/stop_at/run.
 run resume train --dtype fp16 --steps 40 --resume ck.safetensors --checkpoint ck.safetensors --csv run.csv
 run resume_new_policy_refused train --dtype bf16 --steps 40 --resume ../stop_at/ck.safetensors
 # Rollback policies and the skip-rate stop.
-run rollback_stop train --dtype fp16 --steps 40 --inject-inf 10,11,12,13,14,15,16,17 --rollback-on skip-rate --rollback-skip-window 4 --rollback-skip-rate 0.5 --csv run.csv
+run rollback_stop train --dtype fp16 --steps 40 --inject-inf 10 --inject-inf 11 --inject-inf 12 --inject-inf 13 --inject-inf 14 --rollback-on skip-rate --rollback-skip-window 4 --rollback-skip-rate 0.5 --csv run.csv
 run rollback_lower_lr train --dtype fp16 --steps 40 --spike 12:1e30 --spike 13:1e30 --spike 14:1e30 --rollback-on nonfinite-loss,skip-rate --rollback-skip-window 4 --rollback-skip-rate 0.5 --rollback-policy lower-lr 0.5 --csv run.csv
 run skip_rate_stop train --dtype fp16 --steps 40 --inject-inf 5 --inject-inf 6 --inject-inf 7 --inject-inf 8 --max-skip-rate 0.5 --skip-window 4 --skip-patience 2 --csv run.csv
 # The GPT, tiny, on the corpus the build makes.
