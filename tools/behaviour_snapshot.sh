@@ -15,7 +15,10 @@ trap 'rm -rf "$work"' EXIT
 listing=$out/listing.txt
 : >"$listing"
 export OMP_NUM_THREADS=1 BELAY_CPU_ISA=${BELAY_CPU_ISA:-baseline}
-tokens=$(dirname "$belay")/data/text.safetensors
+# The tokens file the build makes, at one relative path from every command's folder (the
+# path is in the output and the checkpoints' settings).
+cp "$(dirname "$belay")/data/text.safetensors" "$work/text.safetensors"
+tokens=../text.safetensors
 
 # Masks what is not behaviour: times, rates, the scratch directory's name.
 mask() {
