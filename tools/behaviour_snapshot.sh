@@ -22,7 +22,7 @@ tokens=../text.safetensors
 
 # Masks what is not behaviour: times, rates, the scratch directory's name.
 mask() {
-  sed -E -e "s#$work#WORK#g" \
+  sed -E -e "s#$work#WORK#g" -e "s#$belay#BELAY#g" \
     -e 's/[0-9.]+(e[+-]?[0-9]+)?(k|M)? tokens\/s/N tokens\/s/g' \
     -e 's/[0-9.]+ (ms|s)\b/N \1/g' -e 's/[0-9.]+ steps\/s/N steps\/s/g' -e 's/[0-9.]+ ?(ms|s)\/step/N \1\/step/g'
 }
