@@ -56,38 +56,6 @@ void check_mlp(const TrainConfig& c) {
   if (c.layers < 2) throw UsageError("--layers must be at least 2, got " + std::to_string(c.layers));
 }
 
-// A GPT trains in minutes on 2 cores with these (AdamW lr 3e-3 with 100 warmup steps and a
-// cosine decay, weight decay 0.1, clip 1, batch 32 sequences, 1500 steps, held-out loss
-// every 250); its warmup is cut to a tenth of a shorter run (apply_kind_defaults).
-const std::vector<KindDefault> kGptDefaults{
-    {"lr", [](TrainConfig& c) { c.lr = 3e-3f; }},
-    {"schedule", [](TrainConfig& c) { c.schedule = "cosine"; }},
-    {"warmup", [](TrainConfig& c) { c.warmup = 100; }},
-    {"weight-decay", [](TrainConfig& c) { c.weight_decay = 0.1f; }},
-    {"clip", [](TrainConfig& c) { c.max_norm = 1.0f; }},
-    {"batch", [](TrainConfig& c) { c.batch = 32; }},
-    {"steps", [](TrainConfig& c) { c.steps = 1500; }},
-    {"eval-every", [](TrainConfig& c) { c.eval_every = 250; }},
-};
-
-const std::vector<ModelKind> kModelKinds{
-    {"linear", {kIn, kOut}, {}, false, false, {}, [](const TrainConfig&) {}, linear_parameters,
-     [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
-       return std::make_unique<Linear>(c.in_features, c.out_features, rng, true, device);
-     }},
-    {"mlp", {kIn, kOut, kHidden, kLayers}, {}, false, true, {}, check_mlp, mlp_parameters,
-     [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
-       return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
-     }},
-    // A GPT on a tokens file: "in" is its context, "out" the file's vocabulary.
-    {"gpt", {kLayers, kWidth, kHeads, kContext}, {"eval-every", "eval-windows"}, true, false, kGptDefaults,
-     [](const TrainConfig& c) { gpt_config_of(c).validate(); },
-     [](const TrainConfig& c) { return gpt_config_of(c).parameter_count(); },
-     [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
-       return std::make_unique<Gpt>(gpt_config_of(c), rng, device);
-     }},
-};
-
 // A setting as a positive count; UsageError naming the file and the key otherwise.
 int64_t positive_setting(const Settings& settings, const std::string& path, const char* key) {
   const auto it = settings.find(key);
@@ -100,13 +68,54 @@ int64_t positive_setting(const Settings& settings, const std::string& path, cons
   return n;
 }
 
+// A GPT trains in minutes on 2 cores with these (AdamW lr 3e-3 with 100 warmup steps and a
+// cosine decay, weight decay 0.1, clip 1, batch 32 sequences, 1500 steps, held-out loss
+// every 250); its warmup is cut to a tenth of a shorter run (apply_kind_defaults).
+std::vector<KindDefault> gpt_defaults() {
+  return {
+    {"lr", [](TrainConfig& c) { c.lr = 3e-3f; }},
+    {"schedule", [](TrainConfig& c) { c.schedule = "cosine"; }},
+    {"warmup", [](TrainConfig& c) { c.warmup = 100; }},
+    {"weight-decay", [](TrainConfig& c) { c.weight_decay = 0.1f; }},
+    {"clip", [](TrainConfig& c) { c.max_norm = 1.0f; }},
+    {"batch", [](TrainConfig& c) { c.batch = 32; }},
+    {"steps", [](TrainConfig& c) { c.steps = 1500; }},
+    {"eval-every", [](TrainConfig& c) { c.eval_every = 250; }},
+  };
+}
+
+// Built on first use (from any translation unit's static initialisation too: the option
+// table's --model help reads it).
+std::vector<ModelKind> make_model_kinds() {
+  return {
+    {"linear", nullptr, {kIn, kOut}, {}, false, false, {}, [](const TrainConfig&) {}, linear_parameters,
+     [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
+       return std::make_unique<Linear>(c.in_features, c.out_features, rng, true, device);
+     }},
+    {"mlp", nullptr, {kIn, kOut, kHidden, kLayers}, {}, false, true, {}, check_mlp, mlp_parameters,
+     [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
+       return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
+     }},
+    // A GPT on a tokens file: "in" is its context, "out" the file's vocabulary.
+    {"gpt", "gpt: a small transformer on a tokens file: --data", {kLayers, kWidth, kHeads, kContext}, {"eval-every", "eval-windows"}, true, false, gpt_defaults(),
+     [](const TrainConfig& c) { gpt_config_of(c).validate(); },
+     [](const TrainConfig& c) { return gpt_config_of(c).parameter_count(); },
+     [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
+       return std::make_unique<Gpt>(gpt_config_of(c), rng, device);
+     }},
+  };
+}
+
 }  // namespace
 
-const std::vector<ModelKind>& model_kinds() { return kModelKinds; }
+const std::vector<ModelKind>& model_kinds() {
+  static const std::vector<ModelKind> kinds = make_model_kinds();
+  return kinds;
+}
 
 std::string model_kind_names(bool (*keep)(const ModelKind&)) {
   std::vector<const char*> names;
-  for (const ModelKind& k : kModelKinds)
+  for (const ModelKind& k : model_kinds())
     if (!keep || keep(k)) names.push_back(k.name);
   std::string text;
   for (size_t i = 0; i < names.size(); ++i)
@@ -115,7 +124,7 @@ std::string model_kind_names(bool (*keep)(const ModelKind&)) {
 }
 
 const ModelKind* find_model_kind(const std::string& name) {
-  for (const ModelKind& k : kModelKinds)
+  for (const ModelKind& k : model_kinds())
     if (name == k.name) return &k;
   return nullptr;
 }
@@ -136,7 +145,7 @@ bool takes_option(const ModelKind& kind, const std::string& option) {
 const std::set<std::string>& model_options() {
   static const std::set<std::string> options = [] {
     std::set<std::string> all;
-    for (const ModelKind& k : kModelKinds) {
+    for (const ModelKind& k : model_kinds()) {
       for (const ShapeField& f : k.shape) all.insert(f.name);
       all.insert(k.other_options.begin(), k.other_options.end());
     }
@@ -164,7 +173,9 @@ void apply_kind_defaults(TrainConfig& c, const std::set<std::string>& given) {
       d.apply(c);
       chose_warmup = chose_warmup || std::string(d.option) == "warmup";
     }
-  if (chose_warmup && c.schedule == "cosine" && c.warmup >= c.steps) c.warmup = c.steps / 10;
+  if (!chose_warmup) return;
+  if (c.schedule != "cosine") c.warmup = 0;  // the user's schedule has none (a constant LR)
+  else if (c.warmup >= c.steps) c.warmup = c.steps / 10;
 }
 
 void write_model_settings(const TrainConfig& c, Settings& settings) {

@@ -37,6 +37,7 @@ struct KindDefault {
 
 struct ModelKind {
   const char* name;  // --model NAME
+  const char* note;  // what --help says of it, or nullptr
   // The sizes it is built from, each an option and a checkpoint setting ("in" and "out" are
   // recorded for every kind: for token data they are the context and the vocabulary).
   std::vector<ShapeField> shape;
@@ -71,7 +72,7 @@ bool takes_option(const ModelKind& kind, const std::string& option);
 // (The Python module rewrites option names in messages as keywords.)
 void check_given_options(const ModelKind& kind, const std::set<std::string>& given);
 // The defaults of c.model's kind for the options not in `given`; a warmup the kind chose is
-// cut to a tenth of a run shorter than it.
+// cut to a tenth of a run shorter than it, and dropped under a schedule without one.
 void apply_kind_defaults(TrainConfig& c, const std::set<std::string>& given);
 
 // The shape into a checkpoint's settings: "model", "in", "out" and the kind's sizes.

@@ -16,12 +16,23 @@ namespace belay {
 namespace {
 
 // Where a row's value lands: a field of TrainOptions (or of its config), as a function.
+// --model's help: the kinds of the model-kind table, and what the notes of some say.
+std::string model_option_help() {
+  std::string names, notes;
+  for (const ModelKind& k : model_kinds()) {
+    names += (names.empty() ? "" : " | ") + std::string(k.name);
+    if (k.note) notes += (notes.empty() ? " (" : "; ") + std::string(k.note);
+  }
+  return names + (notes.empty() ? "" : notes + ")");
+}
+
 #define BELAY_FIELD(member) +[](TrainOptions& o) -> auto& { return o.member; }
 
-const std::vector<TrainOption> kTrainOptions{
+// Built on first use, after the model-kind table (--model's help reads it).
+std::vector<TrainOption> make_train_options() {
+  return {
     // The model and the run's length.
-    {"model", BELAY_FIELD(config.model), "linear | mlp | gpt (a small transformer on a tokens file: --data)",
-     kShowDefault},
+    {"model", BELAY_FIELD(config.model), model_option_help(), kShowDefault},
     {"in", BELAY_FIELD(config.in_features), "input features", kShowDefault, "in_features"},
     {"out", BELAY_FIELD(config.out_features), "output features", kShowDefault, "out_features"},
     {"hidden", BELAY_FIELD(config.hidden), "MLP hidden width", kShowDefault},
@@ -129,7 +140,8 @@ const std::vector<TrainOption> kTrainOptions{
      "experiment from the checkpoint, recorded in it"},
     {"print-config", BELAY_FIELD(print_config),
      "print every option as the run would take it (the model's defaults filled in) and exit", kCliOnly},
-};
+  };
+}
 
 #undef BELAY_FIELD
 
@@ -177,7 +189,10 @@ void read_precision(const TrainOptions& o, TrainConfig& c) {
 
 }  // namespace
 
-const std::vector<TrainOption>& train_options() { return kTrainOptions; }
+const std::vector<TrainOption>& train_options() {
+  static const std::vector<TrainOption> options = make_train_options();
+  return options;
+}
 
 namespace {
 std::string underscored(std::string name) {
@@ -190,13 +205,13 @@ std::string underscored(std::string name) {
 std::string keyword_of(const TrainOption& option) { return option.keyword ? option.keyword : underscored(option.name); }
 
 const TrainOption* option_of_keyword(const std::string& keyword) {
-  for (const TrainOption& o : kTrainOptions)
+  for (const TrainOption& o : train_options())
     if (!(o.traits & kCliOnly) && (keyword == keyword_of(o) || keyword == underscored(o.name))) return &o;
   return nullptr;
 }
 
 const TrainOption* option_named(const std::string& name) {
-  for (const TrainOption& o : kTrainOptions)
+  for (const TrainOption& o : train_options())
     if (name == o.name) return &o;
   return nullptr;
 }
@@ -223,7 +238,7 @@ std::string train_config_text(TrainOptions& o) {
     if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) text << v;
     else text << +v;
   };
-  for (const TrainOption& row : kTrainOptions) {
+  for (const TrainOption& row : train_options()) {
     if (row.traits & kCliOnly) continue;
     text << row.name << "=";
     std::visit(

@@ -47,7 +47,7 @@ enum OptionTrait : unsigned {
 struct TrainOption {
   const char* name;  // "weight-decay": --weight-decay, and belay.train(weight_decay=...)
   OptionField field;
-  const char* help;
+  std::string help;
   unsigned traits = 0;
   const char* keyword = nullptr;  // the Python keyword where it is not the name with '_' ("in_features")
   const char* negation = nullptr;  // a flag whose keyword False means another flag ("scaler" -> "no-scaler")

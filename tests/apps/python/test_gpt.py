@@ -142,7 +142,7 @@ def test_train_gpt_is_the_python_loop_and_reports_heldout(tokens_file):
     PyTorch parity test relies on to give torch the trainer's weights and batches.)"""
     opts = dict(context=16, width=32, layers=2, heads=4, seed=7)
     rows = belay.train(model="gpt", data=str(tokens_file), batch=4, steps=6, lr=3e-3, weight_decay=0.1, clip=0.5,
-                       eval_every=3, eval_windows=8, quiet=True, **opts)
+                       schedule="constant", eval_every=3, eval_windows=8, quiet=True, **opts)
     assert isinstance(rows, belay.TrainRows) and len(rows) == 6
     assert [s for s, _ in rows.heldout] == [2, 5] and all(2.0 < loss < 6.0 for _, loss in rows.heldout)
     assert rows.tokens_per_step == 4 * 16
@@ -169,7 +169,7 @@ def test_train_gpt_is_the_python_loop_and_reports_heldout(tokens_file):
     (lambda: belay.Gpt(**SIZES)(np.full((1, 4), 256)), "256"),
     (lambda: belay.load_tokens("/nonexistent/tokens.safetensors", 16), "tokens.safetensors"),
     (lambda: belay.train(model="gpt", steps=1, quiet=True), "give data FILE"),
-    (lambda: belay.train(model="mlp", eval_every=2, steps=1, quiet=True), "eval_every needs model gpt"),
+    (lambda: belay.train(model="mlp", eval_every=2, steps=1, quiet=True), "eval_every is not an option of model mlp"),
 ])
 def test_bad_gpt_options_raise_a_clear_error(make, match):
     with pytest.raises(belay.Error, match=match):
@@ -194,7 +194,7 @@ def test_gpt_checkpoint_loads_and_resumes_bit_for_bit(tokens_file, tmp_path):
     """load_checkpoint(path) rebuilds the Gpt from the shape the settings record, and
     train(resume=path) continues it as if the run had not stopped."""
     opts = dict(model="gpt", data=str(tokens_file), batch=4, context=16, width=32, heads=2, layers=1, seed=4,
-                lr=3e-3, quiet=True)
+                lr=3e-3, schedule="constant", quiet=True)
     whole = belay.train(steps=6, **opts)
     ck = tmp_path / "gpt.safetensors"
     belay.train(steps=4, checkpoint=str(ck), **opts)

@@ -113,6 +113,11 @@ TEST_CASE("model kinds: a kind's defaults fill only the options not given", "[ap
   short_run.steps = 50;
   apply_kind_defaults(short_run, {"steps"});
   CHECK(short_run.warmup == 5);  // the kind's warmup, cut to a tenth of a shorter run
+  TrainConfig constant;
+  constant.model = "gpt";
+  apply_kind_defaults(constant, {"schedule"});  // --schedule constant: no warmup to take
+  CHECK(constant.warmup == 0);
+  CHECK(constant.steps == 1500);
   TrainConfig linear;
   apply_kind_defaults(linear, {});
   CHECK(linear.steps == TrainConfig{}.steps);  // no defaults of its own
