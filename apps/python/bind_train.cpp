@@ -132,7 +132,8 @@ void read_keyword(const TrainOption& row, const std::string& key, py::handle val
           target.insert(target.end(), words.begin(), words.end());
         } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
           if (py::isinstance<py::int_>(value)) target.push_back(cast_arg<int64_t>(value, what, "an int"));
-          else for (int64_t s : cast_arg<std::vector<int64_t>>(value, what, "an int or a list of ints")) target.push_back(s);
+          else
+            for (int64_t s : cast_arg<std::vector<int64_t>>(value, what, "an int or a list of ints")) target.push_back(s);
         } else if constexpr (std::is_floating_point_v<T>) {
           target = cast_arg<T>(value, what, "a number");
         } else if constexpr (std::is_same_v<T, uint64_t>) {
@@ -155,7 +156,8 @@ bool read_python_value(const TrainOption& row, const std::string& key, py::handl
   else if (name == "dtype" && !py::isinstance<py::str>(value)) o.dtype = dtype_name(train_dtype(value));
   else if (name == "spike") for (const std::string& w : spike_words(value)) o.spikes.push_back(w);
   else if (name == "rollback-policy") o.rollback_policy = policy_words(value);
-  else if (row.negation && !cast_arg<bool>(value, "train: " + key, "a bool")) read_keyword(*option_named(row.negation), key, py::bool_(true), o);
+  else if (row.negation && !cast_arg<bool>(value, "train: " + key, "a bool"))
+    read_keyword(*option_named(row.negation), key, py::bool_(true), o);
   else return false;
   return true;
 }

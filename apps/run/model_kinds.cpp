@@ -97,7 +97,8 @@ std::vector<ModelKind> make_model_kinds() {
        return std::make_unique<Mlp>(c.in_features, c.hidden, c.out_features, rng, c.layers, Activation::Gelu, device);
      }},
     // A GPT on a tokens file: "in" is its context, "out" the file's vocabulary.
-    {"gpt", "gpt: a small transformer on a tokens file: --data", {kLayers, kWidth, kHeads, kContext}, {"eval-every", "eval-windows"}, true, false, gpt_defaults(),
+    {"gpt", "gpt: a small transformer on a tokens file: --data", {kLayers, kWidth, kHeads, kContext},
+     {"eval-every", "eval-windows"}, true, false, gpt_defaults(),
      [](const TrainConfig& c) { gpt_config_of(c).validate(); },
      [](const TrainConfig& c) { return gpt_config_of(c).parameter_count(); },
      [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
@@ -186,7 +187,8 @@ void write_model_settings(const TrainConfig& c, Settings& settings) {
 
 void read_model_settings(const Settings& settings, const std::string& path, TrainConfig& c) {
   const auto model = settings.find("model");
-  if (model == settings.end()) throw UsageError("checkpoint '" + path + "' records no model: write it again with belay train");
+  if (model == settings.end())
+    throw UsageError("checkpoint '" + path + "' records no model: write it again with belay train");
   c.model = model_kind(model->second).name;
   for (const ShapeField& f : {kIn, kOut}) f.set(c, positive_setting(settings, path, f.name));
   for (const ShapeField& f : model_kind(c.model).shape) f.set(c, positive_setting(settings, path, f.name));
