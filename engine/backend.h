@@ -132,11 +132,13 @@ struct SgdSlot {
   float weight_decay = 0.0f;
 };
 
+// The rule of dynamic loss scaling that scaler_update applies, defined once: amp/grad_scaler.h's
+// GradScalerOptions is this plus whether scaling is on and the scale it starts from.
 struct ScalerConfig {
   float growth_factor = 2.0f;
   float backoff_factor = 0.5f;
   int growth_interval = 2000;
-  int hysteresis = 1;  // overflows tolerated before backing off (1: back off on the first)
+  int hysteresis = 1;  // overflows tolerated before backing off (1: back off on the first; Megatron's hysteresis)
   float min_scale = 1.0f;
   float max_scale = 16777216.0f;  // 2^24
 };
