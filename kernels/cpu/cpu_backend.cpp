@@ -166,7 +166,6 @@ bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw
   return cpu_element_blocks().adamw(b);
 }
 
-void check_cpu(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CPU); }
 
 // The ids of an embedding as row indices, each checked to be an integer in [0, rows): a bad
 // id is bad input (UsageError), named with its position.
@@ -194,7 +193,6 @@ std::vector<float> ln_param(const Tensor* p, int64_t cols, float absent) {
 // LayerNorm's backward sums dweight and dbias over chunks of this many rows (each in double,
 // rows in order), then the chunks in order: the same bits at any thread count.
 constexpr int64_t kNormRowChunk = 32;
-void check_scalar(const char* op, const Tensor& t) { check_f32_scalar(op, t, DeviceKind::CPU); }
 
 class ReadyReadback final : public HostReadback {
  public:
@@ -208,6 +206,7 @@ class ReadyReadback final : public HostReadback {
 
 class CpuBackend final : public Backend {
  public:
+  CpuBackend() : Backend(DeviceKind::CPU) {}
   std::string name() const override { return "cpu"; }
   RawMemory raw_memory() const override { return {host_alloc, host_free}; }
 
@@ -217,10 +216,7 @@ class CpuBackend final : public Backend {
   void synchronize() const override {}
 
   // Moves (src + dst) bytes per element.
-  void cast(const Tensor& src, Tensor& dst) const override {
-    check_cpu("cast", src);
-    check_cpu("cast", dst);
-    if (src.numel() != dst.numel()) throw Error("cast: element counts differ, " + src.describe() + " vs " + dst.describe());
+  void cast_impl(const Tensor& src, Tensor& dst) const override {
     if (src.data() == dst.data() && src.dtype() == dst.dtype()) return;
     if (src.dtype() == dst.dtype()) {
       std::memmove(dst.data(), src.data(), src.nbytes());
@@ -235,8 +231,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void fill(Tensor& t, float value) const override {
-    check_cpu("fill", t);
+  void fill_impl(Tensor& t, float value) const override {
     const int64_t n = t.numel();
     if (t.dtype() == DType::F32) {
       float* p = t.data_as<float>();
@@ -249,10 +244,7 @@ class CpuBackend final : public Backend {
   }
 
   // Elementwise kernels below: read each input once, write the output once; 1 flop or so.
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
-    check_cpu("binary", a);
-    check_same_shape("binary", a, b);
-    check_same_shape("binary", a, out);
+  void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
     const void *pa = a.data(), *pb = b.data();
     void* po = out.data();
     const DType da = a.dtype(), db = b.dtype(), dout = out.dtype();
@@ -271,9 +263,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void scale(const Tensor& x, float s, Tensor& out) const override {
-    check_cpu("scale", x);
-    check_same_shape("scale", x, out);
+  void scale_impl(const Tensor& x, float s, Tensor& out) const override {
     const void* px = x.data();
     void* po = out.data();
     const DType dx = x.dtype(), dout = out.dtype();
@@ -286,9 +276,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const override {
-    check_cpu("accumulate", dst);
-    check_same_shape("accumulate", dst, src);
+  void accumulate_impl(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const override {
     const float factor = alpha * (s ? scalar_value(*s) : 1.0f);
     const void* ps = src.data();
     void* pd = dst.data();
@@ -303,14 +291,11 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const override {
-    check_scalar("broadcast_scalar", s);
-    fill(out, scalar_value(s) * alpha);
+  void broadcast_scalar_impl(const Tensor& s, float alpha, Tensor& out) const override {
+    fill_impl(out, scalar_value(s) * alpha);
   }
 
-  void activation(Activation act, const Tensor& x, Tensor& y) const override {
-    check_cpu("activation", x);
-    check_same_shape("activation", x, y);
+  void activation_impl(Activation act, const Tensor& x, Tensor& y) const override {
     const void* px = x.data();
     void* py = y.data();
     const DType dx = x.dtype(), dy = y.dtype();
@@ -326,10 +311,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const override {
-    check_cpu("activation_backward", x);
-    check_same_shape("activation_backward", x, dy);
-    check_same_shape("activation_backward", x, dx);
+  void activation_backward_impl(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const override {
     const void *px = x.data(), *pdy = dy.data();
     void* pdx = dx.data();
     const DType tx = x.dtype(), tdy = dy.dtype(), tdx = dx.dtype();
@@ -346,9 +328,7 @@ class CpuBackend final : public Backend {
 
   // The functions of UnaryOp, a block at a time through the shared formula (one code path
   // for every ISA: the same bits whichever is active). Reads x, writes y; ~20 flops (a libm call).
-  void unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const override {
-    check_cpu("unary", x);
-    check_same_shape("unary", x, y);
+  void unary_impl(UnaryOp op, float p, const Tensor& x, Tensor& y) const override {
     const void* px = x.data();
     void* py = y.data();
     const DType dx = x.dtype(), dy = y.dtype();
@@ -362,10 +342,8 @@ class CpuBackend final : public Backend {
   }
 
   // Reads x, y and dy, writes dx.
-  void unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                      Tensor& dx) const override {
-    check_cpu("unary_backward", x);
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) check_same_shape("unary_backward", x, *t);
+  void unary_backward_impl(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                           Tensor& dx) const override {
     const void *px = x.data(), *pyv = y.data(), *pdy = dy.data();
     void* pdx = dx.data();
     const DType tx = x.dtype(), ty = y.dtype(), tdy = dy.dtype(), tdx = dx.dtype();
@@ -381,11 +359,8 @@ class CpuBackend final : public Backend {
   }
 
   // Reads a and out once, b (small, widened to FP32 once) from cache; 1 flop per element.
-  void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
-                        Tensor& out) const override {
-    check_cpu("binary_broadcast", a);
-    check_same_shape("binary_broadcast", a, out);
-    check_axis_view("binary_broadcast", a, b, view);
+  void binary_broadcast_impl(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                             Tensor& out) const override {
     const std::vector<float> bf = b.to_vector();
     const void* pa = a.data();
     void* po = out.data();
@@ -408,9 +383,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const override {
-    check_cpu("broadcast_axis", g);
-    check_axis_view("broadcast_axis", out, g, view);
+  void broadcast_axis_impl(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const override {
     const void* pg = g.data();
     void* po = out.data();
     const DType dg = g.dtype(), dout = out.dtype();
@@ -425,9 +398,7 @@ class CpuBackend final : public Backend {
 
   // Reads x once, writes outer * inner values. As sum_rows: each output sums its l in order in
   // double; l is walked outer and a block of kCols outputs inner, so the reads are contiguous.
-  void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const override {
-    check_cpu("sum_axis", x);
-    check_axis_view("sum_axis", x, out, view);
+  void sum_axis_impl(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const override {
     const void* px = x.data();
     void* po = out.data();
     const DType dx = x.dtype(), dout = out.dtype();
@@ -466,9 +437,7 @@ class CpuBackend final : public Backend {
 
   // Per row (kernels/cpu/isa, the active path): reads x once (FP32 in place, else widened
   // into a row buffer), writes y once; one exp and ~4 flops per element.
-  void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
-    check_cpu("softmax", x);
-    check_softmax("softmax", x, cols, y);
+  void softmax_impl(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
     const void* px = x.data();
     void* py = y.data();
     const DType tx = x.dtype(), ty = y.dtype();
@@ -490,11 +459,8 @@ class CpuBackend final : public Backend {
 
   // Per row (the active path): reads y and dy once (widened into row buffers unless FP32),
   // writes dx once.
-  void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
-                        Tensor& dx) const override {
-    check_cpu("softmax_backward", y);
-    check_softmax("softmax_backward", y, cols, dy);
-    check_softmax("softmax_backward", y, cols, dx);
+  void softmax_backward_impl(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
+                             Tensor& dx) const override {
     const void *pyv = y.data(), *pg = dy.data();
     void* pd = dx.data();
     const DType ty = y.dtype(), tg = dy.dtype(), td = dx.dtype();
@@ -516,10 +482,7 @@ class CpuBackend final : public Backend {
   }
 
   // Reads N ids and N x D table elements, writes N x D: a copy of each row, no flops.
-  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const override {
-    check_cpu("embedding", table);
-    check_embedding("embedding", table, ids, out);
-    if (out.dtype() != table.dtype()) throw Error("embedding: out " + out.describe() + " must have the table's dtype");
+  void embedding_impl(const Tensor& table, const Tensor& ids, Tensor& out) const override {
     const std::vector<int64_t> idx = read_ids("embedding", ids, table.dim(0));
     const size_t row_bytes = static_cast<size_t>(table.dim(1)) * dtype_size(table.dtype());
     const char* src = static_cast<const char*>(table.data());
@@ -532,10 +495,7 @@ class CpuBackend final : public Backend {
   // Reads dout once (N x D) and writes the touched table rows; one add per element. The ids
   // are bucketed by row with a counting sort (stable: each bucket lists its positions in
   // order), then each touched row is owned by one thread, which adds its rows in that order.
-  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const override {
-    check_cpu("embedding_backward", dtable);
-    check_embedding("embedding_backward", dtable, ids, dout);
-    check_dtype("embedding_backward", dtable, DType::F32);
+  void embedding_backward_impl(const Tensor& dout, const Tensor& ids, Tensor& dtable) const override {
     const int64_t vocab = dtable.dim(0), dim = dtable.dim(1), n = ids.numel();
     const std::vector<int64_t> idx = read_ids("embedding_backward", ids, vocab);
     std::vector<int64_t> start(static_cast<size_t>(vocab) + 1, 0), order(static_cast<size_t>(n));
@@ -566,10 +526,8 @@ class CpuBackend final : public Backend {
 
   // Per row (kernels/cpu/isa, the active path): reads x twice (from a row buffer once widened),
   // writes y once; ~7 flops per element.
-  void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y, Tensor& mean,
-                  Tensor& rstd) const override {
-    check_cpu("layer_norm", x);
-    check_layer_norm("layer_norm", x, weight, bias, y, mean, rstd);
+  void layer_norm_impl(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y, Tensor& mean,
+                       Tensor& rstd) const override {
     const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
     const std::vector<float> w = ln_param(weight, cols, 1.0f), b = ln_param(bias, cols, 0.0f);
     const void* px = x.data();
@@ -592,12 +550,9 @@ class CpuBackend final : public Backend {
 
   // Reads x and dy once, writes dx once (~12 flops per element); then sums the chunks'
   // dweight and dbias (rows / 32 x cols doubles each) in chunk order.
-  void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
-                           bool accumulate) const override {
-    check_cpu("layer_norm_backward", x);
-    check_layer_norm("layer_norm_backward", x, weight, nullptr, dy, mean, rstd);
-    check_layer_norm_grads("layer_norm_backward", x, dx, dweight, dbias);
+  void layer_norm_backward_impl(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
+                                bool accumulate) const override {
     const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
     const std::vector<float> w = ln_param(weight, cols, 1.0f);
     const int64_t chunks = (rows + kNormRowChunk - 1) / kNormRowChunk;
@@ -633,11 +588,7 @@ class CpuBackend final : public Backend {
   }
 
   // Moves 2 x numel x dtype bytes; tiles of 32 x 32 keep both sides' lines in cache.
-  void transpose(const Tensor& x, Tensor& out) const override {
-    check_cpu("transpose", x);
-    if (x.rank() != 2 || out.rank() != 2 || out.dim(0) != x.dim(1) || out.dim(1) != x.dim(0) || out.dtype() != x.dtype())
-      throw Error("transpose: expected x [M, N] and out [N, M] of one dtype, got " + x.describe() + " and " +
-                  out.describe());
+  void transpose_impl(const Tensor& x, Tensor& out) const override {
     const int64_t rows = x.dim(0), cols = x.dim(1);
     const size_t es = dtype_size(x.dtype());
     const char* px = static_cast<const char*>(x.data());
@@ -654,9 +605,7 @@ class CpuBackend final : public Backend {
 
   // Moves 2 x numel x dtype bytes: each (outer, j, m, i) row of `inner` elements is one
   // contiguous copy (a head's d values when splitting heads).
-  void swap_axes(const Tensor& x, const SwapAxesView& v, Tensor& out) const override {
-    check_cpu("swap_axes", x);
-    check_swap_axes(x, v, out);
+  void swap_axes_impl(const Tensor& x, const SwapAxesView& v, Tensor& out) const override {
     const size_t row = static_cast<size_t>(v.inner) * dtype_size(x.dtype());
     const char* px = static_cast<const char*>(x.data());
     char* po = static_cast<char*>(out.data());
@@ -671,15 +620,11 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void gemm(const GemmArgs& args) const override { cpu_gemm(args); }
+  void gemm_impl(const GemmArgs& args, const GemmDims&) const override { cpu_gemm(args); }
 
   // Reads x once, writes N floats. Each column sums its rows in row order in double, as a
   // column at a time would, but rows are walked outer so the reads are contiguous.
-  void sum_rows(const Tensor& x, Tensor& out, bool accumulate) const override {
-    check_cpu("sum_rows", x);
-    check_dtype("sum_rows", out, DType::F32);
-    if (x.rank() != 2 || out.numel() != x.dim(1))
-      throw Error("sum_rows: expected x [M, N] and out [N], got " + x.describe() + " and " + out.describe());
+  void sum_rows_impl(const Tensor& x, Tensor& out, bool accumulate) const override {
     const int64_t rows = x.dim(0), cols = x.dim(1);
     const void* px = x.data();
     const DType dx = x.dtype();
@@ -700,9 +645,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void sum(const Tensor& x, Tensor& out) const override {
-    check_cpu("sum", x);
-    check_scalar("sum", out);
+  void sum_impl(const Tensor& x, Tensor& out) const override {
     const void* px = x.data();
     out.data_as<float>()[0] = static_cast<float>(with_dtype(x.dtype(), [&](auto tag) {
       constexpr DType D = decltype(tag)::value;
@@ -710,10 +653,7 @@ class CpuBackend final : public Backend {
     }));
   }
 
-  void mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) const override {
-    check_cpu("mse_loss", pred);
-    check_same_shape("mse_loss", pred, target);
-    check_scalar("mse_loss", out);
+  void mse_forward_impl(const Tensor& pred, const Tensor& target, Tensor& out) const override {
     const void *pp = pred.data(), *pt = target.data();
     const DType dp = pred.dtype(), dt = target.dtype();
     const double s = with_dtype(dp, [&](auto tp) {
@@ -728,10 +668,7 @@ class CpuBackend final : public Backend {
     out.data_as<float>()[0] = static_cast<float>(s / static_cast<double>(pred.numel()));
   }
 
-  void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const override {
-    check_cpu("mse_loss backward", pred);
-    check_same_shape("mse_loss backward", pred, dpred);
-    check_scalar("mse_loss backward", g);
+  void mse_backward_impl(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const override {
     const float factor = 2.0f * scalar_value(g) / static_cast<float>(pred.numel());
     const void *pp = pred.data(), *pt = target.data();
     void* pd = dpred.data();
@@ -746,9 +683,7 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits) const override {
-    check_cpu("cross_entropy", logits);
-    check_cross_entropy(logits, labels, loss, dlogits);
+  void cross_entropy_impl(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits) const override {
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
     std::vector<float> lab(static_cast<size_t>(labels.numel()));  // read in place: no host read counted
     for (size_t r = 0; r < lab.size(); ++r) lab[r] = load_as_f32(labels.data(), labels.dtype(), r);
@@ -785,18 +720,14 @@ class CpuBackend final : public Backend {
   }
 
   // Reads every gradient once (4 or 2 bytes per element), writes nothing; 3 flops per element.
-  void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-             Tensor& norm) const override {
-    check_scalar("guard", inv_scale);
-    check_scalar("guard", found_inf);
-    check_scalar("guard", norm);
+  void guard_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
+                  Tensor& norm) const override {
     const float inv = scalar_value(inv_scale);
     const ElementBlocks& blocks_isa = cpu_element_blocks();
     static_assert(kReduceLanes == 8, "sum_squares_8 sums 8 chunks side by side");
     double total = 0.0;
     bool nonfinite = false;
     for (const Tensor* g : grads) {
-      check_cpu("guard", *g);
       const void* pg = g->data();
       // One read per element: the finite check and the square of the unscaled value together.
       // A non-finite element makes its square non-finite, so the sum carries the flag.
@@ -825,16 +756,13 @@ class CpuBackend final : public Backend {
     norm.data_as<float>()[0] = static_cast<float>(std::sqrt(total));  // one rounding, after the root
   }
 
-  void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
-    check_scalar("clip_coefficient", norm);
-    check_scalar("clip_coefficient", clip_coef);
+  void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
     clip_coef.data_as<float>()[0] = clip_coefficient_of(scalar_value(norm), max_norm);
   }
 
   // Reads and writes every gradient once.
-  void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const override {
-    check_scalar("unscale", inv_scale);
-    check_scalar("unscale", found_inf);
+  void unscale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& inv_scale,
+                            Tensor& found_inf) const override {
     const float inv = scalar_value(inv_scale);
     const ElementBlocks& blocks_isa = cpu_element_blocks();
     bool nonfinite = false;
@@ -859,14 +787,12 @@ class CpuBackend final : public Backend {
     found_inf.data_as<float>()[0] = nonfinite ? 1.0f : 0.0f;
   }
 
-  void scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const override {
-    check_scalar("scale_inplace", factor);
+  void scale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& factor) const override {
     const float f = scalar_value(factor);
-    for (Tensor* g : grads) scale(*g, f, *g);
+    for (Tensor* g : grads) scale_impl(*g, f, *g);
   }
 
-  void clamp_inplace(Tensor& x, float lo, float hi) const override {
-    check_cpu("clamp", x);
+  void clamp_inplace_impl(Tensor& x, float lo, float hi) const override {
     void* px = x.data();
     const DType dx = x.dtype();
     parallel_blocks(x.numel(), [&](int64_t i0, int64_t len) {
@@ -881,8 +807,7 @@ class CpuBackend final : public Backend {
 
   // One pass: reads grad, master, m, v; writes master, m, v and the working copy.
   // FP32 grads and an FP16/BF16 working copy: 30 bytes per element; ~15 flops, 1 sqrt, 3 div.
-  void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& sc) const override {
-    check_step_scalars("adamw", sc, DeviceKind::CPU);
+  void adamw_impl(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& sc) const override {
     if (scalar_value(*sc.found_inf) != 0.0f) return;  // a skipped step changes nothing
     const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
     const float applied = scalar_value(*sc.applied_steps);
@@ -893,10 +818,6 @@ class CpuBackend final : public Backend {
                       adamw_bias_correction(hyper.beta1, applied),
                       adamw_bias_correction(hyper.beta2, applied)};
     for (const AdamWSlot& s : slots) {
-      check_dtype("adamw master", *s.master, DType::F32);
-      check_dtype("adamw m", *s.m, DType::F32);
-      check_dtype("adamw v", *s.v, DType::F32);
-      check_same_shape("adamw", *s.master, *s.grad);
       float* p = s.master->data_as<float>();
       float* m = s.m->data_as<float>();
       float* v = s.v->data_as<float>();
@@ -916,8 +837,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) const override {
-    check_step_scalars("sgd", sc, DeviceKind::CPU);
+  void sgd_impl(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) const override {
     if (scalar_value(*sc.found_inf) != 0.0f) return;
     const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
     const float lr = scalar_value(*sc.lr);
@@ -940,30 +860,25 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void lookup(const Tensor& table, const Tensor& index, Tensor& out) const override {
-    check_lookup(table, index, out, DeviceKind::CPU);
+  void lookup_impl(const Tensor& table, const Tensor& index, Tensor& out) const override {
     out.data_as<float>()[0] = table.data_as<const float>()[table_index(scalar_value(index), table.numel())];
   }
 
-  void count_applied(Tensor& count, const Tensor& found_inf) const override {
-    check_scalar("count_applied", count);
-    check_scalar("count_applied", found_inf);
+  void count_applied_impl(Tensor& count, const Tensor& found_inf) const override {
     if (scalar_value(found_inf) == 0.0f) count.data_as<float>()[0] += 1.0f;
   }
 
   // Host memory is the device's: the values are copied now and are ready at once.
-  std::unique_ptr<HostReadback> read_async(const std::vector<const Tensor*>& scalars) const override {
+  std::unique_ptr<HostReadback> read_async_impl(const std::vector<const Tensor*>& scalars) const override {
     std::vector<float> values;
     for (const Tensor* t : scalars) {
-      check_scalar("read_async", *t);
       values.push_back(scalar_value(*t));
     }
     return std::make_unique<ReadyReadback>(std::move(values));
   }
 
-  void scaler_update(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
-                     const Tensor& found_inf) const override {
-    check_scalar("scaler_update", scale);
+  void scaler_update_impl(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
+                          const Tensor& found_inf) const override {
     scaler_transition(scalar_value(found_inf), scale.data_as<float>()[0], growth_tracker.data_as<float>()[0],
                       hysteresis_left.data_as<float>()[0], c.growth_factor, c.backoff_factor,
                       static_cast<float>(c.growth_interval), static_cast<float>(c.hysteresis), c.min_scale,
