@@ -18,16 +18,16 @@ namespace belay::test::backend_checks {
 struct Arg {
   Shape shape;
   DType dtype = DType::F32;
-  const char* dtype_error = nullptr;  // the op refuses FP16 here, saying this; null: any dtype goes
-  bool any_shape = false;             // the op takes any shape here (no shape case)
-  Shape bad_shape{};                  // the shape case's shape; empty: numel + 1 elements
+  const char* dtype_error = nullptr;                    // the op refuses FP16 here, saying this; null: any dtype goes
+  bool any_shape = false;                               // the op takes any shape here (no shape case)
+  Shape bad_shape{};                                    // the shape case's shape; empty: numel + 1 elements
   const char* undefined_error = "tensor is undefined";  // what an undefined tensor here is told
 };
 
 // An op, its operands and a good call on them; `call` runs the op on be with t (any of which a
 // case may have replaced).
 struct Op {
-  const char* name;    // the prefix of every error the op's checks throw
+  const char* name;  // the prefix of every error the op's checks throw
   std::vector<Arg> args;
   std::function<void(const Backend&, std::vector<Tensor>&)> call;
 };
@@ -53,46 +53,71 @@ inline const std::vector<Op>& ops() {
   static const std::vector<Op> table = {
       {"cast", {any({2, 3}), {{2, 3}, DType::F16}}, [](const Backend& be, auto& t) { be.cast(t[0], t[1]); }},
       {"fill", {{{5}, DType::F32, nullptr, true}}, [](const Backend& be, auto& t) { be.fill(t[0], 1.0f); }},
-      {"binary", {any({4}), any({4}), any({4})},
+      {"binary",
+       {any({4}), any({4}), any({4})},
        [](const Backend& be, auto& t) { be.binary(BinaryOp::Add, t[0], t[1], t[2]); }},
       {"scale", {any({4}), any({4})}, [](const Backend& be, auto& t) { be.scale(t[0], 2.0f, t[1]); }},
-      {"accumulate", {any({4}), any({4}), scalar()},
+      {"accumulate",
+       {any({4}), any({4}), scalar()},
        [](const Backend& be, auto& t) { be.accumulate(t[0], t[1], 0.5f, &t[2]); }},
-      {"broadcast_scalar", {scalar(), {{4}, DType::F32, nullptr, true}},
+      {"broadcast_scalar",
+       {scalar(), {{4}, DType::F32, nullptr, true}},
        [](const Backend& be, auto& t) { be.broadcast_scalar(t[0], 2.0f, t[1]); }},
-      {"activation", {any({4}), any({4})},
+      {"activation",
+       {any({4}), any({4})},
        [](const Backend& be, auto& t) { be.activation(Activation::Gelu, t[0], t[1]); }},
-      {"activation_backward", {any({4}), any({4}), any({4})},
+      {"activation_backward",
+       {any({4}), any({4}), any({4})},
        [](const Backend& be, auto& t) { be.activation_backward(Activation::Relu, t[0], t[1], t[2]); }},
       {"unary", {any({4}), any({4})}, [](const Backend& be, auto& t) { be.unary(UnaryOp::Exp, 0.0f, t[0], t[1]); }},
-      {"unary_backward", {any({4}), any({4}), any({4}), any({4})},
+      {"unary_backward",
+       {any({4}), any({4}), any({4}), any({4})},
        [](const Backend& be, auto& t) { be.unary_backward(UnaryOp::Exp, 0.0f, t[0], t[1], t[2], t[3]); }},
-      {"binary_broadcast", {any({2, 3}), any({3}), any({2, 3})},
-       [](const Backend& be, auto& t) { be.binary_broadcast(BinaryOp::Mul, t[0], t[1], {1, 2, 3}, false, t[2]); }},
-      {"broadcast_axis", {any({3}), any({2, 3})},
-       [](const Backend& be, auto& t) { be.broadcast_axis(t[0], {1, 2, 3}, 1.0f, t[1]); }},
-      {"sum_axis", {any({2, 3}), any({3})},
-       [](const Backend& be, auto& t) { be.sum_axis(t[0], {1, 2, 3}, 1.0f, t[1], false); }},
-      {"softmax", {any({2, 4}), any({2, 4})},
+      {"binary_broadcast",
+       {any({2, 3}), any({3}), any({2, 3})},
+       [](const Backend& be, auto& t) {
+         be.binary_broadcast(BinaryOp::Mul, t[0], t[1], {1, 2, 3}, false, t[2]);
+       }},
+      {"broadcast_axis",
+       {any({3}), any({2, 3})},
+       [](const Backend& be, auto& t) {
+         be.broadcast_axis(t[0], {1, 2, 3}, 1.0f, t[1]);
+       }},
+      {"sum_axis",
+       {any({2, 3}), any({3})},
+       [](const Backend& be, auto& t) {
+         be.sum_axis(t[0], {1, 2, 3}, 1.0f, t[1], false);
+       }},
+      {"softmax",
+       {any({2, 4}), any({2, 4})},
        [](const Backend& be, auto& t) { be.softmax(t[0], 4, false, false, t[1]); }},
-      {"softmax_backward", {any({2, 4}), any({2, 4}), any({2, 4})},
+      {"softmax_backward",
+       {any({2, 4}), any({2, 4}), any({2, 4})},
        [](const Backend& be, auto& t) { be.softmax_backward(t[0], t[1], 4, true, false, t[2]); }},
-      {"embedding", {any({3, 4}), f32({3}), {{3, 4}, DType::F32, "table's dtype"}},
+      {"embedding",
+       {any({3, 4}), f32({3}), {{3, 4}, DType::F32, "table's dtype"}},
        [](const Backend& be, auto& t) { be.embedding(t[0], t[1], t[2]); }},
-      {"embedding_backward", {any({3, 4}), f32({3}), f32({3, 4})},
+      {"embedding_backward",
+       {any({3, 4}), f32({3}), f32({3, 4})},
        [](const Backend& be, auto& t) { be.embedding_backward(t[0], t[1], t[2]); }},
-      {"layer_norm", {any({2, 4}), any({4}), any({4}), any({2, 4}), f32({2}), f32({2})},
+      {"layer_norm",
+       {any({2, 4}), any({4}), any({4}), any({2, 4}), f32({2}), f32({2})},
        [](const Backend& be, auto& t) { be.layer_norm(t[0], &t[1], &t[2], 1e-5f, t[3], t[4], t[5]); }},
       {"layer_norm_backward",
        {any({2, 4}), any({4}), f32({2}), f32({2}), any({2, 4}), any({2, 4}), grad_param(), grad_param()},
        [](const Backend& be, auto& t) {
          be.layer_norm_backward(t[0], &t[1], t[2], t[3], t[4], t[5], &t[6], &t[7], false);
        }},
-      {"transpose", {{{2, 3}, DType::F32, "one dtype"}, {{3, 2}, DType::F32, "one dtype"}},
+      {"transpose",
+       {{{2, 3}, DType::F32, "one dtype"}, {{3, 2}, DType::F32, "one dtype"}},
        [](const Backend& be, auto& t) { be.transpose(t[0], t[1]); }},
-      {"swap_axes", {{{2, 3}, DType::F32, "one dtype"}, {{3, 2}, DType::F32, "one dtype"}},
-       [](const Backend& be, auto& t) { be.swap_axes(t[0], {1, 2, 1, 3, 1}, t[1]); }},
-      {"gemm", {{{2, 3}, DType::F32, "dtypes differ"}, {{3, 2}, DType::F32, "dtypes differ"}, any({2, 2}), any({2})},
+      {"swap_axes",
+       {{{2, 3}, DType::F32, "one dtype"}, {{3, 2}, DType::F32, "one dtype"}},
+       [](const Backend& be, auto& t) {
+         be.swap_axes(t[0], {1, 2, 1, 3, 1}, t[1]);
+       }},
+      {"gemm",
+       {{{2, 3}, DType::F32, "dtypes differ"}, {{3, 2}, DType::F32, "dtypes differ"}, any({2, 2}), any({2})},
        [](const Backend& be, auto& t) {
          GemmArgs g;
          g.a = &t[0];
@@ -103,18 +128,26 @@ inline const std::vector<Op>& ops() {
        }},
       {"sum_rows", {any({2, 3}), f32({3})}, [](const Backend& be, auto& t) { be.sum_rows(t[0], t[1], false); }},
       {"sum", {{{5}, DType::F32, nullptr, true}, scalar()}, [](const Backend& be, auto& t) { be.sum(t[0], t[1]); }},
-      {"mse_loss", {any({4}), any({4}), scalar()}, [](const Backend& be, auto& t) { be.mse_forward(t[0], t[1], t[2]); }},
-      {"mse_loss backward", {any({4}), any({4}), scalar(), any({4})},
+      {"mse_loss",
+       {any({4}), any({4}), scalar()},
+       [](const Backend& be, auto& t) { be.mse_forward(t[0], t[1], t[2]); }},
+      {"mse_loss backward",
+       {any({4}), any({4}), scalar(), any({4})},
        [](const Backend& be, auto& t) { be.mse_backward(t[0], t[1], t[2], t[3]); }},
-      {"cross_entropy", {any({2, 3}), any({2}), scalar(), f32({2, 3})},
+      {"cross_entropy",
+       {any({2, 3}), any({2}), scalar(), f32({2, 3})},
        [](const Backend& be, auto& t) { be.cross_entropy(t[0], t[1], t[2], t[3]); }},
-      {"guard", {{{4}, DType::F32, nullptr, true}, scalar(), scalar(), scalar()},
+      {"guard",
+       {{{4}, DType::F32, nullptr, true}, scalar(), scalar(), scalar()},
        [](const Backend& be, auto& t) { be.guard({&t[0]}, t[1], t[2], t[3]); }},
-      {"clip_coefficient", {scalar(), scalar()},
+      {"clip_coefficient",
+       {scalar(), scalar()},
        [](const Backend& be, auto& t) { be.clip_coefficient(t[0], 1.0f, t[1]); }},
-      {"unscale", {{{4}, DType::F32, nullptr, true}, scalar(), scalar()},
+      {"unscale",
+       {{{4}, DType::F32, nullptr, true}, scalar(), scalar()},
        [](const Backend& be, auto& t) { be.unscale_inplace({&t[0]}, t[1], t[2]); }},
-      {"scale_inplace", {{{4}, DType::F32, nullptr, true}, scalar()},
+      {"scale_inplace",
+       {{{4}, DType::F32, nullptr, true}, scalar()},
        [](const Backend& be, auto& t) { be.scale_inplace({&t[0]}, t[1]); }},
       {"clamp", {{{4}, DType::F32, nullptr, true}}, [](const Backend& be, auto& t) { be.clamp_inplace(t[0], -1, 1); }},
       {"adamw",
@@ -122,13 +155,30 @@ inline const std::vector<Op>& ops() {
        [](const Backend& be, auto& t) {
          be.adamw(AdamWHyper{}, {{&t[0], &t[1], &t[2], &t[3], &t[4], 0.01f}}, step_scalars(t, 5));
        }},
-      {"sgd", {f32({4}), {{4}, DType::F32, "fp32", false, {}, "no momentum buffer"}, any({4}), {{4}, DType::F16}, scalar(), scalar(), scalar(), scalar(), scalar()},
-       [](const Backend& be, auto& t) { be.sgd(0.9f, {{&t[0], &t[1], &t[2], &t[3], 0.0f}}, step_scalars(t, 4)); }},
-      {"lookup", {{{3}, DType::F32, "fp32", false, Shape{2, 2}}, scalar(), scalar()},
+      {"sgd",
+       {f32({4}),
+        {{4}, DType::F32, "fp32", false, {}, "no momentum buffer"},
+        any({4}),
+        {{4}, DType::F16},
+        scalar(),
+        scalar(),
+        scalar(),
+        scalar(),
+        scalar()},
+       [](const Backend& be, auto& t) {
+         be.sgd(0.9f, {{&t[0], &t[1], &t[2], &t[3], 0.0f}}, step_scalars(t, 4));
+       }},
+      {"lookup",
+       {{{3}, DType::F32, "fp32", false, Shape{2, 2}}, scalar(), scalar()},
        [](const Backend& be, auto& t) { be.lookup(t[0], t[1], t[2]); }},
       {"count_applied", {scalar(), scalar()}, [](const Backend& be, auto& t) { be.count_applied(t[0], t[1]); }},
-      {"read_async", {scalar(), scalar()}, [](const Backend& be, auto& t) { (void)be.read_async({&t[0], &t[1]}); }},
-      {"scaler_update", {scalar(), scalar(), scalar(), scalar()},
+      {"read_async",
+       {scalar(), scalar()},
+       [](const Backend& be, auto& t) {
+         (void)be.read_async({&t[0], &t[1]});
+       }},
+      {"scaler_update",
+       {scalar(), scalar(), scalar(), scalar()},
        [](const Backend& be, auto& t) { be.scaler_update(ScalerConfig{}, t[0], t[1], t[2], t[3]); }},
   };
   return table;
@@ -160,15 +210,17 @@ inline void add_operand_cases(const Op& op, std::vector<BadCall>& out) {
     out.push_back({op.name, "undefined" + at, a.undefined_error, false,
                    replaced([](const Arg&, Device, Device) { return Tensor(); })});
     if (a.dtype_error)
-      out.push_back({op.name, "fp16" + at, a.dtype_error, false,
-                     replaced([](const Arg& a, Device dev, Device) { return Tensor::zeros(a.shape, DType::F16, dev); })});
+      out.push_back({op.name, "fp16" + at, a.dtype_error, false, replaced([](const Arg& a, Device dev, Device) {
+                       return Tensor::zeros(a.shape, DType::F16, dev);
+                     })});
     if (!a.any_shape)
       out.push_back({op.name, "shape" + at, "", false, replaced([](const Arg& a, Device dev, Device) {
                        const Shape s = a.bad_shape.rank() > 0 ? a.bad_shape : Shape{a.shape.numel() + 1};
                        return Tensor::zeros(s, a.dtype, dev);
                      })});
-    out.push_back({op.name, "other device" + at, "backend given|device", true,
-                   replaced([](const Arg& a, Device, Device other) { return Tensor::zeros(a.shape, a.dtype, other); })});
+    out.push_back(
+        {op.name, "other device" + at, "backend given|device", true,
+         replaced([](const Arg& a, Device, Device other) { return Tensor::zeros(a.shape, a.dtype, other); })});
   }
 }
 
@@ -183,38 +235,88 @@ struct Alias {
 
 inline const std::vector<Alias>& aliases() {
   static const std::vector<Alias> table = {
-      {"accumulate", {any({1}), any({1}), scalar()}, 2, 0,
+      {"accumulate",
+       {any({1}), any({1}), scalar()},
+       2,
+       0,
        [](const Backend& be, auto& t) { be.accumulate(t[0], t[1], 1.0f, &t[2]); }},
-      {"binary_broadcast", {any({3}), any({3}), any({3})}, 2, 1,
-       [](const Backend& be, auto& t) { be.binary_broadcast(BinaryOp::Add, t[0], t[1], {1, 1, 3}, false, t[2]); }},
-      {"broadcast_axis", {any({3}), any({3})}, 1, 0,
-       [](const Backend& be, auto& t) { be.broadcast_axis(t[0], {1, 1, 3}, 1.0f, t[1]); }},
-      {"sum_axis", {any({3}), any({3})}, 1, 0,
-       [](const Backend& be, auto& t) { be.sum_axis(t[0], {1, 1, 3}, 1.0f, t[1], false); }},
-      {"softmax", {any({2, 4}), any({2, 4})}, 1, 0,
+      {"binary_broadcast",
+       {any({3}), any({3}), any({3})},
+       2,
+       1,
+       [](const Backend& be, auto& t) {
+         be.binary_broadcast(BinaryOp::Add, t[0], t[1], {1, 1, 3}, false, t[2]);
+       }},
+      {"broadcast_axis",
+       {any({3}), any({3})},
+       1,
+       0,
+       [](const Backend& be, auto& t) {
+         be.broadcast_axis(t[0], {1, 1, 3}, 1.0f, t[1]);
+       }},
+      {"sum_axis",
+       {any({3}), any({3})},
+       1,
+       0,
+       [](const Backend& be, auto& t) {
+         be.sum_axis(t[0], {1, 1, 3}, 1.0f, t[1], false);
+       }},
+      {"softmax",
+       {any({2, 4}), any({2, 4})},
+       1,
+       0,
        [](const Backend& be, auto& t) { be.softmax(t[0], 4, false, true, t[1]); }},
-      {"softmax_backward", {any({2, 4}), any({2, 4}), any({2, 4})}, 2, 1,
+      {"softmax_backward",
+       {any({2, 4}), any({2, 4}), any({2, 4})},
+       2,
+       1,
        [](const Backend& be, auto& t) { be.softmax_backward(t[0], t[1], 4, false, false, t[2]); }},
-      {"embedding", {any({3, 4}), f32({3}), any({3, 4})}, 2, 0,
+      {"embedding",
+       {any({3, 4}), f32({3}), any({3, 4})},
+       2,
+       0,
        [](const Backend& be, auto& t) { be.embedding(t[0], t[1], t[2]); }},
-      {"embedding_backward", {any({3, 4}), f32({3}), f32({3, 4})}, 2, 0,
+      {"embedding_backward",
+       {any({3, 4}), f32({3}), f32({3, 4})},
+       2,
+       0,
        [](const Backend& be, auto& t) { be.embedding_backward(t[0], t[1], t[2]); }},
-      {"layer_norm", {any({2, 4}), any({2, 4}), f32({2}), f32({2})}, 1, 0,
+      {"layer_norm",
+       {any({2, 4}), any({2, 4}), f32({2}), f32({2})},
+       1,
+       0,
        [](const Backend& be, auto& t) { be.layer_norm(t[0], nullptr, nullptr, 1e-5f, t[1], t[2], t[3]); }},
-      {"layer_norm", {any({2, 4}), any({2, 4}), f32({2}), f32({2})}, 3, 2,
+      {"layer_norm",
+       {any({2, 4}), any({2, 4}), f32({2}), f32({2})},
+       3,
+       2,
        [](const Backend& be, auto& t) { be.layer_norm(t[0], nullptr, nullptr, 1e-5f, t[1], t[2], t[3]); }},
-      {"layer_norm_backward", {any({2, 4}), f32({2}), f32({2}), any({2, 4}), any({2, 4}), f32({4}), f32({4})}, 4, 3,
+      {"layer_norm_backward",
+       {any({2, 4}), f32({2}), f32({2}), any({2, 4}), any({2, 4}), f32({4}), f32({4})},
+       4,
+       3,
        [](const Backend& be, auto& t) {
          be.layer_norm_backward(t[0], nullptr, t[1], t[2], t[3], t[4], &t[5], &t[6], false);
        }},
-      {"layer_norm_backward", {any({2, 4}), f32({2}), f32({2}), any({2, 4}), any({2, 4}), f32({4}), f32({4})}, 6, 5,
+      {"layer_norm_backward",
+       {any({2, 4}), f32({2}), f32({2}), any({2, 4}), any({2, 4}), f32({4}), f32({4})},
+       6,
+       5,
        [](const Backend& be, auto& t) {
          be.layer_norm_backward(t[0], nullptr, t[1], t[2], t[3], t[4], &t[5], &t[6], true);
        }},
       {"transpose", {any({2, 2}), any({2, 2})}, 1, 0, [](const Backend& be, auto& t) { be.transpose(t[0], t[1]); }},
-      {"swap_axes", {any({2, 2}), any({2, 2})}, 1, 0,
-       [](const Backend& be, auto& t) { be.swap_axes(t[0], {1, 2, 1, 2, 1}, t[1]); }},
-      {"gemm", {any({2, 2}), any({2, 2}), any({2, 2})}, 2, 0,
+      {"swap_axes",
+       {any({2, 2}), any({2, 2})},
+       1,
+       0,
+       [](const Backend& be, auto& t) {
+         be.swap_axes(t[0], {1, 2, 1, 2, 1}, t[1]);
+       }},
+      {"gemm",
+       {any({2, 2}), any({2, 2}), any({2, 2})},
+       2,
+       0,
        [](const Backend& be, auto& t) {
          GemmArgs g;
          g.a = &t[0];
@@ -224,34 +326,79 @@ inline const std::vector<Alias>& aliases() {
        }},
       {"sum_rows", {any({1, 3}), f32({3})}, 1, 0, [](const Backend& be, auto& t) { be.sum_rows(t[0], t[1], false); }},
       {"sum", {any({1}), scalar()}, 1, 0, [](const Backend& be, auto& t) { be.sum(t[0], t[1]); }},
-      {"mse_loss", {any({1}), any({1}), scalar()}, 2, 0,
+      {"mse_loss",
+       {any({1}), any({1}), scalar()},
+       2,
+       0,
        [](const Backend& be, auto& t) { be.mse_forward(t[0], t[1], t[2]); }},
-      {"mse_loss backward", {any({1}), any({1}), scalar(), any({1})}, 3, 2,
+      {"mse_loss backward",
+       {any({1}), any({1}), scalar(), any({1})},
+       3,
+       2,
        [](const Backend& be, auto& t) { be.mse_backward(t[0], t[1], t[2], t[3]); }},
-      {"cross_entropy", {any({2, 3}), any({2}), scalar(), f32({2, 3})}, 3, 0,
+      {"cross_entropy",
+       {any({2, 3}), any({2}), scalar(), f32({2, 3})},
+       3,
+       0,
        [](const Backend& be, auto& t) { be.cross_entropy(t[0], t[1], t[2], t[3]); }},
-      {"guard", {any({1}), scalar(), scalar(), scalar()}, 2, 3,
+      {"guard",
+       {any({1}), scalar(), scalar(), scalar()},
+       2,
+       3,
        [](const Backend& be, auto& t) { be.guard({&t[0]}, t[1], t[2], t[3]); }},
-      {"guard", {any({1}), scalar(), scalar(), scalar()}, 3, 0,
+      {"guard",
+       {any({1}), scalar(), scalar(), scalar()},
+       3,
+       0,
        [](const Backend& be, auto& t) { be.guard({&t[0]}, t[1], t[2], t[3]); }},
-      {"unscale", {any({1}), scalar(), scalar()}, 2, 1,
+      {"unscale",
+       {any({1}), scalar(), scalar()},
+       2,
+       1,
        [](const Backend& be, auto& t) { be.unscale_inplace({&t[0]}, t[1], t[2]); }},
-      {"unscale", {any({1}), scalar(), scalar()}, 1, 0,
+      {"unscale",
+       {any({1}), scalar(), scalar()},
+       1,
+       0,
        [](const Backend& be, auto& t) { be.unscale_inplace({&t[0]}, t[1], t[2]); }},
-      {"scale_inplace", {any({1}), scalar()}, 1, 0,
+      {"scale_inplace",
+       {any({1}), scalar()},
+       1,
+       0,
        [](const Backend& be, auto& t) { be.scale_inplace({&t[0]}, t[1]); }},
-      {"adamw", {f32({4}), f32({4}), f32({4}), any({4}), scalar(), scalar(), scalar(), scalar(), scalar()}, 1, 0,
+      {"adamw",
+       {f32({4}), f32({4}), f32({4}), any({4}), scalar(), scalar(), scalar(), scalar(), scalar()},
+       1,
+       0,
        [](const Backend& be, auto& t) {
          be.adamw(AdamWHyper{}, {{&t[0], &t[1], &t[2], &t[3], nullptr, 0.0f}}, step_scalars(t, 4));
        }},
-      {"adamw", {f32({4}), f32({4}), f32({4}), f32({4}), scalar(), scalar(), scalar(), scalar(), scalar()}, 3, 0,
+      {"adamw",
+       {f32({4}), f32({4}), f32({4}), f32({4}), scalar(), scalar(), scalar(), scalar(), scalar()},
+       3,
+       0,
        [](const Backend& be, auto& t) {
          be.adamw(AdamWHyper{}, {{&t[0], &t[1], &t[2], &t[3], nullptr, 0.0f}}, step_scalars(t, 4));
        }},
-      {"sgd", {f32({4}), {{4}, DType::F32, "fp32", false, {}, "no momentum buffer"}, any({4}), scalar(), scalar(), scalar(), scalar(), scalar()}, 1, 0,
-       [](const Backend& be, auto& t) { be.sgd(0.9f, {{&t[0], &t[1], &t[2], nullptr, 0.0f}}, step_scalars(t, 3)); }},
+      {"sgd",
+       {f32({4}),
+        {{4}, DType::F32, "fp32", false, {}, "no momentum buffer"},
+        any({4}),
+        scalar(),
+        scalar(),
+        scalar(),
+        scalar(),
+        scalar()},
+       1,
+       0,
+       [](const Backend& be, auto& t) {
+         be.sgd(0.9f, {{&t[0], &t[1], &t[2], nullptr, 0.0f}}, step_scalars(t, 3));
+       }},
       {"count_applied", {scalar(), scalar()}, 1, 0, [](const Backend& be, auto& t) { be.count_applied(t[0], t[1]); }},
-      {"scaler_update", {scalar(), scalar(), scalar(), scalar()}, 1, 0,
+      {"scaler_update",
+       {scalar(), scalar(), scalar(), scalar()},
+       1,
+       0,
        [](const Backend& be, auto& t) { be.scaler_update(ScalerConfig{}, t[0], t[1], t[2], t[3]); }},
   };
   return table;
@@ -373,8 +520,10 @@ inline bool holds(const std::string& message, const std::string& expect) {
 // tensors ("fp32[4] on cpu", "on cuda:0") and themselves ("CPU backend given ..."); the rest
 // of a message must be the same on both.
 inline std::string without_devices(std::string m) {
-  const std::pair<const char*, const char*> masks[] = {
-      {"CUDA backend", "<backend>"}, {"CPU backend", "<backend>"}, {" on cuda:0", " on <device>"}, {" on cpu", " on <device>"}};
+  const std::pair<const char*, const char*> masks[] = {{"CUDA backend", "<backend>"},
+                                                       {"CPU backend", "<backend>"},
+                                                       {" on cuda:0", " on <device>"},
+                                                       {" on cpu", " on <device>"}};
   for (const auto& [from, to] : masks)
     for (size_t p = m.find(from); p != std::string::npos; p = m.find(from, p + std::string(to).size()))
       m.replace(p, std::string(from).size(), to);
