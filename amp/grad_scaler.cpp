@@ -130,14 +130,7 @@ void GradScaler::update() {
     be.binary(BinaryOp::Add, found, p.found_inf, found);  // any overflow counts
   }
   if (options_.enabled) {
-    ScalerConfig c;
-    c.growth_factor = options_.growth_factor;
-    c.backoff_factor = options_.backoff_factor;
-    c.growth_interval = options_.growth_interval;
-    c.hysteresis = options_.hysteresis;
-    c.min_scale = options_.min_scale;
-    c.max_scale = options_.max_scale;
-    be.scaler_update(c, scale_, growth_tracker_, hysteresis_left_, found);
+    be.scaler_update(options_, scale_, growth_tracker_, hysteresis_left_, found);
   }
   per_optimizer_.clear();
 }

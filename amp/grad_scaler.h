@@ -16,15 +16,12 @@
 
 namespace belay {
 
-struct GradScalerOptions {
+// The scaler's options: the update rule the backend applies (ScalerConfig, engine/backend.h:
+// growth and backoff factors, growth interval, hysteresis, min and max scale), and whether
+// scaling is on and the scale it starts from.
+struct GradScalerOptions : ScalerConfig {
   bool enabled = true;  // off by default for BF16 (see default_scaler_enabled)
   float init_scale = 65536.0f;
-  float growth_factor = 2.0f;
-  float backoff_factor = 0.5f;
-  int growth_interval = 2000;
-  int hysteresis = 1;  // back off after this many overflows (Megatron's hysteresis)
-  float min_scale = 1.0f;
-  float max_scale = 16777216.0f;
 };
 
 // FP16 needs loss scaling; BF16 has FP32's range and does not; FP32 neither.

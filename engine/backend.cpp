@@ -1,190 +1,167 @@
+// The op table's entries (engine/backend.h): each runs its op's checks
+// (engine/backend_checks.cpp) and then the backend's implementation, nothing else.
 #include "engine/backend.h"
 
-#include "engine/error.h"
+#include "engine/backend_checks.h"
 
 namespace belay {
 
-StoredMatrix stored_matrix(const Tensor& t) {
-  if (t.rank() < 2) return {0, 0};
-  return {t.dim(t.rank() - 2), t.dim(t.rank() - 1)};
+void Backend::cast(const Tensor& src, Tensor& dst) const {
+  checks::cast(kind_, src, dst);
+  cast_impl(src, dst);
 }
-
-namespace {
-
-// A batched operand's items must lie inside it and start on a stored row (the CUDA kernels
-// copy whole rows, padded, and need each item 16-byte aligned like the first).
-void check_batch_operand(const char* what, const Tensor& t, int64_t batch, int64_t stride) {
-  const StoredMatrix s = stored_matrix(t);
-  const int64_t items = s.rows * s.cols;
-  const bool row_multiple = stride == 0 || (s.cols > 0 && stride % s.cols == 0 && stride >= items);
-  if (stride < 0 || !row_multiple || (batch - 1) * stride + items > t.numel())
-    throw Error(std::string("gemm: ") + what + " " + t.describe() + " does not hold " + std::to_string(batch) +
-                " matrices of [" + std::to_string(s.rows) + ", " + std::to_string(s.cols) + "] " +
-                std::to_string(stride) + " elements apart (a stride is 0 or a whole number of rows, at least one "
-                "matrix)");
+void Backend::fill(Tensor& t, float value) const {
+  checks::fill(kind_, t);
+  fill_impl(t, value);
 }
-
-}  // namespace
-
-GemmDims check_gemm(const GemmArgs& args) {
-  if (!args.a || !args.b || !args.c) throw Error("gemm: missing operand");
-  const Tensor& a = *args.a;
-  const Tensor& b = *args.b;
-  const Tensor& c = *args.c;
-  check_defined("gemm", a);
-  check_defined("gemm", b);
-  check_defined("gemm", c);
-  check_same_device("gemm", a, b);
-  check_same_device("gemm", a, c);
-  // Unbatched: matrices (leading dims of extent 1 allowed, as a batch of one).
-  const bool batched = args.batch != 1;
-  const auto fits = [batched](const Tensor& t) {
-    const StoredMatrix s = stored_matrix(t);
-    return t.rank() >= 2 && (batched || t.numel() == s.rows * s.cols);
-  };
-  if (!fits(a) || !fits(b) || !fits(c))
-    throw Error("gemm: expected matrices, got " + a.describe() + ", " + b.describe() + ", " + c.describe());
-  if (a.dtype() != b.dtype())
-    throw Error("gemm: operand dtypes differ, " + a.describe() + " vs " + b.describe() + " (cast one first)");
-  const StoredMatrix sa = stored_matrix(a), sb = stored_matrix(b), sc = stored_matrix(c);
-  GemmDims d;
-  d.m = args.trans_a ? sa.cols : sa.rows;
-  d.k = args.trans_a ? sa.rows : sa.cols;
-  const int64_t kb = args.trans_b ? sb.cols : sb.rows;
-  d.n = args.trans_b ? sb.rows : sb.cols;
-  if (d.k != kb || sc.rows != d.m || sc.cols != d.n)
-    throw Error("gemm: shapes do not chain, op(A) is [" + std::to_string(d.m) + ", " + std::to_string(d.k) +
-                "], op(B) is [" + std::to_string(kb) + ", " + std::to_string(d.n) + "], C is " + c.describe());
-  if (batched) {
-    if (args.batch < 1) throw Error("gemm: batch " + std::to_string(args.batch) + " (expected >= 1)");
-    check_batch_operand("A", a, args.batch, args.stride_a);
-    check_batch_operand("B", b, args.batch, args.stride_b);
-    if (c.numel() != args.batch * d.m * d.n)
-      throw Error("gemm: C " + c.describe() + " is not " + std::to_string(args.batch) + " dense [" +
-                  std::to_string(d.m) + ", " + std::to_string(d.n) + "] results");
-  }
-  if (args.beta != 0.0f && (args.beta != 1.0f || c.dtype() != DType::F32))
-    throw Error("gemm: beta must be 0, or 1 with an fp32 C (gradient accumulation)");
-  if (args.bias) {
-    check_same_device("gemm bias", a, *args.bias);
-    if (args.bias->numel() != d.n)
-      throw Error("gemm: bias " + args.bias->describe() + " does not match N = " + std::to_string(d.n));
-  }
-  return d;
+void Backend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const {
+  checks::elementwise("binary", kind_, {&a, &b}, out);
+  binary_impl(op, a, b, out);
 }
-
-void check_swap_axes(const Tensor& x, const SwapAxesView& view, const Tensor& out) {
-  check_defined("swap_axes", x);
-  check_defined("swap_axes", out);
-  check_same_device("swap_axes", x, out);
-  const bool ok = view.outer >= 0 && view.p >= 0 && view.mid >= 0 && view.q >= 0 && view.inner >= 0;
-  if (!ok || x.numel() != view.numel() || out.numel() != view.numel() || x.dtype() != out.dtype())
-    throw Error("swap_axes: " + x.describe() + " and " + out.describe() + " do not fit the view [" +
-                std::to_string(view.outer) + ", " + std::to_string(view.p) + ", " + std::to_string(view.mid) + ", " +
-                std::to_string(view.q) + ", " + std::to_string(view.inner) + "] with one dtype");
+void Backend::scale(const Tensor& x, float s, Tensor& out) const {
+  checks::elementwise("scale", kind_, {&x}, out);
+  scale_impl(x, s, out);
 }
-
-void check_axis_view(const char* op, const Tensor& full, const Tensor& reduced, const AxisView& view) {
-  check_defined(op, full);
-  check_defined(op, reduced);
-  check_same_device(op, full, reduced);
-  if (view.outer < 0 || view.len < 0 || view.inner < 0 || full.numel() != view.outer * view.len * view.inner ||
-      reduced.numel() != view.outer * view.inner)
-    throw Error(std::string(op) + ": " + full.describe() + " and " + reduced.describe() + " do not fit the axis view [" +
-                std::to_string(view.outer) + ", " + std::to_string(view.len) + ", " + std::to_string(view.inner) + "]");
+void Backend::accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const {
+  checks::accumulate(kind_, dst, src, s);
+  accumulate_impl(dst, src, alpha, s);
 }
-
-void check_softmax(const char* op, const Tensor& x, int64_t cols, const Tensor& y) {
-  check_defined(op, x);
-  check_defined(op, y);
-  check_same_device(op, x, y);
-  check_same_shape(op, x, y);
-  if (cols < 1 || x.numel() % cols != 0)
-    throw Error(std::string(op) + ": rows of " + std::to_string(cols) + " do not tile " + x.describe());
+void Backend::broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const {
+  checks::broadcast_scalar(kind_, s, out);
+  broadcast_scalar_impl(s, alpha, out);
 }
-
-void check_embedding(const char* op, const Tensor& table, const Tensor& ids, const Tensor& out) {
-  for (const Tensor* t : {&table, &ids, &out}) check_defined(op, *t);
-  check_same_device(op, table, ids);
-  check_same_device(op, table, out);
-  if (table.rank() != 2 || out.rank() != 2 || out.dim(0) != ids.numel() || out.dim(1) != table.dim(1))
-    throw Error(std::string(op) + ": expected table [V, D], ids of N elements and rows [N, D], got " +
-                table.describe() + ", " + ids.describe() + " and " + out.describe());
-  check_dtype(op, ids, DType::F32);
+void Backend::activation(Activation act, const Tensor& x, Tensor& y) const {
+  checks::elementwise("activation", kind_, {&x}, y);
+  activation_impl(act, x, y);
 }
-
-void check_layer_norm(const char* op, const Tensor& x, const Tensor* weight, const Tensor* bias, const Tensor& y,
-                      const Tensor& mean, const Tensor& rstd) {
-  for (const Tensor* t : {&x, &y, &mean, &rstd}) check_defined(op, *t);
-  check_same_device(op, x, y);
-  check_same_device(op, x, mean);
-  check_same_device(op, x, rstd);
-  check_same_shape(op, x, y);
-  if (x.rank() == 0 || x.dim(x.rank() - 1) < 1)
-    throw Error(std::string(op) + ": x needs a last dim of at least 1, got " + x.describe());
-  const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
-  for (const Tensor* p : {weight, bias})
-    if (p) {
-      check_defined(op, *p);
-      check_same_device(op, x, *p);
-      if (p->numel() != cols)
-        throw Error(std::string(op) + ": weight and bias need " + std::to_string(cols) + " elements (x's last dim), got " +
-                    p->describe());
-    }
-  check_dtype(op, mean, DType::F32);
-  check_dtype(op, rstd, DType::F32);
-  if (mean.numel() != rows || rstd.numel() != rows)
-    throw Error(std::string(op) + ": mean and rstd need " + std::to_string(rows) + " elements (x's rows), got " +
-                mean.describe() + " and " + rstd.describe());
+void Backend::activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const {
+  checks::elementwise("activation_backward", kind_, {&x, &dy}, dx);
+  activation_backward_impl(act, x, dy, dx);
 }
-
-void check_layer_norm_grads(const char* op, const Tensor& x, const Tensor& dx, const Tensor* dweight,
-                            const Tensor* dbias) {
-  check_defined(op, dx);
-  check_same_device(op, x, dx);
-  check_same_shape(op, x, dx);
-  const int64_t cols = x.dim(x.rank() - 1);
-  for (const Tensor* p : {dweight, dbias})
-    if (p && (!p->defined() || p->dtype() != DType::F32 || p->numel() != cols || p->device() != x.device()))
-      throw Error(std::string(op) + ": dweight and dbias must be fp32 of " + std::to_string(cols) +
-                  " elements on x's device, got " + p->describe());
+void Backend::unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const {
+  checks::elementwise("unary", kind_, {&x}, y);
+  unary_impl(op, p, x, y);
 }
-
-void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits) {
-  for (const Tensor* t : {&logits, &labels, &loss, &dlogits}) check_defined("cross_entropy", *t);
-  check_same_device("cross_entropy", logits, labels);
-  check_same_device("cross_entropy", logits, loss);
-  check_same_device("cross_entropy", logits, dlogits);
-  if (logits.rank() != 2 || labels.numel() != logits.dim(0))
-    throw Error("cross_entropy: expected logits [B, C] and labels [B], got " + logits.describe() + " and " +
-                labels.describe());
-  if (logits.dim(1) < 1 && logits.dim(0) > 0)
-    throw Error("cross_entropy: logits " + logits.describe() + " have no classes: no label can be valid");
-  if (loss.numel() != 1 || loss.dtype() != DType::F32)
-    throw Error("cross_entropy: expected an fp32 one-element loss, got " + loss.describe());
-  check_dtype("cross_entropy", dlogits, DType::F32);
-  check_same_shape("cross_entropy", logits, dlogits);
+void Backend::unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             Tensor& dx) const {
+  checks::elementwise("unary_backward", kind_, {&x, &y, &dy}, dx);
+  unary_backward_impl(op, p, x, y, dy, dx);
 }
-
-void check_step_scalars(const char* op, const StepScalars& s, DeviceKind kind) {
-  const Tensor* first = nullptr;
-  for (const Tensor* t : {s.inv_scale, s.clip_coef, s.found_inf, s.lr, s.applied_steps}) {
-    if (!t) throw Error(std::string(op) + ": a step scalar is missing (inv_scale, clip_coef, found_inf, lr, applied_steps)");
-    check_f32_scalar(op, *t, kind);
-    if (first) check_same_device(op, *first, *t);
-    first = t;
-  }
+void Backend::binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                               Tensor& out) const {
+  checks::binary_broadcast(kind_, a, b, view, out);
+  binary_broadcast_impl(op, a, b, view, swapped, out);
 }
-
-void check_lookup(const Tensor& table, const Tensor& index, const Tensor& out, DeviceKind kind) {
-  check_device_kind("lookup", table, kind);
-  check_dtype("lookup table", table, DType::F32);
-  if (table.rank() != 1 || table.numel() < 1)
-    throw Error("lookup: the table must be a non-empty vector, got " + table.describe());
-  check_f32_scalar("lookup", index, kind);
-  check_f32_scalar("lookup", out, kind);
-  check_same_device("lookup", table, index);
-  check_same_device("lookup", table, out);
+void Backend::broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const {
+  checks::broadcast_axis(kind_, g, view, out);
+  broadcast_axis_impl(g, view, alpha, out);
+}
+void Backend::sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const {
+  checks::sum_axis(kind_, x, view, out);
+  sum_axis_impl(x, view, alpha, out, accumulate);
+}
+void Backend::softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const {
+  checks::softmax(kind_, x, cols, y);
+  softmax_impl(x, cols, log, causal, y);
+}
+void Backend::softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
+                               Tensor& dx) const {
+  checks::softmax_backward(kind_, y, dy, cols, dx);
+  softmax_backward_impl(y, dy, cols, log, causal, dx);
+}
+void Backend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) const {
+  checks::embedding(kind_, table, ids, out);
+  embedding_impl(table, ids, out);
+}
+void Backend::embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const {
+  checks::embedding_backward(kind_, dout, ids, dtable);
+  embedding_backward_impl(dout, ids, dtable);
+}
+void Backend::layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y,
+                         Tensor& mean, Tensor& rstd) const {
+  checks::layer_norm(kind_, x, weight, bias, y, mean, rstd);
+  layer_norm_impl(x, weight, bias, eps, y, mean, rstd);
+}
+void Backend::layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
+                                  bool accumulate) const {
+  checks::layer_norm_backward(kind_, x, weight, mean, rstd, dy, dx, dweight, dbias);
+  layer_norm_backward_impl(x, weight, mean, rstd, dy, dx, dweight, dbias, accumulate);
+}
+void Backend::transpose(const Tensor& x, Tensor& out) const {
+  checks::transpose(kind_, x, out);
+  transpose_impl(x, out);
+}
+void Backend::swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) const {
+  checks::swap_axes(kind_, x, view, out);
+  swap_axes_impl(x, view, out);
+}
+void Backend::gemm(const GemmArgs& args) const { gemm_impl(args, checks::gemm(kind_, args)); }
+void Backend::sum_rows(const Tensor& x, Tensor& out, bool accumulate) const {
+  checks::sum_rows(kind_, x, out);
+  sum_rows_impl(x, out, accumulate);
+}
+void Backend::sum(const Tensor& x, Tensor& out) const {
+  checks::sum(kind_, x, out);
+  sum_impl(x, out);
+}
+void Backend::mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) const {
+  checks::mse_forward(kind_, pred, target, out);
+  mse_forward_impl(pred, target, out);
+}
+void Backend::mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const {
+  checks::mse_backward(kind_, pred, target, g, dpred);
+  mse_backward_impl(pred, target, g, dpred);
+}
+void Backend::cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits_unit) const {
+  checks::cross_entropy(kind_, logits, labels, loss, dlogits_unit);
+  cross_entropy_impl(logits, labels, loss, dlogits_unit);
+}
+void Backend::guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
+                    Tensor& norm) const {
+  checks::guard(kind_, grads, inv_scale, found_inf, norm);
+  guard_impl(grads, inv_scale, found_inf, norm);
+}
+void Backend::clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const {
+  checks::clip_coefficient(kind_, norm, clip_coef);
+  clip_coefficient_impl(norm, max_norm, clip_coef);
+}
+void Backend::unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const {
+  checks::unscale_inplace(kind_, grads, inv_scale, found_inf);
+  unscale_inplace_impl(grads, inv_scale, found_inf);
+}
+void Backend::scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const {
+  checks::scale_inplace(kind_, grads, factor);
+  scale_inplace_impl(grads, factor);
+}
+void Backend::clamp_inplace(Tensor& x, float lo, float hi) const {
+  checks::clamp_inplace(kind_, x);
+  clamp_inplace_impl(x, lo, hi);
+}
+void Backend::adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& s) const {
+  checks::adamw(kind_, slots, s);
+  adamw_impl(hyper, slots, s);
+}
+void Backend::sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s) const {
+  checks::sgd(kind_, momentum, slots, s);
+  sgd_impl(momentum, slots, s);
+}
+void Backend::lookup(const Tensor& table, const Tensor& index, Tensor& out) const {
+  checks::lookup(kind_, table, index, out);
+  lookup_impl(table, index, out);
+}
+void Backend::count_applied(Tensor& count, const Tensor& found_inf) const {
+  checks::count_applied(kind_, count, found_inf);
+  count_applied_impl(count, found_inf);
+}
+std::unique_ptr<HostReadback> Backend::read_async(const std::vector<const Tensor*>& scalars) const {
+  checks::read_async(kind_, scalars);
+  return read_async_impl(scalars);
+}
+void Backend::scaler_update(const ScalerConfig& config, Tensor& scale, Tensor& growth_tracker,
+                            Tensor& hysteresis_left, const Tensor& found_inf) const {
+  checks::scaler_update(kind_, scale, growth_tracker, hysteresis_left, found_inf);
+  scaler_update_impl(config, scale, growth_tracker, hysteresis_left, found_inf);
 }
 
 }  // namespace belay

@@ -54,9 +54,7 @@ struct GemmArgs {
   int64_t stride_a = 0, stride_b = 0;  // elements; 0: broadcast over the batch
 };
 
-// The extents of a product, once its operands are checked: all three on one device, the
-// operands of one dtype, the shapes chaining, beta 0 or 1 (with an FP32 C), the bias of
-// length N. Every backend's gemm calls it first; throws Error naming what does not match.
+// The extents of a product, once its operands are checked (check_gemm, engine/backend_checks.h).
 struct GemmDims {
   int64_t m = 0, n = 0, k = 0;
 };
@@ -64,38 +62,11 @@ struct GemmDims {
 struct StoredMatrix {
   int64_t rows = 0, cols = 0;
 };
-StoredMatrix stored_matrix(const Tensor& t);
-GemmDims check_gemm(const GemmArgs& args);
-
-// The operands of cross_entropy, checked for every backend: logits [B, C], labels [B], loss
-// an FP32 [1], dlogits FP32 shaped like the logits, all on one device.
-void check_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& loss, const Tensor& dlogits);
-
-// The operands of the axis ops, checked for every backend: full has view.outer * view.len *
-// view.inner elements, reduced view.outer * view.inner, both on one device.
-void check_axis_view(const char* op, const Tensor& full, const Tensor& reduced, const AxisView& view);
-// softmax's: x and y (and dy, dx) of one shape on one device, the last dim cols >= 1 dividing numel.
-void check_softmax(const char* op, const Tensor& x, int64_t cols, const Tensor& y);
-
-// The operands of the transformer ops, checked for every backend (shapes, dtypes, one device).
-// embedding: table [V, D], ids of any shape (FP32 holding row indices, as cross_entropy's
-// labels), out [ids.numel(), D] in the table's dtype; backward: dout like out, dtable FP32 [V, D].
-void check_embedding(const char* op, const Tensor& table, const Tensor& ids, const Tensor& out);
-// layer_norm: x (and y, dy, dx) [rows, cols] with cols = the last dim; weight and bias (either
-// may be absent) of cols elements; mean and rstd FP32 of rows elements.
-void check_layer_norm(const char* op, const Tensor& x, const Tensor* weight, const Tensor* bias, const Tensor& y,
-                      const Tensor& mean, const Tensor& rstd);
-// layer_norm_backward's outputs: dx like x (same device), dweight and dbias (either may be
-// absent) FP32 of the row width on x's device.
-void check_layer_norm_grads(const char* op, const Tensor& x, const Tensor& dx, const Tensor* dweight,
-                            const Tensor* dbias);
-
-// swap_axes's view of a tensor: [outer, p, mid, q, inner] (engine/backend.h, Backend::swap_axes).
+// swap_axes's view of a tensor: [outer, p, mid, q, inner] (Backend::swap_axes, below).
 struct SwapAxesView {
   int64_t outer = 1, p = 1, mid = 1, q = 1, inner = 1;
   constexpr int64_t numel() const { return outer * p * mid * q * inner; }
 };
-void check_swap_axes(const Tensor& x, const SwapAxesView& view, const Tensor& out);
 
 struct AdamWHyper {
   float beta1 = 0.9f;
@@ -132,6 +103,8 @@ struct SgdSlot {
   float weight_decay = 0.0f;
 };
 
+// The rule of dynamic loss scaling that scaler_update applies, defined once: amp/grad_scaler.h's
+// GradScalerOptions is this plus whether scaling is on and the scale it starts from.
 struct ScalerConfig {
   float growth_factor = 2.0f;
   float backoff_factor = 0.5f;
@@ -149,138 +122,200 @@ class HostReadback {
   virtual bool ready() const = 0;                // the values have landed; never blocks
   virtual const std::vector<float>& wait() = 0;  // blocks until they have; the values
 };
+// The most scalars one read_async takes, on every backend: the CUDA gather is one warp into
+// one pinned slot of this many floats (kernels/cuda/readback_kernels.cu).
+constexpr int kMaxReadbackScalars = 16;
 
-// The operands of the step-scalar ops, checked for every backend (each a FP32 [1] tensor
-// on the backend's kind of device, and on one device): every StepScalars member present;
-// lookup's table a non-empty FP32 vector beside index and out.
-void check_step_scalars(const char* op, const StepScalars& s, DeviceKind kind);
-void check_lookup(const Tensor& table, const Tensor& index, const Tensor& out, DeviceKind kind);
-
+// Every op is a non-virtual entry that checks its arguments once for every backend
+// (engine/backend_checks.cpp: each tensor defined and on this backend's kind of device, all
+// on one device, dtypes, shapes, slot fields, scalars, aliasing) and then calls the backend's
+// `<op>_impl`. So a mismatched call is the same Error on every backend, and no backend can
+// forget a check another makes.
+// Aliasing: the elementwise ops (cast within one dtype, binary, scale, accumulate,
+// broadcast_scalar, activation, unary and their backwards, binary_broadcast's `a`,
+// mse_backward, clip_coefficient) let an output be an input, the same storage and dtype;
+// every other op refuses an output that shares storage with an input or another output.
 class Backend {
  public:
+  explicit Backend(DeviceKind kind) : kind_(kind) {}
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  DeviceKind kind() const { return kind_; }  // the device kind every tensor argument must be on
 
   // Memory.
   virtual RawMemory raw_memory() const = 0;
   virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) const = 0;
   virtual void synchronize() const = 0;
 
-  // Elementwise. `out` may alias an input. Inputs of mixed dtypes are computed in FP32.
-  virtual void cast(const Tensor& src, Tensor& dst) const = 0;
-  virtual void fill(Tensor& t, float value) const = 0;
-  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const = 0;
-  virtual void scale(const Tensor& x, float s, Tensor& out) const = 0;
+  // Elementwise. `out` may alias an input (the same storage and dtype). Inputs of mixed
+  // dtypes are computed in FP32.
+  void cast(const Tensor& src, Tensor& dst) const;
+  void fill(Tensor& t, float value) const;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const;
+  void scale(const Tensor& x, float s, Tensor& out) const;
   // dst += alpha * src * (s ? s[0] : 1): gradient accumulation (dst may be FP32, src low).
-  virtual void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const = 0;
+  void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const;
   // out[i] = s[0] * alpha for every i: the backward of sum/mean.
-  virtual void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const = 0;
-  virtual void activation(Activation act, const Tensor& x, Tensor& y) const = 0;
-  virtual void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const = 0;
+  void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const;
+  void activation(Activation act, const Tensor& x, Tensor& y) const;
+  void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const;
   // y = f(x) in FP32, rounded once into y's dtype; p: Pow's exponent (ignored otherwise).
-  virtual void unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const = 0;
+  void unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const;
   // dx = dy * f'(x), from x and y = f(x) (exp, tanh, sigmoid use y).
-  virtual void unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                              Tensor& dx) const = 0;
+  void unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) const;
   // out[k] = a[k] op b[view.reduced_index(k)] (swapped: b[...] op a[k]): b broadcast over a,
   // whose shape out has. b has view.outer * view.inner elements.
-  virtual void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
-                                Tensor& out) const = 0;
+  void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                        Tensor& out) const;
   // out[k] = alpha * g[view.reduced_index(k)]: the backward of sum_axis (g broadcast back).
-  virtual void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const = 0;
+  void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const;
   // out[o, i] (+)= alpha * sum over l of x[o, l, i], summed in double in l order and rounded
   // once (accumulate: added to out in FP32 first). out has view.outer * view.inner elements.
-  virtual void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const = 0;
+  void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const;
   // Softmax (log: log-softmax) of each row of x seen as [numel / cols, cols] (the last dim):
   // the row maximum subtracted, exp in FP32, the normaliser summed in double, y rounded once
   // into its dtype. causal: row r keeps columns c <= r % cols and the rest are masked (y = 0,
   // log: -inf), the mask of attention scores [..., T, T] (rows r of a T x T block are the queries).
-  virtual void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const = 0;
+  void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const;
   // dx from y and dy, row by row: softmax dx = y (dy - sum(dy y)); log-softmax
   // dx = dy - exp(y) sum(dy). Masked (causal) entries are constants: their dx is 0 and their
   // dy is left out of the sums.
-  virtual void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
-                                Tensor& dx) const = 0;
+  void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal, Tensor& dx) const;
   // Embedding: row r of out = row ids[r] of table, bit for bit (out has the table's dtype).
   // ids hold row indices as FP32 values (as cross_entropy's labels: exact up to 2^24); an id
   // that is not an integer in [0, V) is an Error naming it and its position. (CUDA: the host
   // never reads device memory, so there, as with cross_entropy's labels, such an id gives a
   // NaN row instead, and the backward leaves it out.)
-  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const = 0;
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const;
   // dtable [V, D] (FP32) += the rows of dout, row r added into row ids[r], deterministically:
   // the result has the bits of the sequential loop `for r in order: dtable[ids[r]] += dout[r]`
   // (FP32 additions) at any thread count, repeated ids included. Each table row is owned by
   // one worker, which adds its occurrences in r order: no float atomics.
-  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const = 0;
+  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const;
   // LayerNorm over the last dim of x seen as [rows, cols]: mean and variance (biased, over cols)
   // in FP32 whatever x's dtype, y = (x - mean) * rstd * weight + bias rounded once into y's
   // dtype, rstd = 1 / sqrt(var + eps). weight and bias may be null (1 and 0). mean and rstd
   // (FP32 [rows]) are written for the backward.
-  virtual void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y,
-                          Tensor& mean, Tensor& rstd) const = 0;
+  void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y, Tensor& mean,
+                  Tensor& rstd) const;
   // From x, mean, rstd and dy: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy weight
   // and xhat = (x - mean) rstd, rounded once into dx's dtype; dweight (+)= sum over rows of
   // dy xhat and dbias (+)= sum over rows of dy (FP32, each null when not wanted; added to when
   // accumulate), summed in a fixed order whatever the thread count.
-  virtual void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
-                                   bool accumulate) const = 0;
+  void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias, bool accumulate) const;
   // out [N, M] = x [M, N] transposed, bit for bit (same dtype).
-  virtual void transpose(const Tensor& x, Tensor& out) const = 0;
+  void transpose(const Tensor& x, Tensor& out) const;
   // Two axes of x swapped, bit for bit (same dtype): x seen as [outer, p, mid, q, inner] is
   // written as out [outer, q, mid, p, inner]. The heads of attention ([B, T, H, d] <->
   // [B, H, T, d] is {B, T, 1, H, d}); its own inverse with p and q exchanged.
-  virtual void swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) const = 0;
+  void swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) const;
 
   // Matrix products and reductions (fixed order, so a run repeats bit for bit).
-  virtual void gemm(const GemmArgs& args) const = 0;
+  void gemm(const GemmArgs& args) const;
   // out[n] (+)= sum over rows m of x[m, n]; out is FP32: the bias gradient.
-  virtual void sum_rows(const Tensor& x, Tensor& out, bool accumulate) const = 0;
-  virtual void sum(const Tensor& x, Tensor& out) const = 0;  // out: FP32 [1]
+  void sum_rows(const Tensor& x, Tensor& out, bool accumulate) const;
+  void sum(const Tensor& x, Tensor& out) const;  // out: FP32 [1]
 
   // Losses, in FP32 whatever the input dtype. out: FP32 [1].
-  virtual void mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) const = 0;
+  void mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) const;
   // dpred = g[0] * 2 (pred - target) / N
-  virtual void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const = 0;
+  void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const;
   // Mean cross-entropy of logits [B, C] against class indices held as FP32 values in
   // labels [B]. Fused: also writes dlogits_unit = (softmax - onehot) / B, the gradient for
   // an upstream gradient of 1 (FP32 [B, C]).
-  virtual void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits_unit) const = 0;
+  void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits_unit) const;
 
   // AMP: the fused guard. One read of every gradient; nothing written to them.
   // found_inf[0] = 1 if any element is inf or NaN, else 0; norm[0] = sqrt(sum (g * inv_scale[0])^2),
   // the sum kept in FP64 and rounded to FP32 once, after the square root: a finite gradient
   // has a finite norm up to FP32's max (an FP32 sum of squares would overflow from 1.8e19).
-  virtual void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-                     Tensor& norm) const = 0;
+  void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm) const;
   // clip_coef = min(1, max_norm / (norm + 1e-6)).
-  virtual void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const = 0;
+  void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const;
   // The unfused path, in PyTorch's order: g *= inv_scale in place (found_inf set if any is
   // non-finite), later g *= clip_coef in place.
-  virtual void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const = 0;
-  virtual void scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const = 0;
+  void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const;
+  void scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const;
   // x = min(max(x, lo), hi) in place: clip_grad_value.
-  virtual void clamp_inplace(Tensor& x, float lo, float hi) const = 0;
+  void clamp_inplace(Tensor& x, float lo, float hi) const;
   // One fused pass: g = grad * inv_scale * clip_coef; decoupled decay; m, v, master and the
   // working copy updated, with lr and the bias corrections 1 - beta^t (t = applied_steps + 1,
   // computed in FP64 from the device count) read on the device. Changes nothing when
   // found_inf[0] != 0.
-  virtual void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& s) const = 0;
-  virtual void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s) const = 0;
+  void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& s) const;
+  void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s) const;
   // out[0] = table[min(index[0], n - 1)]: the schedule's LR at the applied-step count, picked
   // on the device. table: FP32 [n]; index and out: FP32 [1] (index holds an integer >= 0).
-  virtual void lookup(const Tensor& table, const Tensor& index, Tensor& out) const = 0;
+  void lookup(const Tensor& table, const Tensor& index, Tensor& out) const;
   // count[0] += 1 unless found_inf[0] != 0: the applied-step count, moved only by a step
   // that was applied. FP32 counts exactly up to 2^24 steps.
-  virtual void count_applied(Tensor& count, const Tensor& found_inf) const = 0;
-  // Snapshots these one-element FP32 tensors, in order, as they are once the work already
-  // enqueued has run, into host memory (pinned, on a GPU), and returns without waiting.
-  virtual std::unique_ptr<HostReadback> read_async(const std::vector<const Tensor*>& scalars) const = 0;
+  void count_applied(Tensor& count, const Tensor& found_inf) const;
+  // Snapshots these one-element FP32 tensors (at most kMaxReadbackScalars), in order, as they
+  // are once the work already enqueued has run, into host memory (pinned, on a GPU), and
+  // returns without waiting.
+  std::unique_ptr<HostReadback> read_async(const std::vector<const Tensor*>& scalars) const;
 
   // Dynamic loss scaling: back off on found_inf (after `hysteresis` overflows), grow after
   // growth_interval clean steps. scale, growth_tracker, hysteresis_left: FP32 [1].
-  virtual void scaler_update(const ScalerConfig& config, Tensor& scale, Tensor& growth_tracker,
-                             Tensor& hysteresis_left, const Tensor& found_inf) const = 0;
+  void scaler_update(const ScalerConfig& config, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
+                     const Tensor& found_inf) const;
+
+ private:
+  // What each backend implements, called by the entry of the same name once its arguments
+  // have passed engine/backend_checks.cpp: an implementation may rely on every shape, dtype,
+  // device and alias rule that file enforces.
+  virtual void cast_impl(const Tensor& src, Tensor& dst) const = 0;
+  virtual void fill_impl(Tensor& t, float value) const = 0;
+  virtual void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const = 0;
+  virtual void scale_impl(const Tensor& x, float s, Tensor& out) const = 0;
+  virtual void accumulate_impl(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const = 0;
+  virtual void broadcast_scalar_impl(const Tensor& s, float alpha, Tensor& out) const = 0;
+  virtual void activation_impl(Activation act, const Tensor& x, Tensor& y) const = 0;
+  virtual void activation_backward_impl(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const = 0;
+  virtual void unary_impl(UnaryOp op, float p, const Tensor& x, Tensor& y) const = 0;
+  virtual void unary_backward_impl(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                   Tensor& dx) const = 0;
+  virtual void binary_broadcast_impl(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                                     Tensor& out) const = 0;
+  virtual void broadcast_axis_impl(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const = 0;
+  virtual void sum_axis_impl(const Tensor& x, const AxisView& view, float alpha, Tensor& out,
+                             bool accumulate) const = 0;
+  virtual void softmax_impl(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const = 0;
+  virtual void softmax_backward_impl(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
+                                     Tensor& dx) const = 0;
+  virtual void embedding_impl(const Tensor& table, const Tensor& ids, Tensor& out) const = 0;
+  virtual void embedding_backward_impl(const Tensor& dout, const Tensor& ids, Tensor& dtable) const = 0;
+  virtual void layer_norm_impl(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y,
+                               Tensor& mean, Tensor& rstd) const = 0;
+  virtual void layer_norm_backward_impl(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
+                                        bool accumulate) const = 0;
+  virtual void transpose_impl(const Tensor& x, Tensor& out) const = 0;
+  virtual void swap_axes_impl(const Tensor& x, const SwapAxesView& view, Tensor& out) const = 0;
+  virtual void gemm_impl(const GemmArgs& args, const GemmDims& dims) const = 0;
+  virtual void sum_rows_impl(const Tensor& x, Tensor& out, bool accumulate) const = 0;
+  virtual void sum_impl(const Tensor& x, Tensor& out) const = 0;
+  virtual void mse_forward_impl(const Tensor& pred, const Tensor& target, Tensor& out) const = 0;
+  virtual void mse_backward_impl(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const = 0;
+  virtual void cross_entropy_impl(const Tensor& logits, const Tensor& labels, Tensor& loss,
+                                  Tensor& dlogits_unit) const = 0;
+  virtual void guard_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
+                          Tensor& norm) const = 0;
+  virtual void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const = 0;
+  virtual void unscale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& inv_scale,
+                                    Tensor& found_inf) const = 0;
+  virtual void scale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& factor) const = 0;
+  virtual void clamp_inplace_impl(Tensor& x, float lo, float hi) const = 0;
+  virtual void adamw_impl(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const StepScalars& s) const = 0;
+  virtual void sgd_impl(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s) const = 0;
+  virtual void lookup_impl(const Tensor& table, const Tensor& index, Tensor& out) const = 0;
+  virtual void count_applied_impl(Tensor& count, const Tensor& found_inf) const = 0;
+  virtual std::unique_ptr<HostReadback> read_async_impl(const std::vector<const Tensor*>& scalars) const = 0;
+  virtual void scaler_update_impl(const ScalerConfig& config, Tensor& scale, Tensor& growth_tracker,
+                                  Tensor& hysteresis_left, const Tensor& found_inf) const = 0;
+
+  DeviceKind kind_;
 };
 
 // Defined by kernels/: the backend of a device. Throws Error when belay was built

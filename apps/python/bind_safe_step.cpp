@@ -58,8 +58,8 @@ void bind_safe_step(py::module_& m) {
   py::class_<GradScaler>(m, "GradScaler")
       .def(py::init([](bool enabled, float init_scale, float growth, float backoff, int interval, int hysteresis,
                        float min_scale, float max_scale, const std::string& device) {
-        return std::make_unique<GradScaler>(to_device(device), GradScalerOptions{enabled, init_scale, growth, backoff,
-                                                                                 interval, hysteresis, min_scale, max_scale});
+        return std::make_unique<GradScaler>(to_device(device), GradScalerOptions{{growth, backoff, interval, hysteresis,
+                                                                                  min_scale, max_scale}, enabled, init_scale});
       }), py::arg("enabled") = true, py::arg("init_scale") = 65536.0f, py::arg("growth_factor") = 2.0f,
          py::arg("backoff_factor") = 0.5f, py::arg("growth_interval") = 2000, py::arg("hysteresis") = 1,
          py::arg("min_scale") = 1.0f, py::arg("max_scale") = 16777216.0f, py::arg("device") = "cpu")

@@ -42,7 +42,7 @@ Outcome one_step(const AccumCheckConfig& c, const Batch& batch, int accum, bool 
   Rng rng(c.seed);
   std::unique_ptr<Module> model = make_model(m, rng, Device::cpu());
   AdamW opt(model->parameters(), AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, false});
-  GradScaler scaler(Device::cpu(), GradScalerOptions{false});
+  GradScaler scaler(Device::cpu(), GradScalerOptions{{}, false});
   SafeStep step(opt, scaler, LrSchedule::constant(1e-2f), SafeStepOptions{INFINITY, accum, true});
   Outcome o;
   step.after_backward = [&](int64_t, Optimizer& opt) {

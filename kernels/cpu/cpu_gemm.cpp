@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_gemm.h"
 
+#include "engine/backend_checks.h"
 #include "engine/error.h"
 #include "kernels/cpu/isa/gemm_f32.h"
 

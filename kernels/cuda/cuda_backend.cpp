@@ -1,10 +1,11 @@
-// The CUDA backend object: checks shapes, dtypes and devices on the host (metadata only,
-// never device memory), then enqueues kernels on the default stream. No op here waits for
-// the GPU or copies device memory to the host: the scalars that steer a step are one-element
-// device tensors that the kernels read, uploads return before the GPU has run them, and the
-// host sees device scalars only through read_async's snapshots. Scratch buffers (reduction partials) come from the
-// caching allocator, so a steady-state step allocates nothing; freeing one while a kernel
-// still reads it is safe because every kernel runs in order on the one stream.
+// The CUDA backend object: its ops' arguments are checked on the host before they get here
+// (engine/backend_checks.cpp: metadata only, never device memory); it enqueues kernels on the
+// default stream. No op here waits for the GPU or copies device memory to the host: the
+// scalars that steer a step are one-element device tensors that the kernels read, uploads
+// return before the GPU has run them, and the host sees device scalars only through
+// read_async's snapshots. Scratch buffers (reduction partials) come from the caching
+// allocator, so a steady-state step allocates nothing; freeing one while a kernel still
+// reads it is safe because every kernel runs in order on the one stream.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/backend_checks.h"
 #include "engine/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -33,8 +35,6 @@ void* device_alloc(size_t bytes) {
 }
 void device_free(void* p) { cudaFree(p); }
 
-void check_cuda(const char* op, const Tensor& t) { check_device_kind(op, t, DeviceKind::CUDA); }
-void check_scalar(const char* op, const Tensor& t) { check_f32_scalar(op, t, DeviceKind::CUDA); }
 
 const float* scalar_ptr(const Tensor& t) { return t.data_as<float>(); }
 float* scalar_ptr(Tensor& t) { return t.data_as<float>(); }
@@ -46,16 +46,16 @@ Tensor scratch_doubles(int64_t count, Device device) {
 
 void after_launch() { BELAY_CUDA_CHECK(cudaGetLastError()); }  // launch errors only; no wait
 
-// Every step scalar an optimizer reads, present and an FP32 [1] on the GPU (the same
-// contract as the CPU backend: SGD is given applied_steps too, and ignores it).
-StepScalarPtrs step_scalar_ptrs(const char* op, const StepScalars& s) {
-  check_step_scalars(op, s, DeviceKind::CUDA);
+// The step scalars an optimizer reads (checked present and FP32 [1] on this GPU by
+// engine/backend_checks.cpp; SGD is given applied_steps too, and ignores it).
+StepScalarPtrs step_scalar_ptrs(const StepScalars& s) {
   return {scalar_ptr(*s.inv_scale), scalar_ptr(*s.clip_coef), scalar_ptr(*s.found_inf), scalar_ptr(*s.lr),
           scalar_ptr(*s.applied_steps)};
 }
 
 class CudaBackend final : public Backend {
  public:
+  CudaBackend() : Backend(DeviceKind::CUDA) {}
   std::string name() const override { return "cuda"; }
   RawMemory raw_memory() const override { return {device_alloc, device_free}; }
 
@@ -78,10 +78,9 @@ class CudaBackend final : public Backend {
   }
   void synchronize() const override { BELAY_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-  void cast(const Tensor& src, Tensor& dst) const override {
-    check_cuda("cast", src);
-    check_same_device("cast", src, dst);
-    if (src.numel() != dst.numel()) throw Error("cast: element counts differ, " + src.describe() + " vs " + dst.describe());
+ private:
+  // The ops, their arguments checked (engine/backend_checks.cpp): launches only.
+  void cast_impl(const Tensor& src, Tensor& dst) const override {
     if (src.data() == dst.data() && src.dtype() == dst.dtype()) return;
     if (src.dtype() == dst.dtype()) {
       // A copy, bit for bit as the CPU's memmove (a round trip through FP32 would quiet
@@ -92,106 +91,67 @@ class CudaBackend final : public Backend {
     launch_cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), nullptr);
     after_launch();
   }
-  void fill(Tensor& t, float value) const override {
-    check_cuda("fill", t);
+  void fill_impl(Tensor& t, float value) const override {
     launch_fill(t.data(), t.dtype(), t.numel(), value, nullptr);
     after_launch();
   }
 
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
-    check_cuda("binary", a);
-    check_same_device("binary", a, b);
-    check_same_device("binary", a, out);
-    check_same_shape("binary", a, b);
-    check_same_shape("binary", a, out);
+  void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
     launch_binary(op, a.data(), a.dtype(), b.data(), b.dtype(), out.data(), out.dtype(), a.numel());
     after_launch();
   }
 
-  void scale(const Tensor& x, float s, Tensor& out) const override {
-    check_cuda("scale", x);
-    check_same_device("scale", x, out);
-    check_same_shape("scale", x, out);
+  void scale_impl(const Tensor& x, float s, Tensor& out) const override {
     launch_scale(x.data(), x.dtype(), s, out.data(), out.dtype(), x.numel());
     after_launch();
   }
 
-  void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const override {
-    check_cuda("accumulate", dst);
-    check_same_device("accumulate", dst, src);
-    check_same_shape("accumulate", dst, src);
-    if (s) check_scalar("accumulate", *s);
+  void accumulate_impl(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) const override {
     launch_accumulate(dst.data(), dst.dtype(), src.data(), src.dtype(), alpha, s ? scalar_ptr(*s) : nullptr,
                       dst.numel());
     after_launch();
   }
 
-  void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) const override {
-    check_scalar("broadcast_scalar", s);
-    check_cuda("broadcast_scalar", out);
+  void broadcast_scalar_impl(const Tensor& s, float alpha, Tensor& out) const override {
     launch_broadcast_scalar(scalar_ptr(s), alpha, out.data(), out.dtype(), out.numel());
     after_launch();
   }
 
-  void activation(Activation act, const Tensor& x, Tensor& y) const override {
-    check_cuda("activation", x);
-    check_same_device("activation", x, y);
-    check_same_shape("activation", x, y);
+  void activation_impl(Activation act, const Tensor& x, Tensor& y) const override {
     launch_activation(act, x.data(), x.dtype(), y.data(), y.dtype(), x.numel());
     after_launch();
   }
 
-  void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const override {
-    check_cuda("activation_backward", x);
-    check_same_device("activation_backward", x, dy);
-    check_same_device("activation_backward", x, dx);
-    check_same_shape("activation_backward", x, dy);
-    check_same_shape("activation_backward", x, dx);
+  void activation_backward_impl(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) const override {
     launch_activation_backward(act, x.data(), x.dtype(), dy.data(), dy.dtype(), dx.data(), dx.dtype(), x.numel());
     after_launch();
   }
 
-  void unary(UnaryOp op, float p, const Tensor& x, Tensor& y) const override {
-    check_cuda("unary", x);
-    check_same_device("unary", x, y);
-    check_same_shape("unary", x, y);
+  void unary_impl(UnaryOp op, float p, const Tensor& x, Tensor& y) const override {
     launch_unary(op, p, x.data(), x.dtype(), y.data(), y.dtype(), x.numel());
     after_launch();
   }
 
-  void unary_backward(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                      Tensor& dx) const override {
-    check_cuda("unary_backward", x);
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&y, &dy, &dx}) {
-      check_same_device("unary_backward", x, *t);
-      check_same_shape("unary_backward", x, *t);
-    }
+  void unary_backward_impl(UnaryOp op, float p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                           Tensor& dx) const override {
     launch_unary_backward(op, p, x.data(), x.dtype(), y.data(), y.dtype(), dy.data(), dy.dtype(), dx.data(), dx.dtype(),
                           x.numel());
     after_launch();
   }
 
-  void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
-                        Tensor& out) const override {
-    check_cuda("binary_broadcast", a);
-    check_same_device("binary_broadcast", a, out);
-    check_same_shape("binary_broadcast", a, out);
-    check_axis_view("binary_broadcast", a, b, view);
+  void binary_broadcast_impl(BinaryOp op, const Tensor& a, const Tensor& b, const AxisView& view, bool swapped,
+                             Tensor& out) const override {
     launch_binary_broadcast(op, a.data(), a.dtype(), b.data(), b.dtype(), view, swapped, out.data(), out.dtype(),
                             a.numel());
     after_launch();
   }
 
-  void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const override {
-    check_cuda("broadcast_axis", g);
-    check_axis_view("broadcast_axis", out, g, view);
+  void broadcast_axis_impl(const Tensor& g, const AxisView& view, float alpha, Tensor& out) const override {
     launch_broadcast_axis(g.data(), g.dtype(), view, alpha, out.data(), out.dtype(), out.numel());
     after_launch();
   }
 
-  void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const override {
-    check_cuda("sum_axis", x);
-    check_axis_view("sum_axis", x, out, view);
+  void sum_axis_impl(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) const override {
     launch_sum_axis(x.data(), x.dtype(), view, alpha, out.data(), out.dtype(), accumulate);
     after_launch();
   }
@@ -199,10 +159,7 @@ class CudaBackend final : public Backend {
   // Embedding (embedding_kernels.cu). An id that is not a row cannot be an Error here
   // without reading the ids on the host: as cross_entropy's labels, it gives a NaN row
   // (engine/backend.h), and the backward leaves it out.
-  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) const override {
-    check_cuda("embedding", table);
-    check_embedding("embedding", table, ids, out);
-    if (out.dtype() != table.dtype()) throw Error("embedding: out " + out.describe() + " must have the table's dtype");
+  void embedding_impl(const Tensor& table, const Tensor& ids, Tensor& out) const override {
     launch_embedding(table.data(), table.dtype(), ids.data_as<float>(), ids.numel(), table.dim(0), table.dim(1),
                      out.data());
     after_launch();
@@ -210,10 +167,7 @@ class CudaBackend final : public Backend {
 
   // Scratch: the buckets of a stable counting sort of the ids (2V + 1 + N ints, from the
   // caching allocator); positions and rows are int32 on the device.
-  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) const override {
-    check_cuda("embedding_backward", dtable);
-    check_embedding("embedding_backward", dtable, ids, dout);
-    check_dtype("embedding_backward", dtable, DType::F32);
+  void embedding_backward_impl(const Tensor& dout, const Tensor& ids, Tensor& dtable) const override {
     const int64_t n = ids.numel(), vocab = dtable.dim(0);
     if (n >= std::numeric_limits<int32_t>::max() || vocab >= std::numeric_limits<int32_t>::max() / 2)
       throw Error("embedding_backward: " + std::to_string(n) + " ids into " + std::to_string(vocab) +
@@ -225,10 +179,8 @@ class CudaBackend final : public Backend {
   }
 
   // LayerNorm (layer_norm_kernels.cu).
-  void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y, Tensor& mean,
-                  Tensor& rstd) const override {
-    check_cuda("layer_norm", x);
-    check_layer_norm("layer_norm", x, weight, bias, y, mean, rstd);
+  void layer_norm_impl(const Tensor& x, const Tensor* weight, const Tensor* bias, float eps, Tensor& y, Tensor& mean,
+                       Tensor& rstd) const override {
     const int64_t cols = x.dim(x.rank() - 1);
     launch_layer_norm(x.data(), x.dtype(), weight ? weight->data() : nullptr, weight ? weight->dtype() : DType::F32,
                       bias ? bias->data() : nullptr, bias ? bias->dtype() : DType::F32, x.numel() / cols, cols, eps,
@@ -236,12 +188,9 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
-                           const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
-                           bool accumulate) const override {
-    check_cuda("layer_norm_backward", x);
-    check_layer_norm("layer_norm_backward", x, weight, nullptr, dy, mean, rstd);
-    check_layer_norm_grads("layer_norm_backward", x, dx, dweight, dbias);
+  void layer_norm_backward_impl(const Tensor& x, const Tensor* weight, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& dy, Tensor& dx, Tensor* dweight, Tensor* dbias,
+                                bool accumulate) const override {
     const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
     const bool params = dweight || dbias;
     Tensor partials = scratch_doubles(params ? 2 * layer_norm_chunks(rows).chunks * cols : 0, x.device());
@@ -253,36 +202,24 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
-    check_cuda("softmax", x);
-    check_softmax("softmax", x, cols, y);
+  void softmax_impl(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y) const override {
     launch_softmax(x.data(), x.dtype(), x.numel() / cols, cols, log, causal, y.data(), y.dtype());
     after_launch();
   }
 
-  void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
-                        Tensor& dx) const override {
-    check_cuda("softmax_backward", y);
-    check_softmax("softmax_backward", y, cols, dy);
-    check_softmax("softmax_backward", y, cols, dx);
+  void softmax_backward_impl(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal,
+                             Tensor& dx) const override {
     launch_softmax_backward(y.data(), y.dtype(), dy.data(), dy.dtype(), y.numel() / cols, cols, log, causal, dx.data(),
                             dx.dtype());
     after_launch();
   }
 
-  void transpose(const Tensor& x, Tensor& out) const override {
-    check_cuda("transpose", x);
-    check_same_device("transpose", x, out);
-    if (x.rank() != 2 || out.rank() != 2 || out.dim(0) != x.dim(1) || out.dim(1) != x.dim(0) || out.dtype() != x.dtype())
-      throw Error("transpose: expected x [M, N] and out [N, M] of one dtype, got " + x.describe() + " and " +
-                  out.describe());
+  void transpose_impl(const Tensor& x, Tensor& out) const override {
     launch_transpose(x.data(), dtype_size(x.dtype()), x.dim(0), x.dim(1), out.data());
     after_launch();
   }
 
-  void swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) const override {
-    check_cuda("swap_axes", x);
-    check_swap_axes(x, view, out);
+  void swap_axes_impl(const Tensor& x, const SwapAxesView& view, Tensor& out) const override {
     launch_swap_axes(x.data(), dtype_size(x.dtype()), view, out.data());
     after_launch();
   }
@@ -299,9 +236,8 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  void gemm(const GemmArgs& args) const override {
-    const auto [m, n, k] = check_gemm(args);  // first: it reports a missing operand
-    check_cuda("gemm", *args.a);
+  void gemm_impl(const GemmArgs& args, const GemmDims& dims) const override {
+    const auto [m, n, k] = dims;
     const Tensor& a = *args.a;
     const Tensor& b = *args.b;
     Tensor& c = *args.c;
@@ -345,12 +281,7 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void sum_rows(const Tensor& x, Tensor& out, bool accumulate) const override {
-    check_cuda("sum_rows", x);
-    check_same_device("sum_rows", x, out);
-    check_dtype("sum_rows", out, DType::F32);
-    if (x.rank() != 2 || out.numel() != x.dim(1))
-      throw Error("sum_rows: expected x [M, N] and out [N], got " + x.describe() + " and " + out.describe());
+  void sum_rows_impl(const Tensor& x, Tensor& out, bool accumulate) const override {
     const int64_t splits = sum_rows_splits(x.dim(0), x.dim(1));
     Tensor partials = scratch_doubles(splits > 1 ? splits * x.dim(1) : 0, x.device());
     launch_sum_rows(x.data(), x.dtype(), x.dim(0), x.dim(1), static_cast<double*>(partials.data()),
@@ -358,40 +289,26 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void sum(const Tensor& x, Tensor& out) const override {
-    check_cuda("sum", x);
-    check_scalar("sum", out);
+  void sum_impl(const Tensor& x, Tensor& out) const override {
     Tensor partials = scratch_doubles(reduce_partials(x.numel()), x.device());
     launch_sum(x.data(), x.dtype(), x.numel(), static_cast<double*>(partials.data()), out.data_as<float>());
     after_launch();
   }
 
-  void mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) const override {
-    check_cuda("mse_loss", pred);
-    check_same_device("mse_loss", pred, target);
-    check_same_shape("mse_loss", pred, target);
-    check_scalar("mse_loss", out);
+  void mse_forward_impl(const Tensor& pred, const Tensor& target, Tensor& out) const override {
     Tensor partials = scratch_doubles(reduce_partials(pred.numel()), pred.device());
     launch_mse_forward(pred.data(), pred.dtype(), target.data(), target.dtype(), pred.numel(),
                        static_cast<double*>(partials.data()), out.data_as<float>());
     after_launch();
   }
 
-  void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const override {
-    check_cuda("mse_loss backward", pred);
-    check_same_device("mse_loss backward", pred, target);
-    check_same_device("mse_loss backward", pred, dpred);
-    check_same_shape("mse_loss backward", pred, target);
-    check_same_shape("mse_loss backward", pred, dpred);
-    check_scalar("mse_loss backward", g);
+  void mse_backward_impl(const Tensor& pred, const Tensor& target, const Tensor& g, Tensor& dpred) const override {
     launch_mse_backward(pred.data(), pred.dtype(), target.data(), target.dtype(), scalar_ptr(g), dpred.data(),
                         dpred.dtype(), pred.numel());
     after_launch();
   }
 
-  void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits) const override {
-    check_cuda("cross_entropy", logits);
-    check_cross_entropy(logits, labels, loss, dlogits);
+  void cross_entropy_impl(const Tensor& logits, const Tensor& labels, Tensor& loss, Tensor& dlogits) const override {
     if (logits.dim(0) > std::numeric_limits<int>::max())
       throw Error("cross_entropy: more than 2^31 rows; split the batch");
     Tensor row_loss = scratch_doubles(logits.dim(0), logits.device());
@@ -400,76 +317,45 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-             Tensor& norm) const override {
-    check_scalar("guard", inv_scale);
-    check_scalar("guard", found_inf);
-    check_scalar("guard", norm);
+  void guard_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
+                  Tensor& norm) const override {
     std::vector<GradRef> refs;
     refs.reserve(grads.size());
-    for (const Tensor* g : grads) {
-      check_cuda("guard", *g);
-      refs.push_back({const_cast<void*>(g->data()), g->dtype(), g->numel()});  // read only
-    }
+    for (const Tensor* g : grads) refs.push_back({const_cast<void*>(g->data()), g->dtype(), g->numel()});  // read only
     Tensor partials = scratch_doubles(guard_partials(refs), inv_scale.device());
     launch_guard(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(norm),
                  static_cast<double*>(partials.data()));
     after_launch();
   }
 
-  void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
-    check_scalar("clip_coefficient", norm);
-    check_scalar("clip_coefficient", clip_coef);
+  void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
     launch_clip_coefficient(scalar_ptr(norm), max_norm, scalar_ptr(clip_coef));
     after_launch();
   }
 
-  void unscale_inplace(const std::vector<Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf) const override {
-    check_scalar("unscale", inv_scale);
-    check_scalar("unscale", found_inf);
+  void unscale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& inv_scale,
+                            Tensor& found_inf) const override {
     std::vector<GradRef> refs;
-    for (Tensor* g : grads) {
-      check_cuda("unscale", *g);
-      refs.push_back({g->data(), g->dtype(), g->numel()});
-    }
+    for (Tensor* g : grads) refs.push_back({g->data(), g->dtype(), g->numel()});
     launch_unscale(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf));
     after_launch();
   }
 
-  void scale_inplace(const std::vector<Tensor*>& grads, const Tensor& factor) const override {
-    check_scalar("scale_inplace", factor);
-    for (Tensor* g : grads) {
-      check_cuda("scale_inplace", *g);
-      launch_scale_by_scalar(g->data(), g->dtype(), scalar_ptr(factor), g->numel());
-    }
+  void scale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& factor) const override {
+    for (Tensor* g : grads) launch_scale_by_scalar(g->data(), g->dtype(), scalar_ptr(factor), g->numel());
     after_launch();
   }
 
-  void clamp_inplace(Tensor& x, float lo, float hi) const override {
-    check_cuda("clamp", x);
+  void clamp_inplace_impl(Tensor& x, float lo, float hi) const override {
     launch_clamp(x.data(), x.dtype(), lo, hi, x.numel());
     after_launch();
   }
 
-  void adamw(const AdamWHyper& h, const std::vector<AdamWSlot>& slots, const StepScalars& sc) const override {
-    const StepScalarPtrs ptrs = step_scalar_ptrs("adamw", sc);
+  void adamw_impl(const AdamWHyper& h, const std::vector<AdamWSlot>& slots, const StepScalars& sc) const override {
+    const StepScalarPtrs ptrs = step_scalar_ptrs(sc);
     std::vector<OptimRef> refs;
     refs.reserve(slots.size());
     for (const AdamWSlot& s : slots) {
-      check_dtype("adamw master", *s.master, DType::F32);
-      check_dtype("adamw m", *s.m, DType::F32);
-      check_dtype("adamw v", *s.v, DType::F32);
-      check_cuda("adamw", *s.master);
-      // Every operand on this GPU: a host pointer reaching the kernel would be an illegal
-      // address, which ends the CUDA context for good, instead of a clear error here.
-      check_same_device("adamw", *s.master, *s.grad);
-      check_same_device("adamw", *s.master, *s.m);
-      check_same_device("adamw", *s.master, *s.v);
-      if (s.working) check_same_device("adamw working copy", *s.master, *s.working);
-      check_same_shape("adamw", *s.master, *s.grad);
-      check_same_shape("adamw", *s.master, *s.m);
-      check_same_shape("adamw", *s.master, *s.v);
-      if (s.working) check_same_shape("adamw working copy", *s.master, *s.working);
       refs.push_back({s.master->data_as<float>(), s.m->data_as<float>(), s.v->data_as<float>(), s.grad->data(),
                       s.working ? s.working->data() : nullptr, s.master->numel(), s.weight_decay, s.grad->dtype(),
                       s.working ? s.working->dtype() : DType::F32});
@@ -478,24 +364,11 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) const override {
-    const StepScalarPtrs ptrs = step_scalar_ptrs("sgd", sc);
+  void sgd_impl(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) const override {
+    const StepScalarPtrs ptrs = step_scalar_ptrs(sc);
     std::vector<OptimRef> refs;
     for (const SgdSlot& s : slots) {
-      check_dtype("sgd master", *s.master, DType::F32);
-      check_cuda("sgd", *s.master);
-      check_same_device("sgd", *s.master, *s.grad);
-      check_same_shape("sgd", *s.master, *s.grad);
       const bool has_buf = s.momentum && s.momentum->defined();
-      if (has_buf) {
-        check_same_device("sgd momentum", *s.master, *s.momentum);
-        check_same_shape("sgd momentum", *s.master, *s.momentum);
-        check_dtype("sgd momentum", *s.momentum, DType::F32);
-      }
-      if (s.working) {
-        check_same_device("sgd working copy", *s.master, *s.working);
-        check_same_shape("sgd working copy", *s.master, *s.working);
-      }
       refs.push_back({s.master->data_as<float>(), has_buf ? s.momentum->data_as<float>() : nullptr, nullptr,
                       s.grad->data(), s.working ? s.working->data() : nullptr, s.master->numel(), s.weight_decay,
                       s.grad->dtype(), s.working ? s.working->dtype() : DType::F32});
@@ -504,45 +377,32 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
-  void lookup(const Tensor& table, const Tensor& index, Tensor& out) const override {
-    check_lookup(table, index, out, DeviceKind::CUDA);
+  void lookup_impl(const Tensor& table, const Tensor& index, Tensor& out) const override {
     launch_lookup(table.data_as<float>(), table.numel(), scalar_ptr(index), scalar_ptr(out));
     after_launch();
   }
 
-  void count_applied(Tensor& count, const Tensor& found_inf) const override {
-    check_scalar("count_applied", count);
-    check_scalar("count_applied", found_inf);
-    check_same_device("count_applied", count, found_inf);
+  void count_applied_impl(Tensor& count, const Tensor& found_inf) const override {
     launch_count_applied(scalar_ptr(count), scalar_ptr(found_inf));
     after_launch();
   }
 
   // One gather kernel into a pinned slot and an event behind it; the host waits only when
   // it asks for the values (HostReadback::wait), typically one step later to log a row.
-  std::unique_ptr<HostReadback> read_async(const std::vector<const Tensor*>& scalars) const override {
+  std::unique_ptr<HostReadback> read_async_impl(const std::vector<const Tensor*>& scalars) const override {
     std::vector<const float*> ptrs;
     ptrs.reserve(scalars.size());
-    for (const Tensor* t : scalars) {
-      if (!t) throw Error("read_async: a scalar is missing (null tensor pointer)");
-      check_scalar("read_async", *t);
-      ptrs.push_back(scalar_ptr(*t));
-    }
+    for (const Tensor* t : scalars) ptrs.push_back(scalar_ptr(*t));
     return readbacks_.read(ptrs);
   }
 
-  void scaler_update(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
-                     const Tensor& found_inf) const override {
-    check_scalar("scaler_update", scale);
-    check_scalar("scaler_update", growth_tracker);
-    check_scalar("scaler_update", hysteresis_left);
-    check_scalar("scaler_update", found_inf);
+  void scaler_update_impl(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
+                          const Tensor& found_inf) const override {
     launch_scaler_update(c, scalar_ptr(scale), scalar_ptr(growth_tracker), scalar_ptr(hysteresis_left),
                          scalar_ptr(found_inf));
     after_launch();
   }
 
- private:
   // The backend object is const behind the op table; its pinned pools are its only state,
   // each guarded by its own mutex.
   mutable UploadStaging uploads_;

@@ -137,8 +137,8 @@ void launch_lookup(const float* table, int64_t n, const float* index, float* out
 void launch_count_applied(float* count, const float* found_inf);
 
 // ---- readback_kernels.cu
-// At most this many scalars per read_async: their addresses travel as a kernel parameter.
-constexpr int kMaxReadbackScalars = 16;
+// At most kMaxReadbackScalars (engine/backend.h) per read_async: their addresses travel as a
+// kernel parameter.
 // dst[i] = *src[i] for i < count; dst is pinned host memory seen through its device address.
 void launch_readback_gather(const float* const* src, int count, float* dst);
 

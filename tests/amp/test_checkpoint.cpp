@@ -46,7 +46,7 @@ struct Loop {
       : rng(seed),
         model(8, 3, rng),
         opt(model.parameters(), AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, false}),
-        scaler(Device::cpu(), GradScalerOptions{.growth_interval = 2}),
+        scaler(Device::cpu(), GradScalerOptions{{.growth_interval = 2}}),
         step(opt, scaler, LrSchedule::constant(1e-2f), SafeStepOptions{.max_norm = 0.5f}) {
     model.set_working_dtype(DType::F16);
     Rng data(11);  // the same data in every loop, whatever the weights' seed

@@ -65,7 +65,7 @@ struct AccumRun {
   Rng rng{1};
   Linear model{4, 2, rng};
   AdamW opt{model.parameters()};
-  GradScaler scaler{Device::cpu(), GradScalerOptions{false}};
+  GradScaler scaler{Device::cpu(), GradScalerOptions{{}, false}};
   LocalCommunicator comm;
   SafeStep step;
   Tensor x = Tensor::full(Shape{2, 4}, 0.5f), y = Tensor::full(Shape{2, 2}, 1.0f);

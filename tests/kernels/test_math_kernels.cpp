@@ -226,7 +226,7 @@ TEST_CASE("cpu softmax and layer_norm rows give the baseline's bits on every ISA
 }
 
 TEST_CASE("cpu layer_norm_backward refuses a dweight or dbias that is not FP32 of the row width", "[kernels][transformer]") {
-  // The same check as the CUDA backend's (engine/backend.cpp, check_layer_norm_grads).
+  // The check every backend runs (engine/backend_checks.cpp, checks::layer_norm_backward).
   const Backend& be = backend_for(Device::cpu());
   const int64_t rows = 3, cols = 8;
   std::vector<float> v(static_cast<size_t>(rows * cols));

@@ -1,0 +1,64 @@
+// The argument checks of the op table (engine/backend.h), one per op, run by Backend's entries
+// before any backend's `<op>_impl`: the one place where a call's tensors are checked, so every
+// backend refuses the same calls with the same Error. `kind` is the backend's device kind.
+#pragma once
+#include <initializer_list>
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace belay {
+
+StoredMatrix stored_matrix(const Tensor& t);
+// A product's operands: all three on one device, A and B of one dtype, the shapes chaining,
+// beta 0 or 1 (with an FP32 C), the bias of length N, a batch's items inside their operands.
+// Also the CPU GEMM's own entry check (kernels/cpu/cpu_gemm.h, which tests and benchmarks
+// call per ISA); throws Error naming what does not match.
+GemmDims check_gemm(const GemmArgs& args);
+
+namespace checks {
+
+void cast(DeviceKind kind, const Tensor& src, const Tensor& dst);
+void fill(DeviceKind kind, const Tensor& t);
+// binary, scale, activation, unary and their backwards: `inputs` and `out` of one shape.
+void elementwise(const char* op, DeviceKind kind, std::initializer_list<const Tensor*> inputs, const Tensor& out);
+void accumulate(DeviceKind kind, const Tensor& dst, const Tensor& src, const Tensor* s);
+void broadcast_scalar(DeviceKind kind, const Tensor& s, const Tensor& out);
+void binary_broadcast(DeviceKind kind, const Tensor& a, const Tensor& b, const AxisView& view, const Tensor& out);
+void broadcast_axis(DeviceKind kind, const Tensor& g, const AxisView& view, const Tensor& out);
+void sum_axis(DeviceKind kind, const Tensor& x, const AxisView& view, const Tensor& out);
+void softmax(DeviceKind kind, const Tensor& x, int64_t cols, const Tensor& y);
+void softmax_backward(DeviceKind kind, const Tensor& y, const Tensor& dy, int64_t cols, const Tensor& dx);
+void embedding(DeviceKind kind, const Tensor& table, const Tensor& ids, const Tensor& out);
+void embedding_backward(DeviceKind kind, const Tensor& dout, const Tensor& ids, const Tensor& dtable);
+void layer_norm(DeviceKind kind, const Tensor& x, const Tensor* weight, const Tensor* bias, const Tensor& y,
+                const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(DeviceKind kind, const Tensor& x, const Tensor* weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dy, const Tensor& dx, const Tensor* dweight,
+                         const Tensor* dbias);
+void transpose(DeviceKind kind, const Tensor& x, const Tensor& out);
+void swap_axes(DeviceKind kind, const Tensor& x, const SwapAxesView& view, const Tensor& out);
+GemmDims gemm(DeviceKind kind, const GemmArgs& args);
+void sum_rows(DeviceKind kind, const Tensor& x, const Tensor& out);
+void sum(DeviceKind kind, const Tensor& x, const Tensor& out);
+void mse_forward(DeviceKind kind, const Tensor& pred, const Tensor& target, const Tensor& out);
+void mse_backward(DeviceKind kind, const Tensor& pred, const Tensor& target, const Tensor& g, const Tensor& dpred);
+void cross_entropy(DeviceKind kind, const Tensor& logits, const Tensor& labels, const Tensor& loss,
+                   const Tensor& dlogits);
+void guard(DeviceKind kind, const std::vector<const Tensor*>& grads, const Tensor& inv_scale, const Tensor& found_inf,
+           const Tensor& norm);
+void clip_coefficient(DeviceKind kind, const Tensor& norm, const Tensor& clip_coef);
+void unscale_inplace(DeviceKind kind, const std::vector<Tensor*>& grads, const Tensor& inv_scale,
+                     const Tensor& found_inf);
+void scale_inplace(DeviceKind kind, const std::vector<Tensor*>& grads, const Tensor& factor);
+void clamp_inplace(DeviceKind kind, const Tensor& x);
+void adamw(DeviceKind kind, const std::vector<AdamWSlot>& slots, const StepScalars& s);
+void sgd(DeviceKind kind, float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s);
+void lookup(DeviceKind kind, const Tensor& table, const Tensor& index, const Tensor& out);
+void count_applied(DeviceKind kind, const Tensor& count, const Tensor& found_inf);
+void read_async(DeviceKind kind, const std::vector<const Tensor*>& scalars);
+void scaler_update(DeviceKind kind, const Tensor& scale, const Tensor& growth_tracker, const Tensor& hysteresis_left,
+                   const Tensor& found_inf);
+
+}  // namespace checks
+}  // namespace belay
