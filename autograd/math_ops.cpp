@@ -271,7 +271,7 @@ Var reshape(const Var& x, const std::vector<int64_t>& dims_in) {
 
 Var slice_rows(const Var& x, int64_t begin, int64_t end) {
   if (!x.defined()) throw Error("slice_rows: undefined input");
-  Tensor out = x.value().slice_rows(begin, end);  // checks the range
+  Tensor out = x.value().copy_rows(begin, end);  // checks the range
   return make_result(out, "slice_rows", {x}, [begin](Node& self) {
     Node& x = *self.inputs[0];
     const Tensor& g = self.grad;
