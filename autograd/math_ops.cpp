@@ -1,7 +1,7 @@
-// The operators of the Python Var (issue 27) as differentiable ops: broadcasting arithmetic,
-// the elementwise functions of UnaryOp, softmax and log-softmax over the last dim, sums over
-// an axis, and the shape ops (transpose, reshape, rows). Each forward and backward is a
-// backend op (engine/backend.h), so each runs on every device.
+// The operators of the Python Var (apps/python/bind_var_math.cpp) as differentiable ops:
+// broadcasting arithmetic, the elementwise functions of UnaryOp, softmax and log-softmax over
+// the last dim, sums over an axis, and the shape ops (transpose, reshape, rows). Each forward
+// and backward is a backend op (engine/backend.h), so each runs on every device.
 #include <algorithm>
 #include <string>
 

@@ -1,5 +1,6 @@
-// The Var operators on the GPU (issue 27): the functions of UnaryOp and their backward,
-// broadcasting arithmetic, sums over an axis and their backward, and the matrix transpose.
+// The Var operators on the GPU (autograd/math_ops.cpp): the functions of UnaryOp and their
+// backward, broadcasting arithmetic, sums over an axis and their backward, and the matrix
+// transpose.
 // Element math through kernels/common/unary_math.h, the formula the CPU backend computes.
 // Bytes per element: the inputs read plus the output written (unary fp16: 4 B; backward
 // fp16: 8 B; broadcast: the full operand and the output, the small one from cache); flops:
