@@ -28,7 +28,7 @@ enum class OpClass : uint32_t {
   Gelu = 1u << 6,
   MseLoss = 1u << 7,
   CrossEntropy = 1u << 8,
-  // The operators of the Python Var (issue 27). Those marked "always" in autocast.cpp's
+  // The operators of the Python Var (autograd/math_ops.cpp). Those marked "always" in autocast.cpp's
   // table run in FP32 under autocast whether or not fp32_ops names them.
   Sub = 1u << 9,
   Div = 1u << 10,
@@ -41,7 +41,7 @@ enum class OpClass : uint32_t {
   LogSoftmax = 1u << 17,
   Sum = 1u << 18,
   Mean = 1u << 19,
-  // The transformer's ops (issue 25).
+  // The transformer's ops (autograd/nn_ops.cpp, autograd/batched_ops.cpp).
   Embedding = 1u << 20,
   LayerNorm = 1u << 21,
   Bmm = 1u << 22,

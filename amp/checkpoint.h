@@ -2,7 +2,7 @@
 // A C++ user, the `belay` CLI, the Python module and the distributed path all call these
 // functions. They live in amp/ because a checkpoint is the state of the whole step: the
 // masters (autograd's modules), the optimizer state (optim/) and the scaler (amp/), and amp
-// is the lowest room that may see all three (DESIGN.md's arrows: apps -> amp -> optim,
+// is the lowest room that may see all three (docs/design.md's arrows: apps -> amp -> optim,
 // autograd -> engine); apps/ keeps only the CLI glue (which run settings to record).
 //
 // Tensors: the FP32 masters under the model's state-dict names ("weight", "bias",

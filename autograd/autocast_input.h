@@ -12,7 +12,8 @@ namespace belay {
 DType autocast_dtype(OpClass cls, DType given);
 // x cast to `dtype` (x itself when it has it), recorded as "cast for <op>".
 Var autocast_cast(const Var& x, DType dtype, OpClass cls);
-// x as an op of this class reads it: autocast_cast(x, autocast_dtype(cls, x.dtype()), cls).
+// x as an op of this class reads it: cast up to FP32, down to the autocast dtype, or x itself,
+// as the class's rule says (autocast_cast(x, autocast_dtype(cls, x.dtype()), cls)).
 Var autocast_input(const Var& x, OpClass cls);
 
 }  // namespace belay

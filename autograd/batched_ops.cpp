@@ -9,33 +9,12 @@
 
 #include "amp/autocast.h"
 #include "autograd/autocast_input.h"
+#include "autograd/op_helpers.h"
 #include "autograd/ops.h"
 #include "engine/error.h"
 
 namespace belay {
 namespace {
-
-const Backend& be(const Tensor& t) { return backend_for(t.device()); }
-
-int64_t product(const std::vector<int64_t>& d, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= d[i];
-  return n;
-}
-
-// Writes a gradient that the GEMM can produce in place: straight into an existing FP32
-// gradient (beta = 1, no extra pass), else into a fresh tensor then accumulated (as matmul's).
-template <class Produce>
-void write_grad(Node& n, Produce&& produce) {
-  if (!n.requires_grad) return;
-  if (n.grad.defined() && n.grad.dtype() == DType::F32) {
-    produce(n.grad, true);
-    return;
-  }
-  Tensor fresh = Tensor::empty(n.value.shape(), grad_dtype_of(n), n.value.device());
-  produce(fresh, false);
-  accumulate_grad(n, fresh, true);
-}
 
 // A batch of products as the backend's GEMM takes it: each operand [batch, rows, cols], or
 // [rows, cols] when it is shared over the batch (stride 0); C [batch, M, N].
@@ -116,7 +95,7 @@ Var bmm(const Var& a_in, const Var& b_in, bool trans_a, bool trans_b) {
                      ", trans_b=" + std::to_string(trans_b));
   const DType dt = bmm_dtype(a_in, b_in);
   const Var a = autocast_cast(a_in, dt, OpClass::Bmm), b = autocast_cast(b_in, dt, OpClass::Bmm);
-  const Batched bt{product(da, 0, da.size() - 2), false, b_shared};
+  const Batched bt{dims_product(da, 0, da.size() - 2), false, b_shared};
   if (bt.batch == 0 || m == 0 || n == 0 || k == 0) throw UsageError("bmm: empty operand, " + shapes());
   std::vector<int64_t> dc(da.begin(), da.end() - 2);
   dc.push_back(m);
@@ -130,11 +109,11 @@ Var bmm(const Var& a_in, const Var& b_in, bool trans_a, bool trans_b) {
     // C = op(A) op(B): d op(A) = dC op(B)^T, d op(B) = op(A)^T dC; a transposed operand's
     // gradient is the transpose of that, written by swapping the product's operands.
     const Batched ga{bt.batch, false, bt.b_shared}, gb{bt.batch, bt.b_shared, false};
-    write_grad(a, [&](Tensor& out, bool acc) {
+    write_grad(a, grad_dtype_of(a), [&](Tensor& out, bool acc) {
         if (trans_a) batched_gemm(gb, b.value, trans_b, g, true, out, acc);  // dA = op(B) dC^T
         else batched_gemm(ga, g, false, b.value, !trans_b, out, acc);        // dA = dC op(B)^T
       });
-    write_grad(b, [&](Tensor& out, bool acc) {
+    write_grad(b, grad_dtype_of(b), [&](Tensor& out, bool acc) {
         if (bt.b_shared) shared_b_grad(bt.batch, a.value, trans_a, trans_b, g, out, acc);
         else if (trans_b) batched_gemm(bt, g, true, a.value, trans_a, out, acc);  // dB = dC^T op(A)
         else batched_gemm(bt, a.value, !trans_a, g, false, out, acc);            // dB = op(A)^T dC
@@ -152,7 +131,8 @@ Var transpose(const Var& x, int64_t dim0, int64_t dim1) {
                      x.value().describe());
   if (d0 == d1) return x;
   const size_t lo = static_cast<size_t>(std::min(d0, d1)), hi = static_cast<size_t>(std::max(d0, d1));
-  const SwapAxesView view{product(d, 0, lo), d[lo], product(d, lo + 1, hi), d[hi], product(d, hi + 1, d.size())};
+  const SwapAxesView view{dims_product(d, 0, lo), d[lo], dims_product(d, lo + 1, hi), d[hi],
+                          dims_product(d, hi + 1, d.size())};
   std::vector<int64_t> swapped = d;
   std::swap(swapped[lo], swapped[hi]);
   Tensor out = Tensor::empty(Shape(swapped), x.dtype(), x.device());

@@ -1,24 +1,18 @@
-// The operators of the Python Var (issue 27) as differentiable ops: broadcasting arithmetic,
-// the elementwise functions of UnaryOp, softmax and log-softmax over the last dim, sums over
-// an axis, and the shape ops (transpose, reshape, rows). Each forward and backward is a
-// backend op (engine/backend.h), so each runs on every device.
+// The operators of the Python Var (apps/python/bind_var_math.cpp) as differentiable ops:
+// broadcasting arithmetic, the elementwise functions of UnaryOp, softmax and log-softmax over
+// the last dim, sums over an axis, and the shape ops (transpose, reshape, rows). Each forward
+// and backward is a backend op (engine/backend.h), so each runs on every device.
 #include <algorithm>
 #include <string>
 
 #include "amp/autocast.h"
 #include "autograd/autocast_input.h"
+#include "autograd/op_helpers.h"
 #include "autograd/ops.h"
 #include "engine/error.h"
 
 namespace belay {
 namespace {
-
-const Backend& be(const Tensor& t) { return backend_for(t.device()); }
-
-DType promote(DType a, DType b) { return a == b ? a : DType::F32; }
-
-// An op class's input as autocast's rule for it says (autocast_input.h).
-Var fp32_if_kept(const Var& x, OpClass cls) { return autocast_input(x, cls); }
 
 const char* op_name(BinaryOp op) {
   switch (op) {
@@ -36,12 +30,6 @@ OpClass op_class(BinaryOp op) {
     case BinaryOp::Mul: return OpClass::Mul;
     default: return OpClass::Div;
   }
-}
-
-int64_t product(const std::vector<int64_t>& d, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= d[i];
-  return n;
 }
 
 // How `small` broadcasts over `full` (see binary() in ops.h), as an axis view of full; throws
@@ -64,7 +52,7 @@ AxisView broadcast_view(const char* op, const Tensor& full_t, const Tensor& smal
       last = d;
     }
     for (size_t d = first; fits && d <= last; ++d) fits = s[d] == 1;
-    if (fits) return {product(f, 0, first), product(f, first, last + 1), product(f, last + 1, f.size())};
+    if (fits) return {dims_product(f, 0, first), dims_product(f, first, last + 1), dims_product(f, last + 1, f.size())};
   }
   while (!s.empty() && s.front() == 1) s.erase(s.begin());  // [1, N] over [M, K, N] is a row too
   if (s.size() <= f.size() && std::equal(s.begin(), s.end(), f.end() - static_cast<std::ptrdiff_t>(s.size()))) {
@@ -142,7 +130,7 @@ void binary_backward(BinaryOp op, Node& full, Node& small, const AxisView& view,
 
 Var unary_op(UnaryOp op, float p, const Var& x_in, OpClass cls, const char* name) {
   if (!x_in.defined()) throw Error(std::string(name) + ": undefined input");
-  const Var x = fp32_if_kept(x_in, cls);
+  const Var x = autocast_input(x_in, cls);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   be(y).unary(op, p, x.value(), y);
   return make_result(y, name, {x}, [op, p](Node& self) {
@@ -156,7 +144,7 @@ Var unary_op(UnaryOp op, float p, const Var& x_in, OpClass cls, const char* name
 Var softmax_op(const Var& x_in, bool log, bool causal) {
   const char* name = log ? "log_softmax" : "softmax";
   if (!x_in.defined()) throw Error(std::string(name) + ": undefined input");
-  const Var x = fp32_if_kept(x_in, log ? OpClass::LogSoftmax : OpClass::Softmax);
+  const Var x = autocast_input(x_in, log ? OpClass::LogSoftmax : OpClass::Softmax);
   const Shape& s = x.shape();
   if (s.rank() == 0 || s[s.rank() - 1] == 0) throw UsageError(std::string(name) + ": needs a last dim, got " + x.value().describe());
   const int64_t cols = s[s.rank() - 1];
@@ -180,7 +168,7 @@ Var sum_axis_op(const Var& x, int64_t axis, bool keepdim, bool mean) {
   if (axis < -rank || axis >= rank)
     throw UsageError(std::string(name) + ": axis " + std::to_string(axis) + " is out of range for " + x.value().describe());
   const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
-  const AxisView view{product(d, 0, a), d[a], product(d, a + 1, d.size())};
+  const AxisView view{dims_product(d, 0, a), d[a], dims_product(d, a + 1, d.size())};
   std::vector<int64_t> out_dims = d;
   if (keepdim) out_dims[a] = 1;
   else out_dims.erase(out_dims.begin() + static_cast<std::ptrdiff_t>(a));
@@ -202,7 +190,7 @@ Var binary(BinaryOp op, const Var& a_in, const Var& b_in) {
   const char* name = op_name(op);
   if (!a_in.defined() || !b_in.defined()) throw Error(std::string(name) + ": undefined input");
   check_same_device(name, a_in.value(), b_in.value());
-  const Var a = fp32_if_kept(a_in, op_class(op)), b = fp32_if_kept(b_in, op_class(op));
+  const Var a = autocast_input(a_in, op_class(op)), b = autocast_input(b_in, op_class(op));
   // The operand with more elements sets the shape (the first when they tie).
   const bool swapped = b.value().numel() > a.value().numel() ||
                        (b.value().numel() == a.value().numel() && b.shape().rank() > a.shape().rank());
@@ -271,7 +259,7 @@ Var reshape(const Var& x, const std::vector<int64_t>& dims_in) {
 
 Var slice_rows(const Var& x, int64_t begin, int64_t end) {
   if (!x.defined()) throw Error("slice_rows: undefined input");
-  Tensor out = x.value().slice_rows(begin, end);  // checks the range
+  Tensor out = x.value().copy_rows(begin, end);  // checks the range
   return make_result(out, "slice_rows", {x}, [begin](Node& self) {
     Node& x = *self.inputs[0];
     const Tensor& g = self.grad;

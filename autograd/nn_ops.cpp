@@ -5,27 +5,12 @@
 
 #include "amp/autocast.h"
 #include "autograd/autocast_input.h"
+#include "autograd/op_helpers.h"
 #include "autograd/ops.h"
 #include "engine/error.h"
 
 namespace belay {
 namespace {
-
-const Backend& be(const Tensor& t) { return backend_for(t.device()); }
-
-// A gradient produced in FP32 by a kernel that adds into its output: straight into the node's
-// FP32 gradient when it has one (no extra pass), else into a fresh tensor then accumulated.
-template <class Produce>
-void add_fp32_grad(Node& n, Produce&& produce) {
-  if (!n.requires_grad) return;
-  if (n.grad.defined() && n.grad.dtype() == DType::F32) {
-    produce(n.grad, true);
-    return;
-  }
-  Tensor fresh = Tensor::empty(n.value.shape(), DType::F32, n.value.device());
-  produce(fresh, false);
-  accumulate_grad(n, fresh, true);
-}
 
 std::string describe(const Var& v) { return v.defined() ? v.value().describe() : std::string("nothing"); }
 
@@ -48,7 +33,8 @@ Var embedding(const Var& table_in, const Tensor& ids) {
   return make_result(rows.reshape(Shape(dims)), "embedding", {table}, [ids, n, dim](Node& self) {
     Node& t = *self.inputs[0];
     const Tensor g = self.grad.reshape(Shape{n, dim});
-    add_fp32_grad(t, [&](Tensor& out, bool accumulate) {
+    // The kernel only adds: a fresh FP32 gradient is zeroed first.
+    write_grad(t, DType::F32, [&](Tensor& out, bool accumulate) {
       if (!accumulate) be(out).fill(out, 0.0f);
       be(out).embedding_backward(g, ids, out);
     });
@@ -83,30 +69,15 @@ Var layer_norm(const Var& x_in, const Var& weight, const Var& bias, float eps) {
     Node* w = has_w ? self.inputs[1].get() : nullptr;
     Node* b = has_b ? self.inputs[has_w ? 2 : 1].get() : nullptr;
     const Tensor* wv = w ? &w->value : nullptr;
-    // dweight and dbias: into FP32 gradients directly where they exist, else fresh FP32 tensors.
-    Tensor dw_fresh, db_fresh;
-    Tensor* dw = nullptr;
-    Tensor* db = nullptr;
-    bool w_acc = false, b_acc = false;
-    auto target = [](Node* n, Tensor& fresh, Tensor*& out, bool& acc) {
-      if (!n || !n->requires_grad) return;
-      acc = n->grad.defined() && n->grad.dtype() == DType::F32;
-      if (acc) {
-        out = &n->grad;
-      } else {
-        fresh = Tensor::zeros(n->value.shape(), DType::F32, n->value.device());
-        out = &fresh;
-      }
-    };
-    target(w, dw_fresh, dw, w_acc);
-    target(b, db_fresh, db, b_acc);
-    // The kernel adds into both or neither: a fresh target is zeroed, so "accumulate" is right
-    // for it too.
+    // dweight and dbias: into FP32 gradients directly where they exist, else fresh FP32
+    // tensors. The kernel adds into both or neither: a fresh target is zeroed, so
+    // "accumulate" is right for it too.
+    GradTarget dw(w, DType::F32, true), db(b, DType::F32, true);
     Tensor dx = Tensor::empty(x.value.shape(), x.value.dtype(), x.value.device());
-    be(dx).layer_norm_backward(x.value, wv, mean, rstd, self.grad, dx, dw, db, true);
+    be(dx).layer_norm_backward(x.value, wv, mean, rstd, self.grad, dx, dw.out(), db.out(), true);
     if (x.requires_grad) accumulate_grad(x, dx, true);
-    if (dw && !w_acc) accumulate_grad(*w, dw_fresh, true);
-    if (db && !b_acc) accumulate_grad(*b, db_fresh, true);
+    dw.finish();
+    db.finish();
   });
 }
 

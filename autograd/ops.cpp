@@ -4,15 +4,11 @@
 
 #include "amp/autocast.h"
 #include "autograd/autocast_input.h"
-#include "engine/backend.h"
+#include "autograd/op_helpers.h"
 #include "engine/error.h"
 
 namespace belay {
 namespace {
-
-const Backend& be(const Tensor& t) { return backend_for(t.device()); }
-
-DType promote(DType a, DType b) { return a == b ? a : DType::F32; }
 
 void check_inputs(const char* op, const Var& a, const Var& b) {
   if (!a.defined() || !b.defined()) throw Error(std::string(op) + ": undefined input");
@@ -30,24 +26,6 @@ DType matmul_dtype(const char* op, OpClass cls, const Var& a, const Var& b) {
     throw UsageError(std::string(op) + ": dtypes differ (" + a.value().describe() + " vs " + b.value().describe() +
                 "); cast one, or run under autocast");
   return a.dtype();
-}
-
-// An op class's input as autocast's rule for it says (a recorded cast, or the input as it is).
-Var fp32_if_kept(const Var& x, OpClass cls) { return autocast_input(x, cls); }
-
-// Writes a gradient that a kernel can produce in place: straight into an existing FP32
-// gradient buffer (accumulating, no extra pass), else into a fresh tensor that is then
-// accumulated. produce(out, accumulate) must write or add the gradient into `out`.
-template <class Produce>
-void write_grad(Node& n, DType fresh_dtype, Produce&& produce) {
-  if (!n.requires_grad) return;
-  if (n.grad.defined() && n.grad.dtype() == DType::F32) {
-    produce(n.grad, true);
-    return;
-  }
-  Tensor fresh = Tensor::empty(n.value.shape(), fresh_dtype, n.value.device());
-  produce(fresh, false);
-  accumulate_grad(n, fresh, true);
 }
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, bool accumulate, const Tensor* bias = nullptr) {
@@ -166,7 +144,7 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
 Var add(const Var& a_in, const Var& b_in) {
   check_inputs("add", a_in, b_in);
   if (a_in.shape() != b_in.shape()) return binary(BinaryOp::Add, a_in, b_in);  // broadcasting (math_ops.cpp)
-  const Var a = fp32_if_kept(a_in, OpClass::Add), b = fp32_if_kept(b_in, OpClass::Add);
+  const Var a = autocast_input(a_in, OpClass::Add), b = autocast_input(b_in, OpClass::Add);
   check_same_shape("add", a.value(), b.value());
   Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
   be(out).binary(BinaryOp::Add, a.value(), b.value(), out);
@@ -179,7 +157,7 @@ Var add(const Var& a_in, const Var& b_in) {
 Var mul(const Var& a_in, const Var& b_in) {
   check_inputs("mul", a_in, b_in);
   if (a_in.shape() != b_in.shape()) return binary(BinaryOp::Mul, a_in, b_in);
-  const Var a = fp32_if_kept(a_in, OpClass::Mul), b = fp32_if_kept(b_in, OpClass::Mul);
+  const Var a = autocast_input(a_in, OpClass::Mul), b = autocast_input(b_in, OpClass::Mul);
   check_same_shape("mul", a.value(), b.value());
   Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
   be(out).binary(BinaryOp::Mul, a.value(), b.value(), out);
@@ -196,7 +174,7 @@ Var mul(const Var& a_in, const Var& b_in) {
 }
 
 Var scale(const Var& a_in, float s) {
-  const Var a = fp32_if_kept(a_in, OpClass::Scale);
+  const Var a = autocast_input(a_in, OpClass::Scale);
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   be(out).scale(a.value(), s, out);
   return make_result(out, "scale", {a}, [s](Node& self) {
@@ -208,7 +186,7 @@ Var scale(const Var& a_in, float s) {
 }
 
 static Var activation_op(const Var& x_in, Activation act, const char* name) {
-  const Var x = fp32_if_kept(x_in, act == Activation::Relu ? OpClass::Relu : OpClass::Gelu);
+  const Var x = autocast_input(x_in, act == Activation::Relu ? OpClass::Relu : OpClass::Gelu);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   be(out).activation(act, x.value(), out);
   return make_result(out, name, {x}, [act](Node& self) {
@@ -238,7 +216,7 @@ Var sum(const Var& x) { return reduce_op(x, 1.0f, "sum"); }
 Var mean(const Var& x) { return reduce_op(x, 1.0f / static_cast<float>(x.value().numel()), "mean"); }
 
 Var mse_loss(const Var& pred_in, const Tensor& target) {
-  const Var pred = fp32_if_kept(pred_in, OpClass::MseLoss);
+  const Var pred = autocast_input(pred_in, OpClass::MseLoss);
   check_same_device("mse_loss", pred.value(), target);
   check_same_shape("mse_loss", pred.value(), target);
   Tensor out = Tensor::empty(Shape{1}, DType::F32, pred.device());
@@ -252,7 +230,7 @@ Var mse_loss(const Var& pred_in, const Tensor& target) {
 }
 
 Var cross_entropy(const Var& logits_in, const Tensor& labels) {
-  const Var logits = fp32_if_kept(logits_in, OpClass::CrossEntropy);
+  const Var logits = autocast_input(logits_in, OpClass::CrossEntropy);
   check_same_device("cross_entropy", logits.value(), labels);
   Tensor loss = Tensor::empty(Shape{1}, DType::F32, logits.device());
   Tensor dlogits_unit = Tensor::empty(logits.shape(), DType::F32, logits.device());

@@ -1,4 +1,4 @@
-// gpt (issue 25 item 5, issue 26 item 6): the transformer at the shapes belay trains it.
+// gpt: the transformer at the shapes belay trains it.
 //   block: one GptBlock's forward + backward (x [B T, D] -> y, then sum(y dy) backward: dx and
 //          every parameter's gradient), fp32 and bf16 under autocast, at the default GPT's
 //          shape (B 16, T 64, D 128, H 4) and GPT-2 small's (B 1, T 128, D 768, H 12);

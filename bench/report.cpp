@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
         print_row({p["isa"], fmt(num(p["peak"]["gflops"])), op, fmt(num(g["gflops"])), fmt(num(g["fraction_of_peak"]), 2),
                    fmt(num(g["fraction_of_widest_peak"]), 2), fmt(limit), fmt(num(h["gflops"])),
                    fmt(num(h["fraction_of_limit"]), 2), fmt(num(h["vs_own_fp32"]), 2)});
-        // Issue 13: on a CPU with BF16 arithmetic the BF16 products must beat the FP32 ones.
+        // A target: on a CPU with BF16 arithmetic the BF16 products must beat the FP32 ones.
         if (p.contains("dot_peak") || p.contains("tile_peak")) target("bf16 / fp32 GEMM GFLOP/s, " + std::string(op) + " (" + p["isa"].get<std::string>() + ")",
                                            num(h["vs_own_fp32"]), ">", 1.0);
       }
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
         if (m.rfind("linear", 0) == 0) {
           target("safety belts overhead, " + m + " " + dt + " step", overhead, "<=", 0.05);
           if (std::string(dt) != "fp32") target(std::string(dt) + " / fp32 " + m + " step time", vs, "<=", 1.5);
-          // Issue 13: faster than fp32 where the CPU has the dtype's arithmetic (VDPBF16PS).
+          // A target: faster than fp32 where the CPU has the dtype's arithmetic (VDPBF16PS).
           const std::string isa = doc.value("cpu_isa", Json("")).get<std::string>();
           for (const char* bf16_path : {"avx512bf16", "amx"})
             if (std::string(dt) == "bf16" && isa.rfind(std::string(bf16_path) + " ", 0) == 0)
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
           print_row({model, dt, pm(b["time"]), pm(p["time"]), p["optimizer"], fmt(ratio, 2)});
           vs["train"].push_back({{"model", model}, {"dtype", dt}, {"belay_ms", num(b["time"]["median_ms"])},
                                  {"torch_ms", num(p["time"]["median_ms"])}, {"belay_over_torch", ratio}});
-          // Issue 13: fp32 no slower than 1.1x PyTorch's; bf16 and fp16 no slower than its.
+          // A target: fp32 no slower than 1.1x PyTorch's; bf16 and fp16 no slower than its.
           if (model.rfind("linear", 0) == 0)
             target(dt + " " + model + " step time, belay (belts) / PyTorch", ratio, "<=", dt == "fp32" ? 1.1 : 1.0);
         }
@@ -374,7 +374,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     if (doc.contains("rows") && t.contains("rows")) {
-      // Time ratio: below 1, belay is faster (issue 25: at or under PyTorch's time, every row).
+      // Time ratio: below 1, belay is faster (the target, bench/README.md: at or under PyTorch's time, every row).
       print_header({"op", "pass", "dtype", "belay ms", "PyTorch ms", "belay / PyTorch time"});
       vs["rows"] = Json::array();
       double worst = 0.0;

@@ -138,7 +138,7 @@ Json bench_train(const Options& o) {
 
 // The synthetic data (apps/run/dataset.cpp) against the step it feeds: on every ISA path of
 // this CPU, one batch of Linear(4096)'s data (256 rows) and one belted step, alternated as
-// in train_pair so that drift hits both alike. Aim (issue 24): data <= 10% of the step on
+// in train_pair so that drift hits both alike. Aim: data <= 10% of the step on
 // every path. Check: the data are finite and the step's losses too.
 Json bench_data(const Options& o) {
   const TrainModel spec = o.quick ? TrainModel{"linear1024", 1024, 0, 1024, 1} : TrainModel{"linear4096", 4096, 0, 4096, 1};

@@ -121,10 +121,10 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
-Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
-  check_defined("slice_rows", *this);
+Tensor Tensor::copy_rows(int64_t begin, int64_t end) const {
+  check_defined("copy_rows", *this);
   if (rank() == 0 || begin < 0 || end < begin || end > dim(0))
-    throw Error("slice_rows: rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") out of range for " +
+    throw Error("copy_rows: rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") out of range for " +
                 describe());
   std::vector<int64_t> dims = shape_.dims();
   dims[0] = end - begin;

@@ -1,4 +1,4 @@
-// The operators a PyTorch user reaches for on belay.Var (issue 27): arithmetic with
+// The operators a PyTorch user reaches for on belay.Var: arithmetic with
 // broadcasting and Python scalars, **, unary functions, softmax/log_softmax, sums over an
 // axis, .T, .reshape, indexing on the first dim, float() and np.asarray(); and a repr of
 // Tensor and Var that shows the values (abridged when large), as torch.Tensor's does.

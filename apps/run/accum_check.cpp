@@ -51,8 +51,8 @@ Outcome one_step(const AccumCheckConfig& c, const Batch& batch, int accum, bool 
   };
   const int64_t micro = c.batch / accum;
   step.run([&](int k) {
-    Var loss = mse_loss((*model)(Var(batch.x.slice_rows(k * micro, (k + 1) * micro))),
-                        batch.y.slice_rows(k * micro, (k + 1) * micro));
+    Var loss = mse_loss((*model)(Var(batch.x.copy_rows(k * micro, (k + 1) * micro))),
+                        batch.y.copy_rows(k * micro, (k + 1) * micro));
     return divide ? loss : scale(loss, static_cast<float>(accum));  // undo SafeStep's 1/accum
   });
   for (const Var& p : model->parameters())

@@ -196,7 +196,7 @@ class FileDataset final : public Dataset {
       throw UsageError("data file '" + path_ + "' has " + std::to_string(rows_) + " rows, fewer than a batch of " +
                        std::to_string(batch));
     if (pos_ + batch > rows_) pos_ = 0;  // wrap around: the tail shorter than a batch is dropped
-    Batch b{x_.slice_rows(pos_, pos_ + batch), y_.slice_rows(pos_, pos_ + batch)};
+    Batch b{x_.copy_rows(pos_, pos_ + batch), y_.copy_rows(pos_, pos_ + batch)};
     last_first_row_ = pos_;
     pos_ += batch;
     if (!device.is_cpu()) b = {b.x.to(device), b.y.to(device)};

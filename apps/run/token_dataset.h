@@ -1,7 +1,7 @@
-// Token data for a language model (the GPT, issue 26): the training split of a tokens file
-// drawn as windows of context + 1 tokens at seeded random offsets, and its held-out split
-// read in a fixed order. Batches are the Dataset's: x [B, T] token ids and y [B, T] the next
-// ids, both held as FP32 (exact below 2^24, as cross_entropy's class labels are), so the
+// Token data for a language model (the GPT, docs/gpt-data.md): the training split of a tokens
+// file drawn as windows of context + 1 tokens at seeded random offsets, and its held-out
+// split read in a fixed order. Batches are the Dataset's: x [B, T] token ids and y [B, T] the
+// next ids, both held as FP32 (exact below 2^24, as cross_entropy's class labels are), so the
 // Trainer's row slicing (data parallel, accumulation) works on them unchanged.
 // The file: apps/data/make_text_corpus.py writes it; docs/gpt-data.md gives its format.
 #pragma once

@@ -1,5 +1,5 @@
-// `belay validate`: mixed precision checked against the FP32 reference on a fixed set, as
-// seed 003 asks. The thresholds are fixed and printed before the AMP run; the same forward
+// `belay validate`: mixed precision checked against the FP32 reference on a fixed set
+// (docs/validate.md). The thresholds are fixed and printed before the AMP run; the same forward
 // runs in FP32 and under autocast; scores are compared with a tolerance, then decisions
 // (argmax, ties to the lowest index) with every changed decision listed; quality on the set
 // for both. A non-finite value in the FP32 reference is a failure of the baseline itself.

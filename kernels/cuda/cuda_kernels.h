@@ -19,42 +19,48 @@ void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, i
 void launch_fill(void* dst, DType dtype, int64_t n, float value, cudaStream_t stream);
 
 // ---- elementwise_kernels.cu
-void launch_binary(BinaryOp op, const void* a, DType da, const void* b, DType db, void* out, DType dout, int64_t n);
-void launch_scale(const void* x, DType dx, float s, void* out, DType dout, int64_t n);
+void launch_binary(BinaryOp op, const void* a, DType a_dtype, const void* b, DType b_dtype, void* out, DType out_dtype,
+                   int64_t n);
+void launch_scale(const void* x, DType x_dtype, float s, void* out, DType out_dtype, int64_t n);
 // dst += alpha * src * (s ? s[0] : 1), s read on the device.
-void launch_accumulate(void* dst, DType ddst, const void* src, DType dsrc, float alpha, const float* s, int64_t n);
-void launch_broadcast_scalar(const float* s, float alpha, void* out, DType dout, int64_t n);
-void launch_activation(Activation act, const void* x, DType dx, void* y, DType dy, int64_t n);
-void launch_activation_backward(Activation act, const void* x, DType dx, const void* dy, DType ddy, void* dxo,
-                                DType ddxo, int64_t n);
-void launch_clamp(void* x, DType dx, float lo, float hi, int64_t n);
-void launch_scale_by_scalar(void* x, DType dx, const float* factor, int64_t n);  // x *= factor[0]
+void launch_accumulate(void* dst, DType dst_dtype, const void* src, DType src_dtype, float alpha, const float* s,
+                       int64_t n);
+void launch_broadcast_scalar(const float* s, float alpha, void* out, DType out_dtype, int64_t n);
+void launch_activation(Activation act, const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n);
+void launch_activation_backward(Activation act, const void* x, DType x_dtype, const void* dy, DType dy_dtype, void* dxo,
+                                DType dxo_dtype, int64_t n);
+void launch_clamp(void* x, DType x_dtype, float lo, float hi, int64_t n);
+void launch_scale_by_scalar(void* x, DType x_dtype, const float* factor, int64_t n);  // x *= factor[0]
 
 // ---- math_kernels.cu (the Var operators; Backend's contracts in engine/backend.h)
-void launch_unary(UnaryOp op, float p, const void* x, DType dx, void* y, DType dy, int64_t n);
-void launch_unary_backward(UnaryOp op, float p, const void* x, DType dx, const void* y, DType dy, const void* g,
-                           DType dg, void* out, DType dout, int64_t n);
-void launch_binary_broadcast(BinaryOp op, const void* a, DType da, const void* b, DType db, const AxisView& view,
-                             bool swapped, void* out, DType dout, int64_t n);
-void launch_broadcast_axis(const void* g, DType dg, const AxisView& view, float alpha, void* out, DType dout, int64_t n);
-void launch_sum_axis(const void* x, DType dx, const AxisView& view, float alpha, void* out, DType dout, bool accumulate);
+void launch_unary(UnaryOp op, float p, const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n);
+void launch_unary_backward(UnaryOp op, float p, const void* x, DType x_dtype, const void* y, DType y_dtype,
+                           const void* g, DType g_dtype, void* out, DType out_dtype, int64_t n);
+void launch_binary_broadcast(BinaryOp op, const void* a, DType a_dtype, const void* b, DType b_dtype,
+                             const AxisView& view, bool swapped, void* out, DType out_dtype, int64_t n);
+void launch_broadcast_axis(const void* g, DType g_dtype, const AxisView& view, float alpha, void* out, DType out_dtype,
+                           int64_t n);
+void launch_sum_axis(const void* x, DType x_dtype, const AxisView& view, float alpha, void* out, DType out_dtype,
+                     bool accumulate);
 void launch_transpose(const void* x, size_t elem_bytes, int64_t rows, int64_t cols, void* out);
 // Backend::swap_axes: x [outer, p, mid, q, inner] -> out [outer, q, mid, p, inner], bit for bit.
 void launch_swap_axes(const void* x, size_t elem_bytes, const SwapAxesView& view, void* out);
 
 // ---- softmax_kernels.cu
-void launch_softmax(const void* x, DType dx, int64_t rows, int64_t cols, bool log, bool causal, void* y, DType dy);
-void launch_softmax_backward(const void* y, DType dy, const void* g, DType dg, int64_t rows, int64_t cols, bool log,
-                             bool causal, void* dx, DType ddx);
+void launch_softmax(const void* x, DType x_dtype, int64_t rows, int64_t cols, bool log, bool causal, void* y,
+                    DType y_dtype);
+void launch_softmax_backward(const void* y, DType y_dtype, const void* g, DType g_dtype, int64_t rows, int64_t cols,
+                             bool log, bool causal, void* dx, DType dx_dtype);
 
 // ---- embedding_kernels.cu
 // out [n, dim] = rows ids[r] of table [vocab, dim] (F32, F16 or BF16), bit for bit; a bad id
 // gives a NaN row. The backward adds dout's rows into dtable in the sequential loop's order;
 // scratch: embedding_scratch_ints(n, vocab) ints of device memory.
 inline int64_t embedding_scratch_ints(int64_t n, int64_t vocab) { return 2 * vocab + 1 + n; }
-void launch_embedding(const void* table, DType dt, const float* ids, int64_t n, int64_t vocab, int64_t dim, void* out);
-void launch_embedding_backward(const void* dout, DType dg, const float* ids, int64_t n, int64_t vocab, int64_t dim,
-                               int32_t* scratch, float* dtable);
+void launch_embedding(const void* table, DType table_dtype, const float* ids, int64_t n, int64_t vocab, int64_t dim,
+                      void* out);
+void launch_embedding_backward(const void* dout, DType dout_dtype, const float* ids, int64_t n, int64_t vocab,
+                               int64_t dim, int32_t* scratch, float* dtable);
 
 // ---- layer_norm_kernels.cu
 // w and b may be null (1 and 0). The backward's partials: 2 x chunks x cols
@@ -63,11 +69,11 @@ struct LayerNormChunks {
   int64_t chunks, rows_per_chunk;
 };
 LayerNormChunks layer_norm_chunks(int64_t rows);
-void launch_layer_norm(const void* x, DType dx, const void* w, DType dw, const void* b, DType db, int64_t rows,
-                       int64_t cols, float eps, void* y, DType dy, float* mean, float* rstd);
-void launch_layer_norm_backward(const void* x, DType dx_t, const void* w, DType dw_t, const float* mean,
-                                const float* rstd, const void* dy, DType dy_t, int64_t rows, int64_t cols, void* dx,
-                                DType ddx, double* partials, float* dweight, float* dbias, bool accumulate);
+void launch_layer_norm(const void* x, DType x_dtype, const void* w, DType w_dtype, const void* b, DType b_dtype,
+                       int64_t rows, int64_t cols, float eps, void* y, DType y_dtype, float* mean, float* rstd);
+void launch_layer_norm_backward(const void* x, DType x_dtype, const void* w, DType w_dtype, const float* mean,
+                                const float* rstd, const void* dy, DType dy_dtype, int64_t rows, int64_t cols, void* dx,
+                                DType dx_dtype, double* partials, float* dweight, float* dbias, bool accumulate);
 
 // ---- reduce_kernels.cu
 // How many double partials launch_sum / launch_mse need as scratch.
@@ -75,21 +81,21 @@ int reduce_partials(int64_t n);
 // sum_rows splits the rows into this many ranges (1: no split, no scratch); the scratch
 // launch_sum_rows needs is splits * cols doubles when splits > 1.
 int64_t sum_rows_splits(int64_t rows, int64_t cols);
-void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, double* partials, float* out,
+void launch_sum_rows(const void* x, DType x_dtype, int64_t rows, int64_t cols, double* partials, float* out,
                      bool accumulate);
-void launch_sum(const void* x, DType dx, int64_t n, double* partials, float* out);
+void launch_sum(const void* x, DType x_dtype, int64_t n, double* partials, float* out);
 // One block: out[0] = (float)(sum of partials[0..count) in a fixed order * post_scale).
 void launch_finish_sum(const double* partials, int64_t count, double post_scale, float* out);
-void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt, int64_t n, double* partials,
-                        float* out);
-void launch_mse_backward(const void* pred, DType dp, const void* target, DType dt, const float* g, void* dpred,
-                         DType dd, int64_t n);
+void launch_mse_forward(const void* pred, DType pred_dtype, const void* target, DType target_dtype, int64_t n,
+                        double* partials, float* out);
+void launch_mse_backward(const void* pred, DType pred_dtype, const void* target, DType target_dtype, const float* g,
+                         void* dpred, DType dpred_dtype, int64_t n);
 
 // ---- cross_entropy_kernels.cu
 // row_loss: `rows` doubles of scratch. An invalid label (not an integer in [0, classes))
 // cannot throw without a host round trip: its row's loss and gradient become NaN, so the
 // step is skipped as a non-finite loss (the CPU backend throws instead).
-void launch_cross_entropy(const void* logits, DType dl, const void* labels, DType dlab, int64_t rows,
+void launch_cross_entropy(const void* logits, DType logits_dtype, const void* labels, DType labels_dtype, int64_t rows,
                           int64_t classes, double* row_loss, float* loss, float* dlogits);
 
 // ---- guard_kernels.cu

@@ -18,14 +18,14 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
+#include "kernels/cuda/row_grid.h"
 
 namespace belay {
 namespace {
 
 using cuda::kBlock;
 using cuda::load_f32;
-
-constexpr int64_t kMaxRowBlocks = 65535;
+using cuda::row_blocks;
 
 // The row an id names, or -1 when it is not an integer in [0, vocab) (NaN included).
 __device__ __forceinline__ int64_t row_of(float id, int64_t vocab) {
@@ -106,43 +106,42 @@ __global__ void embedding_buckets_kernel(const float* ids, int64_t n, int64_t vo
 
 // One block per table row v (grid-stride), a thread per column: dtable[v, c] += the rows of
 // bucket v, in position order, in FP32: the sequential loop's additions, in its order.
-__global__ void embedding_backward_kernel(const void* dout, DType dg, const int32_t* start, const int32_t* order,
-                                          int64_t vocab, int64_t dim, float* dtable) {
+__global__ void embedding_backward_kernel(const void* dout, DType dout_dtype, const int32_t* start,
+                                          const int32_t* order, int64_t vocab, int64_t dim, float* dtable) {
   for (int64_t v = blockIdx.x; v < vocab; v += gridDim.x) {
     const int32_t begin = start[v], end = start[v + 1];
     if (begin == end) continue;  // the whole block skips an untouched row
     for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
       float acc = dtable[v * dim + c];
-      for (int32_t i = begin; i < end; ++i) acc += load_f32(dout, dg, static_cast<int64_t>(order[i]) * dim + c);
+      for (int32_t i = begin; i < end; ++i) acc += load_f32(dout, dout_dtype, static_cast<int64_t>(order[i]) * dim + c);
       dtable[v * dim + c] = acc;
     }
   }
 }
 
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks); }
-
 }  // namespace
 
-void launch_embedding(const void* table, DType dt, const float* ids, int64_t n, int64_t vocab, int64_t dim, void* out) {
+void launch_embedding(const void* table, DType table_dtype, const float* ids, int64_t n, int64_t vocab, int64_t dim,
+                      void* out) {
   if (n <= 0 || dim <= 0) return;
-  if (dt == DType::F32)
+  if (table_dtype == DType::F32)
     cuda::launch<embedding_kernel<uint32_t>>(row_blocks(n), kBlock, 0, nullptr, static_cast<const uint32_t*>(table),
                                              ids, n, vocab, dim, uint32_t{0x7fc00000u}, static_cast<uint32_t*>(out));
   else
-    cuda::launch<embedding_kernel<uint16_t>>(row_blocks(n), kBlock, 0, nullptr, static_cast<const uint16_t*>(table),
-                                             ids, n, vocab, dim, dt == DType::F16 ? uint16_t{0x7e00u} : uint16_t{0x7fc0u},
-                                             static_cast<uint16_t*>(out));
+    cuda::launch<embedding_kernel<uint16_t>>(
+        row_blocks(n), kBlock, 0, nullptr, static_cast<const uint16_t*>(table), ids, n, vocab, dim,
+        table_dtype == DType::F16 ? uint16_t{0x7e00u} : uint16_t{0x7fc0u}, static_cast<uint16_t*>(out));
 }
 
-void launch_embedding_backward(const void* dout, DType dg, const float* ids, int64_t n, int64_t vocab, int64_t dim,
-                               int32_t* scratch, float* dtable) {
+void launch_embedding_backward(const void* dout, DType dout_dtype, const float* ids, int64_t n, int64_t vocab,
+                               int64_t dim, int32_t* scratch, float* dtable) {
   if (n <= 0 || dim <= 0 || vocab <= 0) return;
   int32_t* start = scratch;            // vocab + 1
   int32_t* fill = start + vocab + 1;   // vocab
   int32_t* order = fill + vocab;       // n
   cuda::launch<embedding_buckets_kernel>(1, kBlock, 0, nullptr, ids, n, vocab, start, fill, order);
-  cuda::launch<embedding_backward_kernel>(row_blocks(vocab), kBlock, 0, nullptr, dout, dg, start, order, vocab, dim,
-                                          dtable);
+  cuda::launch<embedding_backward_kernel>(row_blocks(vocab), kBlock, 0, nullptr, dout, dout_dtype, start, order, vocab,
+                                          dim, dtable);
 }
 
 }  // namespace belay

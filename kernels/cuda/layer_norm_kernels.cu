@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
+#include "kernels/cuda/row_grid.h"
 
 namespace belay {
 namespace {
@@ -21,35 +22,35 @@ namespace {
 using cuda::block_sum;
 using cuda::kBlock;
 using cuda::load_f32;
+using cuda::row_blocks;
 using cuda::store_f32;
 
-constexpr int64_t kMaxRowBlocks = 65535;
-
 // A LayerNorm parameter's element c, or `absent` when there is none (weight 1, bias 0).
-__device__ __forceinline__ float param(const void* p, DType dt, int64_t c, float absent) {
-  return p ? load_f32(p, dt, c) : absent;
+__device__ __forceinline__ float param(const void* p, DType p_dtype, int64_t c, float absent) {
+  return p ? load_f32(p, p_dtype, c) : absent;
 }
 
-__global__ void layer_norm_kernel(const void* x, DType dx, const void* w, DType dw, const void* b, DType db,
-                                  int64_t rows, int64_t cols, float eps, void* y, DType dy, float* mean_out,
-                                  float* rstd_out) {
+__global__ void layer_norm_kernel(const void* x, DType x_dtype, const void* w, DType w_dtype, const void* b,
+                                  DType b_dtype, int64_t rows, int64_t cols, float eps, void* y, DType y_dtype,
+                                  float* mean_out, float* rstd_out) {
   BELAY_SHARED(double, scratch, [kBlock]);
   const float nf = static_cast<float>(cols);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t base = r * cols;
     double s = 0.0;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += load_f32(x, dx, base + c);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += load_f32(x, x_dtype, base + c);
     const float mean = static_cast<float>(block_sum(s, scratch)) / nf;
     double q = 0.0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float d = load_f32(x, dx, base + c) - mean;
+      const float d = load_f32(x, x_dtype, base + c) - mean;
       q += static_cast<double>(d * d);
     }
     const float var = static_cast<float>(block_sum(q, scratch)) / nf;
     const float rstd = 1.0f / sqrtf(var + eps);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float v = (load_f32(x, dx, base + c) - mean) * rstd * param(w, dw, c, 1.0f) + param(b, db, c, 0.0f);
-      store_f32(y, dy, base + c, v);
+      const float v =
+          (load_f32(x, x_dtype, base + c) - mean) * rstd * param(w, w_dtype, c, 1.0f) + param(b, b_dtype, c, 0.0f);
+      store_f32(y, y_dtype, base + c, v);
     }
     if (threadIdx.x == 0) {
       mean_out[r] = mean;
@@ -59,9 +60,9 @@ __global__ void layer_norm_kernel(const void* x, DType dx, const void* w, DType 
 }
 
 // dx = rstd ((g - mean(g)) - xhat mean(g xhat)), g = dy w, xhat = (x - mean) rstd.
-__global__ void layer_norm_backward_kernel(const void* x, DType dx_t, const void* w, DType dw_t, const float* mean,
-                                           const float* rstd, const void* dy, DType dy_t, int64_t rows, int64_t cols,
-                                           void* dx, DType ddx) {
+__global__ void layer_norm_backward_kernel(const void* x, DType x_dtype, const void* w, DType w_dtype,
+                                           const float* mean, const float* rstd, const void* dy, DType dy_dtype,
+                                           int64_t rows, int64_t cols, void* dx, DType dx_dtype) {
   BELAY_SHARED(double, scratch, [kBlock]);
   const float nf = static_cast<float>(cols);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -69,32 +70,32 @@ __global__ void layer_norm_backward_kernel(const void* x, DType dx_t, const void
     const float mu = mean[r], rs = rstd[r];
     double sg = 0.0, sgx = 0.0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float g = load_f32(dy, dy_t, base + c) * param(w, dw_t, c, 1.0f);
+      const float g = load_f32(dy, dy_dtype, base + c) * param(w, w_dtype, c, 1.0f);
       sg += g;
-      sgx += static_cast<double>(g * ((load_f32(x, dx_t, base + c) - mu) * rs));
+      sgx += static_cast<double>(g * ((load_f32(x, x_dtype, base + c) - mu) * rs));
     }
     const float mg = static_cast<float>(block_sum(sg, scratch)) / nf;
     const float mgx = static_cast<float>(block_sum(sgx, scratch)) / nf;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float xhat = (load_f32(x, dx_t, base + c) - mu) * rs;
-      const float g = load_f32(dy, dy_t, base + c) * param(w, dw_t, c, 1.0f);
-      store_f32(dx, ddx, base + c, rs * ((g - mg) - xhat * mgx));
+      const float xhat = (load_f32(x, x_dtype, base + c) - mu) * rs;
+      const float g = load_f32(dy, dy_dtype, base + c) * param(w, w_dtype, c, 1.0f);
+      store_f32(dx, dx_dtype, base + c, rs * ((g - mg) - xhat * mgx));
     }
   }
 }
 
 // Thread (column c, chunk blockIdx.y): the sums over the chunk's rows, in row order, in double,
 // of dy xhat and of dy: partials [chunks, cols] each.
-__global__ void layer_norm_param_partials_kernel(const void* x, DType dx_t, const float* mean, const float* rstd,
-                                                 const void* dy, DType dy_t, int64_t rows, int64_t cols,
+__global__ void layer_norm_param_partials_kernel(const void* x, DType x_dtype, const float* mean, const float* rstd,
+                                                 const void* dy, DType dy_dtype, int64_t rows, int64_t cols,
                                                  int64_t rows_per_chunk, double* pw, double* pb) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, ch = blockIdx.y;
   if (c >= cols) return;
   const int64_t r0 = ch * rows_per_chunk, r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
   double sw = 0.0, sb = 0.0;
   for (int64_t r = r0; r < r1; ++r) {
-    const float g = load_f32(dy, dy_t, r * cols + c);
-    sw += static_cast<double>(g * ((load_f32(x, dx_t, r * cols + c) - mean[r]) * rstd[r]));
+    const float g = load_f32(dy, dy_dtype, r * cols + c);
+    sw += static_cast<double>(g * ((load_f32(x, x_dtype, r * cols + c) - mean[r]) * rstd[r]));
     sb += static_cast<double>(g);
   }
   pw[ch * cols + c] = sw;
@@ -115,8 +116,6 @@ __global__ void layer_norm_param_finish_kernel(const double* pw, const double* p
   }
 }
 
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks); }
-
 }  // namespace
 
 LayerNormChunks layer_norm_chunks(int64_t rows) {
@@ -125,25 +124,25 @@ LayerNormChunks layer_norm_chunks(int64_t rows) {
   return {chunks, rows <= 0 ? 1 : (rows + chunks - 1) / chunks};
 }
 
-void launch_layer_norm(const void* x, DType dx, const void* w, DType dw, const void* b, DType db, int64_t rows,
-                       int64_t cols, float eps, void* y, DType dy, float* mean, float* rstd) {
+void launch_layer_norm(const void* x, DType x_dtype, const void* w, DType w_dtype, const void* b, DType b_dtype,
+                       int64_t rows, int64_t cols, float eps, void* y, DType y_dtype, float* mean, float* rstd) {
   if (rows > 0 && cols > 0)
-    cuda::launch<layer_norm_kernel>(row_blocks(rows), kBlock, 0, nullptr, x, dx, w, dw, b, db, rows, cols, eps, y, dy,
-                                    mean, rstd);
+    cuda::launch<layer_norm_kernel>(row_blocks(rows), kBlock, 0, nullptr, x, x_dtype, w, w_dtype, b, b_dtype, rows,
+                                    cols, eps, y, y_dtype, mean, rstd);
 }
 
-void launch_layer_norm_backward(const void* x, DType dx_t, const void* w, DType dw_t, const float* mean,
-                                const float* rstd, const void* dy, DType dy_t, int64_t rows, int64_t cols, void* dx,
-                                DType ddx, double* partials, float* dweight, float* dbias, bool accumulate) {
+void launch_layer_norm_backward(const void* x, DType x_dtype, const void* w, DType w_dtype, const float* mean,
+                                const float* rstd, const void* dy, DType dy_dtype, int64_t rows, int64_t cols, void* dx,
+                                DType dx_dtype, double* partials, float* dweight, float* dbias, bool accumulate) {
   if (rows <= 0 || cols <= 0) return;
-  cuda::launch<layer_norm_backward_kernel>(row_blocks(rows), kBlock, 0, nullptr, x, dx_t, w, dw_t, mean, rstd, dy, dy_t,
-                                           rows, cols, dx, ddx);
+  cuda::launch<layer_norm_backward_kernel>(row_blocks(rows), kBlock, 0, nullptr, x, x_dtype, w, w_dtype, mean, rstd, dy,
+                                           dy_dtype, rows, cols, dx, dx_dtype);
   if (!dweight && !dbias) return;
   const LayerNormChunks k = layer_norm_chunks(rows);
   double *pw = partials, *pb = partials + k.chunks * cols;
   const dim3 grid(static_cast<unsigned>((cols + kBlock - 1) / kBlock), static_cast<unsigned>(k.chunks));
-  cuda::launch<layer_norm_param_partials_kernel>(grid, kBlock, 0, nullptr, x, dx_t, mean, rstd, dy, dy_t, rows, cols,
-                                                 k.rows_per_chunk, pw, pb);
+  cuda::launch<layer_norm_param_partials_kernel>(grid, kBlock, 0, nullptr, x, x_dtype, mean, rstd, dy, dy_dtype, rows,
+                                                 cols, k.rows_per_chunk, pw, pb);
   cuda::launch<layer_norm_param_finish_kernel>(cuda::grid_for(cols), kBlock, 0, nullptr, pw, pb, k.chunks, cols,
                                                dweight, dbias, accumulate);
 }

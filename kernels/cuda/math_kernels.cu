@@ -1,5 +1,6 @@
-// The Var operators on the GPU (issue 27): the functions of UnaryOp and their backward,
-// broadcasting arithmetic, sums over an axis and their backward, and the matrix transpose.
+// The Var operators on the GPU (autograd/math_ops.cpp): the functions of UnaryOp and their
+// backward, broadcasting arithmetic, sums over an axis and their backward, and the matrix
+// transpose.
 // Element math through kernels/common/unary_math.h, the formula the CPU backend computes.
 // Bytes per element: the inputs read plus the output written (unary fp16: 4 B; backward
 // fp16: 8 B; broadcast: the full operand and the output, the small one from cache); flops:
@@ -20,42 +21,42 @@ using cuda::kBlock;
 using cuda::load_f32;
 using cuda::store_f32;
 
-__global__ void unary_kernel(UnaryOp op, float p, const void* x, DType dx, void* y, DType dy, int64_t n) {
-  BELAY_GRID_STRIDE(i, n) store_f32(y, dy, i, unary_f32(op, load_f32(x, dx, i), p));
+__global__ void unary_kernel(UnaryOp op, float p, const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n) {
+  BELAY_GRID_STRIDE(i, n) store_f32(y, y_dtype, i, unary_f32(op, load_f32(x, x_dtype, i), p));
 }
 
-__global__ void unary_backward_kernel(UnaryOp op, float p, const void* x, DType dx, const void* y, DType dy,
-                                      const void* g, DType dg, void* out, DType dout, int64_t n) {
+__global__ void unary_backward_kernel(UnaryOp op, float p, const void* x, DType x_dtype, const void* y, DType y_dtype,
+                                      const void* g, DType g_dtype, void* out, DType out_dtype, int64_t n) {
   BELAY_GRID_STRIDE(i, n) {
-    const float v = unary_grad_f32(op, load_f32(x, dx, i), load_f32(y, dy, i), load_f32(g, dg, i), p);
-    store_f32(out, dout, i, v);
+    const float v = unary_grad_f32(op, load_f32(x, x_dtype, i), load_f32(y, y_dtype, i), load_f32(g, g_dtype, i), p);
+    store_f32(out, out_dtype, i, v);
   }
 }
 
-__global__ void binary_broadcast_kernel(BinaryOp op, const void* a, DType da, const void* b, DType db, AxisView view,
-                                        bool swapped, void* out, DType dout, int64_t n) {
+__global__ void binary_broadcast_kernel(BinaryOp op, const void* a, DType a_dtype, const void* b, DType b_dtype,
+                                        AxisView view, bool swapped, void* out, DType out_dtype, int64_t n) {
   BELAY_GRID_STRIDE(i, n) {
-    const float x = load_f32(a, da, i), y = load_f32(b, db, view.reduced_index(i));
-    store_f32(out, dout, i, swapped ? binary_f32(op, y, x) : binary_f32(op, x, y));
+    const float x = load_f32(a, a_dtype, i), y = load_f32(b, b_dtype, view.reduced_index(i));
+    store_f32(out, out_dtype, i, swapped ? binary_f32(op, y, x) : binary_f32(op, x, y));
   }
 }
 
-__global__ void broadcast_axis_kernel(const void* g, DType dg, AxisView view, float alpha, void* out, DType dout,
-                                      int64_t n) {
-  BELAY_GRID_STRIDE(i, n) store_f32(out, dout, i, alpha * load_f32(g, dg, view.reduced_index(i)));
+__global__ void broadcast_axis_kernel(const void* g, DType g_dtype, AxisView view, float alpha, void* out,
+                                      DType out_dtype, int64_t n) {
+  BELAY_GRID_STRIDE(i, n) store_f32(out, out_dtype, i, alpha * load_f32(g, g_dtype, view.reduced_index(i)));
 }
 
 // One thread per output (o, i): its len elements in order, in double, rounded once, as the
 // CPU sums them (the same bits). Neighbouring threads read neighbouring i: coalesced when
 // inner is large; a last-axis sum (inner 1) reads strided, fine for the sizes it serves.
-__global__ void sum_axis_kernel(const void* x, DType dx, AxisView view, float alpha, void* out, DType dout,
+__global__ void sum_axis_kernel(const void* x, DType x_dtype, AxisView view, float alpha, void* out, DType out_dtype,
                                 bool accumulate) {
   BELAY_GRID_STRIDE(k, view.outer * view.inner) {
     const int64_t o = k / view.inner, i = k % view.inner;
     double acc = 0.0;
-    for (int64_t l = 0; l < view.len; ++l) acc += (double)load_f32(x, dx, (o * view.len + l) * view.inner + i);
+    for (int64_t l = 0; l < view.len; ++l) acc += (double)load_f32(x, x_dtype, (o * view.len + l) * view.inner + i);
     const float s = static_cast<float>(acc * static_cast<double>(alpha));
-    store_f32(out, dout, k, accumulate ? load_f32(out, dout, k) + s : s);
+    store_f32(out, out_dtype, k, accumulate ? load_f32(out, out_dtype, k) + s : s);
   }
 }
 
@@ -87,25 +88,31 @@ __global__ void swap_axes_kernel(const Bits* x, SwapAxesView v, Bits* out) {
 
 }  // namespace
 
-void launch_unary(UnaryOp op, float p, const void* x, DType dx, void* y, DType dy, int64_t n) {
-  if (n > 0) cuda::launch<unary_kernel>(grid_for(n), kBlock, 0, nullptr, op, p, x, dx, y, dy, n);
+void launch_unary(UnaryOp op, float p, const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n) {
+  if (n > 0) cuda::launch<unary_kernel>(grid_for(n), kBlock, 0, nullptr, op, p, x, x_dtype, y, y_dtype, n);
 }
-void launch_unary_backward(UnaryOp op, float p, const void* x, DType dx, const void* y, DType dy, const void* g,
-                           DType dg, void* out, DType dout, int64_t n) {
+void launch_unary_backward(UnaryOp op, float p, const void* x, DType x_dtype, const void* y, DType y_dtype,
+                           const void* g, DType g_dtype, void* out, DType out_dtype, int64_t n) {
   if (n > 0)
-    cuda::launch<unary_backward_kernel>(grid_for(n), kBlock, 0, nullptr, op, p, x, dx, y, dy, g, dg, out, dout, n);
+    cuda::launch<unary_backward_kernel>(grid_for(n), kBlock, 0, nullptr, op, p, x, x_dtype, y, y_dtype, g, g_dtype, out,
+                                        out_dtype, n);
 }
-void launch_binary_broadcast(BinaryOp op, const void* a, DType da, const void* b, DType db, const AxisView& view,
-                             bool swapped, void* out, DType dout, int64_t n) {
+void launch_binary_broadcast(BinaryOp op, const void* a, DType a_dtype, const void* b, DType b_dtype,
+                             const AxisView& view, bool swapped, void* out, DType out_dtype, int64_t n) {
   if (n > 0)
-    cuda::launch<binary_broadcast_kernel>(grid_for(n), kBlock, 0, nullptr, op, a, da, b, db, view, swapped, out, dout, n);
+    cuda::launch<binary_broadcast_kernel>(grid_for(n), kBlock, 0, nullptr, op, a, a_dtype, b, b_dtype, view, swapped,
+                                          out, out_dtype, n);
 }
-void launch_broadcast_axis(const void* g, DType dg, const AxisView& view, float alpha, void* out, DType dout, int64_t n) {
-  if (n > 0) cuda::launch<broadcast_axis_kernel>(grid_for(n), kBlock, 0, nullptr, g, dg, view, alpha, out, dout, n);
+void launch_broadcast_axis(const void* g, DType g_dtype, const AxisView& view, float alpha, void* out, DType out_dtype,
+                           int64_t n) {
+  if (n > 0)
+    cuda::launch<broadcast_axis_kernel>(grid_for(n), kBlock, 0, nullptr, g, g_dtype, view, alpha, out, out_dtype, n);
 }
-void launch_sum_axis(const void* x, DType dx, const AxisView& view, float alpha, void* out, DType dout, bool accumulate) {
+void launch_sum_axis(const void* x, DType x_dtype, const AxisView& view, float alpha, void* out, DType out_dtype,
+                     bool accumulate) {
   const int64_t n = view.outer * view.inner;
-  if (n > 0) cuda::launch<sum_axis_kernel>(grid_for(n), kBlock, 0, nullptr, x, dx, view, alpha, out, dout, accumulate);
+  if (n > 0)
+    cuda::launch<sum_axis_kernel>(grid_for(n), kBlock, 0, nullptr, x, x_dtype, view, alpha, out, out_dtype, accumulate);
 }
 void launch_transpose(const void* x, size_t elem_bytes, int64_t rows, int64_t cols, void* out) {
   const int64_t n = rows * cols;

@@ -26,14 +26,15 @@ constexpr int kItemsPerThread = 8;  // before the grid reaches kMaxPartials bloc
 enum class ReduceKind { Sum, SquaredDiff };
 
 template <ReduceKind kKind>
-__global__ void partial_sums_kernel(const void* x, DType dx, const void* y, DType dy, int64_t n, double* partials) {
+__global__ void partial_sums_kernel(const void* x, DType x_dtype, const void* y, DType y_dtype, int64_t n,
+                                    double* partials) {
   BELAY_SHARED(double, scratch, [kBlock]);
   double acc = 0.0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     if constexpr (kKind == ReduceKind::Sum) {
-      acc += (double)load_f32(x, dx, i);
+      acc += (double)load_f32(x, x_dtype, i);
     } else {
-      const double d = (double)load_f32(x, dx, i) - (double)load_f32(y, dy, i);
+      const double d = (double)load_f32(x, x_dtype, i) - (double)load_f32(y, y_dtype, i);
       acc += d * d;
     }
   }
@@ -63,7 +64,7 @@ constexpr int64_t kRowsPerSplitMin = 1024;  // fewer rows than this per block: n
 constexpr int64_t kSumRowsTargetBlocks = 512;  // enough blocks to fill an H100's 132 SMs a few times
 
 // partials == nullptr: write (or add to) out directly; else partials[blockIdx.y * cols + col].
-__global__ void sum_rows_kernel(const void* x, DType dx, int64_t rows, int64_t cols, int64_t rows_per_split,
+__global__ void sum_rows_kernel(const void* x, DType x_dtype, int64_t rows, int64_t cols, int64_t rows_per_split,
                                 double* partials, float* out, bool accumulate) {
   BELAY_SHARED(double, scratch, [kRowGroups][kColsPerBlock]);
   const int cx = threadIdx.x % kColsPerBlock, g = threadIdx.x / kColsPerBlock;
@@ -72,7 +73,7 @@ __global__ void sum_rows_kernel(const void* x, DType dx, int64_t rows, int64_t c
   const int64_t r1 = r0 + rows_per_split < rows ? r0 + rows_per_split : rows;
   double acc = 0.0;
   if (col < cols)
-    for (int64_t r = r0 + g; r < r1; r += kRowGroups) acc += (double)load_f32(x, dx, r * cols + col);
+    for (int64_t r = r0 + g; r < r1; r += kRowGroups) acc += (double)load_f32(x, x_dtype, r * cols + col);
   scratch[g][cx] = acc;
   __syncthreads();
   if (g == 0 && col < cols) {
@@ -96,11 +97,11 @@ __global__ void sum_rows_finish_kernel(const double* partials, int64_t splits, i
   }
 }
 
-__global__ void mse_backward_kernel(const void* pred, DType dp, const void* target, DType dt, const float* g,
-                                    void* dpred, DType dd, int64_t n) {
+__global__ void mse_backward_kernel(const void* pred, DType pred_dtype, const void* target, DType target_dtype,
+                                    const float* g, void* dpred, DType dpred_dtype, int64_t n) {
   const float factor = 2.0f * *g / static_cast<float>(n);  // the CPU's expression, in FP32
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    store_f32(dpred, dd, i, factor * (load_f32(pred, dp, i) - load_f32(target, dt, i)));
+    store_f32(dpred, dpred_dtype, i, factor * (load_f32(pred, pred_dtype, i) - load_f32(target, target_dtype, i)));
 }
 
 }  // namespace
@@ -114,24 +115,28 @@ void launch_finish_sum(const double* partials, int64_t count, double post_scale,
   cuda::launch<finish_sum_kernel>(1, kBlock, 0, nullptr, partials, count, post_scale, out);
 }
 
-void launch_sum(const void* x, DType dx, int64_t n, double* partials, float* out) {
+void launch_sum(const void* x, DType x_dtype, int64_t n, double* partials, float* out) {
   const int blocks = reduce_partials(n);
-  cuda::launch<partial_sums_kernel<ReduceKind::Sum>>(blocks, kBlock, 0, nullptr, x, dx, nullptr, dx, n, partials);
+  cuda::launch<partial_sums_kernel<ReduceKind::Sum>>(blocks, kBlock, 0, nullptr, x, x_dtype, nullptr, x_dtype, n,
+                                                     partials);
   launch_finish_sum(partials, blocks, 1.0, out);
 }
 
-void launch_mse_forward(const void* pred, DType dp, const void* target, DType dt, int64_t n, double* partials,
-                        float* out) {
+void launch_mse_forward(const void* pred, DType pred_dtype, const void* target, DType target_dtype, int64_t n,
+                        double* partials, float* out) {
   const int blocks = reduce_partials(n);
-  cuda::launch<partial_sums_kernel<ReduceKind::SquaredDiff>>(blocks, kBlock, 0, nullptr, pred, dp, target, dt, n, partials);
+  cuda::launch<partial_sums_kernel<ReduceKind::SquaredDiff>>(blocks, kBlock, 0, nullptr, pred, pred_dtype, target,
+                                                             target_dtype, n, partials);
   // The CPU divides the double sum by n: multiplying by 1/n in double differs from that by
   // at most one double rounding, far below the FP32 result's own rounding.
   launch_finish_sum(partials, blocks, n > 0 ? 1.0 / static_cast<double>(n) : NAN, out);
 }
 
-void launch_mse_backward(const void* pred, DType dp, const void* target, DType dt, const float* g, void* dpred,
-                         DType dd, int64_t n) {
-  if (n > 0) cuda::launch<mse_backward_kernel>(cuda::grid_for(n), kBlock, 0, nullptr, pred, dp, target, dt, g, dpred, dd, n);
+void launch_mse_backward(const void* pred, DType pred_dtype, const void* target, DType target_dtype, const float* g,
+                         void* dpred, DType dpred_dtype, int64_t n) {
+  if (n > 0)
+    cuda::launch<mse_backward_kernel>(cuda::grid_for(n), kBlock, 0, nullptr, pred, pred_dtype, target, target_dtype, g,
+                                      dpred, dpred_dtype, n);
 }
 
 int64_t sum_rows_splits(int64_t rows, int64_t cols) {
@@ -143,15 +148,16 @@ int64_t sum_rows_splits(int64_t rows, int64_t cols) {
   return splits < 1 ? 1 : splits;  // at most 512: gridDim.y allows 65535
 }
 
-void launch_sum_rows(const void* x, DType dx, int64_t rows, int64_t cols, double* partials, float* out,
+void launch_sum_rows(const void* x, DType x_dtype, int64_t rows, int64_t cols, double* partials, float* out,
                      bool accumulate) {
   if (cols == 0) return;
   const int64_t col_blocks = (cols + kColsPerBlock - 1) / kColsPerBlock;
   const int64_t splits = sum_rows_splits(rows, cols);
   const int64_t rows_per_split = (rows + splits - 1) / splits;
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
-  cuda::launch<sum_rows_kernel>(grid, kBlock, 0, nullptr, x, dx, rows, cols, rows_per_split < 1 ? 1 : rows_per_split,
-                                    splits > 1 ? partials : nullptr, out, accumulate);
+  cuda::launch<sum_rows_kernel>(grid, kBlock, 0, nullptr, x, x_dtype, rows, cols,
+                                rows_per_split < 1 ? 1 : rows_per_split, splits > 1 ? partials : nullptr, out,
+                                accumulate);
   if (splits > 1) cuda::launch<sum_rows_finish_kernel>(cuda::grid_for(cols), kBlock, 0, nullptr, partials, splits, cols, out, accumulate);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Not part of the suite (it takes minutes): the mpirun tests N times each beside two busy
-# loops, the load under which mpirun's banner once cut belay's error lines in two
-# (issue 22). Every run must pass.
+# loops, the load under which mpirun's banner once cut belay's error lines in two (before
+# every line went out in one write(): engine/whole_lines.h). Every run must pass.
 #   usage: tests/dist/stress_lines.sh BUILD_DIR [N]     (N: 20 by default)
 set -u
 build=$(cd "$1" && pwd)

@@ -112,7 +112,7 @@ TEST_CASE("cuda device->device copies are ordered with the kernels around them",
   BELAY_REQUIRE_GPU();
   const std::vector<float> v = random_values(4 * 129, 701);
   Pair x = make_pair(v, Shape{4, 129}, DType::F32);
-  Tensor rows = x.device.slice_rows(1, 3);  // a device->device copy
+  Tensor rows = x.device.copy_rows(1, 3);  // a device->device copy
   gpu().fill(x.device, 0.0f);               // enqueued after it: must not reach the copy
   const std::vector<float> want(v.begin() + 129, v.begin() + 3 * 129);
   CHECK(rows.to_vector() == want);

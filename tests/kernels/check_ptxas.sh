@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Reads the ptxas report (-Xptxas -v) out of a build log and checks what issue 5 asks of it:
+# Reads the ptxas report (-Xptxas -v) out of a build log and checks what the CUDA kernels
+# promise of their compiled form:
 #   - every kernel was compiled for every architecture in ARCHS (default: sm_80 sm_90);
 #   - no GEMM kernel and no optimizer kernel (AdamW, SGD) uses local memory for spills or a
 #     stack frame. They are picked by their mangled names, which hold the source file's name

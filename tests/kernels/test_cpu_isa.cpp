@@ -198,7 +198,7 @@ TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernel
   CHECK(bits_of(c_best) == bits_of(direct(best)));
   // The paths are different code (FMA vs separate multiply and add, other blockings), so
   // over K = 1000 some bits differ; equal bits everywhere would mean the linker merged the
-  // copies into one (the failure shared/TOOLCHAIN.md describes).
+  // copies into one (the failure docs/toolchain.md describes).
   const std::vector<uint32_t> p = bits_of(c_base), q = bits_of(c_best);
   size_t differing = 0;
   for (size_t i = 0; i < p.size(); ++i) differing += p[i] != q[i];

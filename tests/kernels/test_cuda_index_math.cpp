@@ -1,12 +1,14 @@
-// The tensor-core GEMM's index math, checked on the CPU (no GPU, no CUDA headers): the
-// swizzle, bank conflicts of ldmatrix and cp.async, ldmatrix against the mma fragment
-// layouts, and how tiles and the epilogue cover odd shapes.
+// The CUDA kernels' index math, checked on the CPU (no GPU, no CUDA headers): the tensor-core
+// GEMM's swizzle, bank conflicts of ldmatrix and cp.async, ldmatrix against the mma fragment
+// layouts, and how tiles and the epilogue cover odd shapes; the row kernels' grid.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
 #include "kernels/cuda/gemm_layout.h"
+#include "kernels/cuda/row_grid.h"
 
 using namespace belay::gemm;
 
@@ -237,5 +239,23 @@ TEST_CASE("k tiles load every k of odd lengths once and never read past a padded
         }
     INFO("K = " << k_len);
     for (int h : hits) REQUIRE(h == 1);
+  }
+}
+
+TEST_CASE("a row kernel's grid covers every row once, at most kMaxRowBlocks blocks", "[kernels][cuda-index]") {
+  using belay::cuda::kMaxRowBlocks;
+  using belay::cuda::row_blocks;
+  REQUIRE(row_blocks(1) == 1u);
+  REQUIRE(row_blocks(kMaxRowBlocks) == static_cast<unsigned>(kMaxRowBlocks));
+  REQUIRE(row_blocks(kMaxRowBlocks + 1) == static_cast<unsigned>(kMaxRowBlocks));
+  REQUIRE(row_blocks(int64_t{1} << 40) == static_cast<unsigned>(kMaxRowBlocks));
+  const int64_t tall[] = {1, 7, 256, kMaxRowBlocks, kMaxRowBlocks + 1, 3 * kMaxRowBlocks + 5};
+  for (const int64_t rows : tall) {
+    const int64_t grid = row_blocks(rows);
+    std::vector<int> hits(static_cast<size_t>(rows), 0);
+    for (int64_t block = 0; block < grid; ++block)  // the kernels' loop: r = blockIdx.x; r += gridDim.x
+      for (int64_t r = block; r < rows; r += grid) ++hits[static_cast<size_t>(r)];
+    INFO("rows = " << rows);
+    REQUIRE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
   }
 }

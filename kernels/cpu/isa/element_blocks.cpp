@@ -2,7 +2,7 @@
 // by isa.cmake with -ffp-contract=off (a * b + c stays two roundings, as the baseline and the
 // GPU compute it) and -fno-math-errno (sqrtf may vectorize: no errno branch per element).
 // element_math.h and half_bits.h are included with BELAY_HD = static inline, so their
-// functions are private to this copy (the one-definition rule: shared/TOOLCHAIN.md).
+// functions are private to this copy (the one-definition rule: docs/toolchain.md).
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/element_blocks.cpp is built once per ISA by isa.cmake"
 #endif

@@ -8,7 +8,7 @@
 //
 // Every function is `static inline`: each translation unit (each ISA's copy of
 // element_blocks.cpp, and the tests) keeps its own, so no copy built with wider -m flags is
-// shared by name (the one-definition rule, shared/TOOLCHAIN.md).
+// shared by name (the one-definition rule, docs/toolchain.md).
 //
 // The polynomials were fitted offline (tools/fit_erf.py: Chebyshev least squares in FP64,
 // near minimax) and their errors measured with the kernel emulated in FP32 over a dense sweep:

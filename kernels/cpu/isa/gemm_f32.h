@@ -2,7 +2,7 @@
 // compiled once per path with exactly that path's flags (kernels/cpu/isa/isa.cmake), with
 // Eigen's namespace renamed and its own code in a namespace per path, so no template or
 // inline function is shared between the copies (the linker would keep one copy for all:
-// shared/TOOLCHAIN.md). This header holds only plain types and declarations.
+// docs/toolchain.md). This header holds only plain types and declarations.
 // Moves (M*K + K*N + M*N) floats (+ M*N more read when accumulating), does 2*M*N*K flops.
 #pragma once
 #include <cstdint>

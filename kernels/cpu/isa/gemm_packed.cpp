@@ -21,7 +21,7 @@
 // shared buffer. Packing buffers are per thread and kept (grown, never shrunk), so a
 // training step allocates nothing here in steady state.
 //
-// One-definition rule (shared/TOOLCHAIN.md): everything here is in BELAY_ISA_NS or an
+// One-definition rule (docs/toolchain.md): everything here is in BELAY_ISA_NS or an
 // anonymous namespace, and the file includes nothing that instantiates a shared template
 // or inline function (no std:: containers, no engine/half_bits.h): the FP16 conversion
 // below is this file's own. tests/kernels/check_isa_objects.sh checks the object files.

@@ -2,7 +2,7 @@
 # exactly that path's flags (never -march=native: one binary runs on every x86-64 CPU and
 # kernels/cpu/cpu_isa.cpp picks the path at run time). Each copy gets BELAY_ISA_NS
 # (isa_<path>) for its own code and BELAY_EIGEN_NS (Eigen_<path>) to rename Eigen, so no
-# template is shared between copies (shared/TOOLCHAIN.md: the linker keeps one copy of a
+# template is shared between copies (docs/toolchain.md: the linker keeps one copy of a
 # weak symbol, which would run AVX-512 code on an AVX2 CPU, or baseline code everywhere).
 #
 # avx512bf16 is avx512 plus VDPBF16PS: only the GEMM (its BF16 x BF16 products) and the

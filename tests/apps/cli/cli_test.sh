@@ -213,7 +213,7 @@ else
   fail "kill -9: resume from the last checkpoint"
 fi
 
-# Issue 14 part B. Clipping by value: the cosine in the summary.
+# Clipping by value (--clip-mode value): the cosine in the summary.
 expect_error "clip by value without a bound" 2 train --clip-mode value --steps 1
 expect_error "unknown clip mode" 2 train --clip-mode angle --clip 1 --steps 1
 if "$belay" train --steps 5 --clip 0.01 --clip-mode value >"$tmp/cv.out" 2>&1 &&
@@ -411,8 +411,9 @@ expect_error "resume under another op policy" 2 train --dtype fp16 --model mlp -
   grep -q '^experiment: new experiment at step 4' "$tmp/p.out" && pass "--new-experiment resumes under --fp32-ops gelu, recorded" ||
   fail "--new-experiment: $(cat "$tmp/p.out")"
 
-# GPT tools (issue 26): a tiny GPT (1 block, width 16, context 8) trained 20 steps on a
-# tokens file made here (U8 ASCII text, vocabulary 128: a byte >= 128 is no token of it).
+# GPT tools (train, sample and validate with --model gpt): a tiny GPT (1 block, width 16,
+# context 8) trained 20 steps on a tokens file made here (U8 ASCII text, vocabulary 128: a
+# byte >= 128 is no token of it).
 python3 - "$tmp/tok.safetensors" <<'PY'
 import json, struct, sys
 text = ("def f(x):\n    return x + 1\n" * 60).encode()

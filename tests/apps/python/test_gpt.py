@@ -1,4 +1,4 @@
-"""The GPT from Python (issue 26): belay.Gpt and belay.GptConfig, belay.load_tokens
+"""The GPT from Python (autograd/gpt.h): belay.Gpt and belay.GptConfig, belay.load_tokens
 (TokenDataset) and belay.train(model="gpt"), on a tiny tokens file written here (a few KB of
 synthetic byte text, laid out by apps/data/make_text_corpus.py's own writer). No torch needed:
 these run in CI (a second or two in all); test_gpt_parity.py compares with PyTorch.

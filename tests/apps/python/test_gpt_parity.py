@@ -1,4 +1,4 @@
-"""belay's GPT against the same GPT in PyTorch, step for step (issue 26, item 4): the same
+"""belay's GPT against the same GPT in PyTorch, step for step: the same
 weights, the same batches, 100 steps of AdamW with global-norm clipping, in FP32, BF16 and
 FP16 with dynamic loss scaling. Skipped where torch is not importable (CI has no torch).
 
@@ -23,7 +23,7 @@ machine's Python standard library sources (real text), at a 256 KiB cap (~1 s).
 
 Compared at every step: the loss and the pre-clip gradient norm (unscaled); FP16 also
 whether the step was skipped and the scale after it. Tolerances, set before the first run:
-  FP32: relative 1e-4 (the issue's bar). Both sides compute in FP32 and differ only in the
+  FP32: relative 1e-4 (the bar belay set itself). Both sides compute in FP32 and differ only in the
         order of sums (belay's GEMM vs PyTorch's); that stays near 1e-6 relative, while any
         difference of method (the mask, GELU's form, the tied head, decay on a bias, the
         clip coefficient, AdamW's bias correction) moves the loss by 1e-3 or more.

@@ -1,4 +1,4 @@
-"""Issue 27, what a PyTorch user reaches for: a Module subclassed in Python, parameter
+"""What a PyTorch user reaches for: a Module subclassed in Python, parameter
 groups, eval()/train() and the inference path, belay.train on NumPy arrays with the CLI's
 option names, errors that speak Python, and a `belay train` checkpoint loaded without
 passing its settings back. Bit-for-bit comparisons where the same kernels run both ways."""

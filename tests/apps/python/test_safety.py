@@ -1,4 +1,4 @@
-"""Issue 27, crashes and silent errors: each case as a PyTorch user would meet it, and what
+"""Crashes and silent errors: each case as a PyTorch user would meet it, and what
 it does now. Anything that could crash or hang the interpreter runs in a subprocess, so that
 a segfault or a hang fails the test instead of killing pytest."""
 import importlib.metadata

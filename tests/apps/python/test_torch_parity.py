@@ -125,7 +125,7 @@ def test_fp16_autocast_and_grad_scaler_match_pytorch_fp32_grads():
 
 
 def test_var_operators_match_pytorch_values_and_gradients():
-    """The Var operators (issue 27) against torch on one graph: broadcasting arithmetic with a
+    """The Var operators (autograd/math_ops.cpp) against torch on one graph: broadcasting arithmetic with a
     row and a column, **, exp/log/tanh/sigmoid, softmax/log_softmax (causal too), sum/mean over
     an axis, .T, reshape and indexing. FP32 on both sides, same inputs: relative 1e-5 (a few
     dozen FP32 roundings in different orders; a wrong formula or gradient is off by far more)."""

@@ -1,4 +1,4 @@
-"""belay.embedding and belay.layer_norm (issue 25) against NumPy in float64, forward and
+"""belay.embedding and belay.layer_norm (autograd/nn_ops.cpp) against NumPy in float64, forward and
 backward, in fp32, fp16 and bf16; their argument errors as belay.UsageError. Then belay.bmm and
 the head views (transpose_dims, split_heads, merge_heads) against NumPy, and against PyTorch
 where torch is importable (skipped otherwise: CI needs no torch).

@@ -1,4 +1,4 @@
-"""The Var operators a PyTorch user reaches for (issue 27), against NumPy in float64:
+"""The Var operators a PyTorch user reaches for, against NumPy in float64:
 arithmetic with broadcasting and Python scalars, **, exp/log/tanh/sigmoid, softmax and
 log_softmax (and the causal mask), sum/mean over an axis, .T, .reshape, indexing, float(),
 np.asarray(), and a repr that shows the values.
