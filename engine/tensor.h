@@ -68,10 +68,6 @@ class Tensor {
   void copy_from(const Tensor& src);  // same shape; converts dtype; crosses devices
   Tensor reshape(const Shape& shape) const;  // shares storage; numel must match
   Tensor copy_rows(int64_t begin, int64_t end) const;  // a new tensor: rows [begin, end) of dim 0
-  // The old name of copy_rows, until apps/run/ calls copy_rows.
-  [[deprecated("use copy_rows")]] Tensor slice_rows(int64_t begin, int64_t end) const {
-    return copy_rows(begin, end);
-  }
   void fill(float value);
   void set_element(int64_t index, float value);  // one element, rounded into dtype (tests, fault injection)
 

@@ -409,8 +409,8 @@ void Trainer::step(int64_t s) {
     backend_for(device_).scale(batch.y, it->second, batch.y);
   if (world_ > 1) {  // every rank reads the effective batch and keeps its own rows
     const int64_t local = c_.local_batch();
-    batch.x = batch.x.slice_rows(rank_ * local, (rank_ + 1) * local);
-    batch.y = batch.y.slice_rows(rank_ * local, (rank_ + 1) * local);
+    batch.x = batch.x.copy_rows(rank_ * local, (rank_ + 1) * local);
+    batch.y = batch.y.copy_rows(rank_ * local, (rank_ + 1) * local);
   }
   if (anomaly_) {
     anomaly_->set_step(s);
@@ -418,8 +418,8 @@ void Trainer::step(int64_t s) {
   }
   purpose.emplace("the activations and gradients of step", s);
   in_flight_.push_back(safe_step_->enqueue([&](int k) {
-    const Tensor x = accum_ == 1 ? batch.x : batch.x.slice_rows(k * micro_, (k + 1) * micro_);
-    const Tensor y = accum_ == 1 ? batch.y : batch.y.slice_rows(k * micro_, (k + 1) * micro_);
+    const Tensor x = accum_ == 1 ? batch.x : batch.x.copy_rows(k * micro_, (k + 1) * micro_);
+    const Tensor y = accum_ == 1 ? batch.y : batch.y.copy_rows(k * micro_, (k + 1) * micro_);
     return loss_of(x, y);
   }));
   if (anomaly_) check_optimizer();

@@ -655,7 +655,7 @@ EvalSet training_set(const ValidateConfig& c, const TrainConfig& mc, Module& mod
     gc.rows = std::max<int64_t>(4 * c.batch, 256);
     EvalSet g = generate_set(gc, mc, model, t.tie_margin, 1);
     const int64_t n = gc.rows;  // the ordinary rows come first
-    train_set.x = g.x.slice_rows(0, n);
+    train_set.x = g.x.copy_rows(0, n);
     train_set.y.assign(g.y.begin(), g.y.begin() + n);
   }
   if (train_set.rows() < c.batch)

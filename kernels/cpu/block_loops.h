@@ -47,20 +47,20 @@ void parallel_blocks(int64_t n, F&& f) {
 
 // Elements [i0, i0 + len) of a tensor as FP32: a pointer into it when it is FP32, else
 // converted into buf.
-inline const float* load_block(const void* base, DType dt, int64_t i0, int64_t len, float* buf) {
-  switch (dt) {
+inline const float* load_block(const void* base, DType dtype, int64_t i0, int64_t len, float* buf) {
+  switch (dtype) {
     case DType::F16: cvt_f16_to_f32(static_cast<const uint16_t*>(base) + i0, buf, len); return buf;
     case DType::BF16: cvt_bf16_to_f32(static_cast<const uint16_t*>(base) + i0, buf, len); return buf;
     default: return static_cast<const float*>(base) + i0;
   }
 }
 // Where a block's FP32 results go: straight into an FP32 tensor, else buf (see store_block).
-inline float* out_block(void* base, DType dt, int64_t i0, float* buf) {
-  return dt == DType::F32 ? static_cast<float*>(base) + i0 : buf;
+inline float* out_block(void* base, DType dtype, int64_t i0, float* buf) {
+  return dtype == DType::F32 ? static_cast<float*>(base) + i0 : buf;
 }
 // Writes FP32 values to elements [i0, i0 + len), rounding once into the tensor's dtype.
-inline void store_block(void* base, DType dt, int64_t i0, int64_t len, const float* vals) {
-  switch (dt) {
+inline void store_block(void* base, DType dtype, int64_t i0, int64_t len, const float* vals) {
+  switch (dtype) {
     case DType::F16: cvt_f32_to_f16(vals, static_cast<uint16_t*>(base) + i0, len); break;
     case DType::BF16: cvt_f32_to_bf16(vals, static_cast<uint16_t*>(base) + i0, len); break;
     default:
@@ -75,9 +75,9 @@ template <class F, size_t... I, class... In>
 int map_blocks_impl(Tensor& out, F& f, std::index_sequence<I...>, const In&... in) {
   constexpr size_t kIn = sizeof...(In);
   void* po = out.data();
-  const DType dout = out.dtype();
+  const DType out_dtype = out.dtype();
   const void* pin[kIn + 1] = {in.data()...};
-  const DType din[kIn + 1] = {in.dtype()...};
+  const DType in_dtype[kIn + 1] = {in.dtype()...};
   const int64_t n = out.numel(), blocks = (n + kBlock - 1) / kBlock;
   constexpr bool kFlags = std::is_same_v<std::invoke_result_t<F&, int64_t, int64_t, float*, BlockPtr<I>...>, int>;
   int flags = 0;
@@ -85,12 +85,12 @@ int map_blocks_impl(Tensor& out, F& f, std::index_sequence<I...>, const In&... i
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
     alignas(64) float buf[kIn + 1][kBlock];
-    float* r = out_block(po, dout, i0, buf[kIn]);
+    float* r = out_block(po, out_dtype, i0, buf[kIn]);
     if constexpr (kFlags)
-      flags |= f(i0, len, r, load_block(pin[I], din[I], i0, len, buf[I])...);
+      flags |= f(i0, len, r, load_block(pin[I], in_dtype[I], i0, len, buf[I])...);
     else
-      f(i0, len, r, load_block(pin[I], din[I], i0, len, buf[I])...);
-    store_block(po, dout, i0, len, r);
+      f(i0, len, r, load_block(pin[I], in_dtype[I], i0, len, buf[I])...);
+    store_block(po, out_dtype, i0, len, r);
   }
   return flags;
 }
@@ -120,8 +120,8 @@ struct DTypeTag {
 };
 // f(DTypeTag<D>{}) with D the runtime dtype: one instantiation per dtype.
 template <class F>
-decltype(auto) with_dtype(DType dt, F&& f) {
-  switch (dt) {
+decltype(auto) with_dtype(DType dtype, F&& f) {
+  switch (dtype) {
     case DType::F16: return f(DTypeTag<DType::F16>{});
     case DType::BF16: return f(DTypeTag<DType::BF16>{});
     default: return f(DTypeTag<DType::F32>{});

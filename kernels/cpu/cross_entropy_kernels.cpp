@@ -20,7 +20,7 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Ten
                   " is not a class index in [0, " + std::to_string(classes) + ")");
   }
   const void* px = logits.data();
-  const DType dx = logits.dtype();
+  const DType logits_dtype = logits.dtype();
   float* pd = dlogits.data_as<float>();
   thread_local std::vector<double> row_loss;
   row_loss.assign(static_cast<size_t>(rows), 0.0);
@@ -29,14 +29,14 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Ten
   parallel_for(rows, [&](int64_t r) {
     // log-softmax with the row maximum subtracted: exp never overflows for large logits.
     float mx = -INFINITY;
-    for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, load_as_f32(px, dx, r * classes + c));
+    for (int64_t c = 0; c < classes; ++c) mx = std::max(mx, load_as_f32(px, logits_dtype, r * classes + c));
     double z = 0.0;
-    for (int64_t c = 0; c < classes; ++c) z += std::exp((double)load_as_f32(px, dx, r * classes + c) - mx);
+    for (int64_t c = 0; c < classes; ++c) z += std::exp((double)load_as_f32(px, logits_dtype, r * classes + c) - mx);
     const double log_z = std::log(z) + mx;
     const int64_t label = static_cast<int64_t>(lab[r]);
-    rl[r] = log_z - (double)load_as_f32(px, dx, r * classes + label);
+    rl[r] = log_z - (double)load_as_f32(px, logits_dtype, r * classes + label);
     for (int64_t c = 0; c < classes; ++c) {
-      const double p = std::exp((double)load_as_f32(px, dx, r * classes + c) - log_z);
+      const double p = std::exp((double)load_as_f32(px, logits_dtype, r * classes + c) - log_z);
       pd[r * classes + c] = static_cast<float>((p - (c == label ? 1.0 : 0.0)) * inv_rows);
     }
   });

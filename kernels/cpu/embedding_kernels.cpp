@@ -53,7 +53,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
   for (int64_t v = 0; v < vocab; ++v)
     if (start[v + 1] > start[v]) touched.push_back(v);
   const void* pg = dout.data();
-  const DType dg = dout.dtype();
+  const DType dout_dtype = dout.dtype();
   float* table = dtable.data_as<float>();
   const int64_t rows = static_cast<int64_t>(touched.size());
 #pragma omp parallel if (n * dim > kParallelThreshold)
@@ -64,7 +64,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable) {
       const int64_t v = touched[k];
       float* dst = table + v * dim;
       for (int64_t i = start[v]; i < start[v + 1]; ++i) {
-        const float* g = load_block(pg, dg, order[i] * dim, dim, buf.data());
+        const float* g = load_block(pg, dout_dtype, order[i] * dim, dim, buf.data());
         for (int64_t c = 0; c < dim; ++c) dst[c] += g[c];
       }
     }

@@ -51,10 +51,10 @@ void binary_broadcast(BinaryOp op, const Tensor& a, const Tensor& b, const AxisV
 
 void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& out) {
   const void* pg = g.data();
-  const DType dg = g.dtype();
+  const DType g_dtype = g.dtype();
   map_blocks(out, [&](int64_t i0, int64_t len, float* r) {
     for (int64_t j = 0; j < len; ++j)
-      r[j] = alpha * load_as_f32(pg, dg, static_cast<size_t>(view.reduced_index(i0 + j)));
+      r[j] = alpha * load_as_f32(pg, g_dtype, static_cast<size_t>(view.reduced_index(i0 + j)));
   });
 }
 
@@ -63,18 +63,18 @@ void broadcast_axis(const Tensor& g, const AxisView& view, float alpha, Tensor& 
 void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, bool accumulate) {
   const void* px = x.data();
   void* po = out.data();
-  const DType dx = x.dtype(), dout = out.dtype();
+  const DType x_dtype = x.dtype(), out_dtype = out.dtype();
   if (view.inner == 1) {  // the last axis: each output sums a contiguous run, a block at a time
     parallel_for(view.outer, [&](int64_t o) {
       double acc = 0.0;
       alignas(64) float buf[kBlock];
       for (int64_t l0 = 0; l0 < view.len; l0 += kBlock) {
         const int64_t len = std::min(kBlock, view.len - l0);
-        const float* v = load_block(px, dx, o * view.len + l0, len, buf);
+        const float* v = load_block(px, x_dtype, o * view.len + l0, len, buf);
         for (int64_t j = 0; j < len; ++j) acc += v[j];
       }
       const float s = static_cast<float>(acc * static_cast<double>(alpha));
-      store_from_f32(po, dout, static_cast<size_t>(o), accumulate ? load_as_f32(po, dout, static_cast<size_t>(o)) + s : s);
+      store_from_f32(po, out_dtype, static_cast<size_t>(o), accumulate ? load_as_f32(po, out_dtype, static_cast<size_t>(o)) + s : s);
     });
     return;
   }
@@ -86,13 +86,13 @@ void sum_axis(const Tensor& x, const AxisView& view, float alpha, Tensor& out, b
     double acc[kCols] = {};
     alignas(64) float buf[kCols];
     for (int64_t l = 0; l < view.len; ++l) {
-      const float* v = load_block(px, dx, (o * view.len + l) * view.inner + c0, len, buf);
+      const float* v = load_block(px, x_dtype, (o * view.len + l) * view.inner + c0, len, buf);
       for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
     }
     for (int64_t j = 0; j < len; ++j) {
       const size_t k = static_cast<size_t>(o * view.inner + c0 + j);
       const float s = static_cast<float>(acc[j] * static_cast<double>(alpha));
-      store_from_f32(po, dout, k, accumulate ? load_as_f32(po, dout, k) + s : s);
+      store_from_f32(po, out_dtype, k, accumulate ? load_as_f32(po, out_dtype, k) + s : s);
     }
   }
 }

@@ -22,9 +22,9 @@ constexpr int64_t kStreamThreshold = 1 << 20;
 // The AdamW update of one block on the active ISA path (kernels/cpu/isa/element_blocks.cpp:
 // the same operations in the same order on every path, so the same bits). Returns whether it
 // also wrote the working copy (FP16 on the F16C paths); else the caller does.
-bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType dw, int64_t len, float inv, float coef,
+bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType w_dtype, int64_t len, float inv, float coef,
                  const AdamWStep& h, float wd, bool stream) {
-  const AdamWBlock b{g,     p,       m,       v,      w && dw == DType::F16 ? static_cast<uint16_t*>(w) : nullptr,
+  const AdamWBlock b{g,     p,       m,       v,      w && w_dtype == DType::F16 ? static_cast<uint16_t*>(w) : nullptr,
                      len,   inv,     coef,    h.lr,   h.beta1,
                      h.beta2, h.eps, h.bias_correction1, h.bias_correction2, wd, stream};
   return cpu_element_blocks().adamw(b);
@@ -49,17 +49,17 @@ void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const S
     float* m = s.m->data_as<float>();
     float* v = s.v->data_as<float>();
     const void* g = s.grad->data();
-    const DType dg = s.grad->dtype();
+    const DType grad_dtype = s.grad->dtype();
     void* w = s.working ? s.working->data() : nullptr;
-    const DType dw = s.working ? s.working->dtype() : DType::F32;
+    const DType w_dtype = s.working ? s.working->dtype() : DType::F32;
     const float wd = s.weight_decay;
     const bool stream = s.master->numel() >= kStreamThreshold;
     parallel_blocks(s.master->numel(), [&](int64_t i0, int64_t len) {
       alignas(64) float bg[kBlock];
-      const float* gb = load_block(g, dg, i0, len, bg);
-      void* wi = w ? static_cast<char*>(w) + i0 * dtype_size(dw) : nullptr;
-      const bool wrote_w = adamw_block(gb, p + i0, m + i0, v + i0, wi, dw, len, inv, coef, h, wd, stream);
-      if (w && !wrote_w) store_block(w, dw, i0, len, p + i0);  // the working copy, in the same pass
+      const float* gb = load_block(g, grad_dtype, i0, len, bg);
+      void* wi = w ? static_cast<char*>(w) + i0 * dtype_size(w_dtype) : nullptr;
+      const bool wrote_w = adamw_block(gb, p + i0, m + i0, v + i0, wi, w_dtype, len, inv, coef, h, wd, stream);
+      if (w && !wrote_w) store_block(w, w_dtype, i0, len, p + i0);  // the working copy, in the same pass
     });
   }
 }
@@ -73,16 +73,16 @@ void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s
     float* p = s.master->data_as<float>();
     float* buf = s.momentum && s.momentum->defined() ? s.momentum->data_as<float>() : nullptr;
     const void* g = s.grad->data();
-    const DType dg = s.grad->dtype();
+    const DType grad_dtype = s.grad->dtype();
     void* w = s.working ? s.working->data() : nullptr;
-    const DType dw = s.working ? s.working->dtype() : DType::F32;
+    const DType w_dtype = s.working ? s.working->dtype() : DType::F32;
     const float wd = s.weight_decay;
     parallel_blocks(s.master->numel(), [&](int64_t i0, int64_t len) {
       alignas(64) float bg[kBlock];
-      const float* gb = load_block(g, dg, i0, len, bg);
+      const float* gb = load_block(g, grad_dtype, i0, len, bg);
       float* pp = p + i0;
       blocks_isa.sgd(SgdBlock{gb, pp, buf ? buf + i0 : nullptr, len, inv, coef, lr, momentum, wd});
-      if (w) store_block(w, dw, i0, len, pp);
+      if (w) store_block(w, w_dtype, i0, len, pp);
     });
   }
 }

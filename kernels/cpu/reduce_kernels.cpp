@@ -10,7 +10,7 @@ namespace belay::cpu {
 void sum_rows(const Tensor& x, Tensor& out, bool accumulate) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
   const void* px = x.data();
-  const DType dx = x.dtype();
+  const DType x_dtype = x.dtype();
   float* po = out.data_as<float>();
   constexpr int64_t kCols = 256;
   const int64_t col_blocks = (cols + kCols - 1) / kCols;
@@ -20,7 +20,7 @@ void sum_rows(const Tensor& x, Tensor& out, bool accumulate) {
     double acc[kCols] = {};
     alignas(64) float buf[kCols];
     for (int64_t m = 0; m < rows; ++m) {
-      const float* v = load_block(px, dx, m * cols + c0, len, buf);
+      const float* v = load_block(px, x_dtype, m * cols + c0, len, buf);
       for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
     }
     for (int64_t j = 0; j < len; ++j)
@@ -38,9 +38,9 @@ void sum(const Tensor& x, Tensor& out) {
 
 void mse_forward(const Tensor& pred, const Tensor& target, Tensor& out) {
   const void *pp = pred.data(), *pt = target.data();
-  const DType dp = pred.dtype(), dt = target.dtype();
-  const double s = with_dtype(dp, [&](auto tp) {
-    return with_dtype(dt, [&](auto tt) {
+  const DType pred_dtype = pred.dtype(), target_dtype = target.dtype();
+  const double s = with_dtype(pred_dtype, [&](auto tp) {
+    return with_dtype(target_dtype, [&](auto tt) {
       constexpr DType P = decltype(tp)::value, T = decltype(tt)::value;
       return deterministic_sum(pred.numel(), [&](int64_t i) {
         const double d = (double)ld<P>(pp, i) - (double)ld<T>(pt, i);
