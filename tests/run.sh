@@ -48,7 +48,7 @@ fi
 # ranks run the kernels the single-process cases run here; what it adds is MPI's transport,
 # and it is the longest test of the suite).
 echo "== the whole suite on the baseline CPU path (BELAY_CPU_ISA=baseline)"
-no_kernel='^(gpu_check_rehearsal|layering|isa_objects|isa_objects_bench|ptxas_check|bench_expected_column'
+no_kernel='^(gpu_check_rehearsal|layering|layering_self_test|isa_objects|isa_objects_bench|ptxas_check|bench_expected_column'
 no_kernel+='|safetensors_write_sample|safetensors_independent_check|text_corpus|cli_behaviour|dist_mpi)$'
 (cd "$build" && BELAY_CPU_ISA=baseline ctest --output-on-failure -j"$(nproc)" -E "$no_kernel")
 
