@@ -143,6 +143,7 @@ std::string short_float(float x) {
 // ---- build
 
 Trainer::Trainer(const TrainConfig& config, std::ostream& out) : c_(config), out_(out) {
+  check_given_options(model_kind(c_.model), c_.given);  // a usage error before any file is read
   build_data();
   check_train_config(c_);
   device_ = parse_device(c_.device);

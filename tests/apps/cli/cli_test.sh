@@ -26,7 +26,8 @@ expect_one_line_error "warmup as long as the run" 2 "--warmup 500 is as long as 
 expect_one_line_error "warmup equal to the run" 2 "--warmup 10 is as long as the run" train --schedule cosine --warmup 10 --steps 10
 expect_one_line_error "warmup without the cosine schedule" 2 "--warmup 5 needs --schedule cosine" train --warmup 5 --steps 10
 expect_error "unknown model" 2 train --model transformer
-# An option of another model kind is refused naming both (apps/run/model_kinds.h), not ignored.
+# An option of another model kind is refused naming both (apps/run/model_kinds.h), not ignored,
+# before any file is read (with or without a tokens file beside the executable).
 expect_one_line_error "an MLP's option given to a GPT" 2 "--in is not an option of --model gpt" train --model gpt --in 4
 expect_one_line_error "a GPT's option given to the Linear model" 2 "--heads is not an option of --model linear" \
   train --heads 2 --steps 1
