@@ -27,6 +27,8 @@ struct TrainCommand {
   TrainOptions options;  // the option table's fields (apps/run/train_options.h)
 };
 void add_train_command(CLI::App& app, TrainCommand& t);
+// Once parsed: the options given recorded and the words read (finish_train_options).
+TrainConfig finish_train_command(TrainCommand& t);
 // Runs it; a communicator it makes (--dist) is left in `comm`, for main's error handling.
 int run_train_command(TrainCommand& t, std::unique_ptr<Communicator>& comm);
 

@@ -76,15 +76,19 @@ void add_train_command(CLI::App& app, TrainCommand& t) {
   for (const TrainOption& row : train_options()) add_table_option(t.app, row, t.options);
 }
 
+TrainConfig finish_train_command(TrainCommand& t) {
+  for (const CLI::Option* o : t.app->get_options())
+    if (o->count() > 0) t.options.given.insert(o->get_lnames().begin(), o->get_lnames().end());  // "lr", "weight-decay"
+  return finish_train_options(t.options);
+}
+
 int run_train_command(TrainCommand& t, std::unique_ptr<Communicator>& comm) {
   if (!t.options.scenario.empty()) {
     if (t.options.scenario != "broken-batch")
       throw UsageError("unknown scenario '" + t.options.scenario + "': use broken-batch");
     return run_broken_batch(std::cout);
   }
-  for (const CLI::Option* o : t.app->get_options())
-    if (o->count() > 0) t.options.given.insert(o->get_lnames().begin(), o->get_lnames().end());  // "lr", "weight-decay"
-  TrainConfig tc = finish_train_options(t.options);
+  TrainConfig tc = finish_train_command(t);
   if (t.options.print_config) {
     std::cout << train_config_text(t.options) << std::flush;
     return 0;

@@ -24,7 +24,6 @@
 #include "apps/run/trainer.h"
 #include "autograd/modules.h"
 #include "bindings.h"
-#include "engine/random.h"
 #include "engine/error.h"
 #include "numpy_interop.h"
 
@@ -228,11 +227,7 @@ void bind_model_kinds(py::module_& m) {
     return kw;
   }, py::arg("settings"), py::arg("path"), "The model and shape keywords of belay.train that a checkpoint's settings record");
   m.def("_model_from_settings", [](const Settings& settings, const std::string& path) {
-    TrainConfig c;
-    read_model_settings(settings, path, c);
-    model_kind(c.model).check(c);
-    Rng rng(0);  // any init: the caller loads every parameter
-    return make_model(c, rng, Device::cpu());
+    return model_from_settings(settings, path, Device::cpu());
   }, py::arg("settings"), py::arg("path"), "The model (Linear, Mlp, Gpt, ...) of a checkpoint's settings, unloaded");
 }
 

@@ -8,6 +8,7 @@
 #include "autograd/gpt.h"
 #include "autograd/modules.h"
 #include "engine/error.h"
+#include "engine/random.h"
 
 namespace belay {
 
@@ -192,6 +193,15 @@ void read_model_settings(const Settings& settings, const std::string& path, Trai
   c.model = model_kind(model->second).name;
   for (const ShapeField& f : {kIn, kOut}) f.set(c, positive_setting(settings, path, f.name));
   for (const ShapeField& f : model_kind(c.model).shape) f.set(c, positive_setting(settings, path, f.name));
+}
+
+std::unique_ptr<Module> model_from_settings(const Settings& settings, const std::string& path, Device device) {
+  TrainConfig c;
+  read_model_settings(settings, path, c);
+  const ModelKind& kind = model_kind(c.model);
+  kind.check(c);
+  Rng rng(0);
+  return kind.build(c, rng, device);
 }
 
 }  // namespace belay

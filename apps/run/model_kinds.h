@@ -80,5 +80,9 @@ void write_model_settings(const TrainConfig& c, Settings& settings);
 // The shape back from them into `c` (model, in, out and the kind's sizes); UsageError naming
 // the file and the first setting that is missing or not a positive integer.
 void read_model_settings(const Settings& settings, const std::string& path, TrainConfig& c);
+// The model those settings describe, checked as its kind checks it and built on `device`
+// with any init (the caller loads every parameter): sample and the Python module's
+// load_checkpoint rebuild a run's model with it.
+std::unique_ptr<Module> model_from_settings(const Settings& settings, const std::string& path, Device device);
 
 }  // namespace belay

@@ -10,7 +10,6 @@
 #include "amp/checkpoint.h"
 #include "apps/run/model_kinds.h"
 #include "apps/run/token_dataset.h"
-#include "apps/run/train.h"
 #include "autograd/graph.h"
 #include "engine/error.h"
 #include "engine/random.h"
@@ -42,11 +41,7 @@ std::unique_ptr<Gpt> load_gpt_checkpoint(const std::string& path) {
   if (!kind || !kind->token_data)
     throw UsageError("checkpoint '" + path + "' is of a " + (model.empty() ? std::string("unnamed") : model) +
                      " model, not a GPT: give one written by belay train --model gpt");
-  TrainConfig c;
-  read_model_settings(s, path, c);
-  kind->check(c);
-  Rng rng(0);  // any init: every parameter is loaded below
-  std::unique_ptr<Module> module = make_model(c, rng, Device::cpu());
+  std::unique_ptr<Module> module = model_from_settings(s, path, Device::cpu());
   Gpt* raw = dynamic_cast<Gpt*>(module.get());
   if (!raw) throw UsageError("checkpoint '" + path + "' holds a " + model + ", which sample cannot run");
   module.release();

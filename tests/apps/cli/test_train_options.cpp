@@ -68,10 +68,8 @@ std::string cli_text(const std::vector<std::string>& args, std::string* error = 
   argv.insert(argv.end(), args.begin(), args.end());
   std::reverse(argv.begin(), argv.end());  // CLI11 takes a reversed vector
   app.parse(argv);
-  for (const CLI::Option* o : t.app->get_options())
-    if (o->count() > 0) t.options.given.insert(o->get_lnames().begin(), o->get_lnames().end());
   try {
-    finish_train_options(t.options);
+    finish_train_command(t);
   } catch (const UsageError& e) {
     if (!error) throw;
     *error = e.what();
