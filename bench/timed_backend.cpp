@@ -120,8 +120,9 @@ class TimedBackend final : public Backend {
   void cross_entropy_impl(const Tensor& l, const Tensor& y, Tensor& o, Tensor& d) const override {
     BELAY_TIMED(Loss, cross_entropy(l, y, o, d));
   }
-  void guard_impl(const std::vector<const Tensor*>& g, const Tensor& i, Tensor& f, Tensor& n) const override {
-    BELAY_TIMED(Belts, guard(g, i, f, n));
+  void guard_impl(const std::vector<const Tensor*>& g, const Tensor& i, Tensor& f, Tensor& n,
+                  const GuardCensus& c) const override {
+    BELAY_TIMED(Belts, guard(g, i, f, n, c));
   }
   void clip_coefficient_impl(const Tensor& n, float m, Tensor& c) const override {
     BELAY_TIMED(Belts, clip_coefficient(n, m, c));

@@ -118,9 +118,9 @@ void Backend::cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& 
   cross_entropy_impl(logits, labels, loss, dlogits_unit);
 }
 void Backend::guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-                    Tensor& norm) const {
-  checks::guard(kind_, grads, inv_scale, found_inf, norm);
-  guard_impl(grads, inv_scale, found_inf, norm);
+                    Tensor& norm, const GuardCensus& census) const {
+  checks::guard(kind_, grads, inv_scale, found_inf, norm, census);
+  guard_impl(grads, inv_scale, found_inf, norm, census);
 }
 void Backend::clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const {
   checks::clip_coefficient(kind_, norm, clip_coef);

@@ -116,6 +116,12 @@ struct ScalerConfig {
 
 // Values on their way from the device to the host. The copy is enqueued behind the work
 // that computes them; the host asks later (a log row, one step late) and waits only then.
+// The guard's optional census output (Backend::guard).
+struct GuardCensus {
+  Tensor* out = nullptr;
+  DType format = DType::F16;
+};
+
 class HostReadback {
  public:
   virtual ~HostReadback() = default;
@@ -230,7 +236,11 @@ class Backend {
   // found_inf[0] = 1 if any element is inf or NaN, else 0; norm[0] = sqrt(sum (g * inv_scale[0])^2),
   // the sum kept in FP64 and rounded to FP32 once, after the square root: a finite gradient
   // has a finite norm up to FP32's max (an FP32 sum of squares would overflow from 1.8e19).
-  void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm) const;
+  // With census.out, the same read also writes each gradient's census (engine/census.h) into
+  // census.out, FP32 [grads, kCensusFields] read as 32-bit words, classified against
+  // census.format (F16 or BF16); without it the guard is the same code as ever.
+  void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm,
+             const GuardCensus& census = {}) const;
   // clip_coef = min(1, max_norm / (norm + 1e-6)).
   void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const;
   // The unfused path, in PyTorch's order: g *= inv_scale in place (found_inf set if any is
@@ -301,7 +311,7 @@ class Backend {
   virtual void cross_entropy_impl(const Tensor& logits, const Tensor& labels, Tensor& loss,
                                   Tensor& dlogits_unit) const = 0;
   virtual void guard_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-                          Tensor& norm) const = 0;
+                          Tensor& norm, const GuardCensus& census) const = 0;
   virtual void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const = 0;
   virtual void unscale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& inv_scale,
                                     Tensor& found_inf) const = 0;

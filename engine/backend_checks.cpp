@@ -3,9 +3,11 @@
 // host read.
 #include "engine/backend_checks.h"
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 
+#include "engine/census.h"
 #include "engine/error.h"
 
 namespace belay {
@@ -379,13 +381,28 @@ void cross_entropy(DeviceKind kind, const Tensor& logits, const Tensor& labels, 
 }
 
 void guard(DeviceKind kind, const std::vector<const Tensor*>& grads, const Tensor& inv_scale, const Tensor& found_inf,
-           const Tensor& norm) {
+           const Tensor& norm, const GuardCensus& census) {
   check_scalars("guard", kind, {&inv_scale, &found_inf, &norm});
   check_on_one_device("guard", kind, {&inv_scale, &found_inf, &norm});
   check_grad_list("guard", kind, grads, found_inf);
   check_grad_list("guard", kind, grads, norm);
   check_apart("guard", found_inf, {&inv_scale, &norm});
   check_apart("guard", norm, {&inv_scale});
+  if (!census.out) return;
+  const Tensor& c = *census.out;
+  check_on_one_device("guard", kind, {&inv_scale, &c});
+  check_dtype("guard", c, DType::F32);
+  if (c.rank() != 2 || c.dim(0) != static_cast<int64_t>(grads.size()) || c.dim(1) != kCensusFields)
+    throw Error("guard: the census must be FP32 [" + std::to_string(grads.size()) + ", " +
+                std::to_string(kCensusFields) + "] (one record per gradient), got " + c.describe());
+  if (census.format != DType::F16 && census.format != DType::BF16)
+    throw Error("guard: the census counts against FP16 or BF16, not " + std::string(dtype_name(census.format)));
+  for (const Tensor* g : grads)
+    if (g->numel() > static_cast<int64_t>(UINT32_MAX))
+      throw Error("guard: the census counts in 32 bits; a gradient of " + std::to_string(g->numel()) +
+                  " elements is too large for it");
+  check_apart("guard", c, {&inv_scale, &found_inf, &norm});
+  for (const Tensor* g : grads) check_apart("guard", c, {g});
 }
 
 void clip_coefficient(DeviceKind kind, const Tensor& norm, const Tensor& clip_coef) {

@@ -46,7 +46,7 @@ void mse_backward(DeviceKind kind, const Tensor& pred, const Tensor& target, con
 void cross_entropy(DeviceKind kind, const Tensor& logits, const Tensor& labels, const Tensor& loss,
                    const Tensor& dlogits);
 void guard(DeviceKind kind, const std::vector<const Tensor*>& grads, const Tensor& inv_scale, const Tensor& found_inf,
-           const Tensor& norm);
+           const Tensor& norm, const GuardCensus& census);
 void clip_coefficient(DeviceKind kind, const Tensor& norm, const Tensor& clip_coef);
 void unscale_inplace(DeviceKind kind, const std::vector<Tensor*>& grads, const Tensor& inv_scale,
                      const Tensor& found_inf);

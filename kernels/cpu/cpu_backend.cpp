@@ -114,8 +114,9 @@ class CpuBackend final : public Backend {
     cpu::cross_entropy(logits, labels, loss, dlogits);
   }
   void guard_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-                  Tensor& norm) const override {
-    cpu::guard(grads, inv_scale, found_inf, norm);
+                  Tensor& norm, const GuardCensus& census) const override {
+    if (census.out) cpu::guard_census(grads, inv_scale, found_inf, norm, census);
+    else cpu::guard(grads, inv_scale, found_inf, norm);
   }
   void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
     cpu::clip_coefficient(norm, max_norm, clip_coef);

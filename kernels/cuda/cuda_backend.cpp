@@ -318,13 +318,18 @@ class CudaBackend final : public Backend {
   }
 
   void guard_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
-                  Tensor& norm) const override {
+                  Tensor& norm, const GuardCensus& census) const override {
     std::vector<GradRef> refs;
     refs.reserve(grads.size());
     for (const Tensor* g : grads) refs.push_back({const_cast<void*>(g->data()), g->dtype(), g->numel()});  // read only
     Tensor partials = scratch_doubles(guard_partials(refs), inv_scale.device());
-    launch_guard(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(norm),
-                 static_cast<double*>(partials.data()));
+    if (census.out)
+      launch_guard_census(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(norm),
+                          static_cast<double*>(partials.data()), census.out->data_as<unsigned>(),
+                          census.format == DType::BF16);
+    else
+      launch_guard(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(norm),
+                   static_cast<double*>(partials.data()));
     after_launch();
   }
 

@@ -107,6 +107,10 @@ struct GradRef {
 int64_t guard_partials(const std::vector<GradRef>& grads);  // double partials launch_guard needs
 void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* norm,
                   double* partials);
+// The same guard (the same sums, the same bits) that also writes each gradient's census
+// record (engine/census.h) to census[t * kCensusFields ...], classified against FP16 or BF16.
+void launch_guard_census(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* norm,
+                         double* partials, unsigned* census, bool bf16);
 void launch_clip_coefficient(const float* norm, float max_norm, float* clip_coef);
 void launch_unscale(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf);
 

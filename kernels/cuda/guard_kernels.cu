@@ -6,6 +6,13 @@
 //    so no flag needs atomics either. Nothing is written to the gradients.
 //    Bytes: sum of numel * dtype_size read + 8 per 16384 elements; flops: 3 per element.
 //    The norm is the square root of the FP64 total, rounded to FP32 once.
+//  guard with the census: the same sums in the same order, and in the same read each thread
+//    counts census_class and census_amax (kernels/common/census_math.h) of the values as
+//    stored; the block adds its threads' counts in shared memory, then one thread adds the
+//    block's into the tensor's record (zeroed first) with integer atomics: integer sums and
+//    a max of non-negative floats as integers do not depend on the order, so the record is
+//    deterministic. Bytes: the guard's, plus kCensusFields words per tensor zeroed and at most
+//    that many atomics per block (20 bytes per 64 KiB of FP32 gradient).
 //  clip_coefficient: one thread, coef = min(1, max / (norm + 1e-6)).
 //  unscale: g *= inv_scale in place (the unfused path); reads and writes each gradient once.
 //    A thread that sees a non-finite product stores 1 into found_inf (zeroed first): every
@@ -13,6 +20,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/census.h"
+#include "kernels/common/census_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
@@ -61,6 +70,72 @@ __global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_con
   }
   const double total = block_sum(acc, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// A gradient and where its census record goes.
+struct CensusRef {
+  void* data;
+  DType dtype;
+  int64_t n;
+  unsigned* record;  // kCensusFields words
+};
+using CensusBatch = cuda::MultiTensorBatch<CensusRef>;
+
+// One thread's census counts (engine/census.h's classes) and amax.
+struct ThreadCensus {
+  unsigned count[kCensusFields + 1] = {};  // by census_class; the last slot: normal values
+  float amax = 0.0f;
+  __device__ __forceinline__ void add(float v, CensusBounds b) {
+    ++count[census_class(v, b)];
+    amax = census_amax(amax, v);
+  }
+};
+
+__global__ void __launch_bounds__(kBlock) guard_census_partials_kernel(const __grid_constant__ CensusBatch batch,
+                                                                       const float* inv_scale, double* partials,
+                                                                       CensusBounds bounds) {
+  BELAY_SHARED(double, scratch, [kBlock]);
+  BELAY_SHARED(unsigned, block_census, [kCensusFields]);
+  const auto [g, start, end] = cuda::block_chunk(batch, blockIdx.x);
+  const float inv = *inv_scale;
+  if (threadIdx.x < kCensusFields) block_census[threadIdx.x] = 0u;
+  __syncthreads();
+
+  double acc = 0.0;
+  ThreadCensus census;
+  int64_t tail = start;
+  if (aligned16(g.data)) {
+    const int64_t vec_end = start + (end - start) / cuda::kVecSpan * cuda::kVecSpan;
+    BELAY_VEC8_LOOP(i, start, vec_end) {
+      float x[8];
+      load8_f32(g.data, g.dtype, i, x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        census.add(x[e], bounds);
+        const float u = x[e] * inv;
+        acc += (double)u * (double)u;
+      }
+    }
+    tail = vec_end;
+  }
+  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = load_f32(g.data, g.dtype, i);
+    census.add(v, bounds);
+    const float u = v * inv;
+    acc += (double)u * (double)u;
+  }
+  const double total = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+  // The amax word takes a finite magnitude's bits: for non-negative floats the integer order
+  // is the numeric order, so an integer max is the float max.
+  for (int f = 0; f < kCensusAmax; ++f)
+    if (census.count[f] != 0u) atomicAdd(&block_census[f], census.count[f]);
+  if (census.amax > 0.0f) atomicMax(reinterpret_cast<int*>(&block_census[kCensusAmax]), static_cast<int>(f32_bits(census.amax)));
+  __syncthreads();
+  if (threadIdx.x < kCensusAmax && block_census[threadIdx.x] != 0u)
+    atomicAdd(&g.record[threadIdx.x], block_census[threadIdx.x]);
+  if (threadIdx.x == kCensusAmax && block_census[kCensusAmax] != 0u)
+    atomicMax(reinterpret_cast<int*>(&g.record[kCensusAmax]), static_cast<int>(block_census[kCensusAmax]));
 }
 
 __global__ void guard_finish_kernel(const double* partials, int64_t count, float* found_inf, float* norm) {
@@ -125,6 +200,23 @@ void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, flo
     offset += blocks;
   });
   cuda::launch<guard_finish_kernel>(1, kBlock, 0, nullptr, partials, offset, found_inf, norm);  // offset 0: sum 0, finite
+}
+
+void launch_guard_census(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* norm,
+                         double* partials, unsigned* census, bool bf16) {
+  launch_fill(census, DType::F32, static_cast<int64_t>(grads.size()) * kCensusFields, 0.0f, nullptr);  // 0.0f: all bits 0
+  std::vector<CensusRef> refs;
+  refs.reserve(grads.size());
+  for (size_t t = 0; t < grads.size(); ++t)
+    refs.push_back({grads[t].data, grads[t].dtype, grads[t].n, census + t * kCensusFields});
+  const CensusBounds bounds = census_bounds(bf16);
+  int64_t offset = 0;
+  cuda::for_each_batch(refs, [&](const CensusBatch& batch, int64_t blocks) {
+    cuda::launch<guard_census_partials_kernel>(static_cast<unsigned>(blocks), kBlock, 0, nullptr, batch, inv_scale,
+                                               partials + offset, bounds);
+    offset += blocks;
+  });
+  cuda::launch<guard_finish_kernel>(1, kBlock, 0, nullptr, partials, offset, found_inf, norm);
 }
 
 void launch_clip_coefficient(const float* norm, float max_norm, float* clip_coef) {

@@ -105,6 +105,81 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   _mm256_storeu_pd(out + 4, acc_hi);
 #endif
 }
+
+// The census of 8 stored values at a time, as lane counts: the classes of census_class
+// taken as nested comparisons (finite, |x| <= to_zero, |x| < subnormal_below, x == 0), each
+// lane counting how many of its values passed (a true compare is -1, subtracted). Counts
+// stay in 32 bits per lane: one call sees at most 8 x kReduceChunk values.
+struct CensusLanes {
+  __m256i finite = _mm256_setzero_si256(), tiny = _mm256_setzero_si256(), sub = _mm256_setzero_si256(),
+          zero = _mm256_setzero_si256();
+  __m256 amax = _mm256_setzero_ps();
+};
+
+inline void census8(__m256 x, __m256 to_zero, __m256 sub_below, CensusLanes& c) {
+  const __m256 a = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+  const __m256 finite = _mm256_cmp_ps(a, _mm256_set1_ps(3.40282347e38f), _CMP_LE_OQ);  // false for NaN
+  c.finite = _mm256_sub_epi32(c.finite, _mm256_castps_si256(finite));
+  c.tiny = _mm256_sub_epi32(c.tiny, _mm256_castps_si256(_mm256_cmp_ps(a, to_zero, _CMP_LE_OQ)));
+  c.sub = _mm256_sub_epi32(c.sub, _mm256_castps_si256(_mm256_cmp_ps(a, sub_below, _CMP_LT_OQ)));
+  c.zero = _mm256_sub_epi32(c.zero, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ)));
+  c.amax = _mm256_max_ps(c.amax, _mm256_and_ps(a, finite));
+}
+
+inline uint64_t lane_total(__m256i v) {
+  alignas(32) int32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), v);
+  uint64_t t = 0;
+  for (int k = 0; k < 8; ++k) t += static_cast<uint32_t>(l[k]);
+  return t;
+}
+
+void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+                          double* out, CensusCounts* counts) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256 to_zero = _mm256_set1_ps(b.to_zero), sub_below = _mm256_set1_ps(b.subnormal_below);
+  CensusLanes c;
+#if defined(BELAY_ISA_avx512)
+  __m512d acc = _mm512_setzero_pd();
+#else
+  __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
+#endif
+  for (int64_t j = 0; j < len; j += 8) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256 v = load8(x, elem, k * stride + j);
+      census8(v, to_zero, sub_below, c);  // the census of the value as stored, from the same load
+      r[k] = _mm256_mul_ps(v, vinv);
+    }
+    transpose8(r);
+    for (int jj = 0; jj < 8; ++jj) {
+#if defined(BELAY_ISA_avx512)
+      const __m512d d = _mm512_cvtps_pd(r[jj]);
+      acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
+#else
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(r[jj]));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(r[jj], 1));
+      acc_lo = _mm256_add_pd(acc_lo, _mm256_mul_pd(lo, lo));
+      acc_hi = _mm256_add_pd(acc_hi, _mm256_mul_pd(hi, hi));
+#endif
+    }
+  }
+#if defined(BELAY_ISA_avx512)
+  _mm512_storeu_pd(out, acc);
+#else
+  _mm256_storeu_pd(out, acc_lo);
+  _mm256_storeu_pd(out + 4, acc_hi);
+#endif
+  const uint64_t seen = static_cast<uint64_t>(len) * 8, finite = lane_total(c.finite), tiny = lane_total(c.tiny),
+                 sub = lane_total(c.sub), zero = lane_total(c.zero);
+  counts->nonfinite += seen - finite;
+  counts->zeros += zero;
+  counts->underflow += tiny - zero;
+  counts->subnormal += sub - tiny;
+  alignas(32) float m[8];
+  _mm256_store_ps(m, c.amax);
+  for (int k = 0; k < 8; ++k) counts->amax = m[k] > counts->amax ? m[k] : counts->amax;
+}
 #else
 // Element i of x, as FP32 (exact).
 inline float grad_at(const void* x, GemmElem elem, int64_t i) {
@@ -129,6 +204,35 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   if (elem == GemmElem::F32) sum_squares_8_of<GemmElem::F32>(x, stride, len, inv, out);
   else if (elem == GemmElem::F16) sum_squares_8_of<GemmElem::F16>(x, stride, len, inv, out);
   else sum_squares_8_of<GemmElem::BF16>(x, stride, len, inv, out);
+}
+
+template <GemmElem Elem>
+void sum_squares_census_8_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                             CensusCounts* counts) {
+  double acc[8] = {};
+  uint64_t n[kCensusFields + 1] = {};  // by census_class; the last slot: normal values
+  float amax = counts->amax;
+  for (int64_t j = 0; j < len; ++j)
+    for (int k = 0; k < 8; ++k) {
+      const float v = grad_at(x, Elem, k * stride + j);
+      ++n[census_class(v, b)];
+      amax = census_amax(amax, v);
+      const float u = v * inv;
+      acc[k] += (double)u * (double)u;
+    }
+  for (int k = 0; k < 8; ++k) out[k] = acc[k];
+  counts->nonfinite += n[kCensusNonfinite];
+  counts->zeros += n[kCensusZeros];
+  counts->underflow += n[kCensusUnderflow];
+  counts->subnormal += n[kCensusSubnormal];
+  counts->amax = amax;
+}
+
+void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+                          double* out, CensusCounts* counts) {
+  if (elem == GemmElem::F32) sum_squares_census_8_of<GemmElem::F32>(x, stride, len, inv, b, out, counts);
+  else if (elem == GemmElem::F16) sum_squares_census_8_of<GemmElem::F16>(x, stride, len, inv, b, out, counts);
+  else sum_squares_census_8_of<GemmElem::BF16>(x, stride, len, inv, b, out, counts);
 }
 #endif
 
@@ -412,7 +516,7 @@ void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n,
 
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   relu,        relu_grad,
-                                             sum_squares_8, layer_norm_row, layer_norm_row_backward,
+                                             sum_squares_8, sum_squares_census_8, layer_norm_row, layer_norm_row_backward,
                                              softmax_row, softmax_row_backward};
 
 }  // namespace belay::BELAY_ISA_NS

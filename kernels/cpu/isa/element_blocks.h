@@ -8,7 +8,8 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/cpu/isa/gemm_f32.h"  // GemmElem: an input's element type as stored
+#include "kernels/common/census_math.h"  // CensusBounds
+#include "kernels/cpu/isa/gemm_f32.h"      // GemmElem: an input's element type as stored
 
 namespace belay {
 
@@ -32,6 +33,12 @@ struct SgdBlock {
   int64_t len;
   float inv_scale, clip_coef;  // effective gradient = g * inv_scale * clip_coef
   float lr, momentum, weight_decay;
+};
+
+// The census counts of a run of gradient elements (engine/census.h's classes), added to.
+struct CensusCounts {
+  uint64_t nonfinite = 0, zeros = 0, underflow = 0, subnormal = 0;
+  float amax = 0.0f;
 };
 
 struct ElementBlocks {
@@ -58,6 +65,11 @@ struct ElementBlocks {
   // transpose them, so each lane still adds its own chunk's squares in order: the
   // baseline's bits (the square of a float is exact in double).
   void (*sum_squares_8)(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out);
+  // The same sums, the same bits, and in the same read the census of the 8 chunks'
+  // elements as stored (census_class and census_amax of kernels/common/census_math.h),
+  // added into *counts. A separate entry, so the guard without a census runs the loop above.
+  void (*sum_squares_census_8)(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv,
+                               CensusBounds bounds, double* out, CensusCounts* counts);
   // LayerNorm of one row of n FP32 values (the backend's layer_norm): mean and variance summed
   // in FP32 over 16 lanes in a fixed order (the same on every path), y = (x - mean) rstd w + b.
   void (*layer_norm_row)(const float* x, const float* w, const float* b, int64_t n, float eps, float* y,
