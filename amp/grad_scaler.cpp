@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/census.h"
 #include "engine/error.h"
 
 namespace belay {
@@ -77,7 +78,7 @@ void GradScaler::unscale_(Optimizer& opt) {
   p.stage = Stage::Unscaled;
 }
 
-GuardResult GradScaler::guard(Optimizer& opt, float max_norm, Communicator* comm) {
+GuardResult GradScaler::guard(Optimizer& opt, float max_norm, Communicator* comm, std::optional<DType> census_format) {
   PerOptimizer& p = per(opt, "guard");
   if (p.stage != Stage::Ready)
     throw Error("GradScaler: guard() needs scaled gradients; the finite check already ran since the last update()");
@@ -88,7 +89,13 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm, Communicator* comm
   r.clip_coef = Tensor::empty(Shape{1}, DType::F32, device_);
   const Backend& be = backend_for(device_);
   p.inv_scale = inv_scale();
-  be.guard(opt.grads(), p.inv_scale, r.found_inf, r.norm);
+  const std::vector<const Tensor*> grads = opt.grads();
+  GuardCensus census;
+  if (census_format) {
+    r.census = Tensor::empty(Shape{static_cast<int64_t>(grads.size()), kCensusFields}, DType::F32, device_);
+    census = {&r.census, *census_format};
+  }
+  be.guard(grads, p.inv_scale, r.found_inf, r.norm, census);
   if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, r.found_inf, p.nonfinite_loss, r.found_inf);
   // Across ranks: agreed before anything acts on them (the clip coefficient, the step, the
   // scaler update). A rank with a non-finite loss alone makes every rank skip.

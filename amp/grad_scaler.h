@@ -8,6 +8,7 @@
 // stepped -> ready at update) turns misuse into a clear error, as PyTorch's GradScaler does.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 
 #include "amp/dist/communicator.h"
@@ -39,6 +40,7 @@ struct GuardResult {
   Tensor found_inf;  // FP32 [1]: 1 if any gradient is inf or NaN
   Tensor norm;       // FP32 [1]: global L2 norm of the unscaled gradients
   Tensor clip_coef;  // FP32 [1]: min(1, max_norm / (norm + 1e-6))
+  Tensor census;     // when asked: FP32 [grads, kCensusFields] of 32-bit words (engine/census.h)
 };
 
 class GradScaler {
@@ -64,7 +66,9 @@ class GradScaler {
   // and the clip coefficient; the gradients are not written. With a communicator, found_inf,
   // the non-finite-loss flag and the norm are agreed across ranks before the clip
   // coefficient is taken, so every rank skips, clips and scales identically.
-  GuardResult guard(Optimizer& opt, float max_norm, Communicator* comm = nullptr);
+  // census_format (F16 or BF16): the same read also takes each gradient's census, this rank's.
+  GuardResult guard(Optimizer& opt, float max_norm, Communicator* comm = nullptr,
+                    std::optional<DType> census_format = std::nullopt);
   // Applies the optimizer step unless found_inf; needs unscale_ or guard first.
   void step(Optimizer& opt);
   // Every step, skipped or not: back off on overflow, grow after growth_interval clean steps.

@@ -14,8 +14,24 @@ enum RowValue { kLoss, kNonfiniteLoss, kFoundInf, kNorm, kClipCoef, kLr, kScale,
                 kValueClipRowValues };
 }  // namespace
 
-PendingStep::PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip)
-    : step_(step), values_(std::move(values)), value_clip_(value_clip) {}
+PendingStep::PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip, Tensor census,
+                         std::shared_ptr<const CensusNames> census_names)
+    : step_(step), values_(std::move(values)), value_clip_(value_clip), census_(std::move(census)),
+      census_names_(std::move(census_names)) {}
+
+namespace {
+// The census record as the host reads it, in backward order (the reverse of the parameters'
+// order: the order in which backward reaches the weights, so the first named tensor of an
+// overflow is the first one the overflow reached). The words come back with the row: on a
+// GPU this copy waits for the step's guard, which the row's values have already waited for.
+std::vector<TensorCensus> read_census(const Tensor& census, const CensusNames& names) {
+  const Tensor host = census.device().is_cpu() ? census : census.to(Device::cpu());
+  const uint32_t* w = host.data_as<const uint32_t>();
+  std::vector<TensorCensus> out =
+      decode_census(std::vector<uint32_t>(w, w + host.numel()), names.names, names.numels);
+  return std::vector<TensorCensus>(out.rbegin(), out.rend());
+}
+}  // namespace
 
 StepRow PendingStep::row() {
   const std::vector<float>& v = values_->wait();
@@ -35,6 +51,7 @@ StepRow PendingStep::row() {
     const double denom = static_cast<double>(v[kNorm]) * static_cast<double>(v[kPostNorm]);
     row.clip_cosine = denom > 0.0 ? static_cast<float>(std::fmin(1.0, std::fmax(-1.0, v[kDot] / denom))) : 1.0f;
   }
+  if (census_.defined()) row.census = read_census(census_, *census_names_);
   return row;
 }
 
@@ -49,6 +66,10 @@ SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, Safe
     throw UsageError("the unfused step (--unfused) is single-process only for now; drop it with --dist");
   if (comm_->world_size() > 1 && options_.clip_mode == ClipMode::Value)
     throw UsageError("clipping by value (--clip-mode value) is single-process only for now; drop it with --dist");
+  if (options_.census && (!options_.fused || options_.clip_mode == ClipMode::Value))
+    throw UsageError("the census is taken by the fused guard: drop --unfused and --clip-mode value, or --census");
+  if (options_.census && options_.census_format != DType::F16 && options_.census_format != DType::BF16)
+    throw UsageError("the census counts against fp16 or bf16");
   opt_.set_schedule(schedule);
 }
 
@@ -106,7 +127,7 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   }
   ++step_;
 
-  Tensor norm, clip_coef;
+  Tensor norm, clip_coef, census;
   DeviceValueClip value_clip;
   const bool by_value = options_.clip_mode == ClipMode::Value;
   if (by_value) {
@@ -116,9 +137,11 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
     norm = value_clip.norm;
     clip_coef = Tensor::full(Shape{1}, 1.0f, DType::F32, device);  // the step applies the clamped gradients as they are
   } else if (options_.fused) {
-    const GuardResult g = scaler_.guard(opt_, options_.max_norm, comm_);
+    const GuardResult g = scaler_.guard(opt_, options_.max_norm, comm_,
+                                        options_.census ? std::optional<DType>(options_.census_format) : std::nullopt);
     norm = g.norm;
     clip_coef = g.clip_coef;
+    census = g.census;
   } else {
     scaler_.unscale_(opt_);
     const DeviceClip c = clip_grad_norm_on_device(opt_.mutable_grads(), options_.max_norm);
@@ -146,7 +169,16 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
     values.push_back(&value_clip.post_norm);
     values.push_back(&value_clip.dot);
   }
-  return PendingStep(step, be.read_async(values), by_value);
+  if (census.defined() && (!census_names_ || static_cast<int64_t>(census_names_->names.size()) != census.dim(0))) {
+    auto names = std::make_shared<CensusNames>();
+    for (const Var& p : opt_.params())
+      if (p.grad().defined()) {
+        names->names.push_back(p.name());
+        names->numels.push_back(p.grad().numel());
+      }
+    census_names_ = names;
+  }
+  return PendingStep(step, be.read_async(values), by_value, census, census_names_);
 }
 
 }  // namespace belay

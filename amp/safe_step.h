@@ -43,13 +43,25 @@ struct SafeStepOptions {
   // gradient unscaled, and clipped by norm when max_norm is finite), as PyTorch's p.grad
   // after scaler.step; the Python module asks for it, the CLI does not need it.
   bool unscale_grads = false;
+  // The numerics census (engine/census.h): the fused guard also counts, per gradient, what
+  // census_format (FP16 or BF16) would make of it at this step's scale; each row carries it.
+  bool census = false;
+  DType census_format = DType::F16;
+};
+
+// What a step's census needs besides the guard's record: each gradient's name and size, in
+// the order of opt.grads().
+struct CensusNames {
+  std::vector<std::string> names;
+  std::vector<int64_t> numels;
 };
 
 // A step that has been enqueued, and its log row on its way to the host.
 class PendingStep {
  public:
   // value_clip: the values carry the post-clamp norm and the raw . clamped dot product.
-  PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip = false);
+  PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip = false, Tensor census = {},
+              std::shared_ptr<const CensusNames> census_names = nullptr);
   int64_t step() const { return step_; }
   bool ready() const { return values_->ready(); }  // never blocks
   StepRow row();                                   // waits for the values if they are not there yet
@@ -58,6 +70,8 @@ class PendingStep {
   int64_t step_;
   std::unique_ptr<HostReadback> values_;
   bool value_clip_;
+  Tensor census_;  // FP32 [grads, kCensusFields] words, on the device; undefined without a census
+  std::shared_ptr<const CensusNames> census_names_;
 };
 
 class SafeStep {
@@ -89,6 +103,7 @@ class SafeStep {
   Communicator* comm_;
   int64_t step_ = 0;
   bool running_ = false;  // inside enqueue: a second step from the loss function is refused
+  std::shared_ptr<const CensusNames> census_names_;  // the gradients' names, taken once
 };
 
 }  // namespace belay

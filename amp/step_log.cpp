@@ -27,6 +27,18 @@ std::string format_step_row(const StepRow& r) {
          "," + num(r.loss) + "," + (r.skipped ? "1" : "0") + "," + r.skip_reason + "," + num(r.scaler_scale);
 }
 
+std::string nonfinite_tensors(const std::vector<TensorCensus>& census) {
+  std::string first;
+  int64_t more = 0;
+  for (const TensorCensus& c : census) {
+    if (c.nonfinite == 0) continue;
+    if (first.empty()) first = c.name;
+    else ++more;
+  }
+  if (first.empty()) return "";
+  return more == 0 ? first : first + "(+" + std::to_string(more) + " more)";
+}
+
 StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through, std::vector<std::string> extra_columns)
     : path_(path), extra_columns_(std::move(extra_columns)) {
   std::string columns = kStepLogHeader;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/census.h"
+
 namespace belay {
 
 struct StepRow {
@@ -23,7 +25,15 @@ struct StepRow {
   // Not in the CSV: cos(raw gradient, applied gradient) of an applied step. 1 under norm
   // clipping (a positive multiple keeps the direction); measured under --clip-mode value.
   float clip_cosine = 1.0f;
+  // Not in the CSV: each gradient's census of this step, when the step was asked for it
+  // (SafeStepOptions::census), in backward order (the reverse of the parameters' order).
+  std::vector<TensorCensus> census;
 };
+
+// The tensors of a census that hold a non-finite value, the first named and the others
+// counted ("blocks.1.mlp.fc.weight(+2 more)"); "" when none does. The step log's
+// `nonfinite_tensors` column.
+std::string nonfinite_tensors(const std::vector<TensorCensus>& census);
 
 extern const char* const kStepLogHeader;
 std::string format_step_row(const StepRow& row);  // one CSV line, no newline
@@ -35,7 +45,8 @@ class StepLogWriter {
   // including that step (resuming a run) and appended to.
   // extra_columns: columns after the canonical 8, given only when a run asks for them (the
   // default log keeps exactly the 8): `policy`, for a run whose rollback may change the
-  // precision policy or the LR; `heldout_loss`, for a run that evaluates held-out text. A
+  // precision policy or the LR; `heldout_loss`, for a run that evaluates held-out text;
+  // `nonfinite_tensors`, for a run that takes the census (--census). A
   // resumed log must have the same columns.
   explicit StepLogWriter(const std::string& path, int64_t keep_rows_through = -1,
                          std::vector<std::string> extra_columns = {});

@@ -134,6 +134,9 @@ void validate_dist_device(const std::string& dist, const std::string& device) {
 }
 
 void check_train_config(const TrainConfig& c) {
+  if (c.census_every < 1) throw UsageError("--census-every must be >= 1, got " + std::to_string(c.census_every));
+  if (!c.census.empty() && (!c.fused || c.clip_mode == ClipMode::Value))
+    throw UsageError("--census is taken by the fused guard: drop --unfused and --clip-mode value");
   validate_sizes(c);
   validate_dist(c);
   validate_model(c);

@@ -67,6 +67,11 @@ struct TrainConfig {
   Communicator* comm = nullptr;
   std::map<int64_t, float> spikes;       // step -> factor multiplying that batch's targets
   std::string csv;                       // empty: no log file
+  // --census FILE: the fused guard's per-gradient census (engine/census.h) of every
+  // census_every-th step and of every skipped step, as CSV (amp/census_log.h); the step
+  // log gets the column nonfinite_tensors and the summary the census's advice.
+  std::string census;
+  int64_t census_every = 1;
   std::string data;                      // safetensors with x and y; empty: synthetic
   std::string init;                      // safetensors with initial weights
   std::string checkpoint;                // written every checkpoint_every steps and on SIGINT/SIGTERM

@@ -84,6 +84,11 @@ std::vector<TrainOption> make_train_options() {
     {"spike", BELAY_FIELD(spikes), "STEP:FACTOR multiplies that batch's targets, e.g. 12:1e8 (repeatable)"},
     {"csv", BELAY_FIELD(config.csv),
      "per-step log: step,lr,grad_l2_pre_clip,grad_l2_post_clip,loss,skipped,skip_reason,scaler_scale"},
+    {"census", BELAY_FIELD(config.census),
+     "the numerics census: per gradient per step, non-finite count, amax, underflow to zero, subnormals, zeros and "
+     "headroom in bits in the compute dtype (fp16 unless bf16), as CSV; the step log names the tensors that overflowed"},
+    {"census-every", BELAY_FIELD(config.census_every),
+     "with --census: record every N-th step (every skipped step is recorded)", kShowDefault},
     // Loss scaling, the skip-rate watch, rollback.
     {"scaler", BELAY_FIELD(scaler_on), "dynamic loss scaling on (default: on for fp16 only)", 0, nullptr, "no-scaler"},
     {"no-scaler", BELAY_FIELD(no_scaler), "dynamic loss scaling off", 0, nullptr, "scaler"},

@@ -215,6 +215,8 @@ void Trainer::build_step() {
   sso.fused = c_.fused;
   sso.clip_mode = c_.clip_mode;
   sso.accum_steps = static_cast<int>(c_.accum_steps());
+  sso.census = !c_.census.empty();
+  sso.census_format = census_format();
   safe_step_ = std::make_unique<SafeStep>(*opt_, *scaler_, parse_schedule(c_.schedule, c_.lr, c_.warmup, c_.steps),
                                           sso, c_.comm);
   comm_ = &safe_step_->communicator();
@@ -304,6 +306,11 @@ void Trainer::open_outputs() {
   std::vector<std::string> extra_columns;
   if (policy_column_) extra_columns.push_back("policy");
   if (c_.eval_every > 0) extra_columns.push_back("heldout_loss");
+  if (!c_.census.empty()) extra_columns.push_back("nonfinite_tensors");
+  if (!c_.census.empty() && rank_ == 0) {
+    census_log_.emplace(c_.census, c_.census_every, census_format());
+    census_summary_.emplace(census_format());
+  }
   if (!c_.csv.empty() && rank_ == 0) log_.emplace(c_.csv, c_.resume.empty() ? -1 : first_step_ - 1, extra_columns);
   // Rank 0 writes the checkpoint: a path it cannot write fails now, not after the run.
   if (!c_.checkpoint.empty() && rank_ == 0) check_writable(c_.checkpoint);
@@ -355,6 +362,7 @@ void Trainer::start() {
   micro_ = c_.micro_batch_size();
   classify_ = data_->classification();
   trigger_.emplace(c_.rollback);
+  census_scale_ = scaler_->scale();
   t0_ = std::chrono::steady_clock::now();
   last_ = c_.stop_at >= 0 ? std::min(c_.steps, c_.stop_at) : c_.steps;
   if (c_.rollback.enabled()) snapshot_ = take_snapshot(*model_, *opt_, *scaler_, *data_, first_step_);  // the start is good
@@ -434,6 +442,7 @@ std::vector<std::string> Trainer::extra_columns(const StepRow& row) const {
   std::vector<std::string> extra;
   if (policy_column_) extra.push_back(policy_label());
   if (c_.eval_every > 0) extra.push_back(heldout_ && heldout_->first == row.step ? heldout_text(heldout_->second) : "");
+  if (!c_.census.empty()) extra.push_back(nonfinite_tensors(row.census));
   return extra;
 }
 
@@ -495,6 +504,11 @@ void Trainer::log(const StepRow& row) {
   result_.rows.push_back(row);
   if (heldout_ && heldout_->first == row.step) result_.heldout.push_back(*heldout_);
   if (log_) log_->write(row, extra_columns(row));
+  if (census_log_) {
+    census_log_->write(row, census_scale_);
+    census_summary_->observe(row, census_scale_);
+  }
+  census_scale_ = row.scaler_scale;
   if (c_.rollback.enabled() && !rollback_reason_) {
     rollback_reason_ = trigger_->observe(row);
     if (rollback_reason_) rollback_fired_at_ = row.step;
@@ -651,6 +665,7 @@ TrainResult Trainer::finish() {
   // The final checkpoint (also after a signal or a skip-rate stop): the run can continue.
   if (!c_.checkpoint.empty()) checkpoint(safe_step_->next_step());
   if (log_) log_->close();
+  if (census_log_) census_log_->close();
   g_stop_signal = 0;
   for (const Var& p : model_->parameters())
     for (float v : p.master().to_vector()) result_.final_weights.push_back(v);
@@ -685,6 +700,10 @@ void Trainer::print_summary(const CommCounters& run_counters) {
     out_ << "held-out loss " << heldout_text(r.heldout.front().second) << " (after step " << r.heldout.front().first
          << ") -> " << heldout_text(r.heldout.back().second) << " (after step " << r.heldout.back().first
          << ") nats per token; the training text's unigram entropy " << heldout_text(r.unigram_entropy) << "\n";
+  if (census_summary_) {
+    for (const std::string& line : census_summary_->lines()) out_ << line << "\n";
+    out_ << "census: " << c_.census << "\n";
+  }
   if (r.clipped > 0) {
     out_ << "clipping (" << (c_.clip_mode == ClipMode::Value ? "value" : "norm") << " at " << c_.max_norm
          << "): " << r.clipped << " of " << r.rows.size() - r.skipped << " applied steps clipped; cosine(raw, applied gradient) ";

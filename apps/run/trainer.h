@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "amp/census_log.h"
 #include "amp/grad_scaler.h"
 #include "amp/safe_step.h"
 #include "amp/scale_monitor.h"
@@ -76,6 +77,9 @@ class Trainer {
   void check_batch(const Batch& batch);
   Var loss_of(const Tensor& x, const Tensor& y);
   std::vector<std::string> extra_columns(const StepRow& row) const;
+  // What the census counts against: the compute dtype when it is BF16, else FP16 (the
+  // format whose range loss scaling is for).
+  DType census_format() const { return c_.dtype == DType::BF16 ? DType::BF16 : DType::F16; }
   double evaluate_heldout();
   void check_optimizer();
   void on_after_backward(int64_t s, Optimizer& o);
@@ -114,6 +118,9 @@ class Trainer {
   bool policy_column_ = false;
   std::string rollback_report_;
   std::optional<StepLogWriter> log_;
+  std::optional<CensusLogWriter> census_log_;
+  std::optional<CensusSummary> census_summary_;
+  float census_scale_ = 1.0f;  // the scale the next logged step ran with (the previous row's)
   // the run
   std::optional<Progress> progress_;
   std::unique_ptr<SignalScope> signals_;

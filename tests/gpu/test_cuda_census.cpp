@@ -1,0 +1,54 @@
+// The CUDA guard's census (engine/census.h) against the plain reference of
+// tests/kernels/census_case.h, on the same tensors as the CPU paths' test: every count, the
+// amax's bits, many tensors per launch (more than one batch), and the guard's own outputs
+// unchanged by it. The planted bug "census_lane" (tests/emulation/plant.py) is caught here.
+#include <cstring>
+
+#include "engine/census.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/kernels/census_case.h"
+
+using namespace belay;
+using namespace belay::test;
+
+namespace {
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+}  // namespace
+
+TEST_CASE("cuda guard census: every count against the reference, outputs unchanged", "[gpu][amp][census]") {
+  BELAY_REQUIRE_GPU();
+  for (const DType format : {DType::F16, DType::BF16})
+    for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16}) {
+      INFO("census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype));
+      // 12 copies of the three tensors: 36 gradients, two launches of the partials kernel.
+      std::vector<Tensor> ts;
+      for (uint64_t rep = 0; rep < 12; ++rep)
+        for (Tensor& t : census_tensors(format, grad_dtype, 1024.0f, 11 + rep, Device::cuda())) ts.push_back(t);
+      std::vector<const Tensor*> grads;
+      for (const Tensor& t : ts) grads.push_back(&t);
+      const Tensor inv = Tensor::scalar(1.0f / 1024.0f, DType::F32, Device::cuda());
+      Tensor f = Tensor::empty(Shape{1}, DType::F32, Device::cuda()), n = Tensor::empty(Shape{1}, DType::F32, Device::cuda());
+      Tensor f0 = Tensor::empty(Shape{1}, DType::F32, Device::cuda()), n0 = Tensor::empty(Shape{1}, DType::F32, Device::cuda());
+      Tensor census = Tensor::empty(Shape{static_cast<int64_t>(grads.size()), kCensusFields}, DType::F32, Device::cuda());
+      gpu().guard(grads, inv, f, n, GuardCensus{&census, format});
+      gpu().guard(grads, inv, f0, n0);
+      CHECK(bits(f.item()) == bits(f0.item()));
+      CHECK(bits(n.item()) == bits(n0.item()));
+      const Tensor host = census.to(Device::cpu());
+      const uint32_t* w = host.data_as<const uint32_t>();
+      for (size_t t = 0; t < ts.size(); ++t) {
+        INFO("tensor " << t << " of " << ts[t].numel() << " elements");
+        const TensorCensus want = census_reference(ts[t], format);
+        const uint32_t* r = w + t * kCensusFields;
+        CHECK(r[kCensusNonfinite] == want.nonfinite);
+        CHECK(r[kCensusZeros] == want.zeros);
+        CHECK(r[kCensusUnderflow] == want.underflow);
+        CHECK(r[kCensusSubnormal] == want.subnormal);
+        CHECK(r[kCensusAmax] == bits(want.amax));
+      }
+    }
+}

@@ -1,0 +1,115 @@
+// The guard's census (engine/census.h) on every CPU path this machine runs: each count against
+// a plain reference that classifies through the format's own conversion (round_to), on
+// tensors built to hit every case (values just above and below the smallest normal and
+// subnormal and the round-to-zero tie, at several loss scales; exact zeros of both signs;
+// inf, NaN; the largest finite), placed both in whole SIMD groups and in the scalar tail.
+// The guard's own outputs keep their bits when the census is taken.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/census.h"
+#include "engine/random.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "tests/kernels/census_case.h"
+
+using namespace belay;
+using belay::test::census_reference;
+using belay::test::census_tensors;
+
+namespace {
+
+const Backend& cpu() { return cpu_backend(); }
+
+struct IsaRestore {
+  CpuIsa saved = active_cpu_isa();
+  ~IsaRestore() { force_cpu_isa(saved); }
+};
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// The census the backend writes, decoded.
+std::vector<TensorCensus> census_of(const std::vector<const Tensor*>& grads, float inv, DType format, float* found,
+                                    float* norm) {
+  Tensor census = Tensor::empty(Shape{static_cast<int64_t>(grads.size()), kCensusFields}, DType::F32);
+  Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
+  cpu().guard(grads, Tensor::scalar(inv), f, n, GuardCensus{&census, format});
+  *found = f.item();
+  *norm = n.item();
+  const uint32_t* w = census.data_as<const uint32_t>();
+  std::vector<std::string> names;
+  std::vector<int64_t> numels;
+  for (const Tensor* g : grads) {
+    names.push_back("t");
+    numels.push_back(g->numel());
+  }
+  return decode_census(std::vector<uint32_t>(w, w + census.numel()), names, numels);
+}
+
+}  // namespace
+
+TEST_CASE("guard census: every count against the reference, on every CPU path", "[census]") {
+  IsaRestore restore;
+  for (const CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;  // the paths this CPU lacks only compile here
+    force_cpu_isa(isa);
+    for (const DType format : {DType::F16, DType::BF16})
+      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
+        for (const float scale : {1.0f, 1024.0f, 65536.0f}) {
+          INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
+                                 << ", scale " << scale);
+          const std::vector<Tensor> ts = census_tensors(format, grad_dtype, scale, 7u);
+          std::vector<const Tensor*> grads;
+          for (const Tensor& t : ts) grads.push_back(&t);
+          float found = 0, norm = 0, found0 = 0, norm0 = 0;
+          const std::vector<TensorCensus> got = census_of(grads, 1.0f / scale, format, &found, &norm);
+          Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
+          cpu().guard(grads, Tensor::scalar(1.0f / scale), f, n);
+          found0 = f.item();
+          norm0 = n.item();
+          CHECK(bits(found) == bits(found0));
+          CHECK(bits(norm) == bits(norm0));
+          REQUIRE(got.size() == ts.size());
+          for (size_t t = 0; t < ts.size(); ++t) {
+            INFO("tensor " << t << " of " << ts[t].numel() << " elements");
+            const TensorCensus want = census_reference(ts[t], format);
+            CHECK(got[t].nonfinite == want.nonfinite);
+            CHECK(got[t].zeros == want.zeros);
+            CHECK(got[t].underflow == want.underflow);
+            CHECK(got[t].subnormal == want.subnormal);
+            CHECK(bits(got[t].amax) == bits(want.amax));
+          }
+          // The cases are there to be hit: a census that counted nothing would pass nothing.
+          const TensorCensus big = census_reference(ts[0], format);
+          CHECK(big.nonfinite > 0);
+          CHECK(big.zeros > 0);
+          if (grad_dtype == DType::F32 || grad_dtype == format) CHECK(big.subnormal > 0);
+          if (grad_dtype == DType::F32) CHECK(big.underflow > 0);
+        }
+  }
+}
+
+TEST_CASE("guard census: headroom in bits and the record's checks", "[census]") {
+  TensorCensus c;
+  c.amax = 65504.0f / 8.0f;
+  CHECK(c.headroom_bits(DType::F16) == Approx(3.0).epsilon(0));
+  c.amax = 0.0f;
+  CHECK(std::isinf(c.headroom_bits(DType::F16)));
+  Tensor g = Tensor::zeros(Shape{4});
+  Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
+  Tensor wrong = Tensor::empty(Shape{2, kCensusFields});
+  CHECK_THROWS_WITH(cpu().guard({&g}, Tensor::scalar(1.0f), f, n, GuardCensus{&wrong, DType::F16}),
+                    Catch::Contains("one record per gradient"));
+  Tensor right = Tensor::empty(Shape{1, kCensusFields});
+  CHECK_THROWS_WITH(cpu().guard({&g}, Tensor::scalar(1.0f), f, n, GuardCensus{&right, DType::F32}),
+                    Catch::Contains("FP16 or BF16"));
+}
