@@ -75,6 +75,7 @@ struct SmallCommands {
   std::vector<std::string> finfo_values;
   std::vector<std::string> plot_csvs;
   std::string plot_out;
+  std::string plot_census;
   std::string export_checkpoint, export_out;
 };
 void add_finfo_info_commands(CLI::App& app, SmallCommands& s);

@@ -160,7 +160,9 @@ int run_sweep_command(SweepCommand& s, int argc, char** argv, std::unique_ptr<Co
 
 void add_plot_export_commands(CLI::App& app, SmallCommands& s) {
   s.plot = app.add_subcommand("plot", "draw step logs (loss, norms, scale, LR, skips) as SVG or PNG");
-  s.plot->add_option("csv", s.plot_csvs, "one step log, or up to 4 to overlay (e.g. fp32.csv amp.csv)")->required();
+  s.plot->add_option("csv", s.plot_csvs, "one step log, or up to 4 to overlay (e.g. fp32.csv amp.csv)");
+  s.plot->add_option("--census", s.plot_census,
+                     "a census file (belay train --census): heat maps of headroom and underflow, tensors x steps (.svg)");
   s.plot->add_option("-o,--out", s.plot_out, "FILE.svg or FILE.png (PNG through rsvg-convert); default: the first CSV as .svg");
   s.exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as safetensors");
   s.exporter->add_option("--checkpoint", s.export_checkpoint, "a belay checkpoint")->required();

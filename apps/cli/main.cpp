@@ -12,6 +12,7 @@
 #include "amp/dist/communicator.h"
 #include "apps/cli/cli.h"
 #include "apps/cli/finfo_cmd.h"
+#include "apps/plot/census_plot.h"
 #include "apps/plot/plot.h"
 #include "engine/backend.h"
 #include "engine/error.h"
@@ -89,6 +90,12 @@ int run_command(Commands& c, int argc, char** argv, std::unique_ptr<belay::Commu
   if (*c.validate.app) return belay::run_validate_command(c.validate);
   if (*c.sample.app) return belay::run_sample_command(c.sample);
   if (*c.sweep.app) return belay::run_sweep_command(c.sweep, argc, argv, comm);
+  if (*c.small.plot && !c.small.plot_census.empty()) {
+    if (!c.small.plot_csvs.empty()) throw belay::UsageError("belay plot: give step logs or --census, not both");
+    return belay::run_census_plot(c.small.plot_census, c.small.plot_out, std::cout);
+  }
+  if (*c.small.plot && c.small.plot_csvs.empty())
+    throw belay::UsageError("belay plot: give a step log (CSV) to draw, or --census FILE");
   if (*c.small.plot) return belay::run_plot(c.small.plot_csvs, c.small.plot_out, std::cout);
   if (*c.small.exporter) return belay::run_export_command(c.small);
   return belay::run_train_command(c.train, comm);

@@ -32,12 +32,30 @@ Var call_loss(const py::function& fn, int micro_batch) {
   return out.cast<Var>();
 }
 
+// A step's census as Python sees it: {parameter name: {count: value}}, in backward order.
+py::dict census_to_py(const std::vector<TensorCensus>& census, DType format) {
+  py::dict out;
+  for (const TensorCensus& c : census) {
+    py::dict d;
+    d["numel"] = c.numel;
+    d["nonfinite"] = c.nonfinite;
+    d["amax"] = c.amax;
+    d["underflow_to_zero"] = c.underflow;
+    d["subnormal"] = c.subnormal;
+    d["zeros"] = c.zeros;
+    d["headroom_bits"] = c.headroom_bits(format);
+    out[py::str(c.name)] = d;
+  }
+  return out;
+}
+
 py::object run_step(SafeStep& step, const py::function& loss_fn) {
   StepRow row;
   {
     py::gil_scoped_release nogil;
     row = step.run([&](int k) { return call_loss(loss_fn, k); });
   }
+  if (step.options().census) return py::make_tuple(to_py(row), census_to_py(row.census, step.options().census_format));
   return to_py(row);
 }
 
@@ -74,20 +92,27 @@ void bind_safe_step(py::module_& m) {
       .def("found_inf", &GradScaler::found_inf);
   py::class_<SafeStep>(m, "SafeStep")
       .def(py::init([](Optimizer& opt, GradScaler& scaler, std::optional<LrSchedule> schedule, float max_norm,
-                       int accum_steps, bool fused, const std::string& clip_mode, bool unscale_grads) {
-        return std::make_unique<SafeStep>(
-            opt, scaler, schedule.value_or(opt.schedule()),
-            SafeStepOptions{max_norm, accum_steps, fused, parse_clip_mode(clip_mode), unscale_grads});
+                       int accum_steps, bool fused, const std::string& clip_mode, bool unscale_grads, bool census,
+                       const std::string& census_dtype) {
+        SafeStepOptions o{max_norm, accum_steps, fused, parse_clip_mode(clip_mode), unscale_grads};
+        o.census = census;
+        o.census_format = parse_dtype(census_dtype);
+        return std::make_unique<SafeStep>(opt, scaler, schedule.value_or(opt.schedule()), o);
       }), py::arg("optimizer"), py::arg("scaler"), py::arg("schedule") = py::none(),
          py::arg("max_norm") = INFINITY, py::arg("accum_steps") = 1, py::arg("fused") = true,
-         py::arg("clip_mode") = "norm", py::arg("unscale_grads") = true,
+         py::arg("clip_mode") = "norm", py::arg("unscale_grads") = true, py::arg("census") = false,
+         py::arg("census_dtype") = "fp16",
          py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
          "The whole mixed-precision step in the right order; max_norm=inf measures without clipping; "
          "clip_mode='value' clamps each element to +-max_norm instead. After run(), p.grad holds the true "
          "gradient (unscaled, and clipped as the step applied it), fused or not, as after PyTorch's scaler.step; "
-         "unscale_grads=False leaves a fused step's gradients scaled and saves two passes over them")
+         "unscale_grads=False leaves a fused step's gradients scaled and saves two passes over them; "
+         "census=True: the guard also counts, per gradient as the step holds it (scaled), what census_dtype "
+         "(fp16 or bf16) would make of it")
       .def("run", &run_step, py::arg("loss_fn"),
-           "One step: loss_fn(k) returns micro-batch k's FP32 loss (a Var). Returns the StepRow")
+           "One step: loss_fn(k) returns micro-batch k's FP32 loss (a Var). Returns the StepRow; with census=True "
+           "the pair (StepRow, census), census a dict {parameter name: {numel, nonfinite, amax, underflow_to_zero, "
+           "subnormal, zeros, headroom_bits}} in backward order")
       .def_property("next_step", &SafeStep::next_step, &SafeStep::set_next_step)
       .def("set_after_backward", [](SafeStep& s, py::object hook) {
         if (hook.is_none()) {

@@ -380,3 +380,25 @@ def test_train_returns_the_rows_of_the_cli_run(tmp_path):
         belay.train(stepz=3)
     with pytest.raises(belay.UsageError, match="micro"):
         belay.train(batch=32, micro_batch=5, quiet=True)
+
+
+def test_safe_step_census_names_every_gradient_and_the_planted_inf():
+    x, y = regression()
+    model = belay.Linear(16, 4, seed=0)
+    model.set_working_dtype("fp16")
+    opt = belay.AdamW(model, lr=5e-2)
+    step = belay.SafeStep(opt, belay.GradScaler(init_scale=1.0), census=True)
+    row, census = step.run(loss_of(model, x, y))
+    assert not row.skipped
+    assert set(census) == set(model.state_dict())
+    for name, c in census.items():
+        assert c["numel"] == model.state_dict()[name].size
+        assert c["nonfinite"] == 0
+        assert c["zeros"] + c["underflow_to_zero"] + c["subnormal"] <= c["numel"]
+        assert c["amax"] > 0 and math.isfinite(c["headroom_bits"])
+    step.set_after_backward(lambda s, o: o.grads()[0].set_element(0, math.inf))
+    row, census = step.run(loss_of(model, x, y))
+    assert row.skipped and row.skip_reason == "nonfinite_grad"
+    assert sorted(c["nonfinite"] for c in census.values()) == [0, 1]
+    plain = belay.SafeStep(belay.AdamW(model, lr=5e-2), belay.GradScaler())
+    assert not isinstance(plain.run(loss_of(model, x, y)), tuple)  # the census only when asked

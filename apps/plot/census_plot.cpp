@@ -1,0 +1,162 @@
+#include "apps/plot/census_plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "amp/census_log.h"
+#include "apps/plot/svg.h"
+#include "engine/atomic_file.h"
+#include "engine/error.h"
+
+namespace belay {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream s(line);
+  for (std::string f; std::getline(s, f, ',');) out.push_back(f);
+  return out;
+}
+
+double number_in(const std::string& s, const std::string& where) {
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0') throw UsageError(where + ": '" + s + "' is not a number");
+  return v;
+}
+
+// A colour from white (t = 0) to `to` (t = 1), t clamped to [0, 1].
+std::string ramp(double t, int r, int g, int b) {
+  t = std::clamp(t, 0.0, 1.0);
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(255 - t * (255 - r)),
+                static_cast<int>(255 - t * (255 - g)), static_cast<int>(255 - t * (255 - b)));
+  return buf;
+}
+
+// Headroom colours: red at 0 bits (an overflow is one doubling away), through white at 8,
+// to blue at 16 and beyond (room to spare: the scale could be higher).
+std::string headroom_colour(double bits) {
+  if (bits < 8.0) return ramp((8.0 - bits) / 8.0, 200, 30, 30);
+  return ramp((bits - 8.0) / 8.0, 30, 80, 200);
+}
+
+// Underflow: white at 0, dark orange at 10% of the tensor and above, on a square-root
+// scale, so a few elements in a million still show.
+std::string underflow_colour(double fraction) { return ramp(std::sqrt(std::clamp(fraction / 0.1, 0.0, 1.0)), 190, 80, 0); }
+
+}  // namespace
+
+CensusTable read_census(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read census file '" + path + "'");
+  std::string line;
+  if (!std::getline(in, line) || line != kCensusHeader)
+    throw UsageError("census file '" + path + "' does not start with the header " + std::string(kCensusHeader));
+  struct Cell { double headroom, underflow; bool nonfinite; };
+  std::map<std::pair<std::string, int64_t>, Cell> cells;
+  std::map<int64_t, bool> steps;
+  CensusTable t;
+  std::map<std::string, size_t> tensor_index;
+  for (int64_t lineno = 2; std::getline(in, line); ++lineno) {
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(lineno);
+    const std::vector<std::string> f = split_csv(line);
+    if (f.size() != 11) throw UsageError(where + ": " + std::to_string(f.size()) + " fields, the header has 11");
+    const int64_t step = static_cast<int64_t>(number_in(f[0], where));
+    const double numel = number_in(f[2], where);
+    if (!tensor_index.count(f[1])) {
+      tensor_index[f[1]] = t.tensors.size();
+      t.tensors.push_back(f[1]);
+    }
+    cells[{f[1], step}] = {number_in(f[8], where), numel > 0 ? number_in(f[5], where) / numel : 0.0,
+                           number_in(f[3], where) > 0};
+    steps[step] = steps[step] || f[9] == "1";
+  }
+  if (cells.empty()) throw UsageError("census file '" + path + "' has no rows");
+  for (const auto& [s, skipped] : steps) {
+    t.steps.push_back(s);
+    t.skipped.push_back(skipped);
+  }
+  const size_t nt = t.tensors.size(), ns = t.steps.size();
+  t.headroom.assign(nt, std::vector<double>(ns, kNaN));
+  t.underflow_fraction.assign(nt, std::vector<double>(ns, kNaN));
+  t.nonfinite.assign(nt, std::vector<bool>(ns, false));
+  for (size_t j = 0; j < ns; ++j)
+    for (size_t i = 0; i < nt; ++i) {
+      const auto it = cells.find({t.tensors[i], t.steps[j]});
+      if (it == cells.end()) continue;
+      t.headroom[i][j] = it->second.headroom;
+      t.underflow_fraction[i][j] = it->second.underflow;
+      t.nonfinite[i][j] = it->second.nonfinite;
+    }
+  return t;
+}
+
+std::string census_svg(const CensusTable& t, const std::string& title) {
+  const size_t nt = t.tensors.size(), ns = t.steps.size();
+  size_t longest = 0;
+  for (const std::string& n : t.tensors) longest = std::max(longest, n.size());
+  const double label_w = 12.0 + 6.2 * static_cast<double>(longest), row_h = 14.0;
+  const double map_w = std::clamp(6.0 * static_cast<double>(ns), 300.0, 900.0), cell_w = map_w / static_cast<double>(ns);
+  const double map_h = row_h * static_cast<double>(nt), top = 50.0, gap = 60.0;
+  const double width = label_w + map_w + 150.0, height = top + 2 * map_h + gap + 70.0;
+  Svg svg(width, height);
+  svg.rect(0, 0, width, height, SvgStyle{"none", 0, "", "#fff"});
+  svg.text(width / 2, 22, title, 14, "middle");
+  struct Panel { const char* name; bool headroom; };
+  const Panel panels[] = {{"headroom (bits; red: near overflow, blue: room to spare)", true},
+                          {"flushed to zero (fraction of the tensor; white 0, orange >= 10%)", false}};
+  for (int p = 0; p < 2; ++p) {
+    const double y0 = top + p * (map_h + gap);
+    svg.text(label_w, y0 - 8, panels[p].name, 11);
+    for (size_t i = 0; i < nt; ++i) {
+      const double y = y0 + row_h * static_cast<double>(i);
+      svg.text(label_w - 6, y + row_h - 3, t.tensors[i], 10, "end");
+      for (size_t j = 0; j < ns; ++j) {
+        const double v = panels[p].headroom ? t.headroom[i][j] : t.underflow_fraction[i][j];
+        std::string colour = std::isnan(v) ? "#eee" : panels[p].headroom ? headroom_colour(v) : underflow_colour(v);
+        if (t.nonfinite[i][j]) colour = "#000";
+        svg.rect(label_w + cell_w * static_cast<double>(j), y, cell_w + 0.3, row_h, SvgStyle{"none", 0, "", colour});
+      }
+    }
+    svg.rect(label_w, y0, map_w, map_h, SvgStyle{"#888", 0.5});
+    // Skipped steps: a red tick above the column.
+    for (size_t j = 0; j < ns; ++j)
+      if (t.skipped[j]) {
+        const double x = label_w + cell_w * (static_cast<double>(j) + 0.5);
+        svg.line(x, y0 - 5, x, y0 - 1, SvgStyle{"#d00", std::max(2.0, cell_w * 0.8)});
+      }
+    // Step labels: first, last and a few between.
+    const size_t ticks = std::min<size_t>(ns, 6);
+    for (size_t k = 0; k < ticks; ++k) {
+      const size_t j = ticks == 1 ? 0 : k * (ns - 1) / (ticks - 1);
+      svg.text(label_w + cell_w * (static_cast<double>(j) + 0.5), y0 + map_h + 12, std::to_string(t.steps[j]), 9,
+               "middle");
+    }
+  }
+  const double ly = height - 22;
+  svg.text(label_w, ly, "step (recorded steps only) -> ; red tick: a skipped step; black cell: the tensor held an inf or NaN", 10);
+  return svg.str();
+}
+
+int run_census_plot(const std::string& census, std::string out, std::ostream& os) {
+  if (out.empty()) out = (census.size() > 4 && census.substr(census.size() - 4) == ".csv" ? census.substr(0, census.size() - 4) : census) + ".svg";
+  if (out.size() < 4 || out.substr(out.size() - 4) != ".svg")
+    throw UsageError("census plot output '" + out + "' must end in .svg (render a PNG with rsvg-convert)");
+  const CensusTable t = read_census(census);
+  write_file_atomically(out, census_svg(t, "belay census: " + census));
+  os << "wrote " << out << " (" << t.tensors.size() << " tensors x " << t.steps.size() << " steps)\n";
+  return 0;
+}
+
+}  // namespace belay
