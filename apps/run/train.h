@@ -72,6 +72,9 @@ struct TrainConfig {
   // log gets the column nonfinite_tensors and the summary the census's advice.
   std::string census;
   int64_t census_every = 1;
+  // --tensorboard DIR: the step log's values (and the census's, with --census) as TensorBoard
+  // scalars, in an event file of DIR (apps/run/tensorboard_events.h).
+  std::string tensorboard;
   std::string data;                      // safetensors with x and y; empty: synthetic
   std::string init;                      // safetensors with initial weights
   std::string checkpoint;                // written every checkpoint_every steps and on SIGINT/SIGTERM

@@ -89,6 +89,8 @@ std::vector<TrainOption> make_train_options() {
      "headroom in bits in the compute dtype (fp16 unless bf16), as CSV; the step log names the tensors that overflowed"},
     {"census-every", BELAY_FIELD(config.census_every),
      "with --census: record every N-th step (every skipped step is recorded)", kShowDefault},
+    {"tensorboard", BELAY_FIELD(config.tensorboard),
+     "write the step log (and the census, per tensor) as TensorBoard scalars into an event file in DIR"},
     // Loss scaling, the skip-rate watch, rollback.
     {"scaler", BELAY_FIELD(scaler_on), "dynamic loss scaling on (default: on for fp16 only)", 0, nullptr, "no-scaler"},
     {"no-scaler", BELAY_FIELD(no_scaler), "dynamic loss scaling off", 0, nullptr, "scaler"},

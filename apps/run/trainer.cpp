@@ -311,6 +311,7 @@ void Trainer::open_outputs() {
     census_log_.emplace(c_.census, c_.census_every, census_format());
     census_summary_.emplace(census_format());
   }
+  if (!c_.tensorboard.empty() && rank_ == 0) tensorboard_.emplace(c_.tensorboard);
   if (!c_.csv.empty() && rank_ == 0) log_.emplace(c_.csv, c_.resume.empty() ? -1 : first_step_ - 1, extra_columns);
   // Rank 0 writes the checkpoint: a path it cannot write fails now, not after the run.
   if (!c_.checkpoint.empty() && rank_ == 0) check_writable(c_.checkpoint);
@@ -504,10 +505,12 @@ void Trainer::log(const StepRow& row) {
   result_.rows.push_back(row);
   if (heldout_ && heldout_->first == row.step) result_.heldout.push_back(*heldout_);
   if (log_) log_->write(row, extra_columns(row));
+  bool census_recorded = false;
   if (census_log_) {
-    census_log_->write(row, census_scale_);
+    census_recorded = census_log_->write(row, census_scale_);
     census_summary_->observe(row, census_scale_);
   }
+  if (tensorboard_) write_tensorboard(row, census_recorded);
   census_scale_ = row.scaler_scale;
   if (c_.rollback.enabled() && !rollback_reason_) {
     rollback_reason_ = trigger_->observe(row);
@@ -527,6 +530,26 @@ void Trainer::log(const StepRow& row) {
   }
   if (scaler_->enabled()) watch_scale(row);
   watch_skips(row);
+}
+
+// The row's values as scalars, and the census of a recorded step as per-tensor scalars
+// (TensorBoard groups the tags by their prefix: one chart per tensor under census/...).
+void Trainer::write_tensorboard(const StepRow& row, bool census_recorded) {
+  std::vector<std::pair<std::string, float>> v{{"step/loss", row.loss},
+                                               {"step/lr", row.lr},
+                                               {"step/grad_l2_pre_clip", row.grad_l2_pre_clip},
+                                               {"step/grad_l2_post_clip", row.grad_l2_post_clip},
+                                               {"step/scaler_scale", row.scaler_scale},
+                                               {"step/skipped", row.skipped ? 1.0f : 0.0f}};
+  if (census_recorded)
+    for (const TensorCensus& c : row.census) {
+      const double n = c.numel > 0 ? static_cast<double>(c.numel) : 1.0;
+      v.emplace_back("census_headroom_bits/" + c.name, static_cast<float>(c.headroom_bits(census_format())));
+      v.emplace_back("census_underflow_fraction/" + c.name, static_cast<float>(static_cast<double>(c.underflow) / n));
+      v.emplace_back("census_subnormal_fraction/" + c.name, static_cast<float>(static_cast<double>(c.subnormal) / n));
+      v.emplace_back("census_nonfinite/" + c.name, static_cast<float>(c.nonfinite));
+    }
+  tensorboard_->scalars(row.step, v);
 }
 
 void Trainer::watch_scale(const StepRow& row) {
@@ -666,6 +689,7 @@ TrainResult Trainer::finish() {
   if (!c_.checkpoint.empty()) checkpoint(safe_step_->next_step());
   if (log_) log_->close();
   if (census_log_) census_log_->close();
+  if (tensorboard_) tensorboard_->close();
   g_stop_signal = 0;
   for (const Var& p : model_->parameters())
     for (float v : p.master().to_vector()) result_.final_weights.push_back(v);

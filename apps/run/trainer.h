@@ -32,6 +32,7 @@
 #include "apps/run/dataset.h"
 #include "apps/run/progress.h"
 #include "apps/run/rollback.h"
+#include "apps/run/tensorboard_events.h"
 #include "apps/run/train.h"
 #include "autograd/anomaly.h"
 #include "autograd/modules.h"
@@ -120,6 +121,8 @@ class Trainer {
   std::optional<StepLogWriter> log_;
   std::optional<CensusLogWriter> census_log_;
   std::optional<CensusSummary> census_summary_;
+  std::optional<TensorBoardWriter> tensorboard_;
+  void write_tensorboard(const StepRow& row, bool census_recorded);
   float census_scale_ = 1.0f;  // the scale the next logged step ran with (the previous row's)
   // the run
   std::optional<Progress> progress_;

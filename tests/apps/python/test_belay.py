@@ -402,3 +402,24 @@ def test_safe_step_census_names_every_gradient_and_the_planted_inf():
     assert sorted(c["nonfinite"] for c in census.values()) == [0, 1]
     plain = belay.SafeStep(belay.AdamW(model, lr=5e-2), belay.GradScaler())
     assert not isinstance(plain.run(loss_of(model, x, y)), tuple)  # the census only when asked
+
+
+def test_train_census_and_tensorboard_events_read_by_tensorboard(tmp_path):
+    census, tb = tmp_path / "census.csv", tmp_path / "tb"
+    rows = belay.train(dtype="fp16", steps=6, inject_inf=[2], census=str(census), tensorboard=str(tb), quiet=True,
+                       **{"in": 8, "out": 2})
+    assert rows[2].skipped
+    lines = census.read_text().splitlines()
+    assert lines[0].startswith("step,tensor,numel,nonfinite,amax,")
+    bad = [l.split(",") for l in lines[1:] if l.split(",")[0] == "2" and l.split(",")[3] != "0"]
+    assert len(bad) == 1 and bad[0][3] == "1"
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = event_accumulator.EventAccumulator(str(tb))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "step/loss" in tags and "step/skipped" in tags
+    assert [e.step for e in acc.Scalars("step/skipped") if e.value == 1.0] == [2]
+    name = bad[0][1]
+    nonfinite = acc.Scalars("census_nonfinite/" + name)
+    assert [e.step for e in nonfinite if e.value > 0] == [2]
+    assert [e.step for e in acc.Scalars("step/loss")] == list(range(6))
