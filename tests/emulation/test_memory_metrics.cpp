@@ -112,32 +112,6 @@ TEST_CASE("memory metrics: the FP32 SIMT GEMM's shared tile stores and reads mak
   CHECK(shared_sites > 0);
 }
 
-// The census rides on the guard's one read: the census kernel reads exactly the sectors the
-// plain guard reads (the gradients, inv_scale) and writes what the plain one writes (one
-// partial per block). Its record words move by atomics, which the emulator does not count
-// (simt.cpp keeps them out of the instrumented code): kCensusFields words per block at most.
-TEST_CASE("memory metrics: the guard's census adds no memory traffic to the guard's read", "[metrics]") {
-  metrics::set_enabled(true);
-  const Device dev = Device::cuda();
-  const int64_t n = 3 * 16384 + 1000;
-  Tensor inv = Tensor::scalar(1.0f / 1024.0f, DType::F32, dev), found = Tensor::scalar(0.0f, DType::F32, dev);
-  Tensor norm = Tensor::scalar(0.0f, DType::F32, dev);
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    INFO(dtype_name(dtype));
-    Tensor a = filled(Shape{n}, dtype, 1.0f, 5), b = filled(Shape{777}, dtype, 1.0f, 6);
-    Tensor census = Tensor::empty(Shape{2, kCensusFields}, DType::F32, dev);
-    const auto plain = launches_of("guard_partials_kernel", [&] { gpu().guard({&a, &b}, inv, found, norm); });
-    const auto with = launches_of("guard_census_partials_kernel", [&] {
-      gpu().guard({&a, &b}, inv, found, norm, GuardCensus{&census, DType::F16});
-    });
-    REQUIRE(plain.size() == 1);
-    REQUIRE(with.size() == 1);
-    CHECK(with[0].read_sectors == plain[0].read_sectors);
-    CHECK(with[0].written_sectors == plain[0].written_sectors);
-    CHECK(plain[0].read_sectors * 32 >= (n + 777) * static_cast<int64_t>(dtype_size(dtype)));
-  }
-}
-
 TEST_CASE("memory metrics: guard, unscale, AdamW, cast and element kernels use >= 95% of the sectors they touch",
           "[metrics]") {
   metrics::set_enabled(true);
@@ -203,6 +177,32 @@ std::vector<metrics::LaunchStats> launches_of(const std::string& kernel, F&& f) 
   for (size_t i = before; i < all.size(); ++i)
     if (all[i].kernel.rfind(kernel, 0) == 0) out.push_back(all[i]);
   return out;
+}
+
+// The census rides on the guard's one read: the census kernel reads exactly the sectors the
+// plain guard reads (the gradients, inv_scale) and writes what the plain one writes (one
+// partial per block). Its record words move by atomics, which the emulator does not count
+// (simt.cpp keeps them out of the instrumented code): kCensusFields words per block at most.
+TEST_CASE("memory metrics: the guard's census adds no memory traffic to the guard's read", "[metrics]") {
+  metrics::set_enabled(true);
+  const Device dev = Device::cuda();
+  const int64_t n = 3 * 16384 + 1000;
+  Tensor inv = Tensor::scalar(1.0f / 1024.0f, DType::F32, dev), found = Tensor::scalar(0.0f, DType::F32, dev);
+  Tensor norm = Tensor::scalar(0.0f, DType::F32, dev);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(dtype));
+    Tensor a = filled(Shape{n}, dtype, 1.0f, 5), b = filled(Shape{777}, dtype, 1.0f, 6);
+    Tensor census = Tensor::empty(Shape{2, kCensusFields}, DType::F32, dev);
+    const auto plain = launches_of("guard_partials_kernel", [&] { gpu().guard({&a, &b}, inv, found, norm); });
+    const auto with = launches_of("guard_census_partials_kernel", [&] {
+      gpu().guard({&a, &b}, inv, found, norm, GuardCensus{&census, DType::F16});
+    });
+    REQUIRE(plain.size() == 1);
+    REQUIRE(with.size() == 1);
+    CHECK(with[0].read_sectors == plain[0].read_sectors);
+    CHECK(with[0].written_sectors == plain[0].written_sectors);
+    CHECK(plain[0].read_sectors * 32 >= (n + 777) * static_cast<int64_t>(dtype_size(dtype)));
+  }
 }
 
 std::string number(double x) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -54,7 +55,7 @@ inline std::vector<Tensor> census_tensors(DType format, DType grad_dtype, float 
   for (size_t k = 0; k < edges.size() && k < small.size(); ++k) small[k] = edges[(k * 7) % edges.size()];
   const std::vector<float> zeros(8 * 16384, 0.0f);
   std::vector<Tensor> out;
-  for (const std::vector<float>* v : {&big, &small, &zeros})
+  for (const std::vector<float>* v : std::initializer_list<const std::vector<float>*>{&big, &small, &zeros})
     out.push_back(Tensor::from_vector(*v, Shape{static_cast<int64_t>(v->size())}).to(grad_dtype).to(device));
   return out;
 }
