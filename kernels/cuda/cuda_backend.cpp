@@ -214,6 +214,17 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
+  // PLACEHOLDER on branch attention-api only: the CUDA kernels are being written (never merged like this).
+  void attention_impl(const Tensor&, const Tensor&, const Tensor&, bool, float, const AttentionDims&, Tensor&,
+                      Tensor&) const override {
+    throw Error("attention: the CUDA kernels are not written yet");
+  }
+  void attention_backward_impl(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, bool, float, const AttentionDims&, Tensor&, Tensor&,
+                               Tensor&) const override {
+    throw Error("attention_backward: the CUDA kernels are not written yet");
+  }
+
   void transpose_impl(const Tensor& x, Tensor& out) const override {
     launch_transpose(x.data(), dtype_size(x.dtype()), x.dim(0), x.dim(1), out.data());
     after_launch();
