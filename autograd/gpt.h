@@ -32,6 +32,9 @@ struct GptConfig {
   int64_t width = 128;    // D, the residual stream
   int64_t layers = 2;     // blocks
   int64_t heads = 4;      // D must be a multiple of heads
+  // Attention as one fused op (autograd/ops.h attention: no [B, H, T, T] scores kept for the
+  // backward) or as bmm, causal softmax, bmm (the reference; the same math, other roundings).
+  bool fused_attention = true;
   // Parameters: V D + C D + layers (12 D^2 + 13 D) + 2 D (the head is tied).
   double parameter_count() const;
   void validate() const;  // throws UsageError naming the first bad size
@@ -51,6 +54,7 @@ class GptBlock {
   Var mlp(const Var& h);
 
   int64_t heads_, width_;
+  bool fused_attention_;
   std::string prefix_;
   LayerNorm ln_1_, ln_2_;
   Linear q_, k_, v_, attn_proj_, fc_, mlp_proj_;
