@@ -22,6 +22,7 @@ Json bench_isa(const Options& o);      // per CPU ISA path: FMA peak, fp32 GEMM 
 Json bench_anomaly(const Options& o);  // a belted step with and without anomaly mode: the ratio
 Json bench_rows(const Options& o);     // LayerNorm and softmax rows, forward and backward: GB/s vs copy
 Json bench_gpt(const Options& o);      // GPT block forward + backward, the GPT training step, its parts
+Json bench_attention(const Options& o);  // fused vs naive attention: time at two shapes, peak memory over T
 
 // Training configurations, timed (bench_train runs the grid; bench_threads reuses it).
 struct TrainModel {

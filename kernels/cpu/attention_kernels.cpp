@@ -62,11 +62,16 @@ void widen_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_
   }
 }
 
-// rows [n, dp] transposed into [d, ld] (key j in column j), columns n..ld zero.
-void transpose_rows(const float* rows, int64_t n, int64_t d, int64_t dp, int64_t ld, float* out) {
-  std::fill(out, out + d * ld, 0.0f);
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t c = 0; c < d; ++c) out[c * ld + j] = rows[j * dp + c];
+// rows [n, dp] transposed a tile at a time: tile t is [d, kAttnKeys] (key t kAttnKeys + j in
+// column j), contiguous, the tiles one after another; keys past n are zero. Tile-major, not one
+// [d, n] matrix: a tile's d rows 4 KiB apart (n = 1024) would all fall into the same few L1
+// sets and evict each other on every pass of dot_tile.
+void transpose_tiles(const float* rows, int64_t n, int64_t d, int64_t dp, float* out) {
+  std::fill(out, out + key_tiles(n) * kAttnKeys * d, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    float* tile = out + j / kAttnKeys * kAttnKeys * d;
+    for (int64_t c = 0; c < d; ++c) tile[c * kAttnKeys + j % kAttnKeys] = rows[j * dp + c];
+  }
 }
 
 // One item's operands in FP32 as the tiles read them (a thread's buffers, reused).
@@ -99,7 +104,7 @@ void online_softmax_row(float* s, int64_t vis, float scale, float& m, float& l, 
 void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale, int64_t item, int64_t i0,
                    int64_t rows, ItemBuffers& b, Tensor& out, Tensor& lse) {
   const AttentionTiles& t = attention_tiles();
-  const int64_t d = dims.d, dp = padded(d), ldk = key_tiles(dims.tk) * kAttnKeys;
+  const int64_t d = dims.d, dp = padded(d);
   std::vector<float> qf(static_cast<size_t>(rows * dp)), o(static_cast<size_t>(rows * dp), 0.0f);
   std::vector<float> s(static_cast<size_t>(rows * kAttnKeys));
   std::vector<float> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), 0.0f);
@@ -107,7 +112,7 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
   const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
     const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
-    t.dot_tile(qf.data(), dp, rows, b.kt.data() + j0, ldk, d, s.data());
+    t.dot_tile(qf.data(), dp, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
     for (int64_t r = 0; r < rows; ++r) {
       float* sr = s.data() + r * kAttnKeys;
       const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
@@ -134,7 +139,7 @@ void load_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int6
   b.kt.resize(static_cast<size_t>(d * ldk));
   widen_rows(k, item * dims.tk * d, dims.tk, d, dp, b.k.data());
   widen_rows(v, item * dims.tk * d, dims.tk, d, dp, b.v.data());
-  transpose_rows(b.k.data(), dims.tk, d, dp, ldk, b.kt.data());
+  transpose_tiles(b.k.data(), dims.tk, d, dp, b.kt.data());
   b.item = item;
 }
 
@@ -166,7 +171,7 @@ void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t d = dims.d, dp = padded(d), ldk = key_tiles(dims.tk) * kAttnKeys;
   load_keys(k, v, dims, item, b);
   b.vt.resize(static_cast<size_t>(d * ldk));
-  transpose_rows(b.v.data(), dims.tk, d, dp, ldk, b.vt.data());
+  transpose_tiles(b.v.data(), dims.tk, d, dp, b.vt.data());
   b.q.resize(static_cast<size_t>(dims.tq * dp));
   b.dout.resize(static_cast<size_t>(dims.tq * dp));
   widen_rows(q, item * dims.tq * d, dims.tq, d, dp, b.q.data());
@@ -202,7 +207,7 @@ void probabilities_block(float* s, float* dpv, int64_t i0, int64_t rows, int64_t
 void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, const float* lse,
                    const std::vector<float>& dsum, ItemBuffers& b, std::vector<float>& dq, float* dk, float* dv) {
   const AttentionTiles& t = attention_tiles();
-  const int64_t d = dims.d, dp = padded(d), ldk = key_tiles(dims.tk) * kAttnKeys;
+  const int64_t d = dims.d, dp = padded(d);
   const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
   std::vector<float> s(static_cast<size_t>(kQueryRows * kAttnKeys)), dpv(s.size());
   std::fill(dk, dk + kAttnKeys * dp, 0.0f);
@@ -211,8 +216,8 @@ void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int
     const int64_t rows = std::min(kQueryRows, dims.tq - i0);
     const float* qb = b.q.data() + i0 * dp;
     const float* gb = b.dout.data() + i0 * dp;
-    t.dot_tile(qb, dp, rows, b.kt.data() + j0, ldk, d, s.data());
-    t.dot_tile(gb, dp, rows, b.vt.data() + j0, ldk, d, dpv.data());
+    t.dot_tile(qb, dp, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
+    t.dot_tile(gb, dp, rows, b.vt.data() + j0 * d, kAttnKeys, d, dpv.data());
     probabilities_block(s.data(), dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), t);
     t.weigh_cols(s.data(), rows, keys, gb, dp, dp, dv, dp);    // dV += P^T dO
     t.weigh_cols(dpv.data(), rows, keys, qb, dp, dp, dk, dp);  // dK += dS^T Q

@@ -10,8 +10,6 @@
 
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "kernels/cpu/isa/erf_exp.h"
 
 namespace belay::BELAY_ISA_NS {
@@ -24,16 +22,11 @@ constexpr int kLanes = 8;
 #else
 constexpr int kLanes = 4;
 #endif
-typedef float Vec __attribute__((vector_size(kLanes * 4), aligned(4)));
-constexpr int kTileVecs = static_cast<int>(kAttnKeys) / kLanes;  // vectors across one tile's keys
-static_assert(kAttnKeys % kLanes == 0 && kAttnPad % kLanes == 0, "tiles are whole vectors");
+typedef float Vec __attribute__((vector_size(kLanes * 4)));                           // a register
+typedef float VecInMemory __attribute__((vector_size(kLanes * 4), aligned(4), may_alias));  // unaligned
 
-inline Vec vload(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);  // unaligned: one vector load
-  return v;
-}
-inline void vstore(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+inline Vec vload(const float* p) { return *reinterpret_cast<const VecInMemory*>(p); }  // one unaligned load
+inline void vstore(float* p, Vec v) { *reinterpret_cast<VecInMemory*>(p) = v; }
 inline Vec vsplat(float x) { return Vec{} + x; }
 
 // a * b + c, rounded once where the path has FMA.
@@ -49,71 +42,117 @@ inline Vec vfma(Vec a, Vec b, Vec c) {
 #endif
 }
 
-// One row of scores: the tile's kAttnKeys accumulators live in registers (8 ymm on avx2),
-// each key's dot product summed over c in order, one lane per key.
-void dot_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t ldb, int64_t d, float* s) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* ar = a + r * lda;
-    Vec acc[kTileVecs] = {};
+// Rows blocked by kRowBlock and columns by four vectors: kRowBlock x 4 accumulators (8 on the
+// 16-register paths, 16 on avx512's 32), enough independent FMAs to hide their latency, and
+// each vector loaded once for all the rows of the block. The blocking changes no element's
+// order of summation, so it changes no bit.
+constexpr int kRowBlock = kLanes == 16 ? 4 : 2;
+constexpr int kColVecs = 4;
+constexpr int64_t kColChunk = kColVecs * kLanes;
+static_assert(kAttnKeys % kColChunk == 0 && kAttnPad % kLanes == 0, "whole chunks");
+
+// Scores of R rows against one tile (s = a bt), kColChunk keys at a time.
+template <int R>
+void dot_block(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t d, float* s) {
+  for (int64_t j = 0; j < kAttnKeys; j += kColChunk) {
+    Vec acc[R][kColVecs] = {};
     for (int64_t c = 0; c < d; ++c) {
-      const Vec x = vsplat(ar[c]);
-      const float* b = bt + c * ldb;
-      for (int v = 0; v < kTileVecs; ++v) acc[v] = vfma(x, vload(b + v * kLanes), acc[v]);
+      const float* b = bt + c * ldb + j;
+      Vec bv[kColVecs];
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) bv[v] = vload(b + v * kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const Vec x = vsplat(a[r * lda + c]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kColVecs; ++v) acc[r][v] = vfma(x, bv[v], acc[r][v]);
+      }
     }
-    for (int v = 0; v < kTileVecs; ++v) vstore(s + r * kAttnKeys + v * kLanes, acc[v]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) vstore(s + r * kAttnKeys + j + v * kLanes, acc[r][v]);
   }
 }
 
-// out rows += w x: four vectors of an output row held in registers while the keys stream by
-// (the weights broadcast, x's rows read once per four vectors).
+void dot_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t ldb, int64_t d, float* s) {
+  int64_t r = 0;
+  for (; r + kRowBlock <= rows; r += kRowBlock) dot_block<kRowBlock>(a + r * lda, lda, bt, ldb, d, s + r * kAttnKeys);
+  for (; r < rows; ++r) dot_block<1>(a + r * lda, lda, bt, ldb, d, s + r * kAttnKeys);
+}
+
+// out[i] += sum over t < terms of w[i wi + t wt] x[t] for R output rows i (rows of dp floats),
+// the terms in order: weigh_rows (w indexed [i, t]) and weigh_cols ([t, i]) both.
+template <int R>
+void weigh_block(const float* w, int64_t wi, int64_t wt, int64_t terms, const float* x, int64_t ldx, int64_t dp,
+                 float* out, int64_t ldo) {
+  int64_t c = 0;
+  for (; c + kColChunk <= dp; c += kColChunk) {
+    Vec acc[R][kColVecs];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) acc[r][v] = vload(out + r * ldo + c + v * kLanes);
+    for (int64_t t = 0; t < terms; ++t) {
+      const float* xr = x + t * ldx + c;
+      Vec xv[kColVecs];
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) xv[v] = vload(xr + v * kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const Vec p = vsplat(w[r * wi + t * wt]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kColVecs; ++v) acc[r][v] = vfma(p, xv[v], acc[r][v]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) vstore(out + r * ldo + c + v * kLanes, acc[r][v]);
+  }
+  for (; c < dp; c += kLanes) {  // dp not a whole number of chunks: a vector at a time
+    Vec acc[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = vload(out + r * ldo + c);
+    for (int64_t t = 0; t < terms; ++t) {
+      const Vec xv = vload(x + t * ldx + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r] = vfma(vsplat(w[r * wi + t * wt]), xv, acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) vstore(out + r * ldo + c, acc[r]);
+  }
+}
+
+void weigh(const float* w, int64_t wi, int64_t wt, int64_t outs, int64_t terms, const float* x, int64_t ldx,
+           int64_t dp, float* out, int64_t ldo) {
+  int64_t i = 0;
+  for (; i + kRowBlock <= outs; i += kRowBlock)
+    weigh_block<kRowBlock>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);
+  for (; i < outs; ++i) weigh_block<1>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);
+}
+
 void weigh_rows(const float* w, int64_t rows, int64_t keys, const float* x, int64_t ldx, int64_t dp, float* out,
                 int64_t ldo) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* wr = w + r * kAttnKeys;
-    float* o = out + r * ldo;
-    int64_t c = 0;
-    for (; c + 4 * kLanes <= dp; c += 4 * kLanes) {
-      Vec acc[4] = {vload(o + c), vload(o + c + kLanes), vload(o + c + 2 * kLanes), vload(o + c + 3 * kLanes)};
-      for (int64_t j = 0; j < keys; ++j) {
-        const Vec p = vsplat(wr[j]);
-        const float* xr = x + j * ldx + c;
-        for (int v = 0; v < 4; ++v) acc[v] = vfma(p, vload(xr + v * kLanes), acc[v]);
-      }
-      for (int v = 0; v < 4; ++v) vstore(o + c + v * kLanes, acc[v]);
-    }
-    for (; c < dp; c += kLanes) {
-      Vec acc = vload(o + c);
-      for (int64_t j = 0; j < keys; ++j) acc = vfma(vsplat(wr[j]), vload(x + j * ldx + c), acc);
-      vstore(o + c, acc);
-    }
-  }
+  weigh(w, kAttnKeys, 1, rows, keys, x, ldx, dp, out, ldo);
 }
 
-// out's key rows += w^T x: the same register blocking as weigh_rows, the sum over the rows r.
 void weigh_cols(const float* w, int64_t rows, int64_t keys, const float* x, int64_t ldx, int64_t dp, float* out,
                 int64_t ldo) {
-  for (int64_t j = 0; j < keys; ++j) {
-    float* o = out + j * ldo;
-    int64_t c = 0;
-    for (; c + 4 * kLanes <= dp; c += 4 * kLanes) {
-      Vec acc[4] = {vload(o + c), vload(o + c + kLanes), vload(o + c + 2 * kLanes), vload(o + c + 3 * kLanes)};
-      for (int64_t r = 0; r < rows; ++r) {
-        const Vec p = vsplat(w[r * kAttnKeys + j]);
-        const float* xr = x + r * ldx + c;
-        for (int v = 0; v < 4; ++v) acc[v] = vfma(p, vload(xr + v * kLanes), acc[v]);
-      }
-      for (int v = 0; v < 4; ++v) vstore(o + c + v * kLanes, acc[v]);
-    }
-    for (; c < dp; c += kLanes) {
-      Vec acc = vload(o + c);
-      for (int64_t r = 0; r < rows; ++r) acc = vfma(vsplat(w[r * kAttnKeys + j]), vload(x + r * ldx + c), acc);
-      vstore(o + c, acc);
-    }
-  }
+  weigh(w, 1, kAttnKeys, keys, rows, x, ldx, dp, out, ldo);
 }
 
+// Arguments below kExpFloor give 0: e^x is then under FP32's smallest normal, a probability
+// that cannot move a sum of at least 1 (the row's maximum term), and computing it would make
+// subnormal intermediates (slow on x86: a microcode assist per lane). The masked scores (-inf)
+// are among them. The argument is clamped first so that no lane computes one.
+constexpr float kExpFloor = -87.0f;  // e^-87 = 1.6e-38 > FLT_MIN
 void exp_shifted(const float* s, float shift, float* p, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) p[j] = cpu_math::exp_f32(s[j] - shift);
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = s[j] - shift;
+    const bool tiny = x < kExpFloor;  // selects as bit masks (erf_exp.h): the loop stays vectorized
+    p[j] = cpu_math::select_f32(tiny, 0.0f, cpu_math::exp_f32(cpu_math::select_f32(tiny, kExpFloor, x)));
+  }
 }
 
 }  // namespace

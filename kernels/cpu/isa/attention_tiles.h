@@ -33,7 +33,8 @@ struct AttentionTiles {
   // j < keys, c < dp: P^T dO for dV, dS^T Q for dK (the rows summed in order).
   void (*weigh_cols)(const float* w, int64_t rows, int64_t keys, const float* x, int64_t ldx, int64_t dp, float* out,
                      int64_t ldo);
-  // p[j] = exp(s[j] - shift) for j < n (erf_exp.h's exp_f32: the same bits on every path).
+  // p[j] = exp(s[j] - shift) for j < n (erf_exp.h's exp_f32: the same bits on every path); 0
+  // where s[j] - shift < -87 (the result would be below FP32's normal range; masked scores: -inf).
   void (*exp_shifted)(const float* s, float shift, float* p, int64_t n);
 };
 
