@@ -7,7 +7,7 @@ fp32 and bf16 (under CPU autocast), the same repetitions and statistics:
   sdpa      F.scaled_dot_product_attention(q, k, v, is_causal=True): PyTorch's fused CPU kernel
   explicit  q k^T / sqrt(d), masked_fill, softmax, @ v: the three-op path (belay's naive)
 
-    torch_attention.py [--quick] [--threads N] --json FILE
+    torch_attention.py [--quick] [--threads N] [--cpu-time] --json FILE
 
 Runs in the venv of bench/peers/setup_torch_venv.sh, never in CI. Check: sdpa and explicit
 agree in fp32 within 1e-4 of max |explicit|.
@@ -75,9 +75,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads or torch_cpu.default_threads())
+    threads = args.threads or torch_cpu.default_threads()
+    if args.cpu_time:
+        if threads != 1:
+            print("torch_attention: error: --cpu-time counts one thread's CPU time; use --threads 1", file=sys.stderr)
+            return 2
+        torch_cpu.CLOCK[0] = torch_cpu.time.thread_time
+    torch.set_num_threads(threads)
     warm, reps = (1, 3) if args.quick else (2, 7)
     time = rows("gpt2_small", 4, 12, 256 if args.quick else 1024, 64, warm, reps)
     time += rows("demo", 32, 4, 64, 32, warm, reps)
@@ -87,4 +94,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
