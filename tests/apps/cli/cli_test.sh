@@ -432,6 +432,16 @@ PY
 gpt=(--model gpt --data "$tmp/tok.safetensors" --layers 1 --width 16 --heads 2 --context 8 --batch 4)
 "$belay" train "${gpt[@]}" --steps 20 --eval-every 10 --eval-windows 4 --csv "$tmp/gpt.csv" \
   --checkpoint "$tmp/gpt.ck" --quiet || fail "gpt: the tiny run"
+# --attention: fused by default, naive the reference, recorded; another on resume is a new experiment.
+expect_one_line_error "gpt: an unknown attention" 2 "--attention must be fused or naive, got 'flash'" \
+  train "${gpt[@]}" --steps 2 --attention flash
+"$belay" train "${gpt[@]}" --steps 20 --stop-at 10 --checkpoint "$tmp/att.ck" --quiet || fail "gpt: stop at 10"
+expect_one_line_error "gpt: resume under another attention" 2 "attention=fused, this run has attention=naive" \
+  train "${gpt[@]}" --steps 20 --resume "$tmp/att.ck" --attention naive
+"$belay" train "${gpt[@]}" --steps 20 --resume "$tmp/att.ck" --attention naive --new-experiment \
+  --checkpoint "$tmp/att2.ck" >"$tmp/att.out" 2>&1 &&
+  grep -q "^experiment: new experiment at step 10 from .*: attention fused -> naive" "$tmp/att.out" &&
+  pass "gpt: --attention naive on resume as a new experiment, said" || fail "gpt: attention new experiment: $(cat "$tmp/att.out")"
 # belay sample: the prompt then the tokens; a seed repeats its text; temperature 0 needs none.
 s1=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --temperature 0.8 --seed 1 | od -An -c)
 s2=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --temperature 0.8 --seed 1 | od -An -c)
