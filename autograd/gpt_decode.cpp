@@ -36,11 +36,11 @@ Tensor first_positions(const KvLayer& layer, const Tensor& cache, int64_t n) {
 }  // namespace
 
 void KvLayer::write(const Tensor& k_new, const Tensor& v_new, int64_t start) {
-  const Shape want{batch, heads, k_new.rank() == 4 ? k_new.dim(2) : -1, head_dim};
-  if (k_new.rank() != 4 || k_new.shape() != want || v_new.shape() != want || v_new.dtype() != k_new.dtype())
+  const int64_t t = k_new.rank() == 4 ? k_new.dim(2) : 0;
+  const Shape want{batch, heads, t, head_dim};
+  if (t == 0 || k_new.shape() != want || v_new.shape() != want || v_new.dtype() != k_new.dtype())
     throw Error("kv cache: expected k and v [" + std::to_string(batch) + ", " + std::to_string(heads) + ", t, " +
                 std::to_string(head_dim) + "], got " + k_new.describe() + " and " + v_new.describe());
-  const int64_t t = k_new.dim(2);
   if (start < 0 || start + t > capacity)
     throw Error("kv cache: positions [" + std::to_string(start) + ", " + std::to_string(start + t) +
                 ") do not fit its " + std::to_string(capacity));
@@ -106,6 +106,9 @@ Var Gpt::forward_cached(const Var& ids, KvCache& cache) {
       cache.capacity != config_.context)
     throw Error("gpt: the kv cache was made for another batch or model (batch " + std::to_string(cache.batch) +
                 ", ids " + ids.value().describe() + ")");
+  if (start > 0 && tokens != 1)
+    throw Error("gpt: forward_cached runs a prompt into an empty cache or one token after it, not " +
+                std::to_string(tokens) + " tokens after " + std::to_string(start));
   if (start + tokens > config_.context)
     throw UsageError("gpt: positions " + std::to_string(start) + " to " + std::to_string(start + tokens - 1) +
                      " do not fit the context of " + std::to_string(config_.context) +

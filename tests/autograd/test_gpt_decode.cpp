@@ -121,6 +121,9 @@ TEST_CASE("gpt decode: misuse is refused", "[autograd][gpt][decode]") {
   KvCache two(c, 2);
   CHECK_THROWS_WITH(gpt.forward_cached(Var(ids), two), Catch::Contains("made for another batch"));
   CHECK_THROWS_AS(KvCache(c, 0), UsageError);
+  gpt.forward_cached(Var(ids), cache);
+  CHECK_THROWS_WITH(gpt.forward_cached(Var(ids), cache), Catch::Contains("not 3 tokens after 3"));
+  CHECK(cache.length() == 3);
   const Var q(Tensor::zeros(Shape{1, 4, 2, 8})), k(Tensor::zeros(Shape{1, 4, 3, 8}));
   CHECK_THROWS_WITH(attend_cached(q, k, k, 1.0f), Catch::Contains("2 queries against 3 keys"));
   // Tq = Tk and Tq = 1 are the two forms: the square causal mask, and no mask.
