@@ -8,7 +8,8 @@
 // token alone. Once the text outgrows the context the window slides by a token a step; the
 // position embeddings then move under every cached token, so the cache is refilled from the
 // last `context` tokens each step (the cache saves work only until the window is full). The
-// reference path (kv_cache false) reruns the whole window every step; both give the same bits.
+// reference path (kv_cache false) reruns the whole window every step; both give the same
+// logits bit for bit (tests/autograd/test_gpt_decode.cpp), so the same tokens.
 #pragma once
 #include <cstdint>
 #include <functional>
