@@ -353,12 +353,17 @@ struct BwdParams {
   bool causal;
 };
 
-// D_i = sum_c dO_ic O_ic in FP32, one thread a row, columns in order.
+// D_i = sum_c dO_ic O_ic in FP32: a warp a row (its reads coalesced), lane l adding columns
+// l, l + 32, ... in order, then a fixed XOR tree over the lanes.
 __global__ void attention_dsum_kernel(const void* dout, const void* out, DType dtype, int64_t rows, int d, float* dsum) {
-  BELAY_GRID_STRIDE(r, rows) {
+  const int lane = threadIdx.x % 32, warps_per_block = blockDim.x / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / 32; r < rows; r += warps) {
     float acc = 0.0f;
-    for (int c = 0; c < d; ++c) acc += cuda::load_f32(dout, dtype, r * d + c) * cuda::load_f32(out, dtype, r * d + c);
-    dsum[r] = acc;
+    for (int c = lane; c < d; c += 32) acc += cuda::load_f32(dout, dtype, r * d + c) * cuda::load_f32(out, dtype, r * d + c);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (lane == 0) dsum[r] = acc;
   }
 }
 
@@ -518,7 +523,7 @@ void launch_attention_backward(const AttentionProblem& a, const void* out, const
                                DType dv_dtype) {
   const int64_t rows = a.items * a.tq;
   if (rows > 0)
-    cuda::launch<attention_dsum_kernel>(cuda::grid_for(rows), cuda::kBlock, 0, nullptr, dout, out, a.dtype, rows,
+    cuda::launch<attention_dsum_kernel>(cuda::grid_for(rows * 32), cuda::kBlock, 0, nullptr, dout, out, a.dtype, rows,
                                         static_cast<int>(a.d), dsum);
   BwdParams p{a.q, a.k, a.v, dout, lse, dsum, dq, dk, dv, a.dtype, dq_dtype, dk_dtype, dv_dtype, a.tq, a.tk,
               static_cast<int>(a.d), 0, a.scale, a.scale * kLog2e, a.causal};
