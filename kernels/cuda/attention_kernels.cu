@@ -62,8 +62,10 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int
   }
 }
 
-// S = Q K^T for the warp's 16 queries and the tile's 64 keys, FP32. The d steps past the
-// stored row (zero padding of d up to kD) are skipped: a uniform branch, the same in the warp.
+// S = Q K^T for the warp's 16 queries and the tile's 64 keys, FP32. At kD = 64 the d steps past
+// the stored row (zero padding of d = 16, 32, 40 ... up to 64) are skipped: a branch uniform in
+// the warp. Not at kD = 128: there the early exits cost sm_80 a spill (ptxas), for a saving
+// only when 64 < d <= 112.
 template <int kD, bool kBf16>
 __device__ __forceinline__ void tile_scores(float (&s)[kKeyTilesN][4], const uint16_t* q_s, const uint16_t* k_s,
                                             int warp, int lane, int ld) {
@@ -73,7 +75,7 @@ __device__ __forceinline__ void tile_scores(float (&s)[kKeyTilesN][4], const uin
     for (int r = 0; r < 4; ++r) s[ni][r] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < kD; kk += gemm::kMmaK) {
-    if (kk >= ld) break;
+    if (kD == 64 && kk >= ld) break;
     uint32_t a[4];
     ldmatrix_x4<false>(a, smem_addr(q_s + q_ldsm_offset(lane, warp, kk, kD)));
 #pragma unroll
@@ -154,7 +156,7 @@ __device__ __forceinline__ void tile_pv(float (&o)[kD / 8][4], const float (&s)[
       a[ar] = pack_pair<kBf16>(s[p_score_tile(kt2, ar)][p_score_reg(ar, 0)], s[p_score_tile(kt2, ar)][p_score_reg(ar, 1)]);
 #pragma unroll
     for (int pair = 0; pair < kD / 16; ++pair) {
-      if (pair * 16 >= ld) break;  // the d padding: O's columns there stay 0 and are not stored
+      if (kD == 64 && pair * 16 >= ld) break;  // the d padding (as in tile_scores): O there stays 0, unstored
       uint32_t r[4];
       ldmatrix_x4<true>(r, smem_addr(v_s + v_ldsm_offset(lane, pair, kt2 * gemm::kMmaK, kD)));
       const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
@@ -167,8 +169,9 @@ __device__ __forceinline__ void tile_pv(float (&o)[kD / 8][4], const float (&s)[
 // out = O / l rounded once into the dtype; lse = (m + log2 l) ln 2, or 0 and -inf for a row
 // that saw no key.
 template <int kD, bool kBf16>
-__device__ __forceinline__ void store_rows(const FwdParams& p, const float (&o)[kD / 8][4], const float (&m)[2],
-                                           float (&l)[2], int64_t item, int64_t q_row0, int lane) {
+__device__ __forceinline__ void store_rows(void* out_base, float* lse, int64_t tq, int d, const float (&o)[kD / 8][4],
+                                           const float (&m)[2], float (&l)[2], int64_t item, int64_t q_row0,
+                                           int lane) {
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -176,7 +179,7 @@ __device__ __forceinline__ void store_rows(const FwdParams& p, const float (&o)[
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
   }
-  uint16_t* out = static_cast<uint16_t*>(p.out);
+  uint16_t* out = static_cast<uint16_t*>(out_base);
 #pragma unroll
   for (int x = 0; x < kD / 8; ++x)
 #pragma unroll
@@ -185,20 +188,22 @@ __device__ __forceinline__ void store_rows(const FwdParams& p, const float (&o)[
       const int64_t row = q_row0 + e.row;
       const int col = x * gemm::kMmaN + e.col;
       const float val = o[x][r] * inv[r / 2];
-      if (row < p.tq && col < p.d)
-        out[(item * p.tq + row) * p.d + col] = kBf16 ? f32_to_bf16_bits(val) : f32_to_f16_bits(val);
+      if (row < tq && col < d)
+        out[(item * tq + row) * d + col] = kBf16 ? f32_to_bf16_bits(val) : f32_to_f16_bits(val);
     }
   if (lane % 4 == 0)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = q_row0 + lane / 4 + 8 * h;
-      if (row < p.tq) p.lse[item * p.tq + row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
+      if (row < tq) lse[item * tq + row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
     }
 }
 
-// 128 threads; up to 255 registers each (no spill: tests/kernels/check_ptxas.sh).
+// 128 threads, at least one block per SM: with no minimum, ptxas aimed kD = 128 at 168
+// registers (3 blocks per SM) and spilled; given the room it takes ~200, no spill
+// (tests/kernels/check_ptxas.sh holds every attention kernel to that).
 template <int kD, bool kBf16>
-__global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(kThreads, 1) attention_forward_tc_kernel(const FwdParams p) {
   BELAY_SHARED_DYNAMIC(uint16_t, smem, 128);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t item = blockIdx.x / p.q_tiles, q0 = static_cast<int64_t>(blockIdx.x % p.q_tiles) * kBr;
@@ -243,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(const Fw
     __syncthreads();  // every warp done with stage kt % 2 before tile kt + 2 is copied into it
   }
   cp_async_wait<0>();  // no copy left in flight (the empty tail group, or Q alone)
-  store_rows<kD, kBf16>(p, o, m, l, item, q_row0, lane);
+  store_rows<kD, kBf16>(p.out, p.lse, p.tq, p.d, o, m, l, item, q_row0, lane);
 }
 
 // ---- The SIMT kernels: FP32 forward, and the backward -----------------------------------

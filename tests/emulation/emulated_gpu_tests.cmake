@@ -180,7 +180,7 @@ belay_planted_bug(attention_lse_not_saved FILE kernels/cuda/attention_kernels.cu
   FILTER "cuda attention fp16 (tensor cores) forward and backward match FP64")
 belay_planted_bug(attention_stage_barrier FILE kernels/cuda/attention_kernels.cu
   RECOMPILE kernels/cuda/attention_kernels.cu
-  FILTER "cuda attention over 200 keys (four tiles, causal and not) matches FP64")
+  FILTER "cuda attention over 200 keys in four tiles matches FP64 causal and not")
 
 # --dist nccl on 2 ranks of the emulated device, and the emulated NCCL's ring on 3
 # (tests/dist/nccl_test.sh); only where MPI (and so NCCL) is built.

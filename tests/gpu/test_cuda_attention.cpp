@@ -39,7 +39,7 @@ TEST_CASE("cuda attention bf16 (tensor cores) forward and backward match FP64", 
   check_all_cases(DType::BF16);
 }
 
-TEST_CASE("cuda attention over 200 keys (four tiles, causal and not) matches FP64", "[gpu][attention]") {
+TEST_CASE("cuda attention over 200 keys in four tiles matches FP64 causal and not", "[gpu][attention]") {
   BELAY_REQUIRE_GPU();
   // One dtype under the emulator (every fiber of 4 x 7 blocks runs on the CPU); all on a GPU.
   const std::vector<DType> dtypes = kEmulated ? std::vector<DType>{DType::F16}
