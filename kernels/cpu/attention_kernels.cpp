@@ -20,7 +20,6 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa/attention_tiles.h"
-#include "kernels/cpu/isa/erf_exp.h"
 
 namespace belay::cpu {
 namespace {
@@ -80,26 +79,6 @@ struct ItemBuffers {
   std::vector<float> q, dout, k, v, kt, vt;
 };
 
-// The online softmax of one query row over one tile of its scores s (raw dot products):
-// scaled, masked beyond `vis` keys, the running max m and sum l updated, the row's output
-// accumulator o rescaled, and the tile's probabilities left in s (for P V).
-void online_softmax_row(float* s, int64_t vis, float scale, float& m, float& l, float* o, int64_t dp,
-                        const AttentionTiles& t) {
-  float mx = m;
-  for (int64_t j = 0; j < vis; ++j) {
-    s[j] *= scale;
-    mx = std::max(mx, s[j]);
-  }
-  for (int64_t j = vis; j < kAttnKeys; ++j) s[j] = kNegInf;
-  const float correction = cpu_math::exp_f32(m - mx);  // 0 on the first tile (m = -inf)
-  t.exp_shifted(s, mx, s, kAttnKeys);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < vis; ++j) sum += s[j];
-  l = l * correction + sum;
-  for (int64_t c = 0; c < dp; ++c) o[c] *= correction;
-  m = mx;
-}
-
 // Forward of query rows [i0, i0 + rows) of one item whose K^T and V are in b.
 void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale, int64_t item, int64_t i0,
                    int64_t rows, ItemBuffers& b, Tensor& out, Tensor& lse) {
@@ -117,7 +96,7 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
       float* sr = s.data() + r * kAttnKeys;
       const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
       if (vis == 0) std::fill(sr, sr + kAttnKeys, 0.0f);  // this row sees none of the tile
-      else online_softmax_row(sr, vis, scale, m[r], l[r], o.data() + r * dp, dp, t);
+      else t.online_softmax(sr, vis, scale, &m[r], &l[r], o.data() + r * dp, dp);
     }
     t.weigh_rows(s.data(), rows, keys, b.v.data() + j0 * dp, dp, dp, o.data(), dp);
   }
@@ -194,11 +173,12 @@ void probabilities_block(float* s, float* dpv, int64_t i0, int64_t rows, int64_t
     float* sr = s + r * kAttnKeys;
     float* dr = dpv + r * kAttnKeys;
     const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
-    for (int64_t j = 0; j < vis; ++j) sr[j] *= scale;
-    for (int64_t j = vis; j < kAttnKeys; ++j) sr[j] = kNegInf;
-    if (vis > 0) t.exp_shifted(sr, lse[i0 + r], sr, kAttnKeys);
-    else std::fill(sr, sr + kAttnKeys, 0.0f);
-    for (int64_t j = 0; j < kAttnKeys; ++j) dr[j] = sr[j] * (dr[j] - dsum[i0 + r]);
+    if (vis > 0) {
+      t.probabilities(sr, dr, vis, scale, lse[i0 + r], dsum[i0 + r]);
+    } else {  // the row sees none of the tile
+      std::fill(sr, sr + kAttnKeys, 0.0f);
+      std::fill(dr, dr + kAttnKeys, 0.0f);
+    }
   }
 }
 

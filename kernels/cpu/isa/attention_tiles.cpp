@@ -10,6 +10,8 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "kernels/cpu/isa/erf_exp.h"
 
 namespace belay::BELAY_ISA_NS {
@@ -145,18 +147,60 @@ void weigh_cols(const float* w, int64_t rows, int64_t keys, const float* x, int6
 // Arguments below kExpFloor give 0: e^x is then under FP32's smallest normal, a probability
 // that cannot move a sum of at least 1 (the row's maximum term), and computing it would make
 // subnormal intermediates (slow on x86: a microcode assist per lane). The masked scores (-inf)
-// are among them. The argument is clamped first so that no lane computes one.
+// are among them. The argument is clamped first so that no lane computes one; the selects are
+// bit masks (erf_exp.h) so the loop stays vectorized.
 constexpr float kExpFloor = -87.0f;  // e^-87 = 1.6e-38 > FLT_MIN
-void exp_shifted(const float* s, float shift, float* p, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = s[j] - shift;
-    const bool tiny = x < kExpFloor;  // selects as bit masks (erf_exp.h): the loop stays vectorized
-    p[j] = cpu_math::select_f32(tiny, 0.0f, cpu_math::exp_f32(cpu_math::select_f32(tiny, kExpFloor, x)));
+inline float exp_or_zero(float x) {
+  const bool tiny = x < kExpFloor;
+  return cpu_math::select_f32(tiny, 0.0f, cpu_math::exp_f32(cpu_math::select_f32(tiny, kExpFloor, x)));
+}
+
+// The first `vis` of a tile's scores scaled, the rest -inf: what the softmax of the row sees.
+inline void scale_and_mask(float* s, int64_t vis, float scale) {
+  for (int64_t j = 0; j < kAttnKeys; ++j) s[j] = cpu_math::select_f32(j < vis, s[j] * scale, -INFINITY);
+}
+
+// The sum of a tile's kAttnKeys values in kAttnPad partial sums, then a fixed tree: the same
+// additions in the same order on every path (and a vectorized loop, not a chain of 64 adds).
+inline float tile_sum(const float* p) {
+  float part[kAttnPad] = {};
+  for (int64_t j0 = 0; j0 < kAttnKeys; j0 += kAttnPad)
+    for (int64_t i = 0; i < kAttnPad; ++i) part[i] += p[j0 + i];
+  for (int64_t w = kAttnPad / 2; w > 0; w /= 2)
+    for (int64_t i = 0; i < w; ++i) part[i] += part[i + w];
+  return part[0];
+}
+
+inline float tile_max(const float* s, float start) {
+  float part[kAttnPad];
+  for (int64_t i = 0; i < kAttnPad; ++i) part[i] = start;
+  for (int64_t j0 = 0; j0 < kAttnKeys; j0 += kAttnPad)
+    for (int64_t i = 0; i < kAttnPad; ++i) part[i] = part[i] > s[j0 + i] ? part[i] : s[j0 + i];
+  float m = part[0];
+  for (int64_t i = 1; i < kAttnPad; ++i) m = m > part[i] ? m : part[i];
+  return m;
+}
+
+void online_softmax(float* s, int64_t vis, float scale, float* m, float* l, float* o, int64_t dp) {
+  scale_and_mask(s, vis, scale);
+  const float mx = tile_max(s, *m);
+  const float correction = exp_or_zero(*m - mx);  // 0 on the row's first tile (m = -inf)
+  for (int64_t j = 0; j < kAttnKeys; ++j) s[j] = exp_or_zero(s[j] - mx);
+  *l = *l * correction + tile_sum(s);
+  for (int64_t c = 0; c < dp; ++c) o[c] *= correction;
+  *m = mx;
+}
+
+void probabilities(float* s, float* dp, int64_t vis, float scale, float lse, float dsum) {
+  scale_and_mask(s, vis, scale);
+  for (int64_t j = 0; j < kAttnKeys; ++j) {
+    s[j] = exp_or_zero(s[j] - lse);
+    dp[j] = s[j] * (dp[j] - dsum);
   }
 }
 
 }  // namespace
 
-extern const AttentionTiles attention_tiles = {dot_tile, weigh_rows, weigh_cols, exp_shifted};
+extern const AttentionTiles attention_tiles = {dot_tile, weigh_rows, weigh_cols, online_softmax, probabilities};
 
 }  // namespace belay::BELAY_ISA_NS

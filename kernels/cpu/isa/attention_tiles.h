@@ -8,7 +8,9 @@
 // whole vectors and no path needs a remainder loop.
 //
 // Bits: every path sums each dot product and each accumulation in the same order (over the
-// head dim c, or over the rows, one vector lane per output element). The paths with FMA
+// head dim c, or over the rows, one vector lane per output element), and a row's sum of
+// probabilities in 16 fixed partial sums added in a fixed tree (adds only: the same on every path).
+// exp is erf_exp.h's exp_f32 on every path; arguments below -87 give 0 (see attention_tiles.cpp). The paths with FMA
 // (avx2, avx512; avx512bf16 and amx run avx512's tiles) fuse each multiply-add, so they agree with each other bit for
 // bit; baseline rounds the product first, so its bits differ from theirs by a rounding per
 // term (the same bits on every run and thread count on each path).
@@ -33,9 +35,14 @@ struct AttentionTiles {
   // j < keys, c < dp: P^T dO for dV, dS^T Q for dK (the rows summed in order).
   void (*weigh_cols)(const float* w, int64_t rows, int64_t keys, const float* x, int64_t ldx, int64_t dp, float* out,
                      int64_t ldo);
-  // p[j] = exp(s[j] - shift) for j < n (erf_exp.h's exp_f32: the same bits on every path); 0
-  // where s[j] - shift < -87 (the result would be below FP32's normal range; masked scores: -inf).
-  void (*exp_shifted)(const float* s, float shift, float* p, int64_t n);
+  // One query row's online softmax over one tile of its raw scores s (kAttnKeys of them, the
+  // first `vis` > 0 seen): scaled, the rest masked; the running max *m and sum *l updated and the
+  // row's output accumulator o (dp floats) rescaled by exp(old max - new max); s left holding
+  // the tile's probabilities exp(scale s - new max) (0 where masked), for P V.
+  void (*online_softmax)(float* s, int64_t vis, float scale, float* m, float* l, float* o, int64_t dp);
+  // The backward's row: s (raw scores) becomes P = exp(scale s - lse) for its first `vis` keys
+  // (0 past them) and dp (dO.v) becomes dS = P (dp - dsum).
+  void (*probabilities)(float* s, float* dp, int64_t vis, float scale, float lse, float dsum);
 };
 
 namespace isa_baseline { extern const AttentionTiles attention_tiles; }
