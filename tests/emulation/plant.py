@@ -116,8 +116,8 @@ BUGS = {
     # the backward recomputes P from it.
     "attention_lse_not_saved": (
         "kernels/cuda/attention_kernels.cu",
-        "      if (row < p.tq) p.lse[item * p.tq + row] =",
-        "      if (row < 0) p.lse[item * p.tq + row] =",
+        "      if (row < tq) lse[item * tq + row] =",
+        "      if (row < 0) lse[item * tq + row] =",
     ),
     # The barrier after a key tile's math: a warp's cp.async of tile kt + 2 overwrites the stage
     # that slower warps still read tile kt from (the race check sees it with 3 or more tiles).
