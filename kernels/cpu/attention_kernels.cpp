@@ -76,7 +76,7 @@ void transpose_tiles(const float* rows, int64_t n, int64_t d, int64_t dp, float*
 // One item's operands in FP32 as the tiles read them (a thread's buffers, reused).
 struct ItemBuffers {
   int64_t item = -1;
-  std::vector<float> q, dout, k, v, kt, vt;
+  std::vector<float> q, dout, out, k, v, kt, vt;
 };
 
 // Forward of query rows [i0, i0 + rows) of one item whose K^T and V are in b.
@@ -155,12 +155,12 @@ void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const
   b.dout.resize(static_cast<size_t>(dims.tq * dp));
   widen_rows(q, item * dims.tq * d, dims.tq, d, dp, b.q.data());
   widen_rows(dout, item * dims.tq * d, dims.tq, d, dp, b.dout.data());
-  std::vector<float> orow(static_cast<size_t>(dp));
+  b.out.resize(static_cast<size_t>(dims.tq * dp));
+  widen_rows(out, item * dims.tq * d, dims.tq, d, dp, b.out.data());
   dsum.resize(static_cast<size_t>(dims.tq));
   for (int64_t i = 0; i < dims.tq; ++i) {
-    widen_rows(out, (item * dims.tq + i) * d, 1, d, dp, orow.data());
     float acc = 0.0f;
-    for (int64_t c = 0; c < d; ++c) acc += b.dout[i * dp + c] * orow[c];
+    for (int64_t c = 0; c < d; ++c) acc += b.dout[i * dp + c] * b.out[i * dp + c];
     dsum[i] = acc;
   }
 }
