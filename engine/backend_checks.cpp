@@ -328,7 +328,7 @@ namespace {
 
 bool same_leading_dims(const Tensor& a, const Tensor& b) {
   if (a.rank() != b.rank()) return false;
-  for (int i = 0; i + 2 < a.rank(); ++i)
+  for (int i = 0; i + 2 < static_cast<int>(a.rank()); ++i)
     if (a.dim(i) != b.dim(i)) return false;
   return true;
 }
