@@ -54,6 +54,10 @@ const AutocastEntry kAutocastTable[] = {
     {"bmm", OpClass::Bmm, kLow, kLow,
      "attention's batched products on the tensor cores; FP32 accumulation, one rounding (PyTorch: "
      "lower_precision_fp)"},
+    {"attention", OpClass::Attention, kLow, kLow,
+     "the fused op: q, k, v in the low dtype for the products; the scores, the running max and sum and the "
+     "rescaling in FP32 inside the kernel, so no FP16 score can overflow (PyTorch: scaled_dot_product_attention "
+     "is lower_precision_fp)"},
 };
 
 const AutocastEntry* find_entry(OpClass op) {

@@ -45,6 +45,7 @@ enum class OpClass : uint32_t {
   Embedding = 1u << 20,
   LayerNorm = 1u << 21,
   Bmm = 1u << 22,
+  Attention = 1u << 23,  // the fused op (autograd/attention_ops.cpp)
 };
 
 // What autocast does to an op class's inputs (autocast.cpp's kAutocastTable says which and why).

@@ -35,7 +35,8 @@ static int64_t parse_int(const std::string& s, const std::string& what) {
 }
 
 bool is_policy_setting(const std::string& key) {
-  return key == "dtype" || key == "grad_dtype" || key == "fp32_ops" || key == "scaler" || key.rfind("scaler.", 0) == 0;
+  return key == "dtype" || key == "grad_dtype" || key == "fp32_ops" || key == "attention" || key == "scaler" ||
+         key.rfind("scaler.", 0) == 0;
 }
 
 namespace {
@@ -57,6 +58,8 @@ std::vector<std::string> check_resume_settings(const std::string& path, std::map
   // that does not name them) ran.
   if (!saved.count("fp32_ops")) saved["fp32_ops"] = "none";
   if (!run.count("fp32_ops")) run["fp32_ops"] = "none";
+  // A GPT's checkpoint from before the fused attention op ran the three-op path.
+  if (run.count("attention") && !saved.count("attention")) saved["attention"] = "naive";
   std::vector<std::string> policy_changes;
   std::vector<std::string> keys;
   for (auto& [k, v] : saved) keys.push_back(k);

@@ -33,6 +33,7 @@ std::string block_prefix(int index) { return "blocks." + std::to_string(index) +
 GptBlock::GptBlock(const GptConfig& c, int index, Rng& rng, Device device)
     : heads_(c.heads),
       width_(c.width),
+      fused_attention_(c.fused_attention),
       prefix_(block_prefix(index)),
       ln_1_(c.width, 1e-5f, device, prefix_ + "ln_1."),
       ln_2_(c.width, 1e-5f, device, prefix_ + "ln_2."),
@@ -57,8 +58,12 @@ Var GptBlock::attention(const Var& h, int64_t batch, int64_t tokens) {
   {
     ModuleScope scope(softmax_path_.c_str());
     const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(width_ / heads_));
-    const Var scores = scale(bmm(q, k, false, true), inv_sqrt_d);  // [B, H, T, T]
-    y = bmm(softmax(scores, /*causal=*/true), v);                  // [B, H, T, D / H]
+    if (fused_attention_) {
+      y = belay::attention(q, k, v, /*causal=*/true, inv_sqrt_d);  // [B, H, T, D / H]
+    } else {
+      const Var scores = scale(bmm(q, k, false, true), inv_sqrt_d);  // [B, H, T, T]
+      y = bmm(softmax(scores, /*causal=*/true), v);                  // [B, H, T, D / H]
+    }
   }
   return attn_proj_(reshape(merge_heads(y), {batch * tokens, width_}));
 }

@@ -26,12 +26,18 @@
 
 namespace belay {
 
+struct KvCache;  // autograd/gpt_decode.h: the keys and values of the positions decoded so far
+struct KvLayer;
+
 struct GptConfig {
   int64_t vocab = 256;    // token ids in [0, vocab)
   int64_t context = 64;   // the longest sequence (rows of the position table)
   int64_t width = 128;    // D, the residual stream
   int64_t layers = 2;     // blocks
   int64_t heads = 4;      // D must be a multiple of heads
+  // Attention as one fused op (autograd/ops.h attention: no [B, H, T, T] scores kept for the
+  // backward) or as bmm, causal softmax, bmm (the reference; the same math, other roundings).
+  bool fused_attention = true;
   // Parameters: V D + C D + layers (12 D^2 + 13 D) + 2 D (the head is tied).
   double parameter_count() const;
   void validate() const;  // throws UsageError naming the first bad size
@@ -43,6 +49,9 @@ class GptBlock {
   GptBlock(const GptConfig& c, int index, Rng& rng, Device device);
   // x: the residual stream [B T, D] of B sequences of T tokens.
   Var forward(const Var& x, int64_t batch, int64_t tokens);
+  // The same for `tokens` new positions after the `start` that `layer` holds, their k and v
+  // appended to it (autograd/gpt_decode.cpp; under NoGrad).
+  Var forward_cached(const Var& x, int64_t batch, int64_t tokens, KvLayer& layer, int64_t start);
   std::vector<std::pair<std::string, Var>> named_parameters() const;
   void set_working_dtype(DType dtype);
 
@@ -51,6 +60,7 @@ class GptBlock {
   Var mlp(const Var& h);
 
   int64_t heads_, width_;
+  bool fused_attention_;
   std::string prefix_;
   LayerNorm ln_1_, ln_2_;
   Linear q_, k_, v_, attn_proj_, fc_, mlp_proj_;
@@ -63,6 +73,10 @@ class Gpt : public Module {
   // ids [B, T]: token ids held as FP32 (as TokenDataset's batches), T <= context.
   // Returns the logits [B T, V], rows in the ids' order (cross_entropy's input).
   Var forward(const Var& ids) override;
+  // Incremental decoding (autograd/gpt_decode.cpp, under NoGrad): ids [B, t] are the tokens at
+  // positions cache.length() onward; their k and v join the cache. Returns the logits of the
+  // last position only, [B, V], with the bits of forward's last row on the whole sequence.
+  Var forward_cached(const Var& ids, KvCache& cache);
   std::vector<std::pair<std::string, Var>> named_parameters() const override;
   void set_working_dtype(DType dtype) override;
   const GptConfig& config() const { return config_; }

@@ -2,6 +2,7 @@
 // to send its gradient back. Autocast (amp/autocast.h) decides the dtype of matmul and
 // linear; losses and reductions always produce FP32.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "autograd/graph.h"
@@ -71,6 +72,13 @@ Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps = 1e-
 Var bmm(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
 // dims dim0 and dim1 swapped (negative counts from the end): one copy (Backend::swap_axes).
 Var transpose(const Var& x, int64_t dim0, int64_t dim1);
+// Fused attention (autograd/attention_ops.cpp; docs/attention.md): softmax(scale q k^T) v
+// for q [..., Tq, d] and k, v [..., Tk, d] with the same leading dims (d <= 128), never
+// storing the [Tq, Tk] scores: the backward recomputes them from one FP32 log-sum-exp per
+// query row. causal: query i sees keys j <= i + Tk - Tq (the lower triangle when Tq == Tk).
+// scale defaults to 1 / sqrt(d). Autocast class `attention`: q, k, v in FP16/BF16, the scores,
+// the softmax and the sums in FP32 inside the kernel, the output in the low dtype.
+Var attention(const Var& q, const Var& k, const Var& v, bool causal = true, std::optional<float> scale = {});
 // [..., T, H * d] -> [..., H, T, d] (reshape, then transpose(-3, -2)), and back.
 Var split_heads(const Var& x, int64_t heads);
 Var merge_heads(const Var& x);

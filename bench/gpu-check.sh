@@ -11,6 +11,8 @@
 #      device copy bandwidth
 #   4. bench/gpu/torch_amp_step.py: PyTorch GradScaler + clip_grad_norm_ + AdamW(fused=True)
 #      on the same tensors
+#   4b. bench/gpu/torch_sdpa.py: PyTorch's scaled_dot_product_attention, forward and forward +
+#      backward, at the shape of gpu_bench's attention section (B 4, H 12, T 1024, d 64, causal)
 #   5. beside each measured time, the time at the H200's limits (bench/gpu/expected_column.py)
 # Writes $OUT/gpu-check.log (everything), $OUT/summary.json and the pieces it is made of.
 # Usage: OUT=/some/dir bench/gpu-check.sh   (from anywhere; default OUT=./gpu-check-out)
@@ -97,7 +99,7 @@ PASSED=$(grep -oE "[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$OU
 stamp "ctest rc=$CTEST_RC: $PASSED"
 
 # One process per section: a kernel that takes the CUDA context down costs only its own.
-for section in gemm step sync; do
+for section in gemm step sync attention; do
   stamp "gpu_bench --section $section"
   if [ -x "$BENCH_BIN" ] && budget_left 30; then
     timeout "$(cap 90)" "$BENCH_BIN" --section $section > "$OUT/gpu_bench_$section.json" 2> "$OUT/gpu_bench_$section.err"
@@ -126,6 +128,12 @@ elif ! timeout "$(cap 60)" python3 "$ROOT/bench/gpu/torch_amp_step.py" > "$OUT/t
   echo '{"error": "torch script failed"}' > "$OUT/torch_amp_step.json"; tail -5 "$OUT/torch_amp_step.err"
 fi
 cat "$OUT/torch_amp_step.json"
+if ! budget_left 20; then
+  echo '{"error": "skipped: budget spent"}' > "$OUT/torch_sdpa.json"
+elif ! timeout "$(cap 45)" python3 "$ROOT/bench/gpu/torch_sdpa.py" > "$OUT/torch_sdpa.json" 2> "$OUT/torch_sdpa.err"; then
+  echo '{"error": "torch sdpa script failed"}' > "$OUT/torch_sdpa.json"; tail -5 "$OUT/torch_sdpa.err"
+fi
+cat "$OUT/torch_sdpa.json"
 
 stamp "belay train on cuda vs cpu (the README demo, fp16 with an inf at step 5; and a larger MLP)"
 BELAY_BIN="$(find "$BUILD" -maxdepth 2 -name belay -type f -perm -u+x | head -1)"
@@ -198,7 +206,7 @@ def load(name):
     except Exception as e:
         return {"error": f"{name}: {e}"}
 bench = {}
-for section in ("gemm", "step", "sync"):
+for section in ("gemm", "step", "sync", "attention"):
     part = load(f"gpu_bench_{section}.json")
     if "error" in part: part = {section: part}
     bench.update(part)
@@ -215,7 +223,7 @@ summary = {"build_rc": build_rc, "ctest_rc": ctest_rc, "ctest": passed, "kernels
            "gemm_warps": bench.get("gemm_warps"), "gemm_blocks_per_sm": bench.get("gemm_blocks_per_sm"),
            "gemm_warps4_blocks_per_sm": bench_w4.get("gemm_blocks_per_sm"), "gemm": bench.get("gemm"),
            "gemm_warps4": bench_w4.get("gemm", bench_w4), "step": bench.get("step"), "sync": bench.get("sync"),
-           "torch_step": torch_step}
+           "torch_step": torch_step, "attention": bench.get("attention"), "torch_sdpa": load("torch_sdpa.json")}
 step = bench.get("step") or {}
 if step.get("step_ms") and torch_step.get("step_ms"):
     summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)

@@ -21,8 +21,9 @@ Json bench_threads(const Options& o);  // 1 thread vs 2 threads on the kernels a
 Json bench_isa(const Options& o);      // per CPU ISA path: FMA peak, fp32 GEMM and its fraction of the peak
 Json bench_anomaly(const Options& o);  // a belted step with and without anomaly mode: the ratio
 Json bench_rows(const Options& o);     // LayerNorm and softmax rows, forward and backward: GB/s vs copy
-Json bench_gpt(const Options& o);
-Json bench_census(const Options& o);   // the guard with and without the census, per CPU ISA path      // GPT block forward + backward, the GPT training step, its parts
+Json bench_gpt(const Options& o);      // GPT block forward + backward, the GPT training step, its parts
+Json bench_attention(const Options& o);  // fused vs naive attention: time at two shapes, peak memory over T
+Json bench_census(const Options& o);     // the guard with and without the census, per CPU ISA path
 
 // Training configurations, timed (bench_train runs the grid; bench_threads reuses it).
 struct TrainModel {

@@ -5,7 +5,7 @@
 namespace belay::bench {
 
 const char* part_name(Part p) {
-  static const char* names[] = {"gemm linear (+ head)", "gemm attention (bmm)", "softmax (attention)", "layer_norm",
+  static const char* names[] = {"gemm linear (+ head)", "gemm attention (bmm)", "softmax (attention)", "attention (fused)", "layer_norm",
                                 "element-wise (gelu, add, bias grads)", "head split/merge copies", "embedding",
                                 "loss (cross_entropy)", "casts", "belts (guard, clip, scaler)", "optimizer (AdamW)"};
   return names[static_cast<size_t>(p)];
@@ -85,6 +85,15 @@ class TimedBackend final : public Backend {
   }
   void softmax_impl(const Tensor& x, int64_t c, bool l, bool m, Tensor& y) const override {
     BELAY_TIMED(Softmax, softmax(x, c, l, m, y));
+  }
+  void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                      const AttentionDims&, Tensor& out, Tensor& lse) const override {
+    BELAY_TIMED(Attention, attention(q, k, v, causal, scale, out, lse));
+  }
+  void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& lse, const Tensor& dout, bool causal, float scale, const AttentionDims&,
+                               Tensor& dq, Tensor& dk, Tensor& dv) const override {
+    BELAY_TIMED(Attention, attention_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv));
   }
   void softmax_backward_impl(const Tensor& y, const Tensor& dy, int64_t c, bool l, bool m, Tensor& dx) const override {
     BELAY_TIMED(Softmax, softmax_backward(y, dy, c, l, m, dx));

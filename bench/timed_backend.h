@@ -15,6 +15,7 @@ enum class Part {
   GemmLinear,   // gemm with batch 1: the Linears' three products and the tied head
   GemmBatched,  // gemm with batch > 1: attention's q k^T and p v (bmm)
   Softmax,      // attention's causal softmax, forward and backward
+  Attention,    // the fused attention op, forward and backward (--attention fused)
   LayerNorm,    // forward and backward
   Elementwise,  // gelu, add, scale, broadcasts, the bias gradients (sum_rows), fill, ...
   Heads,        // the head split and merge copies (swap_axes, transpose), copy_bytes

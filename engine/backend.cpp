@@ -96,6 +96,17 @@ void Backend::swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) 
   checks::swap_axes(kind_, x, view, out);
   swap_axes_impl(x, view, out);
 }
+void Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, Tensor& out,
+                        Tensor& lse) const {
+  const AttentionDims dims = checks::attention(kind_, q, k, v, out, lse);
+  attention_impl(q, k, v, causal, scale, dims, out, lse);
+}
+void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                 const Tensor& lse, const Tensor& dout, bool causal, float scale, Tensor& dq,
+                                 Tensor& dk, Tensor& dv) const {
+  const AttentionDims dims = checks::attention_backward(kind_, q, k, v, out, lse, dout, dq, dk, dv);
+  attention_backward_impl(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
+}
 void Backend::gemm(const GemmArgs& args) const { gemm_impl(args, checks::gemm(kind_, args)); }
 void Backend::sum_rows(const Tensor& x, Tensor& out, bool accumulate) const {
   checks::sum_rows(kind_, x, out);

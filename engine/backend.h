@@ -68,6 +68,14 @@ struct SwapAxesView {
   constexpr int64_t numel() const { return outer * p * mid * q * inner; }
 };
 
+// The extents of a fused attention call, once checked (checks::attention): `items` = B H
+// problems, each q [tq, d] against k and v [tk, d].
+struct AttentionDims {
+  int64_t items = 1, tq = 1, tk = 1, d = 1;
+};
+// The largest head dim the fused attention takes on every backend (GPT-2: 64).
+constexpr int64_t kMaxAttentionHeadDim = 128;
+
 struct AdamWHyper {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -217,6 +225,27 @@ class Backend {
   // [B, H, T, d] is {B, T, 1, H, d}); its own inverse with p and q exchanged.
   void swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) const;
 
+  // Fused attention (FlashAttention-2's algorithm: docs/attention.md), forward: for each item
+  // of q [..., Tq, d] and k, v [..., Tk, d] (the same leading dims, e.g. [B, H]; one dtype,
+  // FP32, FP16 or BF16; 1 <= d <= kMaxAttentionHeadDim):
+  //   out [..., Tq, d] = softmax(scale q k^T, masked) v, in q's dtype;
+  //   lse [..., Tq] (FP32) = log of each query row's sum over its unmasked keys of
+  //   exp(scale q.k), the one value per row the backward needs.
+  // The [Tq, Tk] scores are never stored: they live a tile at a time in registers and L1 (or
+  // shared memory), so the extra memory is O(items Tq), never O(Tq Tk). The score products,
+  // the running max, the sum and the rescaling are FP32 whatever the dtype.
+  // causal: query i sees keys j <= i + Tk - Tq (the mask aligned at the end, so with Tq == Tk it
+  // is the usual lower triangle, and a single new query of a KV cache sees every cached key).
+  // A query that sees no key (causal with Tq > Tk) gets out = 0 and lse = -inf.
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, Tensor& out,
+                 Tensor& lse) const;
+  // The backward, from q, k, v, the forward's out and lse, and dout (out's shape and dtype):
+  // dq, dk, dv (their inputs' shapes; each FP32 or q's dtype), the scores recomputed tile by
+  // tile from lse. Deterministic: the same bits on every run and at every thread count (every
+  // sum in a fixed order, no float atomics whose order varies).
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, bool causal, float scale, Tensor& dq, Tensor& dk, Tensor& dv) const;
+
   // Matrix products and reductions (fixed order, so a run repeats bit for bit).
   void gemm(const GemmArgs& args) const;
   // out[n] (+)= sum over rows m of x[m, n]; out is FP32: the bias gradient.
@@ -303,6 +332,11 @@ class Backend {
                                         bool accumulate) const = 0;
   virtual void transpose_impl(const Tensor& x, Tensor& out) const = 0;
   virtual void swap_axes_impl(const Tensor& x, const SwapAxesView& view, Tensor& out) const = 0;
+  virtual void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                              const AttentionDims& dims, Tensor& out, Tensor& lse) const = 0;
+  virtual void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                       const Tensor& lse, const Tensor& dout, bool causal, float scale,
+                                       const AttentionDims& dims, Tensor& dq, Tensor& dk, Tensor& dv) const = 0;
   virtual void gemm_impl(const GemmArgs& args, const GemmDims& dims) const = 0;
   virtual void sum_rows_impl(const Tensor& x, Tensor& out, bool accumulate) const = 0;
   virtual void sum_impl(const Tensor& x, Tensor& out) const = 0;

@@ -3,6 +3,7 @@
 // host read.
 #include "engine/backend_checks.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -323,6 +324,81 @@ void swap_axes(DeviceKind kind, const Tensor& x, const SwapAxesView& view, const
                 std::to_string(view.outer) + ", " + std::to_string(view.p) + ", " + std::to_string(view.mid) + ", " +
                 std::to_string(view.q) + ", " + std::to_string(view.inner) + "] with one dtype");
   check_apart("swap_axes", out, {&x});
+}
+
+namespace {
+
+bool same_leading_dims(const Tensor& a, const Tensor& b) {
+  if (a.rank() != b.rank()) return false;
+  for (int i = 0; i + 2 < static_cast<int>(a.rank()); ++i)
+    if (a.dim(i) != b.dim(i)) return false;
+  return true;
+}
+
+// The shapes and dtypes every attention call shares: q, k, v, out and lse.
+AttentionDims check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const Tensor& lse) {
+  const auto all = [&] { return q.describe() + ", " + k.describe() + ", " + v.describe(); };
+  if (q.rank() < 2 || !same_leading_dims(q, k) || !same_leading_dims(q, v))
+    throw Error(std::string(op) + ": expected q [..., Tq, d] and k, v [..., Tk, d] with the same leading dims, got " +
+                all());
+  const int r = q.rank();
+  AttentionDims d;
+  d.tq = q.dim(r - 2);
+  d.tk = k.dim(r - 2);
+  d.d = q.dim(r - 1);
+  d.items = d.tq == 0 ? 0 : q.numel() / (d.tq * std::max<int64_t>(d.d, 1));
+  if (v.dim(r - 2) != d.tk || k.dim(r - 1) != d.d || v.dim(r - 1) != d.d)
+    throw Error(std::string(op) + ": k and v must be [..., Tk, d] with q's d, got " + all());
+  if (d.items < 1 || d.tq < 1 || d.tk < 1 || d.d < 1)
+    throw Error(std::string(op) + ": empty operand, " + all());
+  if (d.d > kMaxAttentionHeadDim)
+    throw Error(std::string(op) + ": head dim " + std::to_string(d.d) + " is beyond the fused kernels' " +
+                std::to_string(kMaxAttentionHeadDim) + " (use the naive path: bmm, softmax, bmm)");
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    throw Error(std::string(op) + ": q, k and v must share one dtype, got " + all());
+  check_same_shape(op, q, out);
+  check_dtype(op, out, q.dtype());
+  check_dtype(op, lse, DType::F32);
+  if (lse.numel() != d.items * d.tq)
+    throw Error(std::string(op) + ": lse " + lse.describe() + " must hold one value per query row (" +
+                std::to_string(d.items * d.tq) + ")");
+  return d;
+}
+
+void check_attention_grad(const char* op, const Tensor& input, const Tensor& grad) {
+  check_same_shape(op, input, grad);
+  if (grad.dtype() != DType::F32 && grad.dtype() != input.dtype())
+    throw Error(std::string(op) + ": gradient " + grad.describe() + " must be fp32 or its input's dtype");
+}
+
+}  // namespace
+
+AttentionDims attention(DeviceKind kind, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse) {
+  const char* op = "attention";
+  check_on_one_device(op, kind, {&q, &k, &v, &out, &lse});
+  const AttentionDims d = check_attention_shapes(op, q, k, v, out, lse);
+  check_apart(op, out, {&q, &k, &v, &lse});
+  check_apart(op, lse, {&q, &k, &v});
+  return d;
+}
+
+AttentionDims attention_backward(DeviceKind kind, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
+                                 const Tensor& dk, const Tensor& dv) {
+  const char* op = "attention_backward";
+  check_on_one_device(op, kind, {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv});
+  const AttentionDims d = check_attention_shapes(op, q, k, v, out, lse);
+  check_same_shape(op, out, dout);
+  check_dtype(op, dout, out.dtype());
+  check_attention_grad(op, q, dq);
+  check_attention_grad(op, k, dk);
+  check_attention_grad(op, v, dv);
+  check_apart(op, dq, {&q, &k, &v, &out, &lse, &dout, &dk, &dv});
+  check_apart(op, dk, {&q, &k, &v, &out, &lse, &dout, &dv});
+  check_apart(op, dv, {&q, &k, &v, &out, &lse, &dout});
+  return d;
 }
 
 GemmDims gemm(DeviceKind kind, const GemmArgs& args) {

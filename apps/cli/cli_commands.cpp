@@ -75,10 +75,19 @@ void add_sample_command(CLI::App& app, SampleCommand& s) {
       ->capture_default_str();
   sample->add_option("--seed", sc.seed, "seed of the draws (the same seed gives the same text)")->capture_default_str();
   sample->add_option("--top-k", sc.top_k, "draw among the K most likely tokens only; 0: all")->capture_default_str();
+  sample->add_flag_function(
+      "--no-kv-cache", [&sc](int64_t) { sc.kv_cache = false; },
+      "rerun the whole window for every token (the reference the KV cache matches bit for bit)");
 }
 
+// The text goes out as it is made: each chunk flushed, so a pipe or a terminal sees every
+// token when it is picked rather than all of them at the end.
 int run_sample_command(const SampleCommand& s) {
-  std::cout << sample_text(s.config) << "\n";
+  sample_stream(s.config, [](const std::string& bytes) {
+    std::cout << bytes << std::flush;
+    if (!std::cout) throw Error("sample: could not write the text to stdout (was the pipe closed?)");
+  });
+  std::cout << "\n" << std::flush;
   return 0;
 }
 

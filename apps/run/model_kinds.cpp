@@ -38,6 +38,7 @@ GptConfig gpt_config_of(const TrainConfig& c) {
   g.width = c.width;
   g.layers = c.layers;
   g.heads = c.heads;
+  g.fused_attention = c.attention == "fused";
   return g;
 }
 
@@ -67,6 +68,12 @@ int64_t positive_setting(const Settings& settings, const std::string& path, cons
     throw UsageError("checkpoint '" + path + "' records no valid " + key + " ('" + v +
                      "'): write it again with a current belay train");
   return n;
+}
+
+void check_gpt(const TrainConfig& c) {
+  gpt_config_of(c).validate();
+  if (c.attention != "fused" && c.attention != "naive")
+    throw UsageError("--attention must be fused or naive, got '" + c.attention + "'");
 }
 
 // A GPT trains in minutes on 2 cores with these (AdamW lr 3e-3 with 100 warmup steps and a
@@ -99,8 +106,7 @@ std::vector<ModelKind> make_model_kinds() {
      }},
     // A GPT on a tokens file: "in" is its context, "out" the file's vocabulary.
     {"gpt", "gpt: a small transformer on a tokens file: --data", {kLayers, kWidth, kHeads, kContext},
-     {"eval-every", "eval-windows"}, true, false, gpt_defaults(),
-     [](const TrainConfig& c) { gpt_config_of(c).validate(); },
+     {"eval-every", "eval-windows", "attention"}, true, false, gpt_defaults(), check_gpt,
      [](const TrainConfig& c) { return gpt_config_of(c).parameter_count(); },
      [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
        return std::make_unique<Gpt>(gpt_config_of(c), rng, device);
@@ -184,6 +190,7 @@ void write_model_settings(const TrainConfig& c, Settings& settings) {
   settings["model"] = c.model;
   for (const ShapeField& f : {kIn, kOut}) settings[f.name] = std::to_string(f.get(c));
   for (const ShapeField& f : model_kind(c.model).shape) settings[f.name] = std::to_string(f.get(c));
+  if (takes_option(model_kind(c.model), "attention")) settings["attention"] = c.attention;
 }
 
 void read_model_settings(const Settings& settings, const std::string& path, TrainConfig& c) {
@@ -193,6 +200,10 @@ void read_model_settings(const Settings& settings, const std::string& path, Trai
   c.model = model_kind(model->second).name;
   for (const ShapeField& f : {kIn, kOut}) f.set(c, positive_setting(settings, path, f.name));
   for (const ShapeField& f : model_kind(c.model).shape) f.set(c, positive_setting(settings, path, f.name));
+  if (takes_option(model_kind(c.model), "attention")) {
+    const auto it = settings.find("attention");
+    c.attention = it == settings.end() ? "naive" : it->second;  // recorded since the fused op; before: naive
+  }
 }
 
 std::unique_ptr<Module> model_from_settings(const Settings& settings, const std::string& path, Device device) {

@@ -10,6 +10,8 @@
 #include "amp/checkpoint.h"
 #include "apps/run/model_kinds.h"
 #include "apps/run/token_dataset.h"
+#include "apps/run/utf8_chunks.h"
+#include "autograd/gpt_decode.h"
 #include "autograd/graph.h"
 #include "engine/error.h"
 #include "engine/random.h"
@@ -31,6 +33,26 @@ void check_options(const SampleConfig& c) {
 
 // Uniform in [0, 1) with 53 random bits: every double the draw can need.
 double uniform53(Rng& rng) { return static_cast<double>(rng.next_u64() >> 11) * 0x1.0p-53; }
+
+// The reference: the logits of the last position of the window (the last `context` ids), from
+// forward on the whole window.
+std::vector<float> window_logits(Gpt& model, const std::vector<int32_t>& ids) {
+  const int64_t t = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.config().context);
+  const std::vector<float> window(ids.end() - t, ids.end());  // ids as FP32, as the model reads them
+  const std::vector<float> all = model.forward(Var(Tensor::from_vector(window, Shape{1, t}))).value().to_vector();
+  return std::vector<float>(all.end() - model.config().vocab, all.end());
+}
+
+// The same logits through the cache: the newest id alone when the cache holds every id before
+// it from position 0; else (the first call, or a window that has slid, which moves every
+// position) the whole window again from an empty cache.
+std::vector<float> cached_logits(Gpt& model, KvCache& cache, const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size()), t = std::min(n, model.config().context);
+  if (n > model.config().context || cache.length() != n - 1) cache.clear();
+  const int64_t fresh = cache.length() == 0 ? t : 1;
+  const std::vector<float> tail(ids.end() - fresh, ids.end());
+  return model.forward_cached(Var(Tensor::from_vector(tail, Shape{1, fresh})), cache).value().to_vector();
+}
 
 }  // namespace
 
@@ -76,7 +98,8 @@ int32_t pick_token(const float* logits, int64_t vocab, double temperature, int64
 }
 
 std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, int64_t count, double temperature,
-                              int64_t top_k, uint64_t seed) {
+                              int64_t top_k, uint64_t seed, bool kv_cache,
+                              const std::function<void(int32_t)>& on_token) {
   const GptConfig& g = model.config();
   if (prompt.empty()) throw UsageError("sample: the prompt has no tokens");
   for (int32_t id : prompt)
@@ -86,19 +109,18 @@ std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, in
   NoGrad no_grad;
   Rng rng(seed);
   std::vector<int32_t> ids = prompt, out;
+  KvCache cache(g, 1);
   for (int64_t n = 0; n < count; ++n) {
-    const int64_t t = std::min<int64_t>(static_cast<int64_t>(ids.size()), g.context);
-    const std::vector<float> window(ids.end() - t, ids.end());  // ids as FP32, as the model reads them
-    const Var logits = model.forward(Var(Tensor::from_vector(window, Shape{1, t})));
-    const std::vector<float> all = logits.value().to_vector();
-    const int32_t next = pick_token(all.data() + (t - 1) * g.vocab, g.vocab, temperature, top_k, rng);
+    const std::vector<float> logits = kv_cache ? cached_logits(model, cache, ids) : window_logits(model, ids);
+    const int32_t next = pick_token(logits.data(), g.vocab, temperature, top_k, rng);
     ids.push_back(next);
     out.push_back(next);
+    if (on_token) on_token(next);
   }
   return out;
 }
 
-std::string sample_text(const SampleConfig& c) {
+void sample_stream(const SampleConfig& c, const std::function<void(const std::string&)>& emit) {
   check_options(c);
   std::unique_ptr<Gpt> model = load_gpt_checkpoint(c.checkpoint);
   const int64_t vocab = model->config().vocab;
@@ -110,7 +132,22 @@ std::string sample_text(const SampleConfig& c) {
     if (prompt[i] >= vocab)
       throw UsageError("sample: prompt byte " + std::to_string(i) + " (value " + std::to_string(prompt[i]) +
                        ") is not in the model's vocabulary of " + std::to_string(vocab) + " tokens");
-  return c.prompt + tokens_to_bytes(generate(*model, prompt, c.tokens, c.temperature, c.top_k, c.seed));
+  Utf8Chunks chunks;  // the prompt too: it may end inside a character that the model finishes
+  auto put = [&](const std::string& bytes) {
+    const std::string ready = chunks.push(bytes);
+    if (!ready.empty()) emit(ready);
+  };
+  put(c.prompt);
+  generate(*model, prompt, c.tokens, c.temperature, c.top_k, c.seed, c.kv_cache,
+           [&](int32_t id) { put(std::string(1, static_cast<char>(id))); });
+  const std::string rest = chunks.finish();
+  if (!rest.empty()) emit(rest);
+}
+
+std::string sample_text(const SampleConfig& c) {
+  std::string text;
+  sample_stream(c, [&](const std::string& bytes) { text += bytes; });
+  return text;
 }
 
 }  // namespace belay

@@ -42,6 +42,8 @@ struct TrainConfig {
   // summary. 0: never (the CSV keeps its 8 columns).
   int64_t eval_every = 0;
   int64_t eval_windows = 64;
+  // GPT: "fused" (Backend::attention: no [T, T] scores kept) or "naive" (bmm, causal softmax, bmm).
+  std::string attention = "fused";
   int64_t batch = 32;        // samples per optimizer step (the effective batch)
   int64_t micro_batch = 0;   // samples per forward/backward; 0: the whole batch
   int64_t steps = 200;       // the run's total, also when resuming

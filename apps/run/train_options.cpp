@@ -44,6 +44,10 @@ std::vector<TrainOption> make_train_options() {
      "GPT: held-out loss after every N steps and the last (CSV column heldout_loss); 0: never", kShowDefault},
     {"eval-windows", BELAY_FIELD(config.eval_windows), "GPT: held-out windows (of --context tokens) per evaluation",
      kShowDefault},
+    {"attention", BELAY_FIELD(config.attention),
+     "GPT: fused (one kernel, FlashAttention-2's: never the T x T scores) | naive (bmm, causal softmax, bmm: the "
+     "reference)",
+     kShowDefault},
     {"batch", BELAY_FIELD(config.batch), "samples per optimizer step (the effective batch)", kShowDefault},
     {"micro-batch", BELAY_FIELD(config.micro_batch),
      "samples per forward/backward; gradients accumulate over batch/micro-batch of them"},

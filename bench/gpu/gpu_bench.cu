@@ -16,6 +16,12 @@
 //          per call, enqueued behind ~ms of queued GEMM work). Checks: the uploads and
 //          read_asyncs returned while that work was still queued (no host wait), and the
 //          values that then land are the right ones.
+//   attention: the fused attention (Backend::attention + attention_backward) at GPT-2's
+//          shape, B 4, H 12, T 1024, d 64, causal, FP16 and BF16: milliseconds forward and
+//          forward + backward, beside the time at the tensor cores' peak (989 TFLOP/s dense:
+//          4 B H T^2 d / 2 flops forward, 2.5 times that backward; a bound, not a measurement).
+//          PyTorch's SDPA on the same shape: bench/gpu/torch_sdpa.py. Check: 4 rows of out
+//          against an FP64 softmax(q k^T) v of the same inputs.
 // cuBLAS lives only here and in tests, never on the training path.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -341,15 +347,82 @@ std::string sync_bench() {
 
 }  // namespace
 
+// Forward and forward + backward of the fused attention, causal, one dtype.
+std::string attention_bench(DType dtype) {
+  const bool bf16 = dtype == DType::BF16;
+  const Device dev = Device::cuda();
+  const int64_t b = 4, h = 12, t = 1024, d = 64, n = b * h * t * d;
+  const Shape shape{b, h, t, d};
+  const float scale = 0.125f;
+  Tensor q = Tensor::empty(shape, dtype, dev), k = Tensor::empty(shape, dtype, dev), v = Tensor::empty(shape, dtype, dev);
+  Tensor g = Tensor::empty(shape, dtype, dev), out = Tensor::empty(shape, dtype, dev);
+  Tensor lse = Tensor::empty(Shape{b, h, t}, DType::F32, dev);
+  Tensor dq = Tensor::empty(shape, dtype, dev), dk = Tensor::empty(shape, dtype, dev), dv = Tensor::empty(shape, dtype, dev);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(q.data()), n, 5u, bf16);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(k.data()), n, 6u, bf16);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(v.data()), n, 7u, bf16);
+  fill_hash_kernel<<<4096, 256>>>(static_cast<uint16_t*>(g.data()), n, 8u, bf16);
+  const Backend& be = backend_for(dev);
+  auto fwd = [&] { be.attention(q, k, v, true, scale, out, lse); };
+  auto both = [&] {
+    fwd();
+    be.attention_backward(q, k, v, out, lse, g, true, scale, dq, dk, dv);
+  };
+  both();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const double ms_fwd = time_ms(fwd, 20), ms_both = time_ms(both, 10);
+  // Check: rows 0, 1, 511, 1023 of the first item against FP64 (bound: a few units of the dtype
+  // per unit of sum p |v|, P being rounded to the dtype; |v| < 1 so that sum is <= 1).
+  std::vector<uint16_t> hq(t * d), hk(t * d), hv(t * d), ho(t * d);
+  CHECK_CUDA(cudaMemcpy(hq.data(), q.data(), t * d * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hk.data(), k.data(), t * d * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(hv.data(), v.data(), t * d * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(ho.data(), out.data(), t * d * 2, cudaMemcpyDeviceToHost));
+  double worst = 0.0;
+  for (int64_t i : {0, 1, 511, 1023}) {
+    std::vector<double> p(i + 1);
+    double mx = -1e300, l = 0.0;
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = 0.0;
+      for (int64_t c = 0; c < d; ++c) s += double(to_f32(hq[i * d + c], bf16)) * to_f32(hk[j * d + c], bf16);
+      p[j] = s * scale;
+      mx = std::max(mx, p[j]);
+    }
+    for (double& x : p) l += (x = std::exp(x - mx));
+    for (int64_t c = 0; c < d; ++c) {
+      double o = 0.0;
+      for (int64_t j = 0; j <= i; ++j) o += p[j] / l * to_f32(hv[j * d + c], bf16);
+      worst = std::max(worst, std::fabs(o - to_f32(ho[i * d + c], bf16)));
+    }
+  }
+  const double u = bf16 ? 1.0 / 256 : 1.0 / 2048;
+  const bool ok = worst <= 4 * u;
+  const double flops_fwd = 4.0 * b * h * t * t * d / 2, flops_both = 3.5 * flops_fwd;
+  const double bound_fwd = flops_fwd / 989e12 * 1e3, bound_both = flops_both / 989e12 * 1e3;
+  std::fprintf(stderr, "attention %s B4 H12 T1024 d64 causal: forward %.3f ms (%.1f TFLOP/s), fwd+bwd %.3f ms (%.1f "
+               "TFLOP/s); at the tensor-core peak %.3f / %.3f ms; check %s (worst %.2g)\n",
+               bf16 ? "bf16" : "fp16", ms_fwd, flops_fwd / ms_fwd / 1e9, ms_both, flops_both / ms_both / 1e9, bound_fwd,
+               bound_both, ok ? "ok" : "FAILED", worst);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"dtype\": \"%s\", \"shape\": \"B4 H12 T1024 d64 causal\", \"forward_ms\": %.4f, "
+                "\"forward_backward_ms\": %.4f, \"forward_tflops\": %.1f, \"forward_backward_tflops\": %.1f, "
+                "\"bound_at_tensor_peak_forward_ms\": %.4f, \"bound_at_tensor_peak_forward_backward_ms\": %.4f, "
+                "\"check\": \"%s\"}",
+                bf16 ? "bf16" : "fp16", ms_fwd, ms_both, flops_fwd / ms_fwd / 1e9, flops_both / ms_both / 1e9, bound_fwd,
+                bound_both, ok ? "ok" : "FAILED");
+  return buf;
+}
+
 int main(int argc, char** argv) {
   if (cuda_device_count() == 0) {
     std::puts("{\"error\": \"no CUDA device\"}");
     return 77;
   }
-  // --quick: small sizes only. --section gemm|step|sync (repeatable; default: all three):
+  // --quick: small sizes only. --section gemm|step|sync|attention (repeatable; default: all):
   // gpu-check.sh runs each section in its own process, so a kernel that takes the CUDA
   // context down costs its own section only.
-  bool quick = false, gemm = false, step = false, sync = false;
+  bool quick = false, gemm = false, step = false, sync = false, attention = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const std::string section = a == "--section" && i + 1 < argc ? argv[++i] : "";
@@ -357,12 +430,13 @@ int main(int argc, char** argv) {
     else if (section == "gemm") gemm = true;
     else if (section == "step") step = true;
     else if (section == "sync") sync = true;
+    else if (section == "attention") attention = true;
     else {
-      std::fprintf(stderr, "gpu_bench: unknown option '%s' (use --quick, --section gemm|step|sync)\n", argv[i]);
+      std::fprintf(stderr, "gpu_bench: unknown option '%s' (use --quick, --section gemm|step|sync|attention)\n", argv[i]);
       return 2;
     }
   }
-  if (!gemm && !step && !sync) gemm = step = sync = true;
+  if (!gemm && !step && !sync && !attention) gemm = step = sync = attention = true;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::string out = std::string("{\"device\": \"") + prop.name + "\"";
@@ -387,6 +461,7 @@ int main(int argc, char** argv) {
   }
   if (step) out += ", \"step\": " + step_bench();
   if (sync) out += ", \"sync\": " + sync_bench();
+  if (attention) out += ", \"attention\": [" + attention_bench(DType::F16) + ", " + attention_bench(DType::BF16) + "]";
   out += "}";
   std::puts(out.c_str());
   return 0;

@@ -98,6 +98,15 @@ class CpuBackend final : public Backend {
   void swap_axes_impl(const Tensor& x, const SwapAxesView& view, Tensor& out) const override {
     cpu::swap_axes(x, view, out);
   }
+  void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                      const AttentionDims& dims, Tensor& out, Tensor& lse) const override {
+    cpu::attention(q, k, v, causal, scale, dims, out, lse);
+  }
+  void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& lse, const Tensor& dout, bool causal, float scale,
+                               const AttentionDims& dims, Tensor& dq, Tensor& dk, Tensor& dv) const override {
+    cpu::attention_backward(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
+  }
   // cpu_gemm checks its arguments again: it is also an entry of its own (tests, benchmarks).
   void gemm_impl(const GemmArgs& args, const GemmDims&) const override { cpu_gemm(args); }
   void sum_rows_impl(const Tensor& x, Tensor& out, bool accumulate) const override {

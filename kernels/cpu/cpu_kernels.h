@@ -37,6 +37,13 @@ void swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out);
 void softmax(const Tensor& x, int64_t cols, bool log, bool causal, Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t cols, bool log, bool causal, Tensor& dx);
 
+// ---- attention_kernels.cpp (FlashAttention-2's tiles on the active ISA path: docs/attention.md)
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, const AttentionDims& dims,
+               Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
+
 // ---- embedding_kernels.cpp (an id that is not a row of the table: UsageError)
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable);

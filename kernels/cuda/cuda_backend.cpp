@@ -214,6 +214,43 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
+  // FP16 / BF16 rows reach the tensor cores through cp.async, 16 bytes at a time: a head dim
+  // that is not a multiple of 8 (or a misaligned base) is first copied into zero-padded rows
+  // (the GEMM's launch_pad_rows), which add nothing to any score or output.
+  static AttentionProblem attention_problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                                            const AttentionDims& dims) {
+    return {q.data(), k.data(), v.data(), q.dtype(), dims.items, dims.tq, dims.tk, dims.d, dims.d, causal, scale};
+  }
+
+  void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                      const AttentionDims& dims, Tensor& out, Tensor& lse) const override {
+    AttentionProblem a = attention_problem(q, k, v, causal, scale, dims);
+    Tensor qp, kp, vp;  // the padded copies, alive until the launch is enqueued (the allocator is stream-ordered)
+    const bool pad = q.dtype() != DType::F32 &&
+                     !(rows_aligned(q.data(), dims.d) && rows_aligned(k.data(), dims.d) && rows_aligned(v.data(), dims.d));
+    if (pad) {
+      auto padded = [&](const Tensor& t, int64_t rows) {
+        Tensor p = Tensor::empty(Shape{rows, gemm::padded_ld(dims.d)}, t.dtype(), t.device());
+        if (rows > 0) launch_pad_rows(t.data(), rows, dims.d, p.data());
+        return p;
+      };
+      qp = padded(q, dims.items * dims.tq), kp = padded(k, dims.items * dims.tk), vp = padded(v, dims.items * dims.tk);
+      a.q = qp.data(), a.k = kp.data(), a.v = vp.data(), a.ld = gemm::padded_ld(dims.d);
+    }
+    launch_attention_forward(a, out.data(), lse.data_as<float>());
+    after_launch();
+  }
+
+  void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                               const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                               Tensor& dk, Tensor& dv) const override {
+    const AttentionProblem a = attention_problem(q, k, v, causal, scale, dims);
+    Tensor dsum = Tensor::empty(Shape{dims.items * dims.tq > 0 ? dims.items * dims.tq : 1}, DType::F32, q.device());
+    launch_attention_backward(a, out.data(), lse.data_as<float>(), dout.data(), dsum.data_as<float>(), dq.data(),
+                              dq.dtype(), dk.data(), dk.dtype(), dv.data(), dv.dtype());
+    after_launch();
+  }
+
   void transpose_impl(const Tensor& x, Tensor& out) const override {
     launch_transpose(x.data(), dtype_size(x.dtype()), x.dim(0), x.dim(1), out.data());
     after_launch();

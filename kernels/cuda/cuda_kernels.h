@@ -62,6 +62,26 @@ void launch_embedding(const void* table, DType table_dtype, const float* ids, in
 void launch_embedding_backward(const void* dout, DType dout_dtype, const float* ids, int64_t n, int64_t vocab,
                                int64_t dim, int32_t* scratch, float* dtable);
 
+// ---- attention_kernels.cu (the fused attention of engine/backend.h; docs/attention.md)
+// q [items, tq, ld], k and v [items, tk, ld] on the device, one dtype; ld >= d is the stored
+// row length (for FP16 / BF16 a multiple of 8 with 16-byte aligned rows, zero-padded past d:
+// the caller pads with launch_pad_rows); out [items, tq, d], lse FP32 [items, tq].
+struct AttentionProblem {
+  const void* q;
+  const void* k;
+  const void* v;
+  DType dtype;
+  int64_t items, tq, tk, d, ld;
+  bool causal;
+  float scale;
+};
+void launch_attention_forward(const AttentionProblem& a, void* out, float* lse);
+// dq, dk, dv in their own dtypes (FP32 or a's); dsum: FP32 scratch of items * tq (D = rowsum(dO o O)).
+// Reads ld == d rows (no padding needed: the backward loads element by element).
+void launch_attention_backward(const AttentionProblem& a, const void* out, const float* lse, const void* dout,
+                               float* dsum, void* dq, DType dq_dtype, void* dk, DType dk_dtype, void* dv,
+                               DType dv_dtype);
+
 // ---- layer_norm_kernels.cu
 // w and b may be null (1 and 0). The backward's partials: 2 x chunks x cols
 // doubles (layer_norm_chunks), needed only when dweight or dbias is wanted.

@@ -96,7 +96,7 @@ TEST_CASE("autocast table: one row per op class, each with its rules and a reaso
     CHECK(std::string(table[i].why).size() > 10);
     CHECK(parse_fp32_ops(table[i].name) == bit);
   }
-  CHECK(seen.size() == 23);  // linear ... mean, embedding, layer_norm, bmm
+  CHECK(seen.size() == 24);  // linear ... mean, embedding, layer_norm, bmm, attention
   CHECK(fp32_ops_names(parse_fp32_ops("layer_norm,embedding")) == "embedding,layer_norm");
   CHECK(std::string(autocast_rule_name(AutocastRule::Fp32)) == "fp32");
   Autocast fp16(DType::F16);
@@ -105,6 +105,7 @@ TEST_CASE("autocast table: one row per op class, each with its rules and a reaso
   CHECK(autocast_rule(OpClass::LayerNorm) == AutocastRule::AsGiven);
   CHECK(autocast_rule(OpClass::Embedding) == AutocastRule::AsGiven);
   CHECK(autocast_rule(OpClass::Bmm) == AutocastRule::LowPrecision);
+  CHECK(autocast_rule(OpClass::Attention) == AutocastRule::LowPrecision);
   {
     Autocast kept(DType::F16, true, parse_fp32_ops("layer_norm"), parse_fp32_ops("softmax,layer_norm"));
     CHECK(autocast_rule(OpClass::LayerNorm) == AutocastRule::Fp32);  // fp32_ops wins

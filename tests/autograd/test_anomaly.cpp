@@ -216,3 +216,32 @@ TEST_CASE("anomaly: attention scores that overflow FP16 are named at bmm; --fp32
   CHECK(s.dtype() == DType::F32);
   CHECK(s.value().to_vector() == std::vector<float>(18, 180000.0f));
 }
+
+TEST_CASE("anomaly: scores of 1e5 under FP16: the fused op's stay FP32 inside the kernel, the naive path's "
+          "overflow at bmm", "[autograd][anomaly][attention]") {
+  // q.k = 4 * 160^2 = 102400 per score: beyond FP16's 65504, while q, k and v are FP16 values.
+  const Var q(Tensor::full(Shape{1, 2, 3, 4}, 160.0f), true);
+  std::vector<float> vv(24);
+  for (size_t i = 0; i < vv.size(); ++i) vv[i] = static_cast<float>(i % 5) - 2.0f;
+  const Var v(Tensor::from_vector(vv, Shape{1, 2, 3, 4}), true);
+  DetectAnomaly detect;
+  Autocast fp16(DType::F16);
+  const Var y = attention(q, q, v, true, 1.0f);  // equal scores: each row the mean of its visible v rows
+  CHECK(y.dtype() == DType::F16);
+  const std::vector<float> got = y.value().to_vector();
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t c = 0; c < 4; ++c) {
+        double mean = 0.0;
+        for (int64_t j = 0; j <= i; ++j) mean += vv[(h * 3 + j) * 4 + c];
+        CHECK(std::fabs(got[(h * 3 + i) * 4 + c] - mean / (i + 1)) <= belay::test::unit_roundoff(DType::F16) * std::fabs(mean / (i + 1)) + 1e-6);
+      }
+  sum(y).backward();  // finite gradients: no anomaly in the backward either
+  try {
+    (void)bmm(softmax(scale(bmm(q, q, false, true), 1.0f), true), v);
+    FAIL("no anomaly reported");
+  } catch (const AnomalyError& e) {
+    CHECK(e.report().phase == "forward");
+    CHECK(e.report().where() == "bmm");
+  }
+}

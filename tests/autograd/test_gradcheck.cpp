@@ -514,6 +514,44 @@ TEST_CASE("gradcheck: bmm in every layout, per item and with b shared over the b
   CHECK_THROWS_AS(bmm(leaf(Shape{4}, 67), k), UsageError);
 }
 
+TEST_CASE("gradcheck: fused attention, causal and not, Tq == Tk and Tq != Tk", "[autograd][gradcheck][attention]") {
+  // [2, 2] items of q [3, 4] against k, v [5, 4]: causal aligns the mask at the end (query i
+  // sees keys <= i + 2); and a square causal case, the GPT's.
+  Var q = leaf(Shape{2, 2, 3, 4}, 91, -1.5f, 1.5f), k = leaf(Shape{2, 2, 5, 4}, 92, -1.5f, 1.5f);
+  Var v = leaf(Shape{2, 2, 5, 4}, 93);
+  for (bool causal : {false, true}) {
+    INFO((causal ? "causal" : "not causal"));
+    gradcheck("attention", {q, k, v}, [&] { return objective(attention(q, k, v, causal, 0.8f)); });
+  }
+  Var s = leaf(Shape{1, 2, 6, 3}, 94, -1.5f, 1.5f), t = leaf(Shape{1, 2, 6, 3}, 95, -1.5f, 1.5f);
+  gradcheck("attention, square causal", {s, t}, [&] { return objective(attention(s, t, s, true)); });
+  // The same values as the three-op path it replaces (FP32: both within a few ulps of the truth).
+  const std::vector<float> fused = attention(s, t, s, true).value().to_vector();
+  const std::vector<float> naive =
+      bmm(softmax(scale(bmm(s, t, false, true), 1.0f / std::sqrt(3.0f)), true), s).value().to_vector();
+  REQUIRE(fused.size() == naive.size());
+  for (size_t i = 0; i < fused.size(); ++i) CHECK(std::fabs(fused[i] - naive[i]) <= 1e-6f * (1.0f + std::fabs(naive[i])));
+  CHECK_THROWS_AS(attention(q, leaf(Shape{2, 2, 5, 3}, 96), v), UsageError);
+  CHECK_THROWS_WITH(attention(q, k, leaf(Shape{2, 5, 4}, 97)), Catch::Contains("attention"));
+}
+
+TEST_CASE("attention under autocast: the low dtype, FP32 with --fp32-ops attention", "[autograd][autocast][attention]") {
+  Var q = leaf(Shape{2, 3, 4}, 98), k = leaf(Shape{2, 3, 4}, 99);
+  for (DType low : {DType::F16, DType::BF16}) {
+    Autocast on(low);
+    CHECK(attention(q, k, k).dtype() == low);
+    Autocast kept(low, true, parse_fp32_ops("attention"));
+    CHECK(attention(q, k, k).dtype() == DType::F32);
+  }
+  {
+    Autocast bf16(DType::BF16);
+    sum(attention(q, k, k)).backward();
+  }
+  REQUIRE(q.grad().defined());
+  CHECK(q.grad().dtype() == DType::F32);  // a leaf's gradient in its own dtype, through the cast
+  CHECK(fp32_ops_names(parse_fp32_ops("attention")) == "attention");
+}
+
 TEST_CASE("gradcheck: transpose of two dims, split_heads and merge_heads", "[autograd][gradcheck][bmm]") {
   Var x = leaf(Shape{2, 3, 4, 5}, 71);
   gradcheck("transpose(1, 2)", {x}, [&] { return objective(transpose(x, 1, 2)); });
@@ -561,7 +599,10 @@ TEST_CASE("bmm under autocast: the low dtype, FP32 with --fp32-ops bmm, FP32 gra
 // differences. GPT-2's init (0.02) would make the gradients too small for the step: the
 // parameters are redrawn in +-0.5 (LayerNorm weights in [0.5, 1.5]) first.
 TEST_CASE("gradcheck: a one-block GPT, every parameter, the tied head included", "[autograd][gradcheck][gpt]") {
+  const bool fused = GENERATE(true, false);
+  INFO((fused ? "fused attention" : "naive attention (bmm, softmax, bmm)"));
   GptConfig c;
+  c.fused_attention = fused;
   c.vocab = 7;
   c.context = 4;
   c.width = 8;

@@ -158,6 +158,56 @@ TEST_CASE("memory metrics: guard, unscale, AdamW, cast and element kernels use >
   }
 }
 
+// One forward and backward of the fused attention: 128 queries and keys (two K / V tiles, so
+// both pipeline stages), head dims 64 and 128 (rows of 8 and 16 swizzled chunks).
+void run_attention(DType dtype, int64_t d) {
+  const int64_t t = 128;
+  const Shape shape{1, t, d};
+  Tensor q = filled(shape, dtype, 1.0f, 11), k = filled(shape, dtype, 1.0f, 12), v = filled(shape, dtype, 1.0f, 13);
+  Tensor g = filled(shape, dtype, 1.0f, 14);
+  Tensor out = Tensor::empty(shape, dtype, Device::cuda()), lse = Tensor::empty(Shape{1, t}, DType::F32, Device::cuda());
+  gpu().attention(q, k, v, false, 0.125f, out, lse);
+  Tensor dq = Tensor::empty(shape, dtype, Device::cuda()), dk = Tensor::empty(shape, dtype, Device::cuda());
+  Tensor dv = Tensor::empty(shape, dtype, Device::cuda());
+  gpu().attention_backward(q, k, v, out, lse, g, false, 0.125f, dq, dk, dv);
+}
+
+TEST_CASE("memory metrics: attention's cp.async stores and ldmatrix reads make no bank conflict, nor its SIMT tiles",
+          "[metrics]") {
+  metrics::set_enabled(true);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t d : {64, 128}) run_attention(dtype, d);
+  gpu().synchronize();
+  int tc_stores = 0, tc_loads = 0, simt_sites = 0;
+  for (const metrics::SiteStats& s : metrics::sites()) {
+    if (s.kernel.rfind("attention_", 0) != 0 || s.space != metrics::Space::Shared) continue;
+    if (s.kernel.rfind("attention_forward_tc_kernel", 0) == 0) (s.write ? tc_stores : tc_loads) += 1;
+    else ++simt_sites;
+    INFO(site_text(s));
+    if (s.wavefronts != s.ideal_wavefronts) report("bank conflict: " + site_text(s));
+    CHECK(s.wavefronts == s.ideal_wavefronts);
+  }
+  CHECK(tc_stores > 0);  // the cp.async stores of Q, K, V ...
+  CHECK(tc_loads > 0);   // ... the ldmatrix reads of Q, K and V (.trans) ...
+  CHECK(simt_sites > 0);  // ... and the SIMT kernels' tiles (FP32 forward, dQ, dK / dV)
+}
+
+TEST_CASE("memory metrics: attention's cp.async tile loads use >= 95% of the sectors they touch", "[metrics]") {
+  metrics::set_enabled(true);
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (int64_t d : {64, 128}) run_attention(dtype, d);
+  gpu().synchronize();
+  int sites = 0;
+  for (const metrics::SiteStats& s : metrics::sites()) {
+    if (s.kernel.rfind("attention_forward_tc_kernel", 0) != 0 || s.space != metrics::Space::Global || s.write) continue;
+    ++sites;
+    INFO(site_text(s));
+    if (s.efficiency() < 0.95) report("sector efficiency below 95%: " + site_text(s));
+    CHECK(s.efficiency() >= 0.95);
+  }
+  CHECK(sites > 0);
+}
+
 // ---- What an H200 should take: the benchmarked kernels at the machine's limits -----------------
 // NVIDIA's H200 product page and datasheet (https://www.nvidia.com/en-us/data-center/h200/):
 // HBM3e 4.8 TB/s; FP16/BF16 Tensor Core 1,979 TFLOPS with 2:4 sparsity, so 989 dense; FP32

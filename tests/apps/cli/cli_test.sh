@@ -432,6 +432,16 @@ PY
 gpt=(--model gpt --data "$tmp/tok.safetensors" --layers 1 --width 16 --heads 2 --context 8 --batch 4)
 "$belay" train "${gpt[@]}" --steps 20 --eval-every 10 --eval-windows 4 --csv "$tmp/gpt.csv" \
   --checkpoint "$tmp/gpt.ck" --quiet || fail "gpt: the tiny run"
+# --attention: fused by default, naive the reference, recorded; another on resume is a new experiment.
+expect_one_line_error "gpt: an unknown attention" 2 "--attention must be fused or naive, got 'flash'" \
+  train "${gpt[@]}" --steps 2 --attention flash
+"$belay" train "${gpt[@]}" --steps 20 --stop-at 10 --checkpoint "$tmp/att.ck" --quiet || fail "gpt: stop at 10"
+expect_one_line_error "gpt: resume under another attention" 2 "attention=fused, this run has attention=naive" \
+  train "${gpt[@]}" --steps 20 --resume "$tmp/att.ck" --attention naive
+"$belay" train "${gpt[@]}" --steps 20 --resume "$tmp/att.ck" --attention naive --new-experiment \
+  --checkpoint "$tmp/att2.ck" >"$tmp/att.out" 2>&1 &&
+  grep -q "^experiment: new experiment at step 10 from .*: attention fused -> naive" "$tmp/att.out" &&
+  pass "gpt: --attention naive on resume as a new experiment, said" || fail "gpt: attention new experiment: $(cat "$tmp/att.out")"
 # belay sample: the prompt then the tokens; a seed repeats its text; temperature 0 needs none.
 s1=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --temperature 0.8 --seed 1 | od -An -c)
 s2=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --temperature 0.8 --seed 1 | od -An -c)
@@ -443,6 +453,18 @@ n=$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 30 --see
 [ "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 20 --top-k 1 --seed 3 | od -An -c)" = \
   "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 20 --temperature 0 | od -An -c)" ] &&
   pass "sample: --top-k 1 is the argmax" || fail "sample: --top-k 1 differs from --temperature 0"
+# The KV cache (the default) and --no-kv-cache give the same text, drawn, past the context of 8.
+[ "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 40 --temperature 1.3 --seed 5 | od -An -c)" = \
+  "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 40 --temperature 1.3 --seed 5 --no-kv-cache | od -An -c)" ] &&
+  pass "sample: --no-kv-cache gives the cached path's text" || fail "sample: the KV cache changed the text"
+# Streamed: head takes the first 20 bytes of a run that would take hours to end, and the
+# pipeline ends because belay's next write after head exits meets a closed pipe. Text held
+# until the end would never reach head: then the pipeline hangs and the timeout (a bound no
+# streamed run comes near, not a measurement) fails it. The bytes are those of a short run.
+first=$(timeout 600 bash -c '"$1" sample --checkpoint "$2" --prompt "def " --tokens 1000000000 --temperature 0.9 --seed 2 | head -c 20' \
+  _ "$belay" "$tmp/gpt.ck" | od -An -c)
+[ -n "$first" ] && [ "$first" = "$("$belay" sample --checkpoint "$tmp/gpt.ck" --prompt "def " --tokens 16 --temperature 0.9 --seed 2 | head -c 20 | od -An -c)" ] &&
+  pass "sample: the text is streamed (head reads the first bytes of an endless run)" || fail "sample: not streamed: '$first'"
 expect_one_line_error "sample: not a GPT checkpoint" 2 "is of a linear model, not a GPT" \
   sample --checkpoint "$tmp/c.safetensors" --prompt "def "
 expect_one_line_error "sample: empty prompt" 2 "--prompt is empty" sample --checkpoint "$tmp/gpt.ck" --prompt ""

@@ -127,7 +127,7 @@ def run_belay(path, dtype):
     extra = dict(init_scale=SCALER["init_scale"], growth_interval=SCALER["growth_interval"],
                  inject_inf=list(INJECT)) if dtype == "fp16" else {}
     return belay.train(model="gpt", data=str(path), dtype=dtype, batch=BATCH, steps=STEPS, seed=SEED, lr=LR,
-                       weight_decay=WEIGHT_DECAY, clip=CLIP, quiet=True, **SIZES, **extra)
+                       weight_decay=WEIGHT_DECAY, clip=CLIP, schedule="constant", quiet=True, **SIZES, **extra)
 
 
 def run_torch(path, dtype):

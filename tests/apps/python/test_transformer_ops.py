@@ -231,3 +231,70 @@ def test_bmm_and_head_views_match_torch():
     np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(xv.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(wv.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def attention_ref(q, k, v, g, causal, scale):
+    """softmax(scale q k^T, masked) v and its gradients for the upstream gradient g, in float64;
+    causal aligns the mask at the end (query i sees keys j <= i + Tk - Tq)."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    s = scale * q @ np.swapaxes(k, -1, -2)
+    if causal:
+        mask = np.arange(tk)[None, :] > np.arange(tq)[:, None] + (tk - tq)
+        s = np.where(mask, -np.inf, s)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    y = p @ v
+    dp = g @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    return y, scale * ds @ k, scale * np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ g
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tq,tk", [(7, 7), (1, 9), (5, 9)])
+def test_attention_matches_numpy_forward_and_backward(dtype, causal, tq, tk):
+    # [2, 3] heads of d = 8: sums of 8 products, then of up to 9 probabilities; in FP16/BF16 the
+    # inputs are the dtype's (the reference sees them rounded) and the results rounded once.
+    rng = np.random.default_rng(14)
+    q, g = (rng.uniform(-1, 1, (2, 3, tq, 8)).astype(np.float32) for _ in range(2))
+    k, v = (rng.uniform(-1, 1, (2, 3, tk, 8)).astype(np.float32) for _ in range(2))
+    Q, K, V, G = (rounded(a, dtype) for a in (q, k, v, g))
+    qv, kv, vv = (belay.Var(belay.tensor(a, dtype=dtype), requires_grad=True) for a in (q, k, v))
+    y = belay.attention(qv, kv, vv, causal=causal)
+    assert y.dtype == BELAY_DTYPE[dtype] and y.shape == (2, 3, tq, 8)
+    belay.sum(y * belay.Var(belay.tensor(g, dtype=dtype))).backward()
+    ref = attention_ref(Q, K, V, G, causal, 1 / np.sqrt(8))
+    rtol, atol = tol(dtype)
+    np.testing.assert_allclose(f64(y), ref[0], rtol=rtol, atol=atol)
+    for got, want in zip((qv.grad, kv.grad, vv.grad), ref[1:]):
+        np.testing.assert_allclose(f64(got), want, rtol=rtol, atol=(10 if dtype == "fp32" else 2) * atol)
+
+
+def test_attention_errors_and_autocast():
+    q = np.zeros((2, 3, 4), np.float32)
+    with pytest.raises(belay.UsageError, match="k and v"):
+        belay.attention(q, np.zeros((2, 3, 5), np.float32), q)
+    with pytest.raises(belay.UsageError, match="head dim 129"):
+        z = np.zeros((1, 2, 129), np.float32)
+        belay.attention(z, z, z)
+    with belay.autocast("bf16"):
+        assert belay.attention(q, q, q).dtype == belay.bfloat16
+    with belay.autocast("fp16", fp32_ops="attention"):
+        assert belay.attention(q, q, q).dtype == belay.float32
+
+
+def test_attention_matches_torch_sdpa():
+    """Parity with F.scaled_dot_product_attention(is_causal=True) and an explicit scale, forward
+    and backward, FP32 within 1e-5 (the same math; roundings differ in the last bits)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (not needed in CI)")
+    rng = np.random.default_rng(15)
+    q, k, v, g = (rng.uniform(-1, 1, (2, 4, 70, 64)).astype(np.float32) for _ in range(4))
+    qv, kv, vv = (belay.Var(a, requires_grad=True) for a in (q, k, v))
+    belay.sum(belay.attention(qv, kv, vv, causal=True, scale=0.3) * belay.Var(g)).backward()
+    qt, kt, vt = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    yt = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=0.3)
+    (yt * torch.tensor(g)).sum().backward()
+    y = belay.attention(belay.Var(q), belay.Var(k), belay.Var(v), causal=True, scale=0.3)
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    for a, b in ((qv, qt), (kv, kt), (vv, vt)):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -80,7 +80,7 @@ TEST_CASE("model kinds: an option of another kind is a usage error naming both",
   TrainConfig c;
   c.model = "gpt";
   c.given = {"in", "lr"};
-  CHECK_THROWS_WITH(check_train_config(c), "--in is not an option of --model gpt (its options: --context, --eval-every, "
+  CHECK_THROWS_WITH(check_train_config(c), "--in is not an option of --model gpt (its options: --attention, --context, --eval-every, "
                                  "--eval-windows, --heads, --layers, --width)");
   c.model = "linear";
   c.given = {"hidden"};

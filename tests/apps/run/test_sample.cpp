@@ -1,12 +1,15 @@
 // belay sample (apps/run/sample.h) on a tiny trained GPT: temperature 0 is the argmax of the
 // model's last row, written here as a plain loop over forward; a seed repeats its text and
-// another seed changes it; the draw follows softmax(logits / T); every bad input is refused.
+// another seed changes it; the KV cache gives the tokens of the path without it (greedy and
+// drawn, across the window's slide, in FP32, FP16 and BF16); the text is streamed a token at a
+// time; the draw follows softmax(logits / T); every bad input is refused.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
+#include "amp/autocast.h"
 #include "apps/run/sample.h"
 #include "apps/run/train.h"
 #include "autograd/graph.h"
@@ -81,6 +84,65 @@ TEST_CASE("sample: the same seed gives the same text, another seed another", "[a
     CHECK(larger < 3);
     ids.push_back(id);
   }
+  std::remove(ck.c_str());
+  std::remove(tokens.c_str());
+}
+
+TEST_CASE("sample: the KV cache gives the tokens of the full window, across its slide", "[apps][sample]") {
+  const std::string tokens = test::tiny_tokens_file("sample3"), ck = test::tiny_gpt_checkpoint("sample3", tokens, 3);
+  std::unique_ptr<Gpt> model = load_gpt_checkpoint(ck);
+  const std::vector<int32_t> prompt = bytes_to_tokens("def ");
+  const int64_t count = 21;  // 4 + 21 = 25 tokens through a context of 8: the window slides 17 times
+  struct Draw {
+    double temperature;
+    int64_t top_k;
+    uint64_t seed;
+  };
+  // The cached logits have the reference's bits in every dtype on the CPU (test_gpt_decode.cpp),
+  // so the tokens must match exactly, drawn ones included: a barely trained model at T = 1.5
+  // draws nearly uniformly, and one differing bit of a logit could move a draw.
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    model->set_working_dtype(dtype);
+    Autocast autocast(dtype, dtype != DType::F32);
+    for (const Draw& d : {Draw{0.0, 0, 1}, Draw{1.5, 0, 7}, Draw{1.0, 5, 9}}) {
+      INFO(dtype_name(dtype) << " temperature " << d.temperature << " top-k " << d.top_k << " seed " << d.seed);
+      std::vector<int32_t> seen;
+      const std::vector<int32_t> cached = generate(*model, prompt, count, d.temperature, d.top_k, d.seed, true,
+                                                   [&](int32_t id) { seen.push_back(id); });
+      CHECK(cached == generate(*model, prompt, count, d.temperature, d.top_k, d.seed, false));
+      CHECK(seen == cached);  // each token passed on as it was picked, in order
+    }
+  }
+  std::remove(ck.c_str());
+  std::remove(tokens.c_str());
+}
+
+TEST_CASE("sample: the text is streamed: the prompt first, then each token's bytes", "[apps][sample]") {
+  const std::string tokens = test::tiny_tokens_file("sample4"), ck = test::tiny_gpt_checkpoint("sample4", tokens, 2);
+  SampleConfig c;
+  c.checkpoint = ck;
+  c.prompt = "re";
+  c.tokens = 12;
+  c.temperature = 1.2;
+  c.seed = 4;
+  std::vector<std::string> chunks;
+  sample_stream(c, [&](const std::string& bytes) { chunks.push_back(bytes); });
+  // An ASCII vocabulary: every token is a whole character, so each goes out alone.
+  REQUIRE(chunks.size() == 13);
+  CHECK(chunks[0] == "re");
+  std::string whole;
+  for (const auto& part : chunks) {
+    CHECK(!part.empty());
+    whole += part;
+  }
+  CHECK(whole == sample_text(c));
+  c.kv_cache = false;
+  CHECK(whole == sample_text(c));
+  // Nothing is emitted before every option has been checked.
+  c.top_k = -1;
+  chunks.clear();
+  CHECK_THROWS_AS(sample_stream(c, [&](const std::string& bytes) { chunks.push_back(bytes); }), UsageError);
+  CHECK(chunks.empty());
   std::remove(ck.c_str());
   std::remove(tokens.c_str());
 }

@@ -1,0 +1,245 @@
+// The CPU backend's fused attention, forward and backward (kernels/cpu/cpu_kernels.h):
+// FlashAttention-2's algorithm on tiles of kAttnKeys keys, the tile products on the active ISA
+// path (kernels/cpu/isa/attention_tiles.cpp). docs/attention.md says what is kept and why.
+//
+// Memory: the scores exist a tile at a time (kQueryRows x kAttnKeys floats, in L1). Each
+// thread widens the item it works on (K^T, V, and for the backward Q, dO, K rows) into FP32
+// buffers of O(T d); the outputs are out and one FP32 lse per query row. Nothing is O(T^2).
+//
+// Determinism: every output element is computed by one thread in a fixed order (key tiles in
+// order, rows in order), so the bits do not depend on the thread count. The forward splits the
+// work over (item, query block); the backward over items (a key tile's dK and dV sum over every
+// query block, and a query's dQ over every key tile: one thread per item keeps both sums in
+// order without atomics or a second pass).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/block_loops.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa/attention_tiles.h"
+
+namespace belay::cpu {
+namespace {
+
+constexpr int64_t kQueryRows = 32;  // query rows per block: a tile of scores is 8 KiB
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+const AttentionTiles& attention_tiles() {
+  switch (active_cpu_isa()) {
+    case CpuIsa::Avx2: return isa_avx2::attention_tiles;
+    case CpuIsa::Avx512:
+    case CpuIsa::Avx512Bf16:
+    case CpuIsa::Amx: return isa_avx512::attention_tiles;  // no VDPBF16PS path yet: FP32 tiles
+    case CpuIsa::Baseline: break;
+  }
+  return isa_baseline::attention_tiles;
+}
+
+int64_t padded(int64_t d) { return (d + kAttnPad - 1) / kAttnPad * kAttnPad; }
+int64_t key_tiles(int64_t tk) { return (tk + kAttnKeys - 1) / kAttnKeys; }
+
+// Which keys a query sees: [0, visible(i)). Causal aligns the mask at the end of the keys, so
+// query i of tq sees the keys up to i + tk - tq (a KV cache's new query sees them all).
+struct Mask {
+  bool causal;
+  int64_t tq, tk;
+  int64_t visible(int64_t i) const { return causal ? std::clamp<int64_t>(i + tk - tq + 1, 0, tk) : tk; }
+  // The first query that sees key j.
+  int64_t first_query(int64_t j) const { return causal ? std::max<int64_t>(0, j - (tk - tq)) : 0; }
+};
+
+// rows x d elements of a tensor from element `offset` as FP32 rows of dp floats, zero-padded.
+void widen_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_t dp, float* out) {
+  std::vector<float> buf(static_cast<size_t>(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = load_block(t.data(), t.dtype(), offset + r * d, d, buf.data());
+    std::copy(row, row + d, out + r * dp);
+    std::fill(out + r * dp + d, out + (r + 1) * dp, 0.0f);
+  }
+}
+
+// rows [n, dp] transposed a tile at a time: tile t is [d, kAttnKeys] (key t kAttnKeys + j in
+// column j), contiguous, the tiles one after another; keys past n are zero. Tile-major, not one
+// [d, n] matrix: a tile's d rows 4 KiB apart (n = 1024) would all fall into the same few L1
+// sets and evict each other on every pass of dot_tile.
+void transpose_tiles(const float* rows, int64_t n, int64_t d, int64_t dp, float* out) {
+  std::fill(out, out + key_tiles(n) * kAttnKeys * d, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    float* tile = out + j / kAttnKeys * kAttnKeys * d;
+    for (int64_t c = 0; c < d; ++c) tile[c * kAttnKeys + j % kAttnKeys] = rows[j * dp + c];
+  }
+}
+
+// One item's operands in FP32 as the tiles read them (a thread's buffers, reused).
+struct ItemBuffers {
+  int64_t item = -1;
+  std::vector<float> q, dout, out, k, v, kt, vt;
+};
+
+// Forward of query rows [i0, i0 + rows) of one item whose K^T and V are in b.
+void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale, int64_t item, int64_t i0,
+                   int64_t rows, ItemBuffers& b, Tensor& out, Tensor& lse) {
+  const AttentionTiles& t = attention_tiles();
+  const int64_t d = dims.d, dp = padded(d);
+  std::vector<float> qf(static_cast<size_t>(rows * dp)), o(static_cast<size_t>(rows * dp), 0.0f);
+  std::vector<float> s(static_cast<size_t>(rows * kAttnKeys));
+  std::vector<float> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), 0.0f);
+  widen_rows(q, (item * dims.tq + i0) * d, rows, d, dp, qf.data());
+  const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
+  for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
+    const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
+    t.dot_tile(qf.data(), dp, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float* sr = s.data() + r * kAttnKeys;
+      const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
+      if (vis == 0) std::fill(sr, sr + kAttnKeys, 0.0f);  // this row sees none of the tile
+      else t.online_softmax(sr, vis, scale, &m[r], &l[r], o.data() + r * dp, dp);
+    }
+    t.weigh_rows(s.data(), rows, keys, b.v.data() + j0 * dp, dp, dp, o.data(), dp);
+  }
+  float* lse_out = lse.data_as<float>() + item * dims.tq + i0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* orow = o.data() + r * dp;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no key seen: out 0, lse -inf
+    for (int64_t c = 0; c < d; ++c) orow[c] *= inv;
+    lse_out[r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+    store_block(out.data(), out.dtype(), (item * dims.tq + i0 + r) * d, d, orow);
+  }
+}
+
+// K^T and V of one item into b (once per item a thread meets).
+void load_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item, ItemBuffers& b) {
+  const int64_t d = dims.d, dp = padded(d), ldk = key_tiles(dims.tk) * kAttnKeys;
+  b.k.resize(static_cast<size_t>(dims.tk * dp));
+  b.v.resize(static_cast<size_t>(ldk * dp));
+  b.kt.resize(static_cast<size_t>(d * ldk));
+  widen_rows(k, item * dims.tk * d, dims.tk, d, dp, b.k.data());
+  widen_rows(v, item * dims.tk * d, dims.tk, d, dp, b.v.data());
+  transpose_tiles(b.k.data(), dims.tk, d, dp, b.kt.data());
+  b.item = item;
+}
+
+}  // namespace
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, const AttentionDims& dims,
+               Tensor& out, Tensor& lse) {
+  const Mask mask{causal, dims.tq, dims.tk};
+  const int64_t blocks = (dims.tq + kQueryRows - 1) / kQueryRows, pairs = dims.items * blocks;
+  const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
+#pragma omp parallel if (work > kParallelThreshold)
+  {
+    ItemBuffers b;
+    // Consecutive pairs share an item: a thread widens each item's K and V once.
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t item = p / blocks, i0 = p % blocks * kQueryRows;
+      if (b.item != item) load_keys(k, v, dims, item, b);
+      forward_block(q, dims, mask, scale, item, i0, std::min(kQueryRows, dims.tq - i0), b, out, lse);
+    }
+  }
+}
+
+namespace {
+
+// The backward's per-item operands: Q, dO, K rows, K^T and V^T in FP32, and D = rowsum(dO O).
+void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const AttentionDims& dims, int64_t item, ItemBuffers& b, std::vector<float>& dsum) {
+  const int64_t d = dims.d, dp = padded(d), ldk = key_tiles(dims.tk) * kAttnKeys;
+  load_keys(k, v, dims, item, b);
+  b.vt.resize(static_cast<size_t>(d * ldk));
+  transpose_tiles(b.v.data(), dims.tk, d, dp, b.vt.data());
+  b.q.resize(static_cast<size_t>(dims.tq * dp));
+  b.dout.resize(static_cast<size_t>(dims.tq * dp));
+  widen_rows(q, item * dims.tq * d, dims.tq, d, dp, b.q.data());
+  widen_rows(dout, item * dims.tq * d, dims.tq, d, dp, b.dout.data());
+  b.out.resize(static_cast<size_t>(dims.tq * dp));
+  widen_rows(out, item * dims.tq * d, dims.tq, d, dp, b.out.data());
+  dsum.resize(static_cast<size_t>(dims.tq));
+  for (int64_t i = 0; i < dims.tq; ++i) {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < d; ++c) acc += b.dout[i * dp + c] * b.out[i * dp + c];
+    dsum[i] = acc;
+  }
+}
+
+// P and dS of one block of query rows against one key tile: p = exp(scale s - lse) where the
+// row sees the key (0 elsewhere), ds = p (dp - D). s and dpv hold the raw products on entry.
+void probabilities_block(float* s, float* dpv, int64_t i0, int64_t rows, int64_t j0, int64_t keys, float scale,
+                         const Mask& mask, const float* lse, const float* dsum, const AttentionTiles& t) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * kAttnKeys;
+    float* dr = dpv + r * kAttnKeys;
+    const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
+    if (vis > 0) {
+      t.probabilities(sr, dr, vis, scale, lse[i0 + r], dsum[i0 + r]);
+    } else {  // the row sees none of the tile
+      std::fill(sr, sr + kAttnKeys, 0.0f);
+      std::fill(dr, dr + kAttnKeys, 0.0f);
+    }
+  }
+}
+
+// dK and dV of one key tile (accumulated over the query blocks that see it), and its share of
+// dQ added into dq (FP32, padded rows).
+void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, const float* lse,
+                   const std::vector<float>& dsum, ItemBuffers& b, std::vector<float>& dq, float* dk, float* dv) {
+  const AttentionTiles& t = attention_tiles();
+  const int64_t d = dims.d, dp = padded(d);
+  const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
+  std::vector<float> s(static_cast<size_t>(kQueryRows * kAttnKeys)), dpv(s.size());
+  std::fill(dk, dk + kAttnKeys * dp, 0.0f);
+  std::fill(dv, dv + kAttnKeys * dp, 0.0f);
+  for (int64_t i0 = mask.first_query(j0); i0 < dims.tq; i0 += kQueryRows) {
+    const int64_t rows = std::min(kQueryRows, dims.tq - i0);
+    const float* qb = b.q.data() + i0 * dp;
+    const float* gb = b.dout.data() + i0 * dp;
+    t.dot_tile(qb, dp, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
+    t.dot_tile(gb, dp, rows, b.vt.data() + j0 * d, kAttnKeys, d, dpv.data());
+    probabilities_block(s.data(), dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), t);
+    t.weigh_cols(s.data(), rows, keys, gb, dp, dp, dv, dp);    // dV += P^T dO
+    t.weigh_cols(dpv.data(), rows, keys, qb, dp, dp, dk, dp);  // dK += dS^T Q
+    t.weigh_rows(dpv.data(), rows, keys, b.k.data() + j0 * dp, dp, dp, dq.data() + i0 * dp, dp);  // dQ += dS K
+  }
+}
+
+// rows [n, dp] of FP32 (times `factor`) into t's elements from `offset` as rows of d.
+void store_rows(float* rows, int64_t n, int64_t d, int64_t dp, float factor, Tensor& t, int64_t offset) {
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = rows + r * dp;
+    for (int64_t c = 0; c < d; ++c) row[c] *= factor;
+    store_block(t.data(), t.dtype(), offset + r * d, d, row);
+  }
+}
+
+}  // namespace
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  const Mask mask{causal, dims.tq, dims.tk};
+  const int64_t d = dims.d, dp = padded(d);
+  const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
+#pragma omp parallel if (work > kParallelThreshold)
+  {
+    ItemBuffers b;
+    std::vector<float> dsum, dqf, dkt(static_cast<size_t>(kAttnKeys * dp)), dvt(dkt.size());
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < dims.items; ++item) {
+      load_backward_item(q, k, v, out, dout, dims, item, b, dsum);
+      dqf.assign(static_cast<size_t>(dims.tq * dp), 0.0f);
+      const float* lse_item = lse.data_as<float>() + item * dims.tq;
+      for (int64_t j0 = 0; j0 < dims.tk; j0 += kAttnKeys) {
+        backward_tile(dims, mask, scale, j0, lse_item, dsum, b, dqf, dkt.data(), dvt.data());
+        const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
+        store_rows(dkt.data(), keys, d, dp, scale, dk, (item * dims.tk + j0) * d);
+        store_rows(dvt.data(), keys, d, dp, 1.0f, dv, (item * dims.tk + j0) * d);
+      }
+      store_rows(dqf.data(), dims.tq, d, dp, scale, dq, item * dims.tq * d);
+    }
+  }
+}
+
+}  // namespace belay::cpu

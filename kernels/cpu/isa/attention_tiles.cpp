@@ -1,0 +1,206 @@
+// The fused attention's tile products for one vector ISA (attention_tiles.h), built once per
+// path by isa.cmake. Written with GCC's vector extensions: Vec is the path's widest float
+// vector (4 lanes on baseline's SSE2, 8 on avx2, 16 on avx512), the loops are the same on
+// every path, and only vfma differs: one fused instruction where the CPU has FMA, a multiply
+// and an add on baseline (-ffp-contract=off keeps them two roundings there).
+#if !defined(BELAY_ISA_NS)
+#error "kernels/cpu/isa/attention_tiles.cpp is built once per ISA by isa.cmake"
+#endif
+#include "kernels/cpu/isa/attention_tiles.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/cpu/isa/erf_exp.h"
+
+namespace belay::BELAY_ISA_NS {
+namespace {
+
+#if defined(BELAY_ISA_avx512)
+constexpr int kLanes = 16;
+#elif defined(BELAY_ISA_avx2)
+constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;
+#endif
+typedef float Vec __attribute__((vector_size(kLanes * 4)));                           // a register
+typedef float VecInMemory __attribute__((vector_size(kLanes * 4), aligned(4), may_alias));  // unaligned
+
+inline Vec vload(const float* p) { return *reinterpret_cast<const VecInMemory*>(p); }  // one unaligned load
+inline void vstore(float* p, Vec v) { *reinterpret_cast<VecInMemory*>(p) = v; }
+inline Vec vsplat(float x) { return Vec{} + x; }
+
+// a * b + c, rounded once where the path has FMA.
+inline Vec vfma(Vec a, Vec b, Vec c) {
+#if defined(BELAY_ISA_avx512)
+  return reinterpret_cast<Vec>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b),
+                                               reinterpret_cast<__m512>(c)));
+#elif defined(BELAY_ISA_avx2)
+  return reinterpret_cast<Vec>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
+                                               reinterpret_cast<__m256>(c)));
+#else
+  return a * b + c;
+#endif
+}
+
+// Rows blocked by kRowBlock and columns by four vectors: kRowBlock x 4 accumulators (8 on the
+// 16-register paths, 16 on avx512's 32), enough independent FMAs to hide their latency, and
+// each vector loaded once for all the rows of the block. The blocking changes no element's
+// order of summation, so it changes no bit.
+constexpr int kRowBlock = kLanes == 16 ? 4 : 2;
+constexpr int kColVecs = 4;
+constexpr int64_t kColChunk = kColVecs * kLanes;
+static_assert(kAttnKeys % kColChunk == 0 && kAttnPad % kLanes == 0, "whole chunks");
+
+// Scores of R rows against one tile (s = a bt), kColChunk keys at a time.
+template <int R>
+void dot_block(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t d, float* s) {
+  for (int64_t j = 0; j < kAttnKeys; j += kColChunk) {
+    Vec acc[R][kColVecs] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float* b = bt + c * ldb + j;
+      Vec bv[kColVecs];
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) bv[v] = vload(b + v * kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const Vec x = vsplat(a[r * lda + c]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kColVecs; ++v) acc[r][v] = vfma(x, bv[v], acc[r][v]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) vstore(s + r * kAttnKeys + j + v * kLanes, acc[r][v]);
+  }
+}
+
+void dot_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t ldb, int64_t d, float* s) {
+  int64_t r = 0;
+  for (; r + kRowBlock <= rows; r += kRowBlock) dot_block<kRowBlock>(a + r * lda, lda, bt, ldb, d, s + r * kAttnKeys);
+  for (; r < rows; ++r) dot_block<1>(a + r * lda, lda, bt, ldb, d, s + r * kAttnKeys);
+}
+
+// out[i] += sum over t < terms of w[i wi + t wt] x[t] for R output rows i (rows of dp floats),
+// the terms in order: weigh_rows (w indexed [i, t]) and weigh_cols ([t, i]) both.
+template <int R>
+void weigh_block(const float* w, int64_t wi, int64_t wt, int64_t terms, const float* x, int64_t ldx, int64_t dp,
+                 float* out, int64_t ldo) {
+  int64_t c = 0;
+  for (; c + kColChunk <= dp; c += kColChunk) {
+    Vec acc[R][kColVecs];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) acc[r][v] = vload(out + r * ldo + c + v * kLanes);
+    for (int64_t t = 0; t < terms; ++t) {
+      const float* xr = x + t * ldx + c;
+      Vec xv[kColVecs];
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) xv[v] = vload(xr + v * kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const Vec p = vsplat(w[r * wi + t * wt]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kColVecs; ++v) acc[r][v] = vfma(p, xv[v], acc[r][v]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kColVecs; ++v) vstore(out + r * ldo + c + v * kLanes, acc[r][v]);
+  }
+  for (; c < dp; c += kLanes) {  // dp not a whole number of chunks: a vector at a time
+    Vec acc[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = vload(out + r * ldo + c);
+    for (int64_t t = 0; t < terms; ++t) {
+      const Vec xv = vload(x + t * ldx + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r] = vfma(vsplat(w[r * wi + t * wt]), xv, acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) vstore(out + r * ldo + c, acc[r]);
+  }
+}
+
+void weigh(const float* w, int64_t wi, int64_t wt, int64_t outs, int64_t terms, const float* x, int64_t ldx,
+           int64_t dp, float* out, int64_t ldo) {
+  int64_t i = 0;
+  for (; i + kRowBlock <= outs; i += kRowBlock)
+    weigh_block<kRowBlock>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);
+  for (; i < outs; ++i) weigh_block<1>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);
+}
+
+void weigh_rows(const float* w, int64_t rows, int64_t keys, const float* x, int64_t ldx, int64_t dp, float* out,
+                int64_t ldo) {
+  weigh(w, kAttnKeys, 1, rows, keys, x, ldx, dp, out, ldo);
+}
+
+void weigh_cols(const float* w, int64_t rows, int64_t keys, const float* x, int64_t ldx, int64_t dp, float* out,
+                int64_t ldo) {
+  weigh(w, 1, kAttnKeys, keys, rows, x, ldx, dp, out, ldo);
+}
+
+// Arguments below kExpFloor give 0: e^x is then under FP32's smallest normal, a probability
+// that cannot move a sum of at least 1 (the row's maximum term), and computing it would make
+// subnormal intermediates (slow on x86: a microcode assist per lane). The masked scores (-inf)
+// are among them. The argument is clamped first so that no lane computes one; the selects are
+// bit masks (erf_exp.h) so the loop stays vectorized.
+constexpr float kExpFloor = -87.0f;  // e^-87 = 1.6e-38 > FLT_MIN
+inline float exp_or_zero(float x) {
+  const bool tiny = x < kExpFloor;
+  return cpu_math::select_f32(tiny, 0.0f, cpu_math::exp_f32(cpu_math::select_f32(tiny, kExpFloor, x)));
+}
+
+// The first `vis` of a tile's scores scaled, the rest -inf: what the softmax of the row sees.
+inline void scale_and_mask(float* s, int64_t vis, float scale) {
+  for (int64_t j = 0; j < kAttnKeys; ++j) s[j] = cpu_math::select_f32(j < vis, s[j] * scale, -INFINITY);
+}
+
+// The sum of a tile's kAttnKeys values in kAttnPad partial sums, then a fixed tree: the same
+// additions in the same order on every path (and a vectorized loop, not a chain of 64 adds).
+inline float tile_sum(const float* p) {
+  float part[kAttnPad] = {};
+  for (int64_t j0 = 0; j0 < kAttnKeys; j0 += kAttnPad)
+    for (int64_t i = 0; i < kAttnPad; ++i) part[i] += p[j0 + i];
+  for (int64_t w = kAttnPad / 2; w > 0; w /= 2)
+    for (int64_t i = 0; i < w; ++i) part[i] += part[i + w];
+  return part[0];
+}
+
+inline float tile_max(const float* s, float start) {
+  float part[kAttnPad];
+  for (int64_t i = 0; i < kAttnPad; ++i) part[i] = start;
+  for (int64_t j0 = 0; j0 < kAttnKeys; j0 += kAttnPad)
+    for (int64_t i = 0; i < kAttnPad; ++i) part[i] = part[i] > s[j0 + i] ? part[i] : s[j0 + i];
+  float m = part[0];
+  for (int64_t i = 1; i < kAttnPad; ++i) m = m > part[i] ? m : part[i];
+  return m;
+}
+
+void online_softmax(float* s, int64_t vis, float scale, float* m, float* l, float* o, int64_t dp) {
+  scale_and_mask(s, vis, scale);
+  const float mx = tile_max(s, *m);
+  const float correction = exp_or_zero(*m - mx);  // 0 on the row's first tile (m = -inf)
+  for (int64_t j = 0; j < kAttnKeys; ++j) s[j] = exp_or_zero(s[j] - mx);
+  *l = *l * correction + tile_sum(s);
+  for (int64_t c = 0; c < dp; ++c) o[c] *= correction;
+  *m = mx;
+}
+
+void probabilities(float* s, float* dp, int64_t vis, float scale, float lse, float dsum) {
+  scale_and_mask(s, vis, scale);
+  for (int64_t j = 0; j < kAttnKeys; ++j) {
+    s[j] = exp_or_zero(s[j] - lse);
+    dp[j] = s[j] * (dp[j] - dsum);
+  }
+}
+
+}  // namespace
+
+extern const AttentionTiles attention_tiles = {dot_tile, weigh_rows, weigh_cols, online_softmax, probabilities};
+
+}  // namespace belay::BELAY_ISA_NS

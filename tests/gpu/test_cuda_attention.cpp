@@ -1,0 +1,90 @@
+// The CUDA attention kernels (kernels/cuda/attention_kernels.cu) against the FP64 reference
+// of tests/kernels/attention_check.h, the CPU backend's check run on the device: FP32 on the
+// SIMT kernels, FP16 and BF16 on the tensor cores (P rounded to the dtype for P V, which the
+// reference's bound is told: p_dtype). Then the bits of two runs, and P's rounding measured.
+// Under the emulator the shapes are the check's small set (every edge: T 1, 7, 64, 65, odd d,
+// Tq != Tk both ways) and T = 200 in one dtype only.
+#include <algorithm>
+#include <cmath>
+
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/kernels/attention_check.h"
+
+using namespace belay;
+using namespace belay::test;
+
+namespace {
+
+// Where the backend rounds P: to the input dtype on the tensor cores, nowhere on FP32.
+DType p_dtype_of(DType dt) { return dt == DType::F32 ? DType::F32 : dt; }
+
+void check_all_cases(DType dt) {
+  for (const attention::Case& c : attention::cases(true)) attention::check_case(Device::cuda(), c, dt, p_dtype_of(dt));
+}
+
+}  // namespace
+
+TEST_CASE("cuda attention fp32 (SIMT) forward and backward match FP64", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  check_all_cases(DType::F32);
+}
+
+TEST_CASE("cuda attention fp16 (tensor cores) forward and backward match FP64", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  check_all_cases(DType::F16);
+}
+
+TEST_CASE("cuda attention bf16 (tensor cores) forward and backward match FP64", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  check_all_cases(DType::BF16);
+}
+
+TEST_CASE("cuda attention over 200 keys in four tiles matches FP64 causal and not", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  // One dtype under the emulator (every fiber of 4 x 7 blocks runs on the CPU); all on a GPU.
+  const std::vector<DType> dtypes = kEmulated ? std::vector<DType>{DType::F16}
+                                              : std::vector<DType>{DType::F32, DType::F16, DType::BF16};
+  for (DType dt : dtypes)
+    for (bool causal : {false, true}) attention::check_case(Device::cuda(), {1, 200, 200, 64, causal}, dt, p_dtype_of(dt));
+}
+
+TEST_CASE("cuda attention repeats its bits: forward and backward, run twice", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  for (DType dt : math::kMathDtypes) {
+    INFO(dtype_name(dt));
+    const attention::Case c{3, 65, 65, 40, true};
+    const attention::Outputs a = attention::check_case(Device::cuda(), c, dt, p_dtype_of(dt));
+    const attention::Outputs b = attention::check_case(Device::cuda(), c, dt, p_dtype_of(dt));
+    CHECK(attention::same_bits(a, b));
+  }
+}
+
+TEST_CASE("cuda attention: P rounded to the dtype for P V costs at most its unit roundoff per term", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  // out_ic = sum_j p_ij v_jc with p_ij rounded to the dtype: measured against FP64 in units of
+  // u_dtype * sum_j p_ij |v_jc| (the term the reference's bound adds for it), after what the
+  // FP32 arithmetic and out's own rounding allow.
+  for (DType dt : {DType::F16, DType::BF16}) {
+    const attention::Case c{2, 64, 64, 64, false};
+    const int64_t n = c.items * c.tq * c.d;
+    const std::vector<float> qv = math::values(n, 501, dt), kv = math::values(n, 502, dt);
+    const std::vector<float> vv = math::values(n, 503, dt), gv = math::values(n, 504, dt);
+    const float scale = 0.125f;
+    const attention::Outputs got = attention::run(gpu(), c, dt, dt, Device::cuda(), qv, kv, vv, gv, scale);
+    const attention::Reference with_p = attention::reference(c, qv, kv, vv, gv, got.out, scale, dt, dt);
+    const attention::Reference fp32_p = attention::reference(c, qv, kv, vv, gv, got.out, scale, dt, DType::F32);
+    const double u = unit_roundoff(dt);
+    double beyond = -1e300, measured = 0.0;  // in units of P's rounding term u sum_j p_ij |v_jc|
+    for (int64_t e = 0; e < n; ++e) {
+      const double p_term = with_p.out_err[e] - fp32_p.out_err[e];
+      const double rest = fp32_p.out_err[e] + u * std::fabs(with_p.out[e]);  // FP32 arithmetic, out's rounding
+      if (p_term <= 0.0) continue;
+      const double err = std::fabs(got.out[e] - with_p.out[e]);
+      beyond = std::max(beyond, (err - rest) / p_term);
+      measured = std::max(measured, err / p_term);
+    }
+    CHECK(beyond <= 1.0);  // what the FP32 arithmetic and out's rounding leave is within P's term
+    WARN(dtype_name(dt) << ": |out - FP64| at most " << measured << " u sum_j p_ij |v_j| (P's rounding, out's "
+                        << "and FP32's together); beyond FP32's and out's own bounds: " << beyond);
+  }
+}

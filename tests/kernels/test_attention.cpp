@@ -1,0 +1,138 @@
+// The CPU backend's fused attention: every case of tests/kernels/attention_check.h against the
+// FP64 reference on every ISA path this CPU has, the same bits at every thread count and on
+// every run, the FMA paths' bits equal to each other, and the reference's own backward against
+// finite differences of its forward (so the bound is checked against the right gradient).
+#include <catch2/catch.hpp>
+#include <omp.h>
+
+#include "engine/error.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "tests/kernels/attention_check.h"
+
+using namespace belay;
+namespace at = belay::test::attention;
+
+namespace {
+
+struct IsaRestore {
+  CpuIsa saved = active_cpu_isa();
+  ~IsaRestore() { force_cpu_isa(saved); }
+};
+
+// The paths whose tiles differ (avx512bf16 and amx run avx512's), those this CPU can run.
+std::vector<CpuIsa> runnable_paths() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512}) {
+    if (cpu_isa_available(isa)) out.push_back(isa);
+    else WARN("the " << cpu_isa_name(isa) << " path cannot run on this CPU: its attention tiles are not tested here");
+  }
+  return out;
+}
+
+struct Threads {
+  int saved = omp_get_max_threads();
+  explicit Threads(int n) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("attention: fused forward and backward against FP64, every dtype and ISA path", "[attention]") {
+  IsaRestore restore;
+  for (CpuIsa isa : runnable_paths()) {
+    force_cpu_isa(isa);
+    INFO("ISA path " << cpu_isa_name(isa));
+    for (const at::Case& c : at::cases(isa != best_cpu_isa()))
+      for (DType dt : at::kMathDtypes) at::check_case(Device::cpu(), c, dt);
+  }
+}
+
+TEST_CASE("attention: the same bits on every run and at every thread count", "[attention]") {
+  // 3 items x 3 query blocks: the forward's (item, block) pairs and the backward's items split
+  // differently over 1, 2 and 3 threads.
+  const at::Case c{3, 80, 80, 48, true};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const std::vector<float> q = at::values(3 * 80 * 48, 5, dt), k = at::values(3 * 80 * 48, 6, dt);
+    const std::vector<float> v = at::values(3 * 80 * 48, 7, dt), g = at::values(3 * 80 * 48, 8, dt);
+    const Backend& be = backend_for(Device::cpu());
+    at::Outputs first;
+    {
+      Threads one(1);
+      first = at::run(be, c, dt, DType::F32, Device::cpu(), q, k, v, g, 0.125f);
+    }
+    for (int n : {2, 3, 1}) {
+      Threads t(n);
+      INFO(dtype_name(dt) << " at " << n << " threads");
+      CHECK(at::same_bits(first, at::run(be, c, dt, DType::F32, Device::cpu(), q, k, v, g, 0.125f)));
+    }
+  }
+}
+
+TEST_CASE("attention: avx2 and avx512 tiles give the same bits (both fuse each multiply-add)", "[attention]") {
+  if (!cpu_isa_available(CpuIsa::Avx2) || !cpu_isa_available(CpuIsa::Avx512)) {
+    WARN("CTEST_SKIP: needs both the avx2 and the avx512 path on this CPU");
+    return;
+  }
+  IsaRestore restore;
+  const at::Case c{2, 70, 70, 40, true};
+  const std::vector<float> q = at::values(2 * 70 * 40, 9, DType::F32), k = at::values(2 * 70 * 40, 10, DType::F32);
+  const std::vector<float> v = at::values(2 * 70 * 40, 11, DType::F32), g = at::values(2 * 70 * 40, 12, DType::F32);
+  const Backend& be = backend_for(Device::cpu());
+  force_cpu_isa(CpuIsa::Avx2);
+  const at::Outputs a = at::run(be, c, DType::F32, DType::F32, Device::cpu(), q, k, v, g, 0.2f);
+  force_cpu_isa(CpuIsa::Avx512);
+  CHECK(at::same_bits(a, at::run(be, c, DType::F32, DType::F32, Device::cpu(), q, k, v, g, 0.2f)));
+}
+
+TEST_CASE("attention: the FP64 reference's gradients match finite differences of its forward", "[attention]") {
+  // L = sum(out * g): dL/dq etc. by central differences in FP64 on a small case, causal with
+  // more queries than keys (masked rows), so the bound's reference is the true gradient.
+  const at::Case c{1, 5, 4, 3, true};
+  std::vector<float> q = at::values(15, 21, DType::F32), k = at::values(12, 22, DType::F32);
+  std::vector<float> v = at::values(12, 23, DType::F32);
+  const std::vector<float> g = at::values(15, 24, DType::F32);
+  const float scale = 0.7f;
+  const auto loss = [&] {
+    const at::Reference r = at::reference(c, q, k, v, g, std::vector<float>(15, 0.0f), scale, DType::F32, DType::F32);
+    double s = 0.0;
+    for (size_t i = 0; i < r.out.size(); ++i) s += r.out[i] * g[i];
+    return s;
+  };
+  // The reference's D needs the forward's out: give it the FP32-rounded reference output.
+  const at::Reference r0 = at::reference(c, q, k, v, g, std::vector<float>(15, 0.0f), scale, DType::F32, DType::F32);
+  std::vector<float> o(r0.out.begin(), r0.out.end());
+  const at::Reference r = at::reference(c, q, k, v, g, o, scale, DType::F32, DType::F32);
+  const auto check_grad = [&](std::vector<float>& x, const std::vector<double>& grad, const char* name) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float saved = x[i], h = 1.0f / 1024;  // x +- h exactly representable
+      x[i] = saved + h;
+      const double up = loss();
+      x[i] = saved - h;
+      const double down = loss();
+      x[i] = saved;
+      INFO(name << "[" << i << "]");
+      CHECK(std::fabs((up - down) / (2 * h) - grad[i]) <= 1e-5 * (1.0 + std::fabs(grad[i])));
+    }
+  };
+  check_grad(q, r.dq, "dq");
+  check_grad(k, r.dk, "dk");
+  check_grad(v, r.dv, "dv");
+}
+
+TEST_CASE("attention: refuses shapes it does not take, with the op's name", "[attention]") {
+  const Device cpu = Device::cpu();
+  const Backend& be = backend_for(cpu);
+  Tensor lse = Tensor::empty(Shape{2, 4}, DType::F32, cpu);
+  const Tensor q = Tensor::zeros(Shape{2, 4, 8}, DType::F32, cpu);
+  Tensor out = Tensor::empty(Shape{2, 4, 8}, DType::F32, cpu);
+  const Tensor k_bad_d = Tensor::zeros(Shape{2, 5, 9}, DType::F32, cpu);
+  CHECK_THROWS_WITH(be.attention(q, k_bad_d, k_bad_d, true, 1.0f, out, lse), Catch::Contains("attention: k and v"));
+  const Tensor k_bf = Tensor::zeros(Shape{2, 5, 8}, DType::BF16, cpu);
+  CHECK_THROWS_WITH(be.attention(q, k_bf, k_bf, true, 1.0f, out, lse), Catch::Contains("share one dtype"));
+  const Tensor wide = Tensor::zeros(Shape{1, 2, 129}, DType::F32, cpu);
+  Tensor wide_out = Tensor::empty(wide.shape(), DType::F32, cpu), wide_lse = Tensor::empty(Shape{2}, DType::F32, cpu);
+  CHECK_THROWS_WITH(be.attention(wide, wide, wide, false, 1.0f, wide_out, wide_lse), Catch::Contains("head dim 129"));
+  Tensor short_lse = Tensor::empty(Shape{7}, DType::F32, cpu);
+  CHECK_THROWS_WITH(be.attention(q, q, q, false, 1.0f, out, short_lse), Catch::Contains("one value per query row"));
+  CHECK_THROWS_WITH(be.attention(q, q, q, false, 1.0f, const_cast<Tensor&>(q), lse), Catch::Contains("attention"));
+}
