@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   }
   const std::pair<const char*, Json (*)(const Options&)> sections[] = {
       {"stream", bench_stream}, {"amp", bench_amp}, {"gemm", bench_gemm}, {"isa", bench_isa}, {"train", bench_train}, {"data", bench_data}, {"threads", bench_threads},
-      {"anomaly", bench_anomaly}, {"rows", bench_rows}, {"gpt", bench_gpt}, {"attention", "census", bench_attention}};
+      {"anomaly", bench_anomaly}, {"rows", bench_rows}, {"gpt", bench_gpt}, {"attention", bench_attention},
+      {"census", bench_census}};
   try {
     for (auto [name, fn] : sections) {
       if (!only.count(name)) continue;

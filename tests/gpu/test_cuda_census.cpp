@@ -19,7 +19,7 @@ uint32_t bits(float f) {
 }
 }  // namespace
 
-TEST_CASE("cuda guard census: every count against the reference, outputs unchanged", "[gpu][amp][census]") {
+TEST_CASE("cuda guard census: every count against the reference and the outputs unchanged", "[gpu][amp][census]") {
   BELAY_REQUIRE_GPU();
   for (const DType format : {DType::F16, DType::BF16})
     for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16}) {
