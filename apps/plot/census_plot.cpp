@@ -43,16 +43,37 @@ std::string ramp(double t, int r, int g, int b) {
   return buf;
 }
 
-// Headroom colours: red at 0 bits (an overflow is one doubling away), through white at 8,
-// to blue at 16 and beyond (room to spare: the scale could be higher).
+// Headroom colours: red at 0 bits (an overflow is one doubling away), through white at 6, to
+// blue at 30 and beyond. 30 and not 16: at a low scale (--init-scale 1) every gradient has 16
+// to 34 bits to spare, and a map that saturates at 16 would show one flat blue.
+constexpr double kHeadroomWhite = 6.0, kHeadroomBlue = 30.0;
 std::string headroom_colour(double bits) {
-  if (bits < 8.0) return ramp((8.0 - bits) / 8.0, 200, 30, 30);
-  return ramp((bits - 8.0) / 8.0, 30, 80, 200);
+  if (bits < kHeadroomWhite) return ramp((kHeadroomWhite - bits) / kHeadroomWhite, 200, 30, 30);
+  return ramp((bits - kHeadroomWhite) / (kHeadroomBlue - kHeadroomWhite), 30, 80, 200);
 }
 
 // Underflow: white at 0, dark orange at 10% of the tensor and above, on a square-root
 // scale, so a few elements in a million still show.
 std::string underflow_colour(double fraction) { return ramp(std::sqrt(std::clamp(fraction / 0.1, 0.0, 1.0)), 190, 80, 0); }
+
+// A colour key beside a map: a vertical bar from `lo` (bottom) to `hi` (top) in `colour`'s
+// colours, labelled at its ends and middle with `unit`.
+void colour_key(Svg& svg, double x, double y0, double h, double lo, double hi, std::string (*colour)(double),
+                const std::string& unit) {
+  const int bands = 40;
+  for (int b = 0; b < bands; ++b) {
+    const double v = hi - (hi - lo) * (b + 0.5) / bands;
+    svg.rect(x, y0 + h * b / bands, 12, h / bands + 0.3, SvgStyle{"none", 0, "", colour(v)});
+  }
+  svg.rect(x, y0, 12, h, SvgStyle{"#888", 0.5, ""});
+  const double mid = (lo + hi) / 2;
+  const std::pair<double, double> labels[] = {{hi, y0 + 9}, {mid, y0 + h / 2 + 3}, {lo, y0 + h}};
+  for (const auto& [v, y] : labels) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, unit == "%" ? "%.1f%%" : "%.0f %s", unit == "%" ? v * 100 : v, unit.c_str());
+    svg.text(x + 16, y, buf, 9);
+  }
+}
 
 }  // namespace
 
@@ -114,7 +135,7 @@ std::string census_svg(const CensusTable& t, const std::string& title) {
   svg.rect(0, 0, width, height, SvgStyle{"none", 0, "", "#fff"});
   svg.text(width / 2, 22, title, 14, "middle");
   struct Panel { const char* name; bool headroom; };
-  const Panel panels[] = {{"headroom (bits; red: near overflow, blue: room to spare)", true},
+  const Panel panels[] = {{"headroom (bits; red: near overflow, white 6, blue: 30 or more to spare)", true},
                           {"flushed to zero (fraction of the tensor; white 0, orange >= 10%)", false}};
   for (int p = 0; p < 2; ++p) {
     const double y0 = top + p * (map_h + gap);
@@ -129,12 +150,14 @@ std::string census_svg(const CensusTable& t, const std::string& title) {
         svg.rect(label_w + cell_w * static_cast<double>(j), y, cell_w + 0.3, row_h, SvgStyle{"none", 0, "", colour});
       }
     }
-    svg.rect(label_w, y0, map_w, map_h, SvgStyle{"#888", 0.5});
+    svg.rect(label_w, y0, map_w, map_h, SvgStyle{"#888", 0.5, ""});
+    if (panels[p].headroom) colour_key(svg, label_w + map_w + 10, y0, map_h, 0.0, kHeadroomBlue, headroom_colour, "bits");
+    else colour_key(svg, label_w + map_w + 10, y0, map_h, 0.0, 0.1, underflow_colour, "%");
     // Skipped steps: a red tick above the column.
     for (size_t j = 0; j < ns; ++j)
       if (t.skipped[j]) {
         const double x = label_w + cell_w * (static_cast<double>(j) + 0.5);
-        svg.line(x, y0 - 5, x, y0 - 1, SvgStyle{"#d00", std::max(2.0, cell_w * 0.8)});
+        svg.line(x, y0 - 5, x, y0 - 1, SvgStyle{"#d00", std::max(2.0, cell_w * 0.8), ""});
       }
     // Step labels: first, last and a few between.
     const size_t ticks = std::min<size_t>(ns, 6);
@@ -145,7 +168,8 @@ std::string census_svg(const CensusTable& t, const std::string& title) {
     }
   }
   const double ly = height - 22;
-  svg.text(label_w, ly, "step (recorded steps only) -> ; red tick: a skipped step; black cell: the tensor held an inf or NaN", 10);
+  svg.text(label_w, ly - 12, "step (recorded steps only) ->", 10);
+  svg.text(label_w, ly, "red tick: a skipped step; black cell: the tensor held an inf or NaN", 10);
   return svg.str();
 }
 
