@@ -60,6 +60,36 @@ inline std::vector<Tensor> census_tensors(DType format, DType grad_dtype, float 
   return out;
 }
 
+// Gradients whose values are mostly plain normal numbers (magnitudes 2^-10 to 2^10, normal in
+// FP16 and BF16 alike), as a trained model's mostly are: the kernels' fast steps, where only
+// the min and max of 64 values are taken, carry most of the data here. The finite edge values
+// are planted sparsely in the first whole group (one every few thousand values, so most
+// 64-value steps stay plain), the largest magnitude sits in a plain step, and the second whole
+// group is plain but for one NaN (the whole group counted again). A third tensor holds only
+// plain values. Used beside census_tensors, whose random values put an edge in every step.
+inline std::vector<Tensor> census_sparse_tensors(DType format, DType grad_dtype, uint64_t seed,
+                                                 Device device = Device::cpu()) {
+  std::vector<float> edges;
+  for (const float e : census_edge_values(format))
+    if (std::isfinite(e) && std::fabs(e) < 1.0f) edges.push_back(e);
+  Rng rng(seed);
+  auto plain = [&](int64_t n) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& e : x) e = std::ldexp(0.5f + 0.5f * rng.uniform(), static_cast<int>(rng.uniform() * 20.0f) - 10);
+    return x;
+  };
+  const int64_t group = 8 * 16384;
+  std::vector<float> big = plain(2 * group + 100);
+  for (size_t k = 0; k < edges.size(); ++k) big[(k * 4099 + 5) % static_cast<size_t>(group)] = edges[k];
+  big[static_cast<size_t>(group) / 2 + 3] = 4096.0f;  // the amax, in a plain step of the first group
+  big[static_cast<size_t>(group) + 12345] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<Tensor> out;
+  out.push_back(Tensor::from_vector(big, Shape{static_cast<int64_t>(big.size())}).to(grad_dtype).to(device));
+  const std::vector<float> clean = plain(group);
+  out.push_back(Tensor::from_vector(clean, Shape{group}).to(grad_dtype).to(device));
+  return out;
+}
+
 // The census of one tensor's stored values, classified one value at a time through round_to.
 inline TensorCensus census_reference(const Tensor& t, DType format) {
   TensorCensus c;

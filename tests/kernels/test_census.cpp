@@ -98,6 +98,44 @@ TEST_CASE("guard census: every count against the reference, on every CPU path", 
   }
 }
 
+// The kernels' fast steps (plain values: only their min and max taken) beside sparse dirty
+// ones, a clean group, and a group counted again for its one NaN.
+TEST_CASE("guard census: mostly plain gradients, the fast steps and the recount, on every CPU path", "[census]") {
+  IsaRestore restore;
+  for (const CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;
+    force_cpu_isa(isa);
+    for (const DType format : {DType::F16, DType::BF16})
+      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16}) {
+        INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype));
+        const std::vector<Tensor> ts = belay::test::census_sparse_tensors(format, grad_dtype, 11u);
+        std::vector<const Tensor*> grads;
+        for (const Tensor& t : ts) grads.push_back(&t);
+        float found = 0, norm = 0;
+        const std::vector<TensorCensus> got = census_of(grads, 1.0f / 256.0f, format, &found, &norm);
+        Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
+        cpu().guard(grads, Tensor::scalar(1.0f / 256.0f), f, n);
+        CHECK(bits(found) == bits(f.item()));
+        CHECK(bits(norm) == bits(n.item()));
+        REQUIRE(got.size() == ts.size());
+        for (size_t t = 0; t < ts.size(); ++t) {
+          INFO("tensor " << t);
+          const TensorCensus want = census_reference(ts[t], format);
+          CHECK(got[t].nonfinite == want.nonfinite);
+          CHECK(got[t].zeros == want.zeros);
+          CHECK(got[t].underflow == want.underflow);
+          CHECK(got[t].subnormal == want.subnormal);
+          CHECK(bits(got[t].amax) == bits(want.amax));
+        }
+        const TensorCensus big = census_reference(ts[0], format), clean = census_reference(ts[1], format);
+        CHECK(big.nonfinite == 1);
+        CHECK(big.zeros > 0);
+        CHECK(big.amax == 4096.0f);
+        CHECK(clean.nonfinite + clean.zeros + clean.underflow + clean.subnormal == 0);
+      }
+  }
+}
+
 TEST_CASE("guard census: headroom in bits and the record's checks", "[census]") {
   TensorCensus c;
   c.amax = 65504.0f / 8.0f;

@@ -73,37 +73,53 @@ inline void transpose8(__m256 (&r)[8]) {
   }
 }
 
-// Reading the 8 chunks 8 elements at a time (one stream each, a whole line per two loads),
-// then transposing, turns 8 strided scalar sums into one vector of 8 in-order sums.
-void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out) {
-  const __m256 vinv = _mm256_set1_ps(inv);
+// The 8 chunks' sums of squares in FP64, lane k for chunk k, in each chunk's order.
+struct SquareSums {
 #if defined(BELAY_ISA_avx512)
   __m512d acc = _mm512_setzero_pd();
 #else
-  __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
 #endif
-  for (int64_t j = 0; j < len; j += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j), vinv);
-    transpose8(r);  // r[jj]: element j + jj of chunks 0..7
+  // r[k]: 8 scaled elements of chunk k. Transposed, r[jj] holds element j + jj of every chunk.
+  void add(__m256 (&r)[8]) {
+    transpose8(r);
     for (int jj = 0; jj < 8; ++jj) {
 #if defined(BELAY_ISA_avx512)
       const __m512d d = _mm512_cvtps_pd(r[jj]);
       acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
 #else
-      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(r[jj]));
-      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(r[jj], 1));
-      acc_lo = _mm256_add_pd(acc_lo, _mm256_mul_pd(lo, lo));
-      acc_hi = _mm256_add_pd(acc_hi, _mm256_mul_pd(hi, hi));
+      const __m256d dlo = _mm256_cvtps_pd(_mm256_castps256_ps128(r[jj]));
+      const __m256d dhi = _mm256_cvtps_pd(_mm256_extractf128_ps(r[jj], 1));
+      lo = _mm256_add_pd(lo, _mm256_mul_pd(dlo, dlo));
+      hi = _mm256_add_pd(hi, _mm256_mul_pd(dhi, dhi));
 #endif
     }
   }
+  // Writes the 8 sums; true when all are finite (no inf or NaN was summed).
+  bool store(double* out) const {
 #if defined(BELAY_ISA_avx512)
-  _mm512_storeu_pd(out, acc);
+    _mm512_storeu_pd(out, acc);
 #else
-  _mm256_storeu_pd(out, acc_lo);
-  _mm256_storeu_pd(out + 4, acc_hi);
+    _mm256_storeu_pd(out, lo);
+    _mm256_storeu_pd(out + 4, hi);
 #endif
+    bool finite = true;
+    for (int k = 0; k < 8; ++k) finite = finite && std::isfinite(out[k]);
+    return finite;
+  }
+};
+
+// Reading the 8 chunks 8 elements at a time (one stream each, a whole line per two loads),
+// then transposing, turns 8 strided scalar sums into one vector of 8 in-order sums.
+void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+  SquareSums sums;
+  for (int64_t j = 0; j < len; j += 8) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j), vinv);
+    sums.add(r);
+  }
+  sums.store(out);
 }
 
 // The census of 8 stored values at a time, as lane counts: the classes of census_class
@@ -134,44 +150,10 @@ inline uint64_t lane_total(__m256i v) {
   return t;
 }
 
-void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
-                          double* out, CensusCounts* counts) {
-  const __m256 vinv = _mm256_set1_ps(inv);
-  const __m256 to_zero = _mm256_set1_ps(b.to_zero), sub_below = _mm256_set1_ps(b.subnormal_below);
-  CensusLanes c;
-#if defined(BELAY_ISA_avx512)
-  __m512d acc = _mm512_setzero_pd();
-#else
-  __m256d acc_lo = _mm256_setzero_pd(), acc_hi = _mm256_setzero_pd();
-#endif
-  for (int64_t j = 0; j < len; j += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) {
-      const __m256 v = load8(x, elem, k * stride + j);
-      census8(v, to_zero, sub_below, c);  // the census of the value as stored, from the same load
-      r[k] = _mm256_mul_ps(v, vinv);
-    }
-    transpose8(r);
-    for (int jj = 0; jj < 8; ++jj) {
-#if defined(BELAY_ISA_avx512)
-      const __m512d d = _mm512_cvtps_pd(r[jj]);
-      acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
-#else
-      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(r[jj]));
-      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(r[jj], 1));
-      acc_lo = _mm256_add_pd(acc_lo, _mm256_mul_pd(lo, lo));
-      acc_hi = _mm256_add_pd(acc_hi, _mm256_mul_pd(hi, hi));
-#endif
-    }
-  }
-#if defined(BELAY_ISA_avx512)
-  _mm512_storeu_pd(out, acc);
-#else
-  _mm256_storeu_pd(out, acc_lo);
-  _mm256_storeu_pd(out + 4, acc_hi);
-#endif
-  const uint64_t seen = static_cast<uint64_t>(len) * 8, finite = lane_total(c.finite), tiny = lane_total(c.tiny),
-                 sub = lane_total(c.sub), zero = lane_total(c.zero);
+// The lane counts of `seen` values census8 saw, added into *counts as census classes.
+inline void add_census_lanes(const CensusLanes& c, uint64_t seen, CensusCounts* counts) {
+  const uint64_t finite = lane_total(c.finite), tiny = lane_total(c.tiny), sub = lane_total(c.sub),
+                 zero = lane_total(c.zero);
   counts->nonfinite += seen - finite;
   counts->zeros += zero;
   counts->underflow += tiny - zero;
@@ -179,6 +161,106 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
   alignas(32) float m[8];
   _mm256_store_ps(m, c.amax);
   for (int k = 0; k < 8; ++k) counts->amax = m[k] > counts->amax ? m[k] : counts->amax;
+}
+
+// The census of the 64 values of step j (8 of each chunk), classified in full (census8),
+// added into c. Not inlined: the sparse loop keeps its registers for its own work, and the
+// values come back from L1, where that loop just read them.
+__attribute__((noinline)) void census_step(const void* x, GemmElem elem, int64_t stride, int64_t j, CensusBounds b,
+                                           CensusLanes* c) {
+  const __m256 to_zero = _mm256_set1_ps(b.to_zero), sub_below = _mm256_set1_ps(b.subnormal_below);
+  for (int k = 0; k < 8; ++k) census8(load8(x, elem, k * stride + j), to_zero, sub_below, *c);
+}
+
+// The smallest magnitude of step j's 64 values as a lane vector (NaNs pass unseen), and their
+// largest folded into *amax: 3 operations per 8 values.
+inline __m256 step_min_max(const void* x, GemmElem elem, int64_t stride, int64_t j, float inv, __m256 (&r)[8],
+                           __m256* amax) {
+  const __m256 vinv = _mm256_set1_ps(inv), abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 lo = _mm256_set1_ps(3.40282347e38f);
+  for (int k = 0; k < 8; ++k) {
+    const __m256 v = load8(x, elem, k * stride + j);
+    const __m256 a = _mm256_and_ps(v, abs_mask);
+    lo = _mm256_min_ps(a, lo);  // a NaN a returns lo
+    *amax = _mm256_max_ps(a, *amax);
+    r[k] = _mm256_mul_ps(v, vinv);
+  }
+  return lo;
+}
+
+inline bool any_below(__m256 lo, CensusBounds b) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(lo, _mm256_set1_ps(b.subnormal_below), _CMP_LT_OQ)) != 0;
+}
+
+// Dense: every value classified in the loop that sums it (~10 more operations per 8 values).
+void census_dense(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                  CensusCounts* counts) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256 to_zero = _mm256_set1_ps(b.to_zero), sub_below = _mm256_set1_ps(b.subnormal_below);
+  CensusLanes c;
+  SquareSums sums;
+  for (int64_t j = 0; j < len; j += 8) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256 v = load8(x, elem, k * stride + j);
+      census8(v, to_zero, sub_below, c);  // the census of the value as stored, from the same load
+      r[k] = _mm256_mul_ps(v, vinv);
+    }
+    sums.add(r);
+  }
+  sums.store(out);
+  add_census_lanes(c, static_cast<uint64_t>(len) * 8, counts);
+}
+
+// Sparse: where the values are plain, only each step's min and max of magnitudes (3
+// operations per 8 values); a step whose min is below the normal range (an exact zero, a
+// flush, a subnormal) is classified in full (census_step). Infs and NaNs pass the min and max
+// unseen, but they make the sums non-finite: such a call, a skipped step's, is counted again
+// in full from the start (a second read, of data the first left in the cache, and only on a
+// step that overflowed).
+void census_sparse(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                   CensusCounts* counts) {
+  CensusLanes dirty;
+  uint64_t dirty_values = 0;
+  __m256 amax = _mm256_setzero_ps();
+  SquareSums sums;
+  for (int64_t j = 0; j < len; j += 8) {
+    __m256 r[8];
+    const bool below = any_below(step_min_max(x, elem, stride, j, inv, r, &amax), b);
+    sums.add(r);
+    if (below) {  // after the sums, where r is dead: the call spills less
+      census_step(x, elem, stride, j, b, &dirty);
+      dirty_values += 64;
+    }
+  }
+  if (!sums.store(out)) {
+    CensusLanes all;
+    for (int64_t j = 0; j < len; j += 8) census_step(x, elem, stride, j, b, &all);
+    add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
+    return;
+  }
+  // No inf and no NaN: the plain steps' values are all normal and finite, so only the dirty
+  // steps add counts, and the amax is the larger of the two maxima.
+  add_census_lanes(dirty, dirty_values, counts);
+  alignas(32) float m[8];
+  _mm256_store_ps(m, amax);
+  for (int k = 0; k < 8; ++k) counts->amax = m[k] > counts->amax ? m[k] : counts->amax;
+}
+
+// The guard's sums (sum_squares_8's, the same bits) and the census in the same read. Which
+// loop runs is chosen per call (8 x len values of one tensor, mostly alike) from its first 8
+// steps: sparse when at most 2 of them hold a value below the normal range, dense otherwise
+// (where most steps are flagged, sparse would pay for both). Both count the same.
+void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+                          double* out, CensusCounts* counts) {
+  int flagged = 0;
+  __m256 ignored = _mm256_setzero_ps();
+  for (int64_t j = 0; j < std::min<int64_t>(len, 64); j += 8) {
+    __m256 r[8];
+    flagged += any_below(step_min_max(x, elem, stride, j, inv, r, &ignored), b) ? 1 : 0;
+  }
+  if (flagged <= 2) census_sparse(x, elem, stride, len, inv, b, out, counts);
+  else census_dense(x, elem, stride, len, inv, b, out, counts);
 }
 #else
 // Element i of x, as FP32 (exact).
@@ -206,26 +288,54 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   else sum_squares_8_of<GemmElem::BF16>(x, stride, len, inv, out);
 }
 
+// The census classes counted per chunk lane, as the AVX paths' CensusLanes, in plain arrays
+// the vectorizer widens (comparisons as 0 or 1, no branch; a NaN fails every one).
+struct CensusLaneCounts {
+  uint32_t finite[8] = {}, tiny[8] = {}, sub[8] = {}, zero[8] = {};
+  float amax[8] = {};
+  void add(int k, float v, CensusBounds b) {
+    const float a = std::fabs(v);
+    const bool fin = a <= 3.40282347e38f;
+    finite[k] += fin ? 1u : 0u;
+    tiny[k] += a <= b.to_zero ? 1u : 0u;
+    sub[k] += a < b.subnormal_below ? 1u : 0u;
+    zero[k] += a == 0.0f ? 1u : 0u;
+    amax[k] = fin && a > amax[k] ? a : amax[k];
+  }
+  // The counts of `seen` values, added into *counts as census classes.
+  void into(uint64_t seen, CensusCounts* counts) const {
+    uint64_t f = 0, t = 0, s = 0, z = 0;
+    for (int k = 0; k < 8; ++k) {
+      f += finite[k];
+      t += tiny[k];
+      s += sub[k];
+      z += zero[k];
+      counts->amax = std::max(counts->amax, amax[k]);
+    }
+    counts->nonfinite += seen - f;
+    counts->zeros += z;
+    counts->underflow += t - z;
+    counts->subnormal += s - t;
+  }
+};
+
+// Every value classified where it is summed, in lane counters the vectorizer widens. (The AVX
+// paths' sparse loop, a min and max per step, measured slower here than this: on SSE2 the
+// min, max and their reduction cost more than the comparisons they skip.)
 template <GemmElem Elem>
 void sum_squares_census_8_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
                              CensusCounts* counts) {
   double acc[8] = {};
-  uint64_t n[kCensusFields + 1] = {};  // by census_class; the last slot: normal values
-  float amax = counts->amax;
+  CensusLaneCounts c;
   for (int64_t j = 0; j < len; ++j)
     for (int k = 0; k < 8; ++k) {
       const float v = grad_at(x, Elem, k * stride + j);
-      ++n[census_class(v, b)];
-      amax = census_amax(amax, v);
+      c.add(k, v, b);
       const float u = v * inv;
       acc[k] += (double)u * (double)u;
     }
   for (int k = 0; k < 8; ++k) out[k] = acc[k];
-  counts->nonfinite += n[kCensusNonfinite];
-  counts->zeros += n[kCensusZeros];
-  counts->underflow += n[kCensusUnderflow];
-  counts->subnormal += n[kCensusSubnormal];
-  counts->amax = amax;
+  c.into(static_cast<uint64_t>(len) * 8, counts);
 }
 
 void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
