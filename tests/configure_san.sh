@@ -14,8 +14,9 @@ sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 # BELAY_EMU_SEEDS: the GPU suite runs under seed 1 here; seeds 2 and 3 run in the plain
 # emulated Release build (tests/emulation/plain_release.sh), where they take a third the time;
 # so do the planted bugs that need no sanitizer to be caught (BELAY_EMU_PLANTED=asan here).
-# BELAY_EMU_TENSOR_CORE_OPT=-O1: the tensor-core unit, the longest compile here, a third
-# shorter (measured: 174 s -> 118 s of CPU under load).
+# BELAY_EMU_TENSOR_CORE_OPT=-O1: the tensor-core units (the GEMM's and attention's forward),
+# the longest compiles here, a third shorter (measured on the GEMM's: 174 s -> 118 s of CPU
+# under load).
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF -DBELAY_FUZZ_INSTRUMENT=ON \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \

@@ -173,16 +173,16 @@ belay_planted_bug(layer_norm_chunk_overlap FILE kernels/cuda/layer_norm_kernels.
   RECOMPILE kernels/cuda/layer_norm_kernels.cu
   FILTER "cuda layer_norm and its backward match FP64 for dx and dweight and dbias")
 belay_planted_bug(attention_mask_off_by_one FILE kernels/cuda/attention_layout.h
-  RECOMPILE kernels/cuda/attention_kernels.cu
+  RECOMPILE kernels/cuda/attention_kernels.cu kernels/cuda/attention_forward_tc.cu kernels/cuda/attention_backward.cu
   FILTER "cuda attention fp16 (tensor cores) forward and backward match FP64")
-belay_planted_bug(attention_sum_not_rescaled FILE kernels/cuda/attention_kernels.cu
-  RECOMPILE kernels/cuda/attention_kernels.cu
+belay_planted_bug(attention_sum_not_rescaled FILE kernels/cuda/attention_forward_tc.cu
+  RECOMPILE kernels/cuda/attention_forward_tc.cu
   FILTER "cuda attention fp16 (tensor cores) forward and backward match FP64")
-belay_planted_bug(attention_lse_not_saved FILE kernels/cuda/attention_kernels.cu
-  RECOMPILE kernels/cuda/attention_kernels.cu
+belay_planted_bug(attention_lse_not_saved FILE kernels/cuda/attention_forward_tc.cu
+  RECOMPILE kernels/cuda/attention_forward_tc.cu
   FILTER "cuda attention fp16 (tensor cores) forward and backward match FP64")
-belay_planted_bug(attention_stage_barrier FILE kernels/cuda/attention_kernels.cu
-  RECOMPILE kernels/cuda/attention_kernels.cu
+belay_planted_bug(attention_stage_barrier FILE kernels/cuda/attention_forward_tc.cu
+  RECOMPILE kernels/cuda/attention_forward_tc.cu
   FILTER "cuda attention over 200 keys in four tiles matches FP64 causal and not")
 
 # --dist nccl on 2 ranks of the emulated device, and the emulated NCCL's ring on 3

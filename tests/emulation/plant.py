@@ -115,21 +115,21 @@ BUGS = {
     # The online softmax's running sum not rescaled when the running max moves: the keys of
     # earlier tiles count with their old, too large weights.
     "attention_sum_not_rescaled": (
-        "kernels/cuda/attention_kernels.cu",
+        "kernels/cuda/attention_forward_tc.cu",
         "l[h] = l[h] * alpha[h] + sum[h];",
         "l[h] = l[h] + sum[h];",
     ),
     # The forward's log-sum-exp never written: lse holds whatever the allocator's block held, and
     # the backward recomputes P from it.
     "attention_lse_not_saved": (
-        "kernels/cuda/attention_kernels.cu",
+        "kernels/cuda/attention_forward_tc.cu",
         "      if (row < tq) lse[item * tq + row] =",
         "      if (row < 0) lse[item * tq + row] =",
     ),
     # The barrier after a key tile's math: a warp's cp.async of tile kt + 2 overwrites the stage
     # that slower warps still read tile kt from (the race check sees it with 3 or more tiles).
     "attention_stage_barrier": (
-        "kernels/cuda/attention_kernels.cu",
+        "kernels/cuda/attention_forward_tc.cu",
         "    __syncthreads();  // every warp done with stage kt % 2 before tile kt + 2 is copied into it\n",
         "",
     ),

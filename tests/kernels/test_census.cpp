@@ -55,6 +55,19 @@ std::vector<TensorCensus> census_of(const std::vector<const Tensor*>& grads, flo
   return decode_census(std::vector<uint32_t>(w, w + census.numel()), names, numels);
 }
 
+// Each tensor's counts against census_reference.
+void check_against_reference(const std::vector<TensorCensus>& got, const std::vector<Tensor>& ts, DType format) {
+  for (size_t t = 0; t < ts.size(); ++t) {
+    INFO("tensor " << t << " of " << ts[t].numel() << " elements");
+    const TensorCensus want = census_reference(ts[t], format);
+    CHECK(got[t].nonfinite == want.nonfinite);
+    CHECK(got[t].zeros == want.zeros);
+    CHECK(got[t].underflow == want.underflow);
+    CHECK(got[t].subnormal == want.subnormal);
+    CHECK(bits(got[t].amax) == bits(want.amax));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("guard census: every count against the reference, on every CPU path", "[census]") {
@@ -79,15 +92,7 @@ TEST_CASE("guard census: every count against the reference, on every CPU path", 
           CHECK(bits(found) == bits(found0));
           CHECK(bits(norm) == bits(norm0));
           REQUIRE(got.size() == ts.size());
-          for (size_t t = 0; t < ts.size(); ++t) {
-            INFO("tensor " << t << " of " << ts[t].numel() << " elements");
-            const TensorCensus want = census_reference(ts[t], format);
-            CHECK(got[t].nonfinite == want.nonfinite);
-            CHECK(got[t].zeros == want.zeros);
-            CHECK(got[t].underflow == want.underflow);
-            CHECK(got[t].subnormal == want.subnormal);
-            CHECK(bits(got[t].amax) == bits(want.amax));
-          }
+          check_against_reference(got, ts, format);
           // The cases are there to be hit: a census that counted nothing would pass nothing.
           const TensorCensus big = census_reference(ts[0], format);
           CHECK(big.nonfinite > 0);
@@ -118,15 +123,7 @@ TEST_CASE("guard census: mostly plain gradients, the fast steps and the recount,
         CHECK(bits(found) == bits(f.item()));
         CHECK(bits(norm) == bits(n.item()));
         REQUIRE(got.size() == ts.size());
-        for (size_t t = 0; t < ts.size(); ++t) {
-          INFO("tensor " << t);
-          const TensorCensus want = census_reference(ts[t], format);
-          CHECK(got[t].nonfinite == want.nonfinite);
-          CHECK(got[t].zeros == want.zeros);
-          CHECK(got[t].underflow == want.underflow);
-          CHECK(got[t].subnormal == want.subnormal);
-          CHECK(bits(got[t].amax) == bits(want.amax));
-        }
+        check_against_reference(got, ts, format);
         const TensorCensus big = census_reference(ts[0], format), clean = census_reference(ts[1], format);
         CHECK(big.nonfinite == 1);
         CHECK(big.zeros > 0);
