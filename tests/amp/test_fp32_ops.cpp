@@ -63,7 +63,7 @@ TEST_CASE("fp32-ops: a kept class runs in FP32 under autocast, the rest in the l
   CHECK_FALSE(autocast_keeps_fp32(OpClass::Linear));
 }
 
-TEST_CASE("autocast runs exp, log, pow, softmax, log_softmax, sum and mean in FP32; tanh as given", "[amp][autocast]") {
+TEST_CASE("autocast runs exp, log, pow, softmax, log_softmax, sum and mean in FP32, tanh as given", "[amp][autocast]") {
   const Var x(Tensor::from_vector({0.5f, 1.0f, 2.0f, 3.0f}, Shape{2, 2}, DType::F16));
   Autocast ac(DType::F16);
   for (const Var& y : {exp(x), log(x), pow(x, 2.0f), softmax(x), log_softmax(x), sum(x, 0), mean(x, 1)})

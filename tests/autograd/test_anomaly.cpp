@@ -195,7 +195,7 @@ TEST_CASE("anomaly: the transformer's ops are named with their module paths", "[
   }
 }
 
-TEST_CASE("anomaly: attention scores that overflow FP16 are named at bmm; --fp32-ops bmm keeps them finite",
+TEST_CASE("anomaly: attention scores that overflow FP16 are named at bmm, --fp32-ops bmm keeps them finite",
           "[autograd][anomaly][bmm]") {
   // q k^T of rows of 300s over d = 2: 180000 per score, past FP16's 65504 under autocast.
   const Var q(Tensor::full(Shape{1, 2, 3, 2}, 300.0f), true);

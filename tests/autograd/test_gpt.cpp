@@ -35,7 +35,7 @@ double std_of(const std::vector<float>& v) {
 
 }  // namespace
 
-TEST_CASE("gpt: the state dict names every parameter once; the head is tied to wte", "[autograd][gpt]") {
+TEST_CASE("gpt: the state dict names every parameter once, the head is tied to wte", "[autograd][gpt]") {
   Rng rng(1);
   const GptConfig c = small_config();
   Gpt gpt(c, rng);

@@ -140,7 +140,7 @@ TEST_CASE("device errors: parse_device, require_device and tensors on a missing 
   }
 }
 
-TEST_CASE("reshape shares storage; a wrong element count is an Error", "[engine][tensor]") {
+TEST_CASE("reshape shares storage, a wrong element count is an Error", "[engine][tensor]") {
   Tensor t = Tensor::from_vector({1, 2, 3, 4, 5, 6}, Shape{2, 3});
   Tensor r = t.reshape(Shape{3, 2});
   CHECK(r.shape() == Shape{3, 2});
@@ -165,7 +165,7 @@ TEST_CASE("copies share storage, clone does not", "[engine][tensor]") {
   CHECK(c.to_vector() == std::vector<float>{1, 1, 1});
 }
 
-TEST_CASE("to(dtype) rounds each element once; to(same dtype) is a copy", "[engine][tensor]") {
+TEST_CASE("to(dtype) rounds each element once, to(same dtype) is a copy", "[engine][tensor]") {
   const std::vector<float> v{1.001f, 70000.0f, 1e-6f, -0.1f, 0.0f};
   const Tensor t = Tensor::from_vector(v, Shape{5});
   for (DType d : {DType::F16, DType::BF16}) {

@@ -126,7 +126,7 @@ TEST_CASE("attention: the score accumulators are P's A fragment for P V", "[kern
         }
 }
 
-TEST_CASE("attention: the visited key tiles hold every key a query sees; skipped ones none", "[kernels][cuda-index]") {
+TEST_CASE("attention: the visited key tiles hold every key a query sees, skipped ones none", "[kernels][cuda-index]") {
   for (bool causal : {false, true})
     for (int64_t tq : {1, 7, 64, 65, 130, 200})
       for (int64_t tk : {1, 9, 64, 65, 200})

@@ -328,7 +328,7 @@ TEST_CASE("the working copy is refreshed in the low dtype, equal to round_to(mas
     }
 }
 
-TEST_CASE("parameters without a gradient are left alone; bad options are UsageErrors", "[optim]") {
+TEST_CASE("parameters without a gradient are left alone, bad options are UsageErrors", "[optim]") {
   TwoParams ps;
   AdamW opt(ps.list());
   const Tensor b0 = ps.b.master().clone();

@@ -112,7 +112,7 @@ TEST_CASE("SGD groups: per-group lr, momentum (none: no buffer) and weight decay
   CHECK(state[0].first == "optim.weight.momentum_buffer");
 }
 
-TEST_CASE("a schedule scales each group's lr by group lr / optimizer lr; a skipped step moves none", "[optim][groups]") {
+TEST_CASE("a schedule scales each group's lr by group lr / optimizer lr, a skipped step moves none", "[optim][groups]") {
   const AdamWOptions defaults = adamw_options(0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, false);
   AdamWOptions slow = defaults;
   slow.lr = 0.003f;

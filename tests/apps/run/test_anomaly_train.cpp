@@ -102,7 +102,7 @@ TEST_CASE("detect-anomaly: an overflow in a hidden layer's forward names layers.
   std::remove(init.c_str());
 }
 
-TEST_CASE("detect-anomaly: an overflow in a backward; with loss scaling, a scaler event", "[apps][anomaly]") {
+TEST_CASE("detect-anomaly: an overflow in a backward, with loss scaling, a scaler event", "[apps][anomaly]") {
   // Targets x1e8 at step 3: the loss (FP32) is finite, its gradient 2 (pred - y) / N ~ 1e6
   // is written in FP16 by mse_loss's backward.
   TrainConfig c = config(8, DType::F16);
@@ -165,7 +165,7 @@ TEST_CASE("detect-anomaly: a fault planted in a gradient buffer, and an optimize
   }
 }
 
-TEST_CASE("fp32-ops: recorded in the checkpoint; resuming under another policy needs --new-experiment",
+TEST_CASE("fp32-ops: recorded in the checkpoint, resuming under another policy needs --new-experiment",
           "[apps][anomaly][checkpoint]") {
   const std::string ckpt = tmp("policy.safetensors"), ckpt2 = tmp("policy2.safetensors");
   TrainConfig c = config(10, DType::F16);

@@ -103,7 +103,7 @@ TEST_CASE("synthetic data: every ISA path gives the definition's bits, batch aft
   CHECK(paths >= 1);
 }
 
-TEST_CASE("synthetic data: x has mean 0 and variance 1; the teacher's outputs have variance about 1", "[apps][data]") {
+TEST_CASE("synthetic data: x has mean 0 and variance 1, the teacher's outputs have variance about 1", "[apps][data]") {
   const std::unique_ptr<Dataset> d = make_synthetic_regression(256, 64, 3);
   const Batch b = d->next(512, Device::cpu());
   const std::vector<float> x = b.x.to_vector(), y = b.y.to_vector();
@@ -120,7 +120,7 @@ TEST_CASE("synthetic data: x has mean 0 and variance 1; the teacher's outputs ha
   CHECK(var_y < 2.0);
 }
 
-TEST_CASE("synthetic data: the position is the rows drawn; resuming there continues the bits", "[apps][data]") {
+TEST_CASE("synthetic data: the position is the rows drawn, resuming there continues the bits", "[apps][data]") {
   const std::unique_ptr<Dataset> a = make_synthetic_regression(9, 4, 11);
   a->next(6, Device::cpu());
   CHECK(a->position() == "synthetic.v2 rows 6");

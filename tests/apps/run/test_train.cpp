@@ -140,7 +140,7 @@ TEST_CASE("rows read one step late or after each step: the same run, the same st
     CHECK(format_step_row(lagged.rows[i]) == format_step_row(waited.rows[i]));
 }
 
-TEST_CASE("a run that stops early says why in stop_reason; stop_requested stops it as a signal would", "[apps][train]") {
+TEST_CASE("a run that stops early says why in stop_reason, stop_requested stops it as a signal would", "[apps][train]") {
   TrainConfig c = quiet_config(40, DType::F16);
   c.inject_inf = {0, 1, 2, 3, 4};
   c.skip.max_rate = 0.5;

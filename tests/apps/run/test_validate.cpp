@@ -76,7 +76,7 @@ TEST_CASE("validate: the default set passes in fp16 and bf16, thresholds stated 
   }
 }
 
-TEST_CASE("validate: an input of 1e5 overflows fp16 (exit 1, the row shown); bf16 holds it", "[apps][validate]") {
+TEST_CASE("validate: an input of 1e5 overflows fp16 (exit 1, the row shown), bf16 holds it", "[apps][validate]") {
   const std::string set = write_set("overflow.safetensors", [](std::vector<float>& x) { x[5 * 16 + 2] = 1e5f; });
   ValidateConfig c;
   c.data = set;
@@ -145,7 +145,7 @@ TEST_CASE("validate: a non-finite FP32 reference is a failure of the baseline, a
   std::remove(set.c_str());
 }
 
-TEST_CASE("validate --train: both runs' curves, counts, scale and divergence; the JSON file", "[apps][validate]") {
+TEST_CASE("validate --train: both runs' curves, counts, scale and divergence, the JSON file", "[apps][validate]") {
   ValidateConfig c;
   c.train_steps = 12;
   c.json = tmp("train.json");
@@ -200,7 +200,7 @@ TEST_CASE("validate: a regression set is judged by its errors, extremes and R^2,
   std::remove(path.c_str());
 }
 
-TEST_CASE("validate: --min-quality holds both runs to it; the untrained reference misses 0.9", "[apps][validate]") {
+TEST_CASE("validate: --min-quality holds both runs to it, the untrained reference misses 0.9", "[apps][validate]") {
   ValidateConfig c;
   c.min_quality = 0.9;  // an untrained 4-class model is near chance (0.25)
   std::string text;
