@@ -60,6 +60,8 @@ std::vector<std::string> check_resume_settings(const std::string& path, std::map
   if (!run.count("fp32_ops")) run["fp32_ops"] = "none";
   // A GPT's checkpoint from before the fused attention op ran the three-op path.
   if (run.count("attention") && !saved.count("attention")) saved["attention"] = "naive";
+  // ... and from before the tanh GELU, the erf one.
+  if (run.count("gelu") && !saved.count("gelu")) saved["gelu"] = "erf";
   std::vector<std::string> policy_changes;
   std::vector<std::string> keys;
   for (auto& [k, v] : saved) keys.push_back(k);

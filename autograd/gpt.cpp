@@ -34,6 +34,7 @@ GptBlock::GptBlock(const GptConfig& c, int index, Rng& rng, Device device)
     : heads_(c.heads),
       width_(c.width),
       fused_attention_(c.fused_attention),
+      gelu_(c.gelu),
       prefix_(block_prefix(index)),
       ln_1_(c.width, 1e-5f, device, prefix_ + "ln_1."),
       ln_2_(c.width, 1e-5f, device, prefix_ + "ln_2."),
@@ -72,7 +73,7 @@ Var GptBlock::mlp(const Var& h) {
   Var a = fc_(h);
   {
     ModuleScope scope(gelu_path_.c_str());
-    a = gelu(a);
+    a = activation(a, gelu_);
   }
   return mlp_proj_(a);
 }

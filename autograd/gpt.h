@@ -8,7 +8,7 @@
 //   matrix, so the model has V D fewer parameters and the rows of rare tokens still learn.
 // - q, k and v as three Linear(D, D) (GPT-2 has one Linear(D, 3D) split after): the same
 //   product, but each of q, k, v is a whole matrix belay's GEMM and the state dict can name.
-// - GELU with erf (PyTorch's default; GPT-2 used the tanh approximation).
+// - GELU with erf (PyTorch's default) unless GptConfig::gelu asks for the tanh form GPT-2 used.
 // - Initialisation as GPT-2's: every Linear weight and both embeddings normal(0, 0.02),
 //   biases 0, LayerNorm 1 and 0; the two projections that write into the residual stream
 //   (attn.proj, mlp.proj) normal(0, 0.02 / sqrt(2 layers)), so the stream's variance does not
@@ -38,6 +38,8 @@ struct GptConfig {
   // Attention as one fused op (autograd/ops.h attention: no [B, H, T, T] scores kept for the
   // backward) or as bmm, causal softmax, bmm (the reference; the same math, other roundings).
   bool fused_attention = true;
+  // The MLP's GELU: Activation::Gelu (erf, PyTorch's default) or Activation::GeluTanh (GPT-2's).
+  Activation gelu = Activation::Gelu;
   // Parameters: V D + C D + layers (12 D^2 + 13 D) + 2 D (the head is tied).
   double parameter_count() const;
   void validate() const;  // throws UsageError naming the first bad size
@@ -61,6 +63,7 @@ class GptBlock {
 
   int64_t heads_, width_;
   bool fused_attention_;
+  Activation gelu_;
   std::string prefix_;
   LayerNorm ln_1_, ln_2_;
   Linear q_, k_, v_, attn_proj_, fc_, mlp_proj_;

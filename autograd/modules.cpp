@@ -134,7 +134,7 @@ Var Mlp::forward(const Var& x) {
     h = layers_[i](h);
     if (i + 1 < layers_.size()) {
       ModuleScope scope(act_paths_[i].c_str());
-      h = act_ == Activation::Relu ? relu(h) : gelu(h);
+      h = activation(h, act_);
     }
   }
   return h;

@@ -199,6 +199,10 @@ static Var activation_op(const Var& x_in, Activation act, const char* name) {
 
 Var relu(const Var& x) { return activation_op(x, Activation::Relu, "relu"); }
 Var gelu(const Var& x) { return activation_op(x, Activation::Gelu, "gelu"); }
+Var gelu_tanh(const Var& x) { return activation_op(x, Activation::GeluTanh, "gelu_tanh"); }
+Var activation(const Var& x, Activation act) {
+  return act == Activation::Relu ? relu(x) : act == Activation::Gelu ? gelu(x) : gelu_tanh(x);
+}
 
 static Var reduce_op(const Var& x, float factor, const char* name) {
   Tensor out = Tensor::empty(Shape{1}, DType::F32, x.device());

@@ -17,7 +17,9 @@ Var add(const Var& a, const Var& b);                      // broadcasting as bin
 Var mul(const Var& a, const Var& b);                      // elementwise, broadcasting as binary()
 Var scale(const Var& a, float s);
 Var relu(const Var& x);
-Var gelu(const Var& x);
+Var gelu(const Var& x);       // the erf form (PyTorch's default)
+Var gelu_tanh(const Var& x);  // the tanh form (PyTorch's approximate='tanh', GPT-2's gelu_new)
+Var activation(const Var& x, Activation act);  // one of the three by kind
 Var sum(const Var& x);   // FP32 [1]
 Var mean(const Var& x);  // FP32 [1]
 Var mse_loss(const Var& pred, const Tensor& target);  // mean squared error, FP32 [1]

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/activation.h"
 #include "engine/allocator.h"
 #include "engine/tensor.h"
 
 namespace belay {
 
 enum class BinaryOp { Add, Sub, Mul, Div };
-enum class Activation { Relu, Gelu };
 // Elementwise functions with a backward computed from x and y = f(x) (kernels/common/
 // unary_math.h: the formula both backends use). Pow's exponent is the op's parameter p.
 enum class UnaryOp { Exp, Log, Tanh, Sigmoid, Pow };

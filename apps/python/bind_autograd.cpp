@@ -139,7 +139,12 @@ void bind_ops(py::module_& m) {
     return scale(in, s);
   });
   m.def("relu", [](py::handle x) { return unary_op(x, relu); });
-  m.def("gelu", [](py::handle x) { return unary_op(x, gelu); });
+  m.def("gelu", [](py::handle x, const std::string& approximate) {
+    if (approximate != "none" && approximate != "tanh")
+      throw UsageError("gelu: approximate must be 'none' or 'tanh', got '" + approximate + "'");
+    return unary_op(x, approximate == "tanh" ? gelu_tanh : gelu);
+  }, py::arg("x"), py::arg("approximate") = "none",
+     "GELU as torch.nn.functional.gelu: approximate='none' the erf form, 'tanh' the tanh form (GPT-2's)");
   m.def("sum", [](py::handle x) { return unary_op(x, [](const Var& v) { return sum(v); }); });
   m.def("mean", [](py::handle x) { return unary_op(x, [](const Var& v) { return mean(v); }); });
   m.def("mse_loss", [](const Var& pred, py::handle target) {

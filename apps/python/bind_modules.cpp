@@ -68,23 +68,38 @@ py::object set_training(py::object self, bool mode) {
   return self;
 }
 
+// The GELU form by the name `belay train --gelu` takes.
+Activation gelu_named(const std::string& name) {
+  if (name == "erf") return Activation::Gelu;
+  if (name == "tanh") return Activation::GeluTanh;
+  throw UsageError("gelu must be 'erf' or 'tanh', got '" + name + "'");
+}
+const char* gelu_name(Activation a) { return a == Activation::GeluTanh ? "tanh" : "erf"; }
+
 // belay.GptConfig and belay.Gpt (autograd/gpt.h), as nanoGPT's GPTConfig and GPT: the sizes,
 // then a model from them and a seed (the same seed gives `belay train --model gpt --seed`'s init).
 void bind_gpt(py::module_& m) {
-  py::class_<GptConfig>(m, "GptConfig", "The GPT's sizes: vocab, context, width, layers, heads")
-      .def(py::init([](int64_t vocab, int64_t context, int64_t width, int64_t layers, int64_t heads) {
-        return GptConfig{vocab, context, width, layers, heads};
+  py::class_<GptConfig>(m, "GptConfig",
+                        "The GPT's sizes: vocab, context, width, layers, heads, and the MLP's gelu ('erf' or 'tanh')")
+      .def(py::init([](int64_t vocab, int64_t context, int64_t width, int64_t layers, int64_t heads,
+                       const std::string& gelu) {
+        GptConfig c{vocab, context, width, layers, heads};
+        c.gelu = gelu_named(gelu);
+        return c;
       }), py::arg("vocab") = 256, py::arg("context") = 64, py::arg("width") = 128, py::arg("layers") = 2,
-         py::arg("heads") = 4)
+         py::arg("heads") = 4, py::arg("gelu") = "erf")
       .def_readwrite("vocab", &GptConfig::vocab)
       .def_readwrite("context", &GptConfig::context)
       .def_readwrite("width", &GptConfig::width)
       .def_readwrite("layers", &GptConfig::layers)
       .def_readwrite("heads", &GptConfig::heads)
+      .def_property("gelu", [](const GptConfig& c) { return gelu_name(c.gelu); },
+                    [](GptConfig& c, const std::string& name) { c.gelu = gelu_named(name); },
+                    "the MLP's GELU: 'erf' (PyTorch's default) or 'tanh' (GPT-2's gelu_new)")
       .def_property_readonly("parameter_count", [](const GptConfig& c) { return static_cast<int64_t>(c.parameter_count()); })
       .def("__repr__", [](const GptConfig& c) {
         return "GptConfig(vocab=" + std::to_string(c.vocab) + ", context=" + std::to_string(c.context) + ", width=" +
-               std::to_string(c.width) + ", layers=" + std::to_string(c.layers) + ", heads=" + std::to_string(c.heads) + ")";
+               std::to_string(c.width) + ", layers=" + std::to_string(c.layers) + ", heads=" + std::to_string(c.heads) + ", gelu='" + gelu_name(c.gelu) + "')";
       });
   auto make = [](const GptConfig& c, uint64_t seed, const std::string& device) {
     c.validate();  // before any allocation: a bad size is a UsageError naming it
@@ -98,11 +113,13 @@ void bind_gpt(py::module_& m) {
                           "GELU MLP, tied head, GPT-2's init from `seed`. model(ids [B, T] ints) -> logits [B T, vocab]")
       .def(py::init([make](const GptConfig& c, uint64_t seed, const std::string& device) { return make(c, seed, device); }),
            py::arg("config"), py::arg("seed") = 0, py::arg("device") = "cpu")
-      .def(py::init([make](int64_t vocab, int64_t context, int64_t width, int64_t layers, int64_t heads, uint64_t seed,
-                           const std::string& device) {
-        return make(GptConfig{vocab, context, width, layers, heads}, seed, device);
+      .def(py::init([make](int64_t vocab, int64_t context, int64_t width, int64_t layers, int64_t heads,
+                           const std::string& gelu, uint64_t seed, const std::string& device) {
+        GptConfig c{vocab, context, width, layers, heads};
+        c.gelu = gelu_named(gelu);
+        return make(c, seed, device);
       }), py::kw_only(), py::arg("vocab") = 256, py::arg("context") = 64, py::arg("width") = 128, py::arg("layers") = 2,
-         py::arg("heads") = 4, py::arg("seed") = 0, py::arg("device") = "cpu")
+         py::arg("heads") = 4, py::arg("gelu") = "erf", py::arg("seed") = 0, py::arg("device") = "cpu")
       .def_property_readonly("config", [](const Gpt& g) { return g.config(); },
                              "The sizes (a copy: changing it changes no model)");
 }

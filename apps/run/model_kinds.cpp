@@ -39,6 +39,7 @@ GptConfig gpt_config_of(const TrainConfig& c) {
   g.layers = c.layers;
   g.heads = c.heads;
   g.fused_attention = c.attention == "fused";
+  g.gelu = c.gelu == "tanh" ? Activation::GeluTanh : Activation::Gelu;
   return g;
 }
 
@@ -74,6 +75,7 @@ void check_gpt(const TrainConfig& c) {
   gpt_config_of(c).validate();
   if (c.attention != "fused" && c.attention != "naive")
     throw UsageError("--attention must be fused or naive, got '" + c.attention + "'");
+  if (c.gelu != "erf" && c.gelu != "tanh") throw UsageError("--gelu must be erf or tanh, got '" + c.gelu + "'");
 }
 
 // A GPT trains in minutes on 2 cores with these (AdamW lr 3e-3 with 100 warmup steps and a
@@ -106,7 +108,7 @@ std::vector<ModelKind> make_model_kinds() {
      }},
     // A GPT on a tokens file: "in" is its context, "out" the file's vocabulary.
     {"gpt", "gpt: a small transformer on a tokens file: --data", {kLayers, kWidth, kHeads, kContext},
-     {"eval-every", "eval-windows", "attention"}, true, false, gpt_defaults(), check_gpt,
+     {"eval-every", "eval-windows", "attention", "gelu"}, true, false, gpt_defaults(), check_gpt,
      [](const TrainConfig& c) { return gpt_config_of(c).parameter_count(); },
      [](const TrainConfig& c, Rng& rng, Device device) -> std::unique_ptr<Module> {
        return std::make_unique<Gpt>(gpt_config_of(c), rng, device);
@@ -191,6 +193,7 @@ void write_model_settings(const TrainConfig& c, Settings& settings) {
   for (const ShapeField& f : {kIn, kOut}) settings[f.name] = std::to_string(f.get(c));
   for (const ShapeField& f : model_kind(c.model).shape) settings[f.name] = std::to_string(f.get(c));
   if (takes_option(model_kind(c.model), "attention")) settings["attention"] = c.attention;
+  if (takes_option(model_kind(c.model), "gelu")) settings["gelu"] = c.gelu;
 }
 
 void read_model_settings(const Settings& settings, const std::string& path, TrainConfig& c) {
@@ -203,6 +206,10 @@ void read_model_settings(const Settings& settings, const std::string& path, Trai
   if (takes_option(model_kind(c.model), "attention")) {
     const auto it = settings.find("attention");
     c.attention = it == settings.end() ? "naive" : it->second;  // recorded since the fused op; before: naive
+  }
+  if (takes_option(model_kind(c.model), "gelu")) {
+    const auto it = settings.find("gelu");
+    c.gelu = it == settings.end() ? "erf" : it->second;  // recorded since the tanh form; before: erf
   }
 }
 

@@ -44,6 +44,8 @@ struct TrainConfig {
   int64_t eval_windows = 64;
   // GPT: "fused" (Backend::attention: no [T, T] scores kept) or "naive" (bmm, causal softmax, bmm).
   std::string attention = "fused";
+  // GPT: the MLP's GELU, "erf" (exact, PyTorch's default) or "tanh" (GPT-2's gelu_new).
+  std::string gelu = "erf";
   int64_t batch = 32;        // samples per optimizer step (the effective batch)
   int64_t micro_batch = 0;   // samples per forward/backward; 0: the whole batch
   int64_t steps = 200;       // the run's total, also when resuming

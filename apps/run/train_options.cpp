@@ -48,6 +48,9 @@ std::vector<TrainOption> make_train_options() {
      "GPT: fused (one kernel, FlashAttention-2's: never the T x T scores) | naive (bmm, causal softmax, bmm: the "
      "reference)",
      kShowDefault},
+    {"gelu", BELAY_FIELD(config.gelu),
+     "GPT: the MLP's GELU: erf (exact, PyTorch's default) | tanh (GPT-2's own, Hugging Face's gelu_new)",
+     kShowDefault},
     {"batch", BELAY_FIELD(config.batch), "samples per optimizer step (the effective batch)", kShowDefault},
     {"micro-batch", BELAY_FIELD(config.micro_batch),
      "samples per forward/backward; gradients accumulate over batch/micro-batch of them"},

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/activation.h"
 #include "engine/half_bits.h"
 
 namespace belay {
@@ -22,6 +23,52 @@ BELAY_HD float gelu_grad_f32(float x) {
   const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
   const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
   return cdf + x * pdf;
+}
+
+// GELU's tanh form (PyTorch's approximate='tanh', GPT-2's and Hugging Face's "gelu_new"):
+// 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3), computed as x s with s the
+// logistic function of 2u (the same value: 0.5 (1 + tanh u) = 1 / (1 + e^(-2u))), through
+// e = e^(-2|u|), which lies in [0, 1] and never overflows: s = 1 / (1 + e) for u >= 0 and
+// e / (1 + e) for u < 0. Nothing subtracts nearly equal numbers, so the far negative tail keeps
+// its relative accuracy where 1 + tanh(u) would cancel to 0. -inf (where -inf * 0 would be NaN)
+// gets the limit -0 from the select. The CPU backend computes the same formula with its own
+// exp (kernels/cpu/isa/erf_exp.h); the tests' bound is tests/kernels/gelu_tanh_reference.h.
+constexpr float kGeluTanhC = 0.79788456080286536f;  // sqrt(2 / pi)
+constexpr float kGeluTanhA = 0.044715f;
+constexpr float kGeluTanhA3 = 0.134145f;  // 3 * 0.044715, for the derivative of x^3
+BELAY_HD float gelu_tanh_f32(float x) {
+  const float u = kGeluTanhC * (x + kGeluTanhA * (x * x * x));
+  const float e = expf(-2.0f * fabsf(u));
+  const float r = 1.0f / (1.0f + e);
+  const float s = u < 0.0f ? e * r : r;
+  if (x != x) return x;
+  return x < -20.0f ? -0.0f : x * s;
+}
+
+// Its derivative s + x s (1 - s) 2 u', with s (1 - s) = e r r (r = 1 / (1 + e), the same for
+// both signs of u) and u' = sqrt(2 / pi) (1 + 3 * 0.044715 x^2). Beyond |x| = 20 the limits 1
+// and 0 (the formula's own values from |x| = 10.5 on, where e is 0, but inf * 0 at the
+// infinities); a NaN x comes back as it is.
+BELAY_HD float gelu_tanh_grad_f32(float x) {
+  const float x2 = x * x;
+  const float u = kGeluTanhC * (x + kGeluTanhA * (x2 * x));
+  const float du = kGeluTanhC * (1.0f + kGeluTanhA3 * x2);
+  const float e = expf(-2.0f * fabsf(u));
+  const float r = 1.0f / (1.0f + e);
+  const float s = u < 0.0f ? e * r : r;
+  const float g = s + x * (e * r * r) * 2.0f * du;
+  if (x != x) return x;
+  return x > 20.0f ? 1.0f : (x < -20.0f ? 0.0f : g);
+}
+
+// An activation and its backward dy f'(x) by kind, for the kernels that take an Activation.
+// ReLU's backward selects (x > 0 ? dy : 0), so a NaN or inf dy where x <= 0 gives 0.
+BELAY_HD float activation_f32(Activation act, float x) {
+  return act == Activation::Relu ? (x > 0.0f ? x : 0.0f) : act == Activation::Gelu ? gelu_f32(x) : gelu_tanh_f32(x);
+}
+BELAY_HD float activation_backward_f32(Activation act, float x, float dy) {
+  return act == Activation::Relu ? (x > 0.0f ? dy : 0.0f)
+                                 : dy * (act == Activation::Gelu ? gelu_grad_f32(x) : gelu_tanh_grad_f32(x));
 }
 
 // One AdamW element, in PyTorch's order: decoupled decay p *= (1 - lr*wd), then the moments,

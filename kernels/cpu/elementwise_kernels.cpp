@@ -43,16 +43,17 @@ void accumulate(Tensor& dst, const Tensor& src, float alpha, const Tensor* s) {
 void broadcast_scalar(const Tensor& s, float alpha, Tensor& out) { fill(out, scalar_value(s) * alpha); }
 
 // The FP32 math of a block on the active ISA path (kernels/cpu/isa/element_blocks.cpp): GELU
-// through belay's own erf (erf_exp.h), the same bits on every path.
+// through belay's own erf and exp (erf_exp.h), the same bits on every path.
 void activation(Activation act, const Tensor& x, Tensor& y) {
   const ElementBlocks& blocks = cpu_element_blocks();
-  const auto f = act == Activation::Relu ? blocks.relu : blocks.gelu;
+  const auto f = act == Activation::Relu ? blocks.relu : act == Activation::Gelu ? blocks.gelu : blocks.gelu_tanh;
   map_blocks(y, [f](int64_t, int64_t len, float* r, const float* v) { f(v, r, len); }, x);
 }
 
 void activation_backward(Activation act, const Tensor& x, const Tensor& dy, Tensor& dx) {
   const ElementBlocks& blocks = cpu_element_blocks();
-  const auto f = act == Activation::Relu ? blocks.relu_grad : blocks.gelu_grad;
+  const auto f =
+      act == Activation::Relu ? blocks.relu_grad : act == Activation::Gelu ? blocks.gelu_grad : blocks.gelu_tanh_grad;
   map_blocks(dx, [f](int64_t, int64_t len, float* r, const float* v, const float* g) { f(v, g, r, len); }, x, dy);
 }
 

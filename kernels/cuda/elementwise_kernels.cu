@@ -49,7 +49,7 @@ __global__ void broadcast_scalar_kernel(const float* s, float alpha, void* out, 
 __global__ void activation_kernel(Activation act, const void* x, DType x_dtype, void* y, DType y_dtype, int64_t n) {
   BELAY_GRID_STRIDE(i, n) {
     const float v = load_f32(x, x_dtype, i);
-    store_f32(y, y_dtype, i, act == Activation::Relu ? (v > 0.0f ? v : 0.0f) : gelu_f32(v));
+    store_f32(y, y_dtype, i, activation_f32(act, v));
   }
 }
 
@@ -57,7 +57,7 @@ __global__ void activation_backward_kernel(Activation act, const void* x, DType 
                                            void* dxo, DType dxo_dtype, int64_t n) {
   BELAY_GRID_STRIDE(i, n) {
     const float v = load_f32(x, x_dtype, i), g = load_f32(dy, dy_dtype, i);
-    store_f32(dxo, dxo_dtype, i, act == Activation::Relu ? (v > 0.0f ? g : 0.0f) : g * gelu_grad_f32(v));
+    store_f32(dxo, dxo_dtype, i, activation_backward_f32(act, v, g));
   }
 }
 

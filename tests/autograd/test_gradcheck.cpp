@@ -129,7 +129,7 @@ TEST_CASE("gradcheck: add, mul, scale", "[autograd][gradcheck]") {
   gradcheck("add(a, a)", {a}, [&] { return objective(add(a, a)); });
 }
 
-TEST_CASE("gradcheck: relu (inputs away from 0) and gelu", "[autograd][gradcheck]") {
+TEST_CASE("gradcheck: relu (inputs away from 0), gelu and gelu_tanh", "[autograd][gradcheck]") {
   // ReLU's kink at 0 must stay outside [x - h, x + h]: |x| in [0.2, 2].
   Rng rng(10);
   std::vector<float> v(20);
@@ -138,6 +138,7 @@ TEST_CASE("gradcheck: relu (inputs away from 0) and gelu", "[autograd][gradcheck
   gradcheck("relu", {x}, [&] { return objective(relu(x)); });
   Var y = leaf(Shape{4, 5}, 11, -2.0f, 2.0f);
   gradcheck("gelu", {y}, [&] { return objective(gelu(y)); });
+  gradcheck("gelu_tanh", {y}, [&] { return objective(gelu_tanh(y)); });
 }
 
 TEST_CASE("gradcheck: sum and mean", "[autograd][gradcheck]") {
@@ -254,7 +255,7 @@ TEST_CASE("gradients accumulate (+=) across backward calls until zero_grad", "[a
   CHECK_FALSE(x.grad().defined());
 }
 
-TEST_CASE("NoGrad records nothing; backward needs a scalar that depends on a leaf", "[autograd]") {
+TEST_CASE("NoGrad records nothing, backward needs a scalar that depends on a leaf", "[autograd]") {
   Var a = leaf(Shape{2, 3}, 40), b = leaf(Shape{3, 2}, 41);
   {
     NoGrad off;

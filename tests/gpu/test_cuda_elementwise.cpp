@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/kernels/gelu_tanh_reference.h"
 
 using namespace belay;
 using namespace belay::test;
@@ -151,6 +152,33 @@ TEST_CASE("cuda relu and gelu, forward and backward, match FP64", "[gpu][element
       // rounding amplified by x^2/2 <= 8 on [-4, 4]: 20 roundings' worth.
       gpu().activation_backward(Activation::Gelu, x.device, dy.device, y);
       check_close(y.to_vector(), dwant, tolerance_for(d, d, 20), dmag);
+    }
+}
+
+// GELU's tanh form: the FP32 bound of tests/kernels/gelu_tanh_reference.h with expf's 2 ulp
+// (4 u), plus the one rounding into the dtype; dx = dy g rounds once more in FP32.
+TEST_CASE("cuda gelu_tanh, forward and backward, matches FP64", "[gpu][elementwise]") {
+  BELAY_REQUIRE_GPU();
+  const double u32 = unit_roundoff(DType::F32);
+  for (int64_t n : odd_sizes())
+    for (DType d : kDtypes) {
+      Pair x = make_pair(Shape{n}, d, 17 + n, -12.0f, 12.0f), dy = make_pair(Shape{n}, d, 18 + n);
+      const std::vector<float> xv = x.host.to_vector(), gv = dy.host.to_vector();
+      const double ud = unit_roundoff(d) / u32;  // the dtype's rounding in units of u32
+      std::vector<double> want(xv.size()), mag(xv.size()), dwant(xv.size()), dmag(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const test::GeluTanhRef r = test::gelu_tanh_reference(xv[i], 4.0);
+        want[i] = r.y;
+        mag[i] = r.y_mag + ud * std::fabs(r.y);
+        dwant[i] = gv[i] * r.dy;
+        dmag[i] = std::fabs(gv[i]) * (r.dy_mag + (1.0 + ud) * std::fabs(r.dy));
+      }
+      INFO(name_of(d) << ", n = " << n);
+      Tensor y = Tensor::empty(Shape{n}, d, Device::cuda());
+      gpu().activation(Activation::GeluTanh, x.device, y);
+      check_close(y.to_vector(), want, Tolerance{u32, static_cast<double>(finfo(d).smallest_subnormal)}, mag);
+      gpu().activation_backward(Activation::GeluTanh, x.device, dy.device, y);
+      check_close(y.to_vector(), dwant, Tolerance{u32, static_cast<double>(finfo(d).smallest_subnormal)}, dmag);
     }
 }
 

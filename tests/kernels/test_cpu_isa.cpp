@@ -25,6 +25,7 @@
 #include "kernels/cpu/isa/element_blocks.h"
 #include "kernels/cpu/isa/erf_exp.h"
 #include "tests/kernels/gemm_case.h"
+#include "tests/kernels/gelu_tanh_reference.h"
 #include "tests/tolerance.h"
 
 using namespace belay;
@@ -421,11 +422,12 @@ void element_suite(CpuIsa isa) {
   // +-inf, NaNs with payloads and both signs), the usual inputs with the specials, and the
   // values at and around the branch points of erf_exp.h (|x| / sqrt 2 = 0.875 and 4, the
   // GELU select at -8, the gradient's at 16, exp's clamp at -104 (x^2 / 2 = 104 at |x| = 14.42)
-  // and the pdf's underflow to subnormals (13.34)).
+  // and the pdf's underflow to subnormals (13.34); the tanh form's selects at 20 and its
+  // e^(-2|u|) underflow to 0 near 10.5).
   std::vector<float> x;
   for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) x.push_back(f32_from_bits(static_cast<uint32_t>(u)));
   for (const float v : element_inputs(4099, 990)) x.push_back(v);
-  for (const float b : {0.875f * 1.41421356f, 4.0f * 1.41421356f, 8.0f, 16.0f, 14.4222f, 13.34f, 1.0f})
+  for (const float b : {0.875f * 1.41421356f, 4.0f * 1.41421356f, 8.0f, 16.0f, 14.4222f, 13.34f, 1.0f, 10.5f, 20.0f})
     for (int k = -64; k <= 64; ++k) {  // b and its neighbours a few ulps apart, both signs
       x.push_back(b + static_cast<float>(k) * std::ldexp(b, -23));
       x.push_back(-x.back());
@@ -449,6 +451,12 @@ void element_suite(CpuIsa isa) {
   inplace = dy;  // dx may be dy
   wide.gelu_grad(x.data(), inplace.data(), inplace.data(), n);
   CHECK(bits_of(inplace) == bits_of(yb));
+  base.gelu_tanh(x.data(), yb.data(), n);
+  wide.gelu_tanh(x.data(), yw.data(), n);
+  CHECK(bits_of(yb) == bits_of(yw));
+  base.gelu_tanh_grad(x.data(), dy.data(), yb.data(), n);
+  wide.gelu_tanh_grad(x.data(), dy.data(), yw.data(), n);
+  CHECK(bits_of(yb) == bits_of(yw));
   base.relu(x.data(), yb.data(), n);
   wide.relu(x.data(), yw.data(), n);
   CHECK(bits_of(yb) == bits_of(yw));
@@ -459,6 +467,9 @@ void element_suite(CpuIsa isa) {
   for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{33}}) {
     base.gelu_grad(x.data() + 5, dy.data(), yb.data(), m);
     wide.gelu_grad(x.data() + 5, dy.data(), yw.data(), m);
+    CHECK(std::memcmp(yb.data(), yw.data(), static_cast<size_t>(m) * 4) == 0);
+    base.gelu_tanh_grad(x.data() + 5, dy.data(), yb.data(), m);
+    wide.gelu_tanh_grad(x.data() + 5, dy.data(), yw.data(), m);
     CHECK(std::memcmp(yb.data(), yw.data(), static_cast<size_t>(m) * 4) == 0);
   }
 }
@@ -488,11 +499,11 @@ TEST_CASE("cpu isa: the backend's activations run the element kernels, the basel
       cpu_backend().activation_backward(act, x, dy, dx);
       return std::make_pair(bits_of(y), bits_of(dx));
     };
-    for (const Activation act : {Activation::Gelu, Activation::Relu}) {
+    for (const Activation act : {Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
       const auto base = run(CpuIsa::Baseline, act);
       for (const CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16}) {
         if (!cpu_isa_available(isa)) continue;
-        INFO(dtype_name(d) << ", path " << cpu_isa_name(isa) << (act == Activation::Gelu ? ", gelu" : ", relu"));
+        INFO(dtype_name(d) << ", path " << cpu_isa_name(isa) << ", activation " << static_cast<int>(act));
         const auto wide = run(isa, act);
         CHECK(wide.first == base.first);
         CHECK(wide.second == base.second);
@@ -500,8 +511,10 @@ TEST_CASE("cpu isa: the backend's activations run the element kernels, the basel
       if (d == DType::F32) {  // and they are the element kernels' results
         const ElementBlocks& k = cpu_element_blocks(CpuIsa::Baseline);
         std::vector<float> y(xv.size()), dx(xv.size());
-        (act == Activation::Gelu ? k.gelu : k.relu)(xv.data(), y.data(), n);
-        (act == Activation::Gelu ? k.gelu_grad : k.relu_grad)(xv.data(), gv.data(), dx.data(), n);
+        (act == Activation::Gelu ? k.gelu : act == Activation::GeluTanh ? k.gelu_tanh : k.relu)(xv.data(), y.data(), n);
+        (act == Activation::Gelu       ? k.gelu_grad
+         : act == Activation::GeluTanh ? k.gelu_tanh_grad
+                                       : k.relu_grad)(xv.data(), gv.data(), dx.data(), n);
         CHECK(bits_of(y) == base.first);
         CHECK(bits_of(dx) == base.second);
       }
@@ -522,6 +535,16 @@ std::vector<float> accuracy_inputs(float lim) {
   }
   for (int k = 1; k < 100; ++k) x.push_back(std::ldexp(static_cast<float>(k * 997), -149));
   return x;
+}
+
+// The element kernels' paths (baseline, avx2, avx512) this CPU runs; a warning for the others.
+std::vector<CpuIsa> element_paths_here() {
+  std::vector<CpuIsa> paths;
+  for (const CpuIsa isa : {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512}) {
+    if (cpu_isa_available(isa)) paths.push_back(isa);
+    else WARN("the " << cpu_isa_name(isa) << " path needs " << missing_list(isa) << ": not run here");
+  }
+  return paths;
 }
 }  // namespace
 
@@ -608,11 +631,7 @@ TEST_CASE("cpu erf, exp, GELU and GELU' against FP64", "[kernels][cpu][isa]") {
     // 6 u (1 + |x| pdf (1 + x^2 / 2)).
     dmag[i] = 1.0 + std::fabs(v) * pdf * (1.0 + 0.5 * v * v);
   }
-  for (const CpuIsa isa : {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512}) {
-    if (!cpu_isa_available(isa)) {
-      WARN("the " << cpu_isa_name(isa) << " path needs " << missing_list(isa) << ": not run here");
-      continue;
-    }
+  for (const CpuIsa isa : element_paths_here()) {
     INFO("path " << cpu_isa_name(isa));
     const ElementBlocks& k = cpu_element_blocks(isa);
     std::vector<float> y(x.size()), dx(x.size());
@@ -637,6 +656,51 @@ TEST_CASE("cpu erf, exp, GELU and GELU' against FP64", "[kernels][cpu][isa]") {
     CHECK(ds[2] == 0.5f);
     CHECK(ds[3] == 0.5f);
     CHECK(std::isnan(ds[4]));
+  }
+}
+
+TEST_CASE("cpu GELU's tanh form and its derivative against FP64, on every path", "[kernels][cpu][isa]") {
+  const double u = std::ldexp(1.0, -24);
+  const std::vector<float> x = accuracy_inputs(12.0f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<float> ones(x.size(), 1.0f);
+  std::vector<double> want(x.size()), mag(x.size()), dwant(x.size()), dmag(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const test::GeluTanhRef r = test::gelu_tanh_reference(x[i], 3.0);  // belay's exp: 3 u
+    want[i] = r.y;
+    mag[i] = r.y_mag;
+    dwant[i] = r.dy;
+    dmag[i] = r.dy_mag;
+  }
+  for (const CpuIsa isa : element_paths_here()) {
+    INFO("path " << cpu_isa_name(isa));
+    const ElementBlocks& k = cpu_element_blocks(isa);
+    std::vector<float> y(x.size()), dx(x.size());
+    k.gelu_tanh(x.data(), y.data(), n);
+    k.gelu_tanh_grad(x.data(), ones.data(), dx.data(), n);
+    // A subnormal x: 0.5 x and the quotient round to the subnormal grid (one subnormal).
+    test::check_close(y, want, test::Tolerance{u, std::ldexp(1.0, -149)}, mag);
+    test::check_close(dx, dwant, test::Tolerance{u, 0.0}, dmag);
+    // Known values (PyTorch's F.gelu(approximate='tanh') in FP64: gelu_tanh(1) =
+    // 0.8411919906082768), the limits at the infinities and the exact values at 0.
+    const float specials[] = {INFINITY, -INFINITY, 0.0f, -0.0f, NAN, 1.0f, -20.0f};
+    float ys[7], ds[7];
+    const float one7[7] = {1, 1, 1, 1, 1, 1, 1};
+    k.gelu_tanh(specials, ys, 7);
+    k.gelu_tanh_grad(specials, one7, ds, 7);
+    CHECK(ys[0] == INFINITY);
+    CHECK(f32_bits(ys[1]) == 0x80000000u);
+    CHECK(f32_bits(ys[2]) == 0u);
+    CHECK(f32_bits(ys[3]) == 0x80000000u);
+    CHECK(std::isnan(ys[4]));
+    CHECK(ys[5] == Approx(0.8411919906082768).epsilon(2e-7));
+    CHECK(f32_bits(ys[6]) == 0x80000000u);
+    CHECK(ds[0] == 1.0f);
+    CHECK(ds[1] == 0.0f);
+    CHECK(ds[2] == 0.5f);
+    CHECK(ds[3] == 0.5f);
+    CHECK(std::isnan(ds[4]));
+    CHECK(ds[6] == 0.0f);
   }
 }
 

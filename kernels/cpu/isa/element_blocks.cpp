@@ -358,6 +358,16 @@ void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = cpu_math::select_f32(x[i] != x[i], x[i], dy[i] * cpu_math::gelu_grad(x[i]));
 }
 
+void gelu_tanh(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = cpu_math::gelu_tanh(x[i]);
+}
+
+// As gelu_grad: a NaN x passes through as it is, whatever dy is.
+void gelu_tanh_grad(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = cpu_math::select_f32(x[i] != x[i], x[i], dy[i] * cpu_math::gelu_tanh_grad(x[i]));
+}
+
 void relu(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
@@ -625,7 +635,8 @@ void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n,
 }  // namespace
 
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
-                                             sgd,        gelu,       gelu_grad,   relu,        relu_grad,
+                                             sgd,        gelu,       gelu_grad,   gelu_tanh,   gelu_tanh_grad,
+                                             relu,       relu_grad,
                                              sum_squares_8, sum_squares_census_8, layer_norm_row, layer_norm_row_backward,
                                              softmax_row, softmax_row_backward};
 

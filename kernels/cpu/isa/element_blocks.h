@@ -56,6 +56,8 @@ struct ElementBlocks {
   // x > 0 ? x : 0, so NaN gives 0 (as the CUDA kernels do).
   void (*gelu)(const float* x, float* y, int64_t n);
   void (*gelu_grad)(const float* x, const float* dy, float* dx, int64_t n);
+  void (*gelu_tanh)(const float* x, float* y, int64_t n);
+  void (*gelu_tanh_grad)(const float* x, const float* dy, float* dx, int64_t n);
   void (*relu)(const float* x, float* y, int64_t n);
   void (*relu_grad)(const float* x, const float* dy, float* dx, int64_t n);
   // The guard's sums of squares for 8 chunks side by side, in the backend's fixed order

@@ -1,4 +1,5 @@
-// belay's own FP32 erf and exp for the CPU element kernels (GELU and its gradient), written
+// belay's own FP32 erf and exp for the CPU element kernels (GELU, its tanh form and their
+// gradients), written
 // with basic IEEE operations only: add, multiply, compare-and-select, a float -> int
 // conversion of a value already integral, and integer bit manipulation for the 2^n scale.
 // No libm call and no branch, so a plain loop over them vectorizes; and since every path
@@ -135,6 +136,35 @@ static inline float gelu_grad(float x) {
   const float g = cdf + x * pdf;
   const float limit = select_f32(x > 0.0f, 1.0f, 0.0f);
   return select_f32(x != x, x, select_f32(abs_f32(x) > 16.0f, limit, g));
+}
+
+// GELU's tanh form, in the order of kernels/common/element_math.h's gelu_tanh_f32: x s, s
+// the logistic function of 2u, u = sqrt(2 / pi) (x + 0.044715 x^3), through e = e^(-2|u|) in
+// [0, 1]: s = 1 / (1 + e) for u >= 0, e / (1 + e) for u < 0. The select gives -inf the limit
+// -0 (every finite x below -10.5 gives -0 already: e is 0 there), and a NaN x comes back as
+// it is (x s has two NaN operands then, and which one a product keeps depends on the
+// registers, which differ between the SSE and AVX code).
+static inline float gelu_tanh(float x) {
+  const float u = 0.79788456080286536f * (x + 0.044715f * (x * x * x));
+  const float e = exp_f32(-2.0f * abs_f32(u));
+  const float r = 1.0f / (1.0f + e);
+  const float s = select_f32(u < 0.0f, e * r, r);
+  return select_f32(x != x, x, select_f32(x < -20.0f, -0.0f, x * s));
+}
+
+// Its derivative s + x (e r r) 2 u', as gelu_tanh_grad_f32: r = 1 / (1 + e), e r r =
+// s (1 - s), u' = sqrt(2 / pi) (1 + 0.134145 x^2). Beyond |x| = 20 the limits 1 and 0; NaN as
+// it is.
+static inline float gelu_tanh_grad(float x) {
+  const float x2 = x * x;
+  const float u = 0.79788456080286536f * (x + 0.044715f * (x2 * x));
+  const float du = 0.79788456080286536f * (1.0f + 0.134145f * x2);
+  const float e = exp_f32(-2.0f * abs_f32(u));
+  const float r = 1.0f / (1.0f + e);
+  const float s = select_f32(u < 0.0f, e * r, r);
+  const float g = s + x * (e * r * r) * 2.0f * du;
+  const float limit = select_f32(x > 0.0f, 1.0f, 0.0f);
+  return select_f32(x != x, x, select_f32(abs_f32(x) > 20.0f, limit, g));
 }
 
 }  // namespace belay::cpu_math

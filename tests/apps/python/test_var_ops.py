@@ -10,6 +10,8 @@ compared with the float64 result of the same rounded inputs within 4 units of th
 epsilon (two roundings of the input and the output, and the FP32 math, far below them).
 Gradients are checked against the hand-derived float64 gradient of the same objective.
 """
+import math
+
 import numpy as np
 import pytest
 
@@ -138,6 +140,51 @@ def test_unary_functions_and_gradients(name, ref, dref, lo, hi):
     close(out.item(), np.sum(ref(A) * w))
     close(g, dref(A) * w)
     close(getattr(leaf(a), name)().numpy(), ref(A))  # the method form
+
+
+def gelu_tanh_ref(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def dgelu_tanh_ref(x):
+    c = math.sqrt(2 / math.pi)
+    t = np.tanh(c * (x + 0.044715 * x ** 3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+
+
+def test_gelu_both_forms_as_torch_names_them():
+    """belay.gelu(x) is the erf form, approximate='tanh' GPT-2's (torch.nn.functional.gelu's
+    argument); each with its gradient against float64."""
+    a, w = rng_values((5, 7), 12, -5, 5), rng_values((5, 7), 13)
+    A = a.astype(np.float64)
+    out, (g,) = grad_of(lambda x: belay.sum(belay.gelu(x, approximate="tanh") * belay.Var(w)), a)
+    close(out.item(), np.sum(gelu_tanh_ref(A) * w))
+    close(g, dgelu_tanh_ref(A) * w)
+    erf = np.asarray(belay.gelu(leaf(a)), np.float64)
+    close(erf, 0.5 * A * (1 + np.vectorize(math.erf)(A / math.sqrt(2))))
+    assert np.max(np.abs(erf - gelu_tanh_ref(A))) > 1e-4  # two functions, not one
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        belay.gelu(leaf(a), approximate="fast")
+
+
+def test_gpt_config_takes_gpt2s_gelu():
+    sizes = dict(vocab=64, context=8, width=16, layers=1, heads=2)
+    ids = np.random.default_rng(5).integers(0, 64, (2, 8))
+    erf, tanh = belay.Gpt(**sizes, seed=4), belay.Gpt(**sizes, gelu="tanh", seed=4)
+    assert erf.config.gelu == "erf" and tanh.config.gelu == "tanh" and "gelu='tanh'" in repr(tanh.config)
+    # GPT-2's init keeps the MLP's pre-activations near 0, where the two forms agree to FP32:
+    # a larger fc weight puts them where the forms differ (up to 4.7e-4 near |x| = 2).
+    state = erf.state_dict()
+    state["blocks.0.mlp.fc.weight"] = state["blocks.0.mlp.fc.weight"] * 50
+    erf.load_state_dict(state)
+    tanh.load_state_dict(state)
+    a, b = np.asarray(erf(ids)), np.asarray(tanh(ids))
+    assert not np.array_equal(a, b) and np.max(np.abs(a - b)) < 1e-3  # the same weights, the other GELU
+    again = belay.Gpt(belay.GptConfig(**sizes, gelu="tanh"), seed=4)
+    again.load_state_dict(state)
+    assert np.array_equal(np.asarray(again(ids)), b)
+    with pytest.raises(ValueError, match="gelu must be 'erf' or 'tanh'"):
+        belay.GptConfig(gelu="relu")
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

@@ -24,6 +24,7 @@ TrainConfig distinct_shape(const ModelKind& kind) {
   c.width = 16;
   c.heads = 2;
   c.context = 5;
+  c.gelu = "tanh";
   return c;
 }
 
@@ -46,6 +47,17 @@ TEST_CASE("model kinds: the shape a checkpoint records reads back, for every kin
     CHECK(read.in_features == written.in_features);
     CHECK(read.out_features == written.out_features);
     for (const ShapeField& f : kind.shape) CHECK(f.get(read) == f.get(written));
+    if (takes_option(kind, "gelu")) {
+      CHECK(s.at("gelu") == "tanh");
+      CHECK(read.gelu == "tanh");
+      Settings before = s;  // a checkpoint from before the tanh form: the erf one
+      before.erase("gelu");
+      TrainConfig old;
+      read_model_settings(before, "ck.safetensors", old);
+      CHECK(old.gelu == "erf");
+    } else {
+      CHECK(s.count("gelu") == 0);
+    }
     // The same model from either config: the same parameter count and the same weights.
     Rng r1(3), r2(3);
     const auto a = make_model(written, r1, Device::cpu()), b = make_model(read, r2, Device::cpu());
@@ -81,7 +93,7 @@ TEST_CASE("model kinds: an option of another kind is a usage error naming both",
   c.model = "gpt";
   c.given = {"in", "lr"};
   CHECK_THROWS_WITH(check_train_config(c), "--in is not an option of --model gpt (its options: --attention, --context, --eval-every, "
-                                 "--eval-windows, --heads, --layers, --width)");
+                                 "--eval-windows, --gelu, --heads, --layers, --width)");
   c.model = "linear";
   c.given = {"hidden"};
   CHECK_THROWS_WITH(check_train_config(c), "--hidden is not an option of --model linear (its options: --in, --out)");

@@ -54,7 +54,7 @@ TrainResult run(const TrainConfig& c) {
 
 }  // namespace
 
-TEST_CASE("gpt: a tiny GPT learns the text; the held-out loss every N steps and at the end", "[apps][train][gpt]") {
+TEST_CASE("gpt: a tiny GPT learns the text, the held-out loss every N steps and at the end", "[apps][train][gpt]") {
   TrainConfig c = gpt_config(50);
   c.eval_every = 20;
   c.eval_windows = 4;
@@ -152,8 +152,43 @@ TEST_CASE("gpt: anomaly mode runs clean on a healthy GPT and names the op of a p
   CHECK_THROWS_AS(run(c), AnomalyError);
 }
 
+// GPT-2's own GELU: another model (its weights part from erf's run, its losses stay within
+// 1e-3), recorded in the checkpoint, resumed bit for bit, and a resume with the other form
+// refused, naming it.
+TEST_CASE("gpt: --gelu tanh is another MLP, recorded in the checkpoint and resumed bit for bit", "[apps][train][gpt][checkpoint]") {
+  const TrainResult erf = run(gpt_config(6));
+  TrainConfig tanh_config = gpt_config(6);
+  tanh_config.gelu = "tanh";
+  const TrainResult whole = run(tanh_config);
+  REQUIRE(whole.rows.size() == 6);
+  // The two forms differ by at most 4.7e-4 (near |x| = 2), less at this init's small
+  // pre-activations: the same loss to FP32 at first, weights apart after a few steps.
+  REQUIRE(whole.final_weights.size() == erf.final_weights.size());
+  CHECK(std::memcmp(whole.final_weights.data(), erf.final_weights.data(), erf.final_weights.size() * 4) != 0);
+  for (size_t i = 0; i < 6; ++i) CHECK(std::fabs(whole.rows[i].loss - erf.rows[i].loss) < 1e-3 * erf.rows[i].loss);
+  const std::string ckpt = test::temp_path("gpt_gelu", "ck.safetensors");
+  TrainConfig leg1 = tanh_config;
+  leg1.checkpoint = ckpt;
+  leg1.stop_at = 3;
+  run(leg1);
+  TrainConfig other = tanh_config;
+  other.resume = ckpt;
+  other.gelu = "erf";
+  CHECK_THROWS_WITH(run(other), Catch::Contains("gelu=tanh") && Catch::Contains("gelu=erf"));
+  TrainConfig leg2 = tanh_config;
+  leg2.resume = ckpt;
+  const TrainResult rest = run(leg2);
+  REQUIRE(rest.rows.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(format_step_row(rest.rows[i]) == format_step_row(whole.rows[3 + i]));
+  CHECK(std::memcmp(rest.final_weights.data(), whole.final_weights.data(), whole.final_weights.size() * 4) == 0);
+  std::remove(ckpt.c_str());
+}
+
 TEST_CASE("gpt: bad options are one UsageError each", "[apps][train][gpt]") {
   TrainConfig c = gpt_config(3);
+  c.gelu = "sigmoid";
+  CHECK_THROWS_WITH(run(c), Catch::Contains("--gelu must be erf or tanh, got 'sigmoid'"));
+  c = gpt_config(3);
   c.heads = 3;  // 16 / 3
   CHECK_THROWS_AS(run(c), UsageError);
   c = gpt_config(3);
