@@ -241,10 +241,8 @@ void census_sparse(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   }
   // No inf and no NaN: the plain steps' values are all normal and finite, so only the dirty
   // steps add counts, and the amax is the larger of the two maxima.
+  dirty.amax = _mm256_max_ps(dirty.amax, amax);
   add_census_lanes(dirty, dirty_values, counts);
-  alignas(32) float m[8];
-  _mm256_store_ps(m, amax);
-  for (int k = 0; k < 8; ++k) counts->amax = m[k] > counts->amax ? m[k] : counts->amax;
 }
 
 // The guard's sums (sum_squares_8's, the same bits) and the census in the same read. Which
