@@ -269,6 +269,18 @@ void load_initial_weights(const std::string& path, Module& model) {
   }
 }
 
+std::map<std::string, std::string> model_file_settings(const std::string& path) {
+  const SafetensorsFile f = read_safetensors(path);
+  const auto format = f.metadata().find("format");
+  if (format != f.metadata().end() && format->second == kCheckpointFormat) return checkpoint_settings(path);
+  if (format == f.metadata().end() || format->second != kModelFileFormat)
+    throw UsageError("'" + path + "' is neither a belay checkpoint nor a model file (belay import, belay export)");
+  std::map<std::string, std::string> settings;
+  for (const auto& [k, v] : f.metadata())
+    if (k.rfind("setting.", 0) == 0) settings[k.substr(8)] = v;
+  return settings;
+}
+
 void export_weights(const std::string& checkpoint_path, const std::string& out_path) {
   const SafetensorsFile f = read_safetensors(checkpoint_path);
   auto it = f.metadata().find("format");
@@ -281,6 +293,7 @@ void export_weights(const std::string& checkpoint_path, const std::string& out_p
   for (auto& [k, v] : f.metadata())
     if (k.rfind("setting.", 0) == 0) meta[k] = v;
   meta["exported_from"] = checkpoint_path;
+  meta["format"] = kModelFileFormat;
   write_safetensors(out_path, weights, meta);
 }
 

@@ -29,6 +29,9 @@ namespace belay {
 class Communicator;
 
 inline constexpr const char* kCheckpointFormat = "belay.checkpoint.v1";
+// A model file: a model's FP32 weights under its state-dict names and its settings
+// ("setting.model", ".width", ...), nothing of a run (belay export, belay import).
+inline constexpr const char* kModelFileFormat = "belay.model.v1";
 
 struct RunState {
   int64_t next_step = 0;
@@ -109,7 +112,10 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
 // --init: initial FP32 weights under the state-dict names; every parameter must be present
 // with its shape (F32, F16 or BF16 in the file).
 void load_initial_weights(const std::string& path, Module& model);
-// `belay export`: the masters of a checkpoint, alone, under their state-dict names.
+// The model settings of a checkpoint or a model file (the keys without "setting."); UsageError
+// naming the file when it is neither.
+std::map<std::string, std::string> model_file_settings(const std::string& path);
+// `belay export`: the masters of a checkpoint, alone, under their state-dict names, as a model file.
 void export_weights(const std::string& checkpoint_path, const std::string& out_path);
 
 }  // namespace belay

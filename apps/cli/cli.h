@@ -68,19 +68,21 @@ struct AccumCheckCommand {
 };
 void add_accum_check_command(CLI::App& app, AccumCheckCommand& a);
 
-// `belay finfo` and `belay info`; `belay plot` and `belay export`: a few options each (two
-// groups, in the order --help lists the subcommands).
+// `belay finfo` and `belay info`; `belay plot`, `belay export` and `belay import`: a few options
+// each (two groups, in the order --help lists the subcommands).
 struct SmallCommands {
-  CLI::App *finfo = nullptr, *info = nullptr, *plot = nullptr, *exporter = nullptr;
+  CLI::App *finfo = nullptr, *info = nullptr, *plot = nullptr, *exporter = nullptr, *importer = nullptr;
   std::vector<std::string> finfo_values;
   std::vector<std::string> plot_csvs;
   std::string plot_out;
   std::string plot_census;
-  std::string export_checkpoint, export_out;
+  std::string export_checkpoint, export_out, export_format = "belay";
+  std::string import_dir, import_out;
 };
 void add_finfo_info_commands(CLI::App& app, SmallCommands& s);
 void add_plot_export_commands(CLI::App& app, SmallCommands& s);
 int run_info_command(const std::string& isa_line);  // isa_line: cpu_isa_line(), taken before any command
 int run_export_command(const SmallCommands& s);
+int run_import_command(const SmallCommands& s);
 
 }  // namespace belay

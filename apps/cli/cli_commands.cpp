@@ -1,4 +1,5 @@
-// The CLI's other subcommands: validate, sample, accum-check, sweep, finfo, info, plot, export.
+// The CLI's other subcommands: validate, sample, accum-check, sweep, finfo, info, plot, export,
+// import.
 // Each: its option table, and the parsed options handed to the library.
 #include <omp.h>
 
@@ -9,6 +10,7 @@
 #include "amp/checkpoint.h"
 #include "apps/cli/cli.h"
 #include "apps/cli/mpi_launch.h"
+#include "apps/run/hf_gpt2.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -173,14 +175,42 @@ void add_plot_export_commands(CLI::App& app, SmallCommands& s) {
   s.plot->add_option("--census", s.plot_census,
                      "a census file (belay train --census): heat maps of headroom and underflow, tensors x steps (.svg)");
   s.plot->add_option("-o,--out", s.plot_out, "FILE.svg or FILE.png (PNG through rsvg-convert); default: the first CSV as .svg");
-  s.exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as safetensors");
-  s.exporter->add_option("--checkpoint", s.export_checkpoint, "a belay checkpoint")->required();
-  s.exporter->add_option("--out", s.export_out, "the weights file to write")->required();
+  s.exporter = app.add_subcommand("export", "write a checkpoint's weights alone: a belay model file, or GPT-2 for Hugging Face");
+  s.exporter->add_option("checkpoint,--checkpoint", s.export_checkpoint,
+                         "a belay checkpoint (--format hf: or a model file of belay import)")->required();
+  s.exporter->add_option("-o,--out", s.export_out,
+                         "the file to write (--format hf: a new directory for config.json and model.safetensors)")
+      ->required();
+  s.exporter->add_option("--format", s.export_format,
+                         "belay (the weights and the model's settings, safetensors) or hf (what "
+                         "GPT2LMHeadModel.from_pretrained loads; a GPT only)")
+      ->check(CLI::IsMember({"belay", "hf"}))
+      ->capture_default_str();
+  s.importer = app.add_subcommand("import", "read a Hugging Face GPT-2 (config.json + model.safetensors) as a belay model file");
+  s.importer->add_option("dir,--dir", s.import_dir, "the directory save_pretrained wrote")->required();
+  s.importer->add_option("-o,--out", s.import_out,
+                         "the model file to write (for belay train --init, belay sample, belay export)")
+      ->required();
 }
 
 int run_export_command(const SmallCommands& s) {
+  if (s.export_format == "hf") {
+    for (const std::string& file : export_hf_gpt2(s.export_checkpoint, s.export_out)) std::cout << "wrote " << file << "\n";
+    return 0;
+  }
   export_weights(s.export_checkpoint, s.export_out);
   std::cout << "wrote " << s.export_out << "\n";
+  return 0;
+}
+
+int run_import_command(const SmallCommands& s) {
+  const HfGpt2 model = read_hf_gpt2(s.import_dir);
+  for (const std::string& note : model.notes) std::cout << "note: " << note << "\n";
+  write_model_file(s.import_out, model, {{"imported_from", s.import_dir}});
+  const auto& m = model.settings;
+  std::cout << "wrote " << s.import_out << ": gpt, " << m.at("layers") << " layers, width " << m.at("width") << ", "
+            << m.at("heads") << " heads, context " << m.at("context") << ", vocabulary " << m.at("out") << ", gelu "
+            << m.at("gelu") << "\n";
   return 0;
 }
 

@@ -98,6 +98,7 @@ int run_command(Commands& c, int argc, char** argv, std::unique_ptr<belay::Commu
     throw belay::UsageError("belay plot: give a step log (CSV) to draw, or --census FILE");
   if (*c.small.plot) return belay::run_plot(c.small.plot_csvs, c.small.plot_out, std::cout);
   if (*c.small.exporter) return belay::run_export_command(c.small);
+  if (*c.small.importer) return belay::run_import_command(c.small);
   return belay::run_train_command(c.train, comm);
 }
 

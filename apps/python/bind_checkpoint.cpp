@@ -6,6 +6,8 @@
 #include <map>
 
 #include "amp/checkpoint.h"
+#include "apps/run/hf_gpt2.h"
+#include "apps/run/model_kinds.h"
 #include "autograd/modules.h"
 #include "bindings.h"
 #include "engine/error.h"
@@ -37,6 +39,20 @@ void bind_checkpoints(py::module_& m) {
         py::arg("path"), py::arg("model"), py::arg("optimizer"),
         py::arg("settings") = std::map<std::string, std::string>{}, py::arg("new_experiment") = false,
         "Checks everything, then loads masters and optimizer state; returns the RunState");
+  // ---- model files and Hugging Face GPT-2 (apps/run/hf_gpt2.h)
+  m.def("load_model", [](const std::string& path) {
+    std::unique_ptr<Module> model = model_from_settings(model_file_settings(path), path, Device::cpu());
+    load_initial_weights(path, *model);
+    return model;
+  }, py::arg("path"), "The model of a checkpoint or a model file (belay import), its FP32 weights loaded, on the CPU");
+  m.def("import_hf", [](const std::string& dir, const std::string& out) {
+    const HfGpt2 model = read_hf_gpt2(dir);
+    write_model_file(out, model, {{"imported_from", dir}});
+    return model.notes;
+  }, py::arg("dir"), py::arg("out"),
+        "A Hugging Face GPT-2 directory (config.json + model.safetensors) as a belay model file; returns notes");
+  m.def("export_hf", &export_hf_gpt2, py::arg("path"), py::arg("dir"),
+        "A GPT checkpoint or model file as config.json + model.safetensors for GPT2LMHeadModel.from_pretrained");
   m.def("inspect_checkpoint", [](const std::string& path) {
     const CheckpointInfo info = inspect_checkpoint(path);
     py::dict tensors;

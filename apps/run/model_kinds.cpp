@@ -4,10 +4,12 @@
 
 #include <cstdlib>
 
+#include "amp/checkpoint.h"
 #include "apps/run/train.h"
 #include "autograd/gpt.h"
 #include "autograd/modules.h"
 #include "engine/error.h"
+#include "engine/safetensors.h"
 #include "engine/random.h"
 
 namespace belay {
@@ -186,6 +188,47 @@ void apply_kind_defaults(TrainConfig& c, const std::set<std::string>& given) {
   if (!chose_warmup) return;
   if (c.schedule != "cosine") c.warmup = 0;  // the user's schedule has none (a constant LR)
   else if (c.warmup >= c.steps) c.warmup = c.steps / 10;
+}
+
+namespace {
+
+// The settings a --init file records, or none for a file of weights alone (names and shapes
+// only, as --init always took).
+Settings init_file_settings(const std::string& path) {
+  const SafetensorsFile f = read_safetensors(path);
+  const auto format = f.metadata().find("format");
+  const bool recorded = format != f.metadata().end() &&
+                        (format->second == kCheckpointFormat || format->second == kModelFileFormat);
+  return recorded ? model_file_settings(path) : Settings{};
+}
+
+// An option the user gave that the init file also records must agree with it.
+void agree_with_init(const std::string& option, const std::string& given, const std::string& recorded,
+                     const std::string& path) {
+  if (given != recorded)
+    throw UsageError("--" + option + " " + given + " differs from the init file's " + recorded + " ('" + path +
+                     "'): leave --" + option + " out to take the file's");
+}
+
+}  // namespace
+
+void apply_init_settings(TrainConfig& c, const std::set<std::string>& given) {
+  if (c.init.empty()) return;
+  const Settings s = init_file_settings(c.init);
+  const auto model = s.find("model");
+  if (model == s.end()) return;
+  if (given.count("model")) agree_with_init("model", c.model, model->second, c.init);
+  c.model = model_kind(model->second).name;
+  const ModelKind& kind = model_kind(c.model);
+  for (const ShapeField& f : kind.shape) {
+    const int64_t recorded = positive_setting(s, c.init, f.name);
+    if (given.count(f.name)) agree_with_init(f.name, std::to_string(f.get(c)), std::to_string(recorded), c.init);
+    f.set(c, recorded);
+  }
+  if (takes_option(kind, "gelu") && s.count("gelu")) {
+    if (given.count("gelu")) agree_with_init("gelu", c.gelu, s.at("gelu"), c.init);
+    c.gelu = s.at("gelu");
+  }
 }
 
 void write_model_settings(const TrainConfig& c, Settings& settings) {

@@ -75,6 +75,10 @@ void check_given_options(const ModelKind& kind, const std::set<std::string>& giv
 // cut to a tenth of a run shorter than it, and dropped under a schedule without one.
 void apply_kind_defaults(TrainConfig& c, const std::set<std::string>& given);
 
+// --init of a checkpoint or a model file (belay import): the model kind, its sizes and its GELU
+// come from the file for the options not in `given`; one given that differs is refused
+// (UsageError naming both). A file of weights alone changes nothing.
+void apply_init_settings(TrainConfig& c, const std::set<std::string>& given);
 // The shape into a checkpoint's settings: "model", "in", "out" and the kind's sizes.
 void write_model_settings(const TrainConfig& c, Settings& settings);
 // The shape back from them into `c` (model, in, out and the kind's sizes); UsageError naming

@@ -57,12 +57,12 @@ std::vector<float> cached_logits(Gpt& model, KvCache& cache, const std::vector<i
 }  // namespace
 
 std::unique_ptr<Gpt> load_gpt_checkpoint(const std::string& path) {
-  const Settings s = inspect_checkpoint(path).state.settings;  // throws for no checkpoint
+  const Settings s = model_file_settings(path);  // a checkpoint or a model file; throws for anything else
   const std::string model = s.count("model") ? s.at("model") : "";
   const ModelKind* kind = find_model_kind(model);
   if (!kind || !kind->token_data)
     throw UsageError("checkpoint '" + path + "' is of a " + (model.empty() ? std::string("unnamed") : model) +
-                     " model, not a GPT: give one written by belay train --model gpt");
+                     " model, not a GPT: give one written by belay train --model gpt or belay import");
   std::unique_ptr<Module> module = model_from_settings(s, path, Device::cpu());
   Gpt* raw = dynamic_cast<Gpt*>(module.get());
   if (!raw) throw UsageError("checkpoint '" + path + "' holds a " + model + ", which sample cannot run");

@@ -235,6 +235,7 @@ bool is_flag(const TrainOption& option) { return std::holds_alternative<bool& (*
 TrainConfig finish_train_options(TrainOptions& o) {
   TrainConfig& c = o.config;
   c.given = o.given;
+  apply_init_settings(c, o.given);
   if (find_model_kind(c.model)) apply_kind_defaults(c, o.given);  // an unknown kind is refused by validate
   read_precision(o, c);
   read_rollback(o, c.rollback);
