@@ -99,6 +99,7 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   meta["scaler.hysteresis_left"] = exact_float(st.scaler.hysteresis_left);
   meta["data_position"] = st.data_position;
   for (auto& [k, v] : st.records) meta["record." + k] = v;
+  for (auto& [k, v] : st.attachments) meta["attach." + k] = v;
   for (auto& [name, words] : st.rng_states) {
     Rng r;
     r.set_state(words);
@@ -159,6 +160,7 @@ CheckpointInfo inspect_file(const SafetensorsFile& f, const std::string& path) {
   for (auto& [k, v] : f.metadata()) {
     if (k.rfind("setting.", 0) == 0) st.settings[k.substr(8)] = v;
     if (k.rfind("record.", 0) == 0) st.records[k.substr(7)] = v;
+    if (k.rfind("attach.", 0) == 0) st.attachments[k.substr(7)] = v;
     if (k.rfind("rng.", 0) == 0) {
       Rng r;
       if (!r.set_state_hex(v))
@@ -291,7 +293,7 @@ void export_weights(const std::string& checkpoint_path, const std::string& out_p
     if (name.rfind("optim.", 0) != 0) weights.push_back({name, f.tensor(name)});
   std::map<std::string, std::string> meta;
   for (auto& [k, v] : f.metadata())
-    if (k.rfind("setting.", 0) == 0) meta[k] = v;
+    if (k.rfind("setting.", 0) == 0 || k.rfind("attach.", 0) == 0) meta[k] = v;
   meta["exported_from"] = checkpoint_path;
   meta["format"] = kModelFileFormat;
   write_safetensors(out_path, weights, meta);

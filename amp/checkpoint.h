@@ -49,6 +49,10 @@ struct RunState {
   // The run's other history, kept across resumes: "record.<step>.<what>" in the metadata
   // (a rollback and what followed it). Keys without the prefix.
   std::map<std::string, std::string> records;
+  // What the file carries for readers other than the resume, as "attach.<key>": the tokenizer
+  // of the run's text (apps/run/token_dataset.h), which sample and export read. Not compared on
+  // resume (the data's own checks are); export_weights keeps them.
+  std::map<std::string, std::string> attachments;
   // Filled by load_checkpoint: the precision-policy settings a --new-experiment changed
   // ("dtype fp16 -> bf16"), empty for a plain continuation.
   std::vector<std::string> policy_changes;

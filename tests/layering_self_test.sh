@@ -25,6 +25,8 @@ plants=(
   "optim/adamw.cpp amp/clip.h"                # optim is below amp
   "amp/dist/communicator.cpp optim/optimizer.h"
   "apps/run/dataset.cpp apps/cli/cli.h"       # the library uses no other room of apps
+  "apps/text/bpe.cpp apps/run/dataset.h"      # the tokenizer stands on engine alone
+  "apps/text/pretokenize.cpp autograd/ops.h"
   "apps/python/bindings.cpp apps/cli/cli.h"   # the module never uses the CLI
 )
 for p in "${plants[@]}"; do

@@ -4,8 +4,9 @@
 #   autograd may read amp/autocast.h and nothing else of amp, and amp/autocast.{h,cpp} stay a
 #   leaf that includes nothing of belay but engine/ (docs/layout.md says why that door stays);
 #   amp/dist (the gradient communicators) is used by amp and uses only engine and autograd;
-#   apps/run (the training library) uses no other room of apps; apps/cli uses apps/run and
-#   apps/plot; apps/plot stands alone; apps/python (the module) uses apps/run, never the CLI.
+#   apps/text (the BPE tokenizer) uses engine alone; apps/run (the training library) uses
+#   apps/text and no other room of apps; apps/cli uses apps/run, apps/text and apps/plot;
+#   apps/plot stands alone; apps/python (the module) uses apps/run and apps/text, never the CLI.
 # tests/layering_self_test.sh plants wrong includes in a copy of the tree and checks that this
 # script catches each.
 #   usage: tests/layering_test.sh [ROOT]
@@ -48,14 +49,15 @@ check optim 'engine|autograd|optim'
 check amp/dist 'engine|autograd|amp/dist'
 check amp 'engine|autograd|optim|amp|amp/dist'
 core='engine|autograd|optim|amp|amp/dist'
-check apps/run "$core|apps/run"
+check apps/text 'engine|apps/text'
+check apps/run "$core|apps/text|apps/run"
 check apps/plot "$core|apps/plot"
-check apps/cli "$core|apps/run|apps/plot|apps/cli"
-check apps/python "$core|apps/run|apps/python"
+check apps/cli "$core|apps/text|apps/run|apps/plot|apps/cli"
+check apps/python "$core|apps/text|apps/run|apps/python"
 # Every folder of apps/ and amp/ is a room above: a new one must be given its arrows here.
 for d in "$root"/apps/*/ "$root"/amp/*/; do
   d=${d#"$root"/}; d=${d%/}
-  case "$d" in apps/run|apps/plot|apps/cli|apps/python|amp/dist) ;;
+  case "$d" in apps/text|apps/run|apps/plot|apps/cli|apps/python|amp/dist) ;;
     apps/data) ;;  # scripts that make data files (Python, standard library): no includes
     apps/python/*) ;;
     *) echo "layering: $d has no arrows in tests/layering_test.sh"; fail=1 ;;

@@ -9,14 +9,14 @@ include(CMakePackageConfigHelpers)
 # The public headers: every header of the rooms a user's code may include. kernels/ stays
 # out: no public header includes it (tests/install/check_install.sh compiles the consumer
 # against the installed tree alone, which would fail if one did).
-# Of apps/, the training library's room (apps/run/): the CLI, plot and the Python module are
-# not a library a user links.
-foreach(room engine autograd optim amp apps/run)
+# Of apps/, the training library's room (apps/run/) and the tokenizer it reads (apps/text/): the
+# CLI, plot and the Python module are not a library a user links.
+foreach(room engine autograd optim amp apps/run apps/text)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${room}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/belay/${room}
           FILES_MATCHING PATTERN "*.h")
 endforeach()
 
-install(TARGETS belay_core belay_train belay_package EXPORT belayTargets
+install(TARGETS belay_core belay_text belay_train belay_package EXPORT belayTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The installed CLI keeps the rpath of the libraries it was linked with outside the build
 # tree (the CUDA runtime in /usr/local/cuda/lib is not on every loader path).

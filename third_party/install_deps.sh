@@ -23,8 +23,9 @@ fi
 # librsvg2-bin: rsvg-convert, which `belay plot -o FILE.png` runs (and the tests use to check SVGs).
 # openmpi: `belay train --dist mpi` and its tests (the build without it works, CPU single-process).
 # libpython3.11-minimal and -stdlib: their .py sources are the GPT's text corpus (apps/data/make_text_corpus.py).
+# libpcre2-dev: the regular expressions of GPT-2's BPE pre-tokenizer (apps/text/).
 packages=(libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev ninja-build cmake g++ python3 python3-venv python3-dev
-  librsvg2-bin openmpi-bin libopenmpi-dev libpython3.11-minimal libpython3.11-stdlib)
+  librsvg2-bin openmpi-bin libopenmpi-dev libpython3.11-minimal libpython3.11-stdlib libpcre2-dev)
 # The test command also builds with clang under ASan/UBSan and runs the libFuzzer target.
 [ "${1:-}" = "--tests" ] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
 missing=()

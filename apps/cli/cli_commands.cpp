@@ -210,7 +210,9 @@ int run_import_command(const SmallCommands& s) {
   const auto& m = model.settings;
   std::cout << "wrote " << s.import_out << ": gpt, " << m.at("layers") << " layers, width " << m.at("width") << ", "
             << m.at("heads") << " heads, context " << m.at("context") << ", vocabulary " << m.at("out") << ", gelu "
-            << m.at("gelu") << "\n";
+            << m.at("gelu")
+            << (model.tokenizer ? ", and its tokenizer (" + std::to_string(model.tokenizer->merges()) + " merges)" : "")
+            << "\n";
   return 0;
 }
 

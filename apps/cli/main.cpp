@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "amp/dist/communicator.h"
+#include "apps/cli/bpe_cmd.h"
 #include "apps/cli/cli.h"
 #include "apps/cli/finfo_cmd.h"
 #include "apps/plot/census_plot.h"
@@ -76,6 +78,7 @@ void add_commands(CLI::App& app, Commands& c) {
   belay::add_accum_check_command(app, c.accum);
   belay::add_sweep_command(app, c.sweep);
   belay::add_plot_export_commands(app, c.small);
+  belay::add_bpe_commands(app);
 }
 
 // The parsed command, run. `comm`: a communicator a command made (--dist), kept by main.
@@ -99,6 +102,7 @@ int run_command(Commands& c, int argc, char** argv, std::unique_ptr<belay::Commu
   if (*c.small.plot) return belay::run_plot(c.small.plot_csvs, c.small.plot_out, std::cout);
   if (*c.small.exporter) return belay::run_export_command(c.small);
   if (*c.small.importer) return belay::run_import_command(c.small);
+  if (std::optional<int> status = belay::run_bpe_command(std::cout)) return *status;
   return belay::run_train_command(c.train, comm);
 }
 

@@ -27,6 +27,7 @@ void bind_checkpoints(py::module_& m) {
       .def_readwrite("rng_states", &RunState::rng_states)
       .def_readwrite("experiment", &RunState::experiment)
       .def_readwrite("records", &RunState::records)
+      .def_readwrite("attachments", &RunState::attachments)
       .def_readonly("policy_changes", &RunState::policy_changes)
       .def_readonly("scaler_state_loaded", &RunState::scaler_state_loaded);
   m.def("save_checkpoint",

@@ -26,6 +26,7 @@ void bind_optimizers(py::module_& m);    // bind_optim.cpp: LrSchedule, Optimize
 void bind_safe_step(py::module_& m);     // bind_safe_step.cpp: GradScaler, SafeStep, StepRow, the log
 void bind_checkpoints(py::module_& m);   // bind_checkpoint.cpp: RunState, save/load/inspect
 void bind_train(py::module_& m);         // bind_train.cpp: belay.train
+void bind_text(py::module_& m);          // bind_text.cpp: BpeTokenizer, tokenizer_of
 
 // belay.Error (a RuntimeError) and belay.UsageError (an Error and a ValueError).
 PyObject* error_type();

@@ -30,4 +30,5 @@ PYBIND11_MODULE(_belay, m) {
   bp::bind_safe_step(m);
   bp::bind_checkpoints(m);
   bp::bind_train(m);
+  bp::bind_text(m);
 }

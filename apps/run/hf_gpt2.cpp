@@ -10,6 +10,7 @@
 
 #include "amp/checkpoint.h"
 #include "apps/run/model_kinds.h"
+#include "apps/run/token_dataset.h"
 #include "apps/run/train.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -235,6 +236,13 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
   add(m.weights, "ln_f.weight", hf.get("ln_f.weight", Shape{d}, "n_embd"), Shape{d});
   add(m.weights, "ln_f.bias", hf.get("ln_f.bias", Shape{d}, "n_embd"), Shape{d});
   hf.check_nothing_else();
+  const fs::path d_path(dir);
+  if (fs::exists(d_path / "tokenizer.json") || (fs::exists(d_path / "vocab.json") && fs::exists(d_path / "merges.txt"))) {
+    m.tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::from_directory(dir));
+    if (m.tokenizer->vocab_size() != v)
+      throw UsageError("'" + dir + "': its tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                       " tokens, config.json's vocab_size is " + std::to_string(v));
+  }
   return m;
 }
 
@@ -242,6 +250,7 @@ void write_model_file(const std::string& out, const HfGpt2& model, const std::ma
   std::map<std::string, std::string> meta = extra;
   meta["format"] = kModelFileFormat;
   for (const auto& [k, v] : model.settings) meta["setting." + k] = v;
+  if (model.tokenizer) meta[std::string("attach.") + kTokenizerKey] = model.tokenizer->serialized();
   write_safetensors(out, model.weights, meta);
 }
 
@@ -358,14 +367,20 @@ std::vector<std::string> export_hf_gpt2(const std::string& model_path, const std
   fs::create_directories(target, made);
   if (made) throw UsageError("cannot make the directory '" + dir + "': " + made.message());
   const std::string weights = (target / "model.safetensors").string(), config = (target / "config.json").string();
+  const std::shared_ptr<const BpeTokenizer> tokenizer = recorded_tokenizer(in.file().metadata(), model_path);
   write_safetensors(weights, out, {{"format", "pt"}});  // transformers reads only files that say "pt"
   try {
     write_file_atomically(config, hf_gpt2_config_json(s));
+    if (tokenizer) tokenizer->write_files(dir);
   } catch (...) {
-    fs::remove(weights);  // not half an export: both files or neither
+    fs::remove(weights);  // not half an export: the weights and the config, or neither
+    fs::remove(config);
     throw;
   }
-  return {weights, config};
+  std::vector<std::string> written{weights, config};
+  if (tokenizer)
+    for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json"}) written.push_back((target / name).string());
+  return written;
 }
 
 }  // namespace belay

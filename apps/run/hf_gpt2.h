@@ -18,9 +18,11 @@
 // one or a checkpoint alike (model_file_settings, amp/checkpoint.h).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "apps/text/bpe.h"
 #include "engine/safetensors.h"
 
 namespace belay {
@@ -31,6 +33,8 @@ struct HfGpt2 {
   std::map<std::string, std::string> settings;
   NamedTensors weights;
   std::vector<std::string> notes;  // what was read but has no effect in belay (dropout rates)
+  // The directory's tokenizer (tokenizer.json, or vocab.json + merges.txt), when it has one.
+  std::shared_ptr<const BpeTokenizer> tokenizer;
 };
 
 // `dir` holds config.json and model.safetensors. UsageError naming the file and the field or
@@ -39,13 +43,15 @@ struct HfGpt2 {
 HfGpt2 read_hf_gpt2(const std::string& dir);
 
 // read_hf_gpt2(dir) written to `out` as a model file (atomically; nothing on error).
-// `extra_metadata` joins the file's metadata (the tokenizer, when the directory has one).
+// `extra_metadata` joins the file's metadata; the tokenizer, when there is one, travels as
+// attach.tokens.bpe (apps/run/token_dataset.h).
 void write_model_file(const std::string& out, const HfGpt2& model,
                       const std::map<std::string, std::string>& extra_metadata = {});
 
 // A GPT checkpoint or model file as `dir`/config.json + `dir`/model.safetensors, which
 // transformers' GPT2LMHeadModel.from_pretrained(dir) loads as it is. `dir` is made if missing;
 // one that already holds a config.json or model.safetensors is refused (nothing is overwritten).
+// A file that carries a tokenizer adds its files (vocab.json, merges.txt, tokenizer.json).
 // Returns the files written.
 std::vector<std::string> export_hf_gpt2(const std::string& model_path, const std::string& dir);
 

@@ -15,6 +15,7 @@
 #include "autograd/graph.h"
 #include "engine/error.h"
 #include "engine/random.h"
+#include "engine/safetensors.h"
 
 namespace belay {
 
@@ -120,26 +121,43 @@ std::vector<int32_t> generate(Gpt& model, const std::vector<int32_t>& prompt, in
   return out;
 }
 
-void sample_stream(const SampleConfig& c, const std::function<void(const std::string&)>& emit) {
-  check_options(c);
-  std::unique_ptr<Gpt> model = load_gpt_checkpoint(c.checkpoint);
-  const int64_t vocab = model->config().vocab;
+namespace {
+
+// The prompt as the model's tokens: its tokenizer's, or bytes for a byte-level model.
+std::vector<int32_t> prompt_tokens(const SampleConfig& c, const BpeTokenizer* tokenizer, int64_t vocab) {
+  if (tokenizer) return tokenizer->encode(c.prompt);  // any bytes: a byte-level BPE has a token for each
   if (vocab > 256)
     throw UsageError("sample: checkpoint '" + c.checkpoint + "' has a vocabulary of " + std::to_string(vocab) +
-                     " tokens: sample reads and prints byte-level tokens (vocabulary <= 256)");
+                     " tokens and no tokenizer: make its data with belay bpe (the tokenizer travels in the file)");
   const std::vector<int32_t> prompt = bytes_to_tokens(c.prompt);
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] >= vocab)
       throw UsageError("sample: prompt byte " + std::to_string(i) + " (value " + std::to_string(prompt[i]) +
                        ") is not in the model's vocabulary of " + std::to_string(vocab) + " tokens");
+  return prompt;
+}
+
+}  // namespace
+
+void sample_stream(const SampleConfig& c, const std::function<void(const std::string&)>& emit) {
+  check_options(c);
+  std::unique_ptr<Gpt> model = load_gpt_checkpoint(c.checkpoint);
+  const std::shared_ptr<const BpeTokenizer> tokenizer =
+      recorded_tokenizer(read_safetensors(c.checkpoint).metadata(), c.checkpoint);
+  if (tokenizer && tokenizer->vocab_size() != model->config().vocab)
+    throw UsageError("sample: checkpoint '" + c.checkpoint + "' has a tokenizer of " +
+                     std::to_string(tokenizer->vocab_size()) + " tokens for a model of " +
+                     std::to_string(model->config().vocab));
+  const std::vector<int32_t> prompt = prompt_tokens(c, tokenizer.get(), model->config().vocab);
   Utf8Chunks chunks;  // the prompt too: it may end inside a character that the model finishes
   auto put = [&](const std::string& bytes) {
     const std::string ready = chunks.push(bytes);
     if (!ready.empty()) emit(ready);
   };
   put(c.prompt);
-  generate(*model, prompt, c.tokens, c.temperature, c.top_k, c.seed, c.kv_cache,
-           [&](int32_t id) { put(std::string(1, static_cast<char>(id))); });
+  generate(*model, prompt, c.tokens, c.temperature, c.top_k, c.seed, c.kv_cache, [&](int32_t id) {
+    put(tokenizer ? tokenizer->token_bytes(id) : std::string(1, static_cast<char>(id)));
+  });
   const std::string rest = chunks.finish();
   if (!rest.empty()) emit(rest);
 }

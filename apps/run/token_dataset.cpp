@@ -185,8 +185,35 @@ std::unique_ptr<TokenDataset> load_token_dataset(const std::string& path, int64_
   if (vocab == meta.end() || parse_count(vocab->second) < 1)
     throw UsageError("tokens file '" + path + "': metadata needs tokens.vocab, the vocabulary size (256 for bytes)");
   const int64_t v = parse_count(vocab->second);  // the constructor refuses one above 2^24
-  return std::make_unique<TokenDataset>(read_ids(f, path, "train", v), read_ids(f, path, "heldout", v), v, context,
-                                        seed, path);
+  auto data = std::make_unique<TokenDataset>(read_ids(f, path, "train", v), read_ids(f, path, "heldout", v), v,
+                                             context, seed, path);
+  if (auto tokenizer = recorded_tokenizer(meta, path)) data->set_tokenizer(std::move(tokenizer));
+  return data;
+}
+
+std::shared_ptr<const BpeTokenizer> recorded_tokenizer(const std::map<std::string, std::string>& metadata,
+                                                       const std::string& path) {
+  auto it = metadata.find(kTokenizerKey);
+  if (it == metadata.end()) it = metadata.find(std::string("attach.") + kTokenizerKey);
+  if (it == metadata.end()) return nullptr;
+  return std::make_shared<const BpeTokenizer>(BpeTokenizer::from_serialized(it->second, path));
+}
+
+void TokenDataset::set_tokenizer(std::shared_ptr<const BpeTokenizer> tokenizer) {
+  if (tokenizer && tokenizer->vocab_size() != vocab_)
+    throw UsageError("tokens '" + name_ + "': its tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                     " tokens, the file's vocabulary " + std::to_string(vocab_));
+  tokenizer_ = std::move(tokenizer);
+}
+
+double TokenDataset::heldout_bytes_per_token(int64_t windows) const {
+  if (!tokenizer_ && vocab_ > 256) return 0.0;
+  const int64_t targets = std::min(windows, heldout_windows()) * context_;
+  if (targets <= 0) return 0.0;
+  if (!tokenizer_) return 1.0;
+  double bytes = 0.0;
+  for (int64_t i = 1; i <= targets; ++i) bytes += static_cast<double>(tokenizer_->token_bytes(heldout_[i]).size());
+  return bytes / static_cast<double>(targets);
 }
 
 std::vector<int32_t> bytes_to_tokens(const std::string& text) {

@@ -6,16 +6,21 @@
 // The file: apps/data/make_text_corpus.py writes it; docs/gpt-data.md gives its format.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/run/dataset.h"
+#include "apps/text/bpe.h"
 
 namespace belay {
 
 inline constexpr const char* kTokensFormat = "belay.tokens.v1";  // metadata "tokens.format"
+// The BPE whose tokens a file's ids are (BpeTokenizer::serialized): "tokens.bpe" in a tokens file
+// (belay bpe train), "attach.tokens.bpe" in a checkpoint or model file (RunState::attachments).
+inline constexpr const char* kTokenizerKey = "tokens.bpe";
 
 class TokenDataset final : public Dataset {
  public:
@@ -49,6 +54,16 @@ class TokenDataset final : public Dataset {
   // ignores context, which a language model's held-out loss must fall well below.
   double unigram_entropy_nats() const;
 
+  // The BPE the ids are tokens of; nullptr for byte tokens (or ids of no recorded tokenizer).
+  const BpeTokenizer* tokenizer() const { return tokenizer_.get(); }
+  const std::shared_ptr<const BpeTokenizer>& shared_tokenizer() const { return tokenizer_; }
+  void set_tokenizer(std::shared_ptr<const BpeTokenizer> tokenizer);  // UsageError unless its vocabulary is the file's
+  // The bytes of text per token among the targets of the first `windows` held-out windows:
+  // 1 for byte tokens, the tokens' own lengths for a BPE, 0 when the ids have no recorded text
+  // (I64 ids above 256 without a tokenizer). nats per token / ln 2 / this = bits per byte, the
+  // unit that compares models of different tokenizers.
+  double heldout_bytes_per_token(int64_t windows) const;
+
  private:
   Batch windows(const std::vector<int32_t>& ids, const std::vector<int64_t>& starts, Device device) const;
 
@@ -56,6 +71,7 @@ class TokenDataset final : public Dataset {
   int64_t vocab_, context_;
   uint64_t seed_, key_;
   std::string name_;
+  std::shared_ptr<const BpeTokenizer> tokenizer_;
   uint32_t crc_ = 0;    // of both splits' ids, for describe(): a resume on other data is refused
   int64_t drawn_ = 0;  // the position: training windows n < drawn_ have been drawn
 };
@@ -79,6 +95,11 @@ class HeldOutBatches {
 // what is wrong: a missing tensor or key, a wrong dtype or shape, an id >= vocab, a split
 // shorter than context + 1.
 std::unique_ptr<TokenDataset> load_token_dataset(const std::string& path, int64_t context, uint64_t seed);
+
+// The tokenizer a file's metadata records (kTokenizerKey, or attach. and that key), or nullptr.
+// UsageError naming `path` when the record is not a valid tokenizer.
+std::shared_ptr<const BpeTokenizer> recorded_tokenizer(const std::map<std::string, std::string>& metadata,
+                                                       const std::string& path);
 
 // Byte-level tokens: a prompt as ids, and ids (< 256) back as bytes (belay sample).
 std::vector<int32_t> bytes_to_tokens(const std::string& text);

@@ -141,6 +141,9 @@ struct TrainResult {
   std::vector<AnomalyReport> scaler_events;  // --detect-anomaly with loss scaling
   std::vector<std::pair<int64_t, double>> heldout;  // (step, held-out loss) of each evaluation
   double unigram_entropy = 0.0;      // token data: the training split's, in nats (the loss to beat)
+  // Token data: bytes of text per held-out target token (0: unknown), so that a held-out loss
+  // L nats per token is L / ln 2 / this bits per byte (TokenDataset::heldout_bytes_per_token).
+  double heldout_bytes_per_token = 0.0;
   int64_t tokens_per_step = 0;       // token data: batch x context
 };
 

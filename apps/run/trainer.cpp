@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <new>
@@ -123,6 +124,17 @@ template <class F>
 auto allocating(const std::string& what, double bytes, F&& f) -> decltype(f()) {
   AllocationPurpose purpose(what);
   return out_of_memory_as_error(bytes, f);
+}
+
+// " (A -> B bits per byte)": the first and last held-out loss in the unit that compares
+// tokenizers; nothing when the text per token is unknown.
+std::string bits_per_byte_text(const TrainResult& r) {
+  if (r.heldout_bytes_per_token <= 0.0) return "";
+  const double to_bpb = 1.0 / (std::log(2.0) * r.heldout_bytes_per_token);
+  std::ostringstream s;
+  s << std::setprecision(4) << std::fixed << " (" << r.heldout.front().second * to_bpb << " -> "
+    << r.heldout.back().second * to_bpb << " bits per byte)";
+  return s.str();
 }
 
 // A held-out loss as the CSV and the summary print it: 6 significant digits.
@@ -343,6 +355,8 @@ std::string Trainer::policy_label() const { return std::string(dtype_name(c_.dty
 void Trainer::start() {
   if (tokens_) {
     result_.unigram_entropy = tokens_->unigram_entropy_nats();
+    result_.heldout_bytes_per_token =
+        tokens_->heldout_bytes_per_token(HeldOutBatches(*tokens_, 1, c_.eval_windows).windows());
     result_.tokens_per_step = c_.batch * c_.context;
   }
   progress_.emplace(out_, c_.steps, !c_.show_steps && !c_.quiet && is_terminal(out_), result_.tokens_per_step);
@@ -599,6 +613,7 @@ void Trainer::checkpoint(int64_t next_step) {
   st.settings = settings_;
   st.records = records_;
   st.experiment = experiment_;
+  if (tokens_ && tokens_->tokenizer()) st.attachments[kTokenizerKey] = tokens_->tokenizer()->serialized();
   // Rank 0 writes for all, once every rank's weights and scaler state are seen to agree.
   save_checkpoint(c_.checkpoint, *model_, *opt_, st, *comm_);
 }
@@ -723,7 +738,8 @@ void Trainer::print_summary(const CommCounters& run_counters) {
   if (!r.heldout.empty())
     out_ << "held-out loss " << heldout_text(r.heldout.front().second) << " (after step " << r.heldout.front().first
          << ") -> " << heldout_text(r.heldout.back().second) << " (after step " << r.heldout.back().first
-         << ") nats per token; the training text's unigram entropy " << heldout_text(r.unigram_entropy) << "\n";
+         << ") nats per token" << bits_per_byte_text(r) << "; the training text's unigram entropy "
+         << heldout_text(r.unigram_entropy) << "\n";
   if (census_summary_) {
     for (const std::string& line : census_summary_->lines()) out_ << line << "\n";
     out_ << "census: " << c_.census << "\n";

@@ -1,0 +1,24 @@
+// `belay bpe train | encode | decode`: GPT-2's byte-level BPE (apps/text/bpe.h) from the CLI.
+// add_bpe_commands registers the group; after parsing, run_bpe_command runs the one given.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace belay {
+
+void add_bpe_commands(CLI::App& app);
+// The exit status of the `belay bpe ...` command that was parsed, or nothing when it was
+// another command. Errors are thrown (UsageError for bad input), as every command's are.
+std::optional<int> run_bpe_command(std::ostream& out);
+
+// `belay bpe train`: trains `merges` merges on the byte-level tokens file `data`'s train split,
+// writes both splits' ids to `out` (a tokens file with I64 ids and tokens.bpe), and the Hugging
+// Face files into `save_dir` when it is not empty. Checks everything before writing anything.
+int run_bpe_train(const std::string& data, int64_t merges, const std::string& out, const std::string& save_dir,
+                  std::ostream& log);
+
+}  // namespace belay
