@@ -3,7 +3,7 @@
 # BELAY_DEPS_PREFIX: a folder with the same packages unpacked (third_party/vendor_gpu_deps.sh
 # makes <repo>/third_party/vendored/usr, git-ignored) for a machine without them and without
 # a network, such as the lent GPU machine (bench/gpu-check.sh passes it); searched first.
-set(BELAY_DEPS_PREFIX "" CACHE PATH "a prefix holding Eigen, CLI11, nlohmann-json and Catch2 (third_party/vendor_gpu_deps.sh)")
+set(BELAY_DEPS_PREFIX "" CACHE PATH "a prefix holding Eigen, CLI11, nlohmann-json, Catch2 and PCRE2 (third_party/vendor_gpu_deps.sh)")
 if(BELAY_DEPS_PREFIX)
   if(NOT EXISTS "${BELAY_DEPS_PREFIX}/include/eigen3")
     message(FATAL_ERROR "belay: BELAY_DEPS_PREFIX=${BELAY_DEPS_PREFIX} holds no include/eigen3: "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gathers the Debian packages the GPU check's build needs (Eigen, CLI11, nlohmann-json,
-# Catch2) into ONE git-ignored folder, third_party/vendored/, for a machine that has nvcc,
+# Catch2, PCRE2) into ONE git-ignored folder, third_party/vendored/, for a machine that has nvcc,
 # CMake and ninja but none of them and no network (the lent GPU machine: bench/README.md
 # says how a run carries the folder). Configure with -DBELAY_DEPS_PREFIX=<that>/usr.
 #   usage: vendor_gpu_deps.sh [--download] [DIR]     (default DIR: <repo>/third_party/vendored)
@@ -17,7 +17,8 @@ download=0
 [ "${1:-}" = "--download" ] && { download=1; shift; }
 DEST="${1:-$ROOT/third_party/vendored}"
 # catch2 is Debian 12's Catch2 2.13: header-only but for libCatch2WithMain.a (the main()).
-packages=(libeigen3-dev libcli11-dev nlohmann-json3-dev catch2)
+# libpcre2-dev and its libpcre2-8-0: the BPE pre-tokenizer (apps/text/) links libpcre2-8.
+packages=(libeigen3-dev libcli11-dev nlohmann-json3-dev catch2 libpcre2-dev libpcre2-8-0)
 
 installed_version() { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null | sed -n 's/^install ok installed //p'; }
 candidate_version() { apt-cache policy "$1" 2>/dev/null | sed -n 's/^ *Candidate: //p'; }
