@@ -50,7 +50,7 @@ struct RunState {
   // (a rollback and what followed it). Keys without the prefix.
   std::map<std::string, std::string> records;
   // What the file carries for readers other than the resume, as "attach.<key>": the tokenizer
-  // of the run's text (apps/run/token_dataset.h), which sample and export read. Not compared on
+  // of the run's text (apps/text/bpe_source.h), which sample and export read. Not compared on
   // resume (the data's own checks are); export_weights keeps them.
   std::map<std::string, std::string> attachments;
   // Filled by load_checkpoint: the precision-policy settings a --new-experiment changed

@@ -1,4 +1,4 @@
-// `belay bpe train | encode | decode` (apps/cli/bpe_cmd.h): options and wiring; the tokenizer
+// `belay bpe train | tokenize | encode | decode` (apps/cli/bpe_cmd.h): options and wiring; the tokenizer
 // is apps/text's.
 #include "apps/cli/bpe_cmd.h"
 
@@ -14,6 +14,7 @@
 #include <sstream>
 #include <vector>
 
+#include "apps/run/token_dataset.h"
 #include "apps/text/bpe.h"
 #include "apps/text/bpe_source.h"
 #include "engine/error.h"
@@ -22,10 +23,8 @@
 namespace belay {
 namespace {
 
-constexpr const char* kTokensFormat = "belay.tokens.v1";  // apps/run/token_dataset.h's kTokensFormat
-
 struct BpeOptions {
-  CLI::App *train = nullptr, *encode = nullptr, *decode = nullptr;
+  CLI::App *train = nullptr, *tokenize = nullptr, *encode = nullptr, *decode = nullptr;
   std::string data, out, save_dir, tokenizer, text, file;
   int64_t merges = 0;
   std::vector<std::string> ids;
@@ -105,56 +104,89 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int run_bpe_train(const std::string& data, int64_t merges, const std::string& out, const std::string& save_dir,
-                  std::ostream& log) {
+namespace {
+
+struct ByteSplits {
+  SafetensorsFile file;
+  std::string train, heldout;
+};
+
+// The byte-level tokens file a BPE is trained on or applied to, checked before anything runs.
+ByteSplits read_byte_splits(const std::string& data, const std::string& out, const std::string& save_dir,
+                            const char* command) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::exists(out, ec) && fs::equivalent(out, data, ec)) throw UsageError("bpe train: -o " + out + " would overwrite --data");
-  const SafetensorsFile src = read_safetensors(data);
+  if (fs::exists(out, ec) && fs::equivalent(out, data, ec))
+    throw UsageError(std::string(command) + ": -o " + out + " would overwrite --data");
+  SafetensorsFile src = read_safetensors(data);
   if (src.metadata().count(kBpeMetadataKey))
-    throw UsageError(data + ": its ids are BPE tokens already (tokens.bpe); belay bpe train reads a byte-level tokens file");
-  const std::string train = byte_split(src, "train"), heldout = byte_split(src, "heldout");
+    throw UsageError(data + ": its ids are BPE tokens already (tokens.bpe); belay " + command +
+                     " reads a byte-level tokens file");
+  std::string train = byte_split(src, "train"), heldout = byte_split(src, "heldout");
   check_writable(out);
   if (!save_dir.empty() && fs::exists(save_dir, ec) && !fs::is_directory(save_dir, ec))
-    throw UsageError("bpe train: --save-dir " + save_dir + " is a file, not a directory");
+    throw UsageError(std::string(command) + ": --save-dir " + save_dir + " is a file, not a directory");
+  return {std::move(src), std::move(train), std::move(heldout)};
+}
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const BpeTokenizer tok = train_bpe(train, merges);
-  const double train_s = seconds_since(t0);
+// Both splits as `tok`'s ids, written to `out` as a tokens file that carries the tokenizer (and
+// the source's metadata); the Hugging Face files into `save_dir` when it is given.
+void write_bpe_tokens(const ByteSplits& src, const BpeTokenizer& tok, const std::string& out,
+                      const std::string& save_dir, const std::string& how, std::ostream& log) {
   const auto t1 = std::chrono::steady_clock::now();
-  const std::vector<int32_t> train_ids = tok.encode(train), heldout_ids = tok.encode(heldout);
+  const std::vector<int32_t> train_ids = tok.encode(src.train), heldout_ids = tok.encode(src.heldout);
   const double encode_s = seconds_since(t1);
 
-  std::map<std::string, std::string> meta = src.metadata();
+  std::map<std::string, std::string> meta = src.file.metadata();
   meta.erase(kChecksumKey);
   meta.erase(kHeaderChecksumKey);
   meta["tokens.format"] = kTokensFormat;
   meta["tokens.vocab"] = std::to_string(tok.vocab_size());
+  meta["tokens.kind"] = "bpe: ids of the tokenizer in tokens.bpe";
   meta[kBpeMetadataKey] = tok.serialized();
   meta["train.tokens"] = std::to_string(train_ids.size());
   meta["heldout.tokens"] = std::to_string(heldout_ids.size());
   meta["bpe.merges"] = std::to_string(tok.merges());
-  meta["bpe.train_bytes"] = std::to_string(train.size());
-  meta["bpe.heldout_bytes"] = std::to_string(heldout.size());
+  meta["bpe.train_bytes"] = std::to_string(src.train.size());
+  meta["bpe.heldout_bytes"] = std::to_string(src.heldout.size());
   if (!save_dir.empty()) tok.write_files(save_dir);
   write_safetensors(out, {}, meta, {{"train", as_int64s(train_ids)}, {"heldout", as_int64s(heldout_ids)}});
 
   char line[512];
   std::snprintf(line, sizeof line,
-                "bpe: %lld merges, vocabulary %lld (trained in %.2f s); train %zu bytes -> %zu tokens (%.3f bytes/token), "
+                "bpe: %lld merges, vocabulary %lld (%s); train %zu bytes -> %zu tokens (%.3f bytes/token), "
                 "heldout %zu bytes -> %zu tokens (encoded in %.2f s); wrote %s\n",
-                static_cast<long long>(tok.merges()), static_cast<long long>(tok.vocab_size()), train_s, train.size(),
-                train_ids.size(), train_ids.empty() ? 0.0 : double(train.size()) / double(train_ids.size()),
-                heldout.size(), heldout_ids.size(), encode_s, out.c_str());
+                static_cast<long long>(tok.merges()), static_cast<long long>(tok.vocab_size()), how.c_str(),
+                src.train.size(), train_ids.size(),
+                train_ids.empty() ? 0.0 : double(src.train.size()) / double(train_ids.size()), src.heldout.size(),
+                heldout_ids.size(), encode_s, out.c_str());
   log << line;
   if (!save_dir.empty()) log << "bpe: wrote vocab.json, merges.txt and tokenizer.json into " << save_dir << "\n";
+}
+
+}  // namespace
+
+int run_bpe_train(const std::string& data, int64_t merges, const std::string& out, const std::string& save_dir,
+                  std::ostream& log) {
+  const ByteSplits src = read_byte_splits(data, out, save_dir, "bpe train");
+  const auto t0 = std::chrono::steady_clock::now();
+  const BpeTokenizer tok = train_bpe(src.train, merges);
+  char how[64];
+  std::snprintf(how, sizeof how, "trained in %.2f s", seconds_since(t0));
+  write_bpe_tokens(src, tok, out, save_dir, how, log);
+  return 0;
+}
+
+int run_bpe_tokenize(const std::string& tokenizer, const std::string& data, const std::string& out, std::ostream& log) {
+  const ByteSplits src = read_byte_splits(data, out, "", "bpe tokenize");
+  write_bpe_tokens(src, load_bpe_tokenizer(tokenizer), out, "", "from " + tokenizer, log);
   return 0;
 }
 
 void add_bpe_commands(CLI::App& app) {
   BpeOptions& o = options();
   o = BpeOptions{};
-  CLI::App* bpe = app.add_subcommand("bpe", "GPT-2's byte-level BPE tokenizer: train one, encode, decode");
+  CLI::App* bpe = app.add_subcommand("bpe", "GPT-2's byte-level BPE tokenizer: train one, tokenize a file, encode, decode");
   bpe->require_subcommand(1);
   o.train = bpe->add_subcommand("train", "train a BPE on a byte-level tokens file and write its ids as a tokens file");
   o.train->add_option("--data", o.data, "the byte-level tokens file (U8 train and heldout; apps/data/make_text_corpus.py)")->required();
@@ -162,6 +194,11 @@ void add_bpe_commands(CLI::App& app) {
   o.train->add_option("-o,--out", o.out, "the tokens file to write (I64 ids, tokens.bpe in its metadata)")->required();
   o.train->add_option("--save-dir", o.save_dir, "also write vocab.json, merges.txt and tokenizer.json here");
   const auto source_help = "a directory of Hugging Face files, a tokenizer.json, or a tokens file or checkpoint with tokens.bpe";
+  o.tokenize = bpe->add_subcommand("tokenize", "a byte-level tokens file as the ids of a tokenizer you have "
+                                               "(GPT-2's, to fine-tune an imported model): a tokens file");
+  o.tokenize->add_option("--tokenizer", o.tokenizer, source_help)->required();
+  o.tokenize->add_option("--data", o.data, "the byte-level tokens file (U8 train and heldout)")->required();
+  o.tokenize->add_option("-o,--out", o.out, "the tokens file to write (I64 ids, tokens.bpe in its metadata)")->required();
   o.encode = bpe->add_subcommand("encode", "print the token ids of a text, space-separated");
   o.encode->add_option("--tokenizer", o.tokenizer, source_help)->required();
   o.encode->add_option("--text", o.text, "the text");
@@ -175,6 +212,7 @@ void add_bpe_commands(CLI::App& app) {
 std::optional<int> run_bpe_command(std::ostream& out) {
   const BpeOptions& o = options();
   if (o.train && *o.train) return run_bpe_train(o.data, o.merges, o.out, o.save_dir, out);
+  if (o.tokenize && *o.tokenize) return run_bpe_tokenize(o.tokenizer, o.data, o.out, out);
   if (o.encode && *o.encode) return run_encode(o, out);
   if (o.decode && *o.decode) return run_decode(o, out);
   return std::nullopt;

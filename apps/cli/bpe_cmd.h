@@ -1,4 +1,4 @@
-// `belay bpe train | encode | decode`: GPT-2's byte-level BPE (apps/text/bpe.h) from the CLI.
+// `belay bpe train | tokenize | encode | decode`: GPT-2's byte-level BPE (apps/text/bpe.h) from the CLI.
 // add_bpe_commands registers the group; after parsing, run_bpe_command runs the one given.
 #pragma once
 #include <cstdint>
@@ -20,5 +20,8 @@ std::optional<int> run_bpe_command(std::ostream& out);
 // Face files into `save_dir` when it is not empty. Checks everything before writing anything.
 int run_bpe_train(const std::string& data, int64_t merges, const std::string& out, const std::string& save_dir,
                   std::ostream& log);
+// `belay bpe tokenize`: the same file written with the ids of a tokenizer loaded from `tokenizer`
+// (apps/text/bpe_source.h: Hugging Face files, or a file that carries one) instead of a new one.
+int run_bpe_tokenize(const std::string& tokenizer, const std::string& data, const std::string& out, std::ostream& log);
 
 }  // namespace belay

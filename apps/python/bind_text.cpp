@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "apps/run/token_dataset.h"
 #include "apps/text/bpe.h"
+#include "apps/text/bpe_source.h"
 #include "bindings.h"
 #include "engine/safetensors.h"
 
@@ -53,7 +53,7 @@ void bind_text(py::module_& m) {
                " merges>";
       });
   m.def("tokenizer_of", [](const std::string& path) -> std::shared_ptr<BpeTokenizer> {
-    return std::const_pointer_cast<BpeTokenizer>(recorded_tokenizer(read_safetensors(path).metadata(), path));
+    return std::const_pointer_cast<BpeTokenizer>(recorded_bpe_tokenizer(read_safetensors(path).metadata(), path));
   }, py::arg("path"), "The BPE a tokens file, checkpoint or model file carries, or None (byte tokens)");
 }
 

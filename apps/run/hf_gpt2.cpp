@@ -250,7 +250,7 @@ void write_model_file(const std::string& out, const HfGpt2& model, const std::ma
   std::map<std::string, std::string> meta = extra;
   meta["format"] = kModelFileFormat;
   for (const auto& [k, v] : model.settings) meta["setting." + k] = v;
-  if (model.tokenizer) meta[std::string("attach.") + kTokenizerKey] = model.tokenizer->serialized();
+  if (model.tokenizer) meta[kAttachedBpeMetadataKey] = model.tokenizer->serialized();
   write_safetensors(out, model.weights, meta);
 }
 
@@ -367,7 +367,7 @@ std::vector<std::string> export_hf_gpt2(const std::string& model_path, const std
   fs::create_directories(target, made);
   if (made) throw UsageError("cannot make the directory '" + dir + "': " + made.message());
   const std::string weights = (target / "model.safetensors").string(), config = (target / "config.json").string();
-  const std::shared_ptr<const BpeTokenizer> tokenizer = recorded_tokenizer(in.file().metadata(), model_path);
+  const std::shared_ptr<const BpeTokenizer> tokenizer = recorded_bpe_tokenizer(in.file().metadata(), model_path);
   write_safetensors(weights, out, {{"format", "pt"}});  // transformers reads only files that say "pt"
   try {
     write_file_atomically(config, hf_gpt2_config_json(s));

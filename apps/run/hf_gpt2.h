@@ -44,7 +44,7 @@ HfGpt2 read_hf_gpt2(const std::string& dir);
 
 // read_hf_gpt2(dir) written to `out` as a model file (atomically; nothing on error).
 // `extra_metadata` joins the file's metadata; the tokenizer, when there is one, travels as
-// attach.tokens.bpe (apps/run/token_dataset.h).
+// attach.tokens.bpe (apps/text/bpe_source.h).
 void write_model_file(const std::string& out, const HfGpt2& model,
                       const std::map<std::string, std::string>& extra_metadata = {});
 

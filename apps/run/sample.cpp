@@ -143,7 +143,7 @@ void sample_stream(const SampleConfig& c, const std::function<void(const std::st
   check_options(c);
   std::unique_ptr<Gpt> model = load_gpt_checkpoint(c.checkpoint);
   const std::shared_ptr<const BpeTokenizer> tokenizer =
-      recorded_tokenizer(read_safetensors(c.checkpoint).metadata(), c.checkpoint);
+      recorded_bpe_tokenizer(read_safetensors(c.checkpoint).metadata(), c.checkpoint);
   if (tokenizer && tokenizer->vocab_size() != model->config().vocab)
     throw UsageError("sample: checkpoint '" + c.checkpoint + "' has a tokenizer of " +
                      std::to_string(tokenizer->vocab_size()) + " tokens for a model of " +

@@ -187,16 +187,8 @@ std::unique_ptr<TokenDataset> load_token_dataset(const std::string& path, int64_
   const int64_t v = parse_count(vocab->second);  // the constructor refuses one above 2^24
   auto data = std::make_unique<TokenDataset>(read_ids(f, path, "train", v), read_ids(f, path, "heldout", v), v,
                                              context, seed, path);
-  if (auto tokenizer = recorded_tokenizer(meta, path)) data->set_tokenizer(std::move(tokenizer));
+  if (auto tokenizer = recorded_bpe_tokenizer(meta, path)) data->set_tokenizer(std::move(tokenizer));
   return data;
-}
-
-std::shared_ptr<const BpeTokenizer> recorded_tokenizer(const std::map<std::string, std::string>& metadata,
-                                                       const std::string& path) {
-  auto it = metadata.find(kTokenizerKey);
-  if (it == metadata.end()) it = metadata.find(std::string("attach.") + kTokenizerKey);
-  if (it == metadata.end()) return nullptr;
-  return std::make_shared<const BpeTokenizer>(BpeTokenizer::from_serialized(it->second, path));
 }
 
 void TokenDataset::set_tokenizer(std::shared_ptr<const BpeTokenizer> tokenizer) {

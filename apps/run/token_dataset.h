@@ -13,14 +13,12 @@
 #include <vector>
 
 #include "apps/run/dataset.h"
-#include "apps/text/bpe.h"
+#include "apps/text/bpe_source.h"
 
 namespace belay {
 
 inline constexpr const char* kTokensFormat = "belay.tokens.v1";  // metadata "tokens.format"
-// The BPE whose tokens a file's ids are (BpeTokenizer::serialized): "tokens.bpe" in a tokens file
-// (belay bpe train), "attach.tokens.bpe" in a checkpoint or model file (RunState::attachments).
-inline constexpr const char* kTokenizerKey = "tokens.bpe";
+// A tokens file of BPE ids carries its tokenizer as kBpeMetadataKey (apps/text/bpe_source.h).
 
 class TokenDataset final : public Dataset {
  public:
@@ -95,11 +93,6 @@ class HeldOutBatches {
 // what is wrong: a missing tensor or key, a wrong dtype or shape, an id >= vocab, a split
 // shorter than context + 1.
 std::unique_ptr<TokenDataset> load_token_dataset(const std::string& path, int64_t context, uint64_t seed);
-
-// The tokenizer a file's metadata records (kTokenizerKey, or attach. and that key), or nullptr.
-// UsageError naming `path` when the record is not a valid tokenizer.
-std::shared_ptr<const BpeTokenizer> recorded_tokenizer(const std::map<std::string, std::string>& metadata,
-                                                       const std::string& path);
 
 // Byte-level tokens: a prompt as ids, and ids (< 256) back as bytes (belay sample).
 std::vector<int32_t> bytes_to_tokens(const std::string& text);

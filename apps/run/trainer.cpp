@@ -613,7 +613,7 @@ void Trainer::checkpoint(int64_t next_step) {
   st.settings = settings_;
   st.records = records_;
   st.experiment = experiment_;
-  if (tokens_ && tokens_->tokenizer()) st.attachments[kTokenizerKey] = tokens_->tokenizer()->serialized();
+  if (tokens_ && tokens_->tokenizer()) st.attachments[kBpeMetadataKey] = tokens_->tokenizer()->serialized();
   // Rank 0 writes for all, once every rank's weights and scaler state are seen to agree.
   save_checkpoint(c_.checkpoint, *model_, *opt_, st, *comm_);
 }
