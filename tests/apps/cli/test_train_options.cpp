@@ -12,10 +12,23 @@
 #include "apps/cli/cli.h"
 #include "apps/run/train_options.h"
 #include "engine/error.h"
+#include "engine/safetensors.h"
+#include "tests/files.h"
 
 using namespace belay;
 
 namespace {
+
+// --init opens its file when the options are finished (a checkpoint or model file gives the
+// model kind and sizes): a file of weights alone, which records nothing, is a good word.
+std::string weights_only_file() {
+  static const std::string path = [] {
+    const std::string p = belay::test::temp_path("train_options", "init.safetensors");
+    belay::write_safetensors(p, {});
+    return p;
+  }();
+  return path;
+}
 
 // A good value for every kind of field, and the words of the options that are words.
 std::string good_word(const TrainOption& row) {
@@ -31,6 +44,7 @@ std::string good_word(const TrainOption& row) {
   if (name == "spike") return "3:1e8";
   if (name == "rollback-on") return "divergence";
   if (name == "rollback-policy") return "fp32";
+  if (name == "init") return weights_only_file();
   return std::visit(
       [](auto field) -> std::string {
         using T = std::decay_t<decltype(field(std::declval<TrainOptions&>()))>;
