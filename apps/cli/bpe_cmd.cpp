@@ -23,18 +23,6 @@
 namespace belay {
 namespace {
 
-struct BpeOptions {
-  CLI::App *train = nullptr, *tokenize = nullptr, *encode = nullptr, *decode = nullptr;
-  std::string data, out, save_dir, tokenizer, text, file;
-  int64_t merges = 0;
-  std::vector<std::string> ids;
-};
-
-BpeOptions& options() {  // one command line per process
-  static BpeOptions o;
-  return o;
-}
-
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(path + ": cannot read it");
@@ -75,7 +63,7 @@ std::vector<std::string> words_of(const std::string& text) {
   return words;
 }
 
-int run_encode(const BpeOptions& o, std::ostream& out) {
+int run_encode(const BpeCommand& o, std::ostream& out) {
   if ((o.encode->get_option("--text")->count() > 0) == (o.encode->get_option("--file")->count() > 0))
     throw UsageError("bpe encode: give the text with --text STR or --file PATH (one of them)");
   const BpeTokenizer tok = load_bpe_tokenizer(o.tokenizer);
@@ -89,7 +77,7 @@ int run_encode(const BpeOptions& o, std::ostream& out) {
   return 0;
 }
 
-int run_decode(const BpeOptions& o, std::ostream& out) {
+int run_decode(const BpeCommand& o, std::ostream& out) {
   if (!o.ids.empty() && !o.file.empty()) throw UsageError("bpe decode: give ids or --file PATH, not both");
   const BpeTokenizer tok = load_bpe_tokenizer(o.tokenizer);
   const std::string bytes = tok.decode(parse_ids(o.file.empty() ? o.ids : words_of(read_bytes(o.file))));
@@ -101,10 +89,6 @@ int run_decode(const BpeOptions& o, std::ostream& out) {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-}  // namespace
-
-namespace {
 
 struct ByteSplits {
   SafetensorsFile file;
@@ -183,9 +167,7 @@ int run_bpe_tokenize(const std::string& tokenizer, const std::string& data, cons
   return 0;
 }
 
-void add_bpe_commands(CLI::App& app) {
-  BpeOptions& o = options();
-  o = BpeOptions{};
+void add_bpe_commands(CLI::App& app, BpeCommand& o) {
   CLI::App* bpe = app.add_subcommand("bpe", "GPT-2's byte-level BPE tokenizer: train one, tokenize a file, encode, decode");
   bpe->require_subcommand(1);
   o.train = bpe->add_subcommand("train", "train a BPE on a byte-level tokens file and write its ids as a tokens file");
@@ -209,8 +191,7 @@ void add_bpe_commands(CLI::App& app) {
   o.decode->add_option("--file", o.file, "the ids: this file's, separated by white space");
 }
 
-std::optional<int> run_bpe_command(std::ostream& out) {
-  const BpeOptions& o = options();
+std::optional<int> run_bpe_command(const BpeCommand& o, std::ostream& out) {
   if (o.train && *o.train) return run_bpe_train(o.data, o.merges, o.out, o.save_dir, out);
   if (o.tokenize && *o.tokenize) return run_bpe_tokenize(o.tokenizer, o.data, o.out, out);
   if (o.encode && *o.encode) return run_encode(o, out);

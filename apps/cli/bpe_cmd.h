@@ -5,15 +5,25 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 namespace belay {
 
-void add_bpe_commands(CLI::App& app);
+// The options of the four subcommands, bound by add_bpe_commands (the caller keeps it alive
+// while the CLI::App parses and runs).
+struct BpeCommand {
+  CLI::App *train = nullptr, *tokenize = nullptr, *encode = nullptr, *decode = nullptr;
+  std::string data, out, save_dir, tokenizer, text, file;
+  int64_t merges = 0;
+  std::vector<std::string> ids;
+};
+
+void add_bpe_commands(CLI::App& app, BpeCommand& o);
 // The exit status of the `belay bpe ...` command that was parsed, or nothing when it was
 // another command. Errors are thrown (UsageError for bad input), as every command's are.
-std::optional<int> run_bpe_command(std::ostream& out);
+std::optional<int> run_bpe_command(const BpeCommand& o, std::ostream& out);
 
 // `belay bpe train`: trains `merges` merges on the byte-level tokens file `data`'s train split,
 // writes both splits' ids to `out` (a tokens file with I64 ids and tokens.bpe), and the Hugging

@@ -59,6 +59,7 @@ struct Commands {
   belay::AccumCheckCommand accum;
   belay::SweepCommand sweep;
   belay::SmallCommands small;
+  belay::BpeCommand bpe;
   std::string cpu_isa;  // the global --cpu-isa
 };
 
@@ -78,7 +79,7 @@ void add_commands(CLI::App& app, Commands& c) {
   belay::add_accum_check_command(app, c.accum);
   belay::add_sweep_command(app, c.sweep);
   belay::add_plot_export_commands(app, c.small);
-  belay::add_bpe_commands(app);
+  belay::add_bpe_commands(app, c.bpe);
 }
 
 // The parsed command, run. `comm`: a communicator a command made (--dist), kept by main.
@@ -102,7 +103,7 @@ int run_command(Commands& c, int argc, char** argv, std::unique_ptr<belay::Commu
   if (*c.small.plot) return belay::run_plot(c.small.plot_csvs, c.small.plot_out, std::cout);
   if (*c.small.exporter) return belay::run_export_command(c.small);
   if (*c.small.importer) return belay::run_import_command(c.small);
-  if (std::optional<int> status = belay::run_bpe_command(std::cout)) return *status;
+  if (std::optional<int> status = belay::run_bpe_command(c.bpe, std::cout)) return *status;
   return belay::run_train_command(c.train, comm);
 }
 
