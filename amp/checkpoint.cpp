@@ -231,16 +231,28 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
   return st;
 }
 
-std::map<std::string, std::string> checkpoint_settings(const std::string& path) {
-  const SafetensorsFile f = read_safetensors(path);
-  auto format = f.metadata().find("format");
-  if (format == f.metadata().end() || format->second != kCheckpointFormat)
-    throw UsageError("'" + path + "' is not a belay checkpoint");
+namespace {
+
+// The keys without "setting.".
+std::map<std::string, std::string> recorded_settings(const SafetensorsFile& f) {
   std::map<std::string, std::string> settings;
   const std::string prefix = "setting.";
   for (const auto& [key, value] : f.metadata())
     if (key.compare(0, prefix.size(), prefix) == 0) settings[key.substr(prefix.size())] = value;
   return settings;
+}
+
+std::string file_format(const SafetensorsFile& f) {
+  const auto format = f.metadata().find("format");
+  return format == f.metadata().end() ? "" : format->second;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> checkpoint_settings(const std::string& path) {
+  const SafetensorsFile f = read_safetensors(path);
+  if (file_format(f) != kCheckpointFormat) throw UsageError("'" + path + "' is not a belay checkpoint");
+  return recorded_settings(f);
 }
 
 std::string checkpoint_setting(const std::string& path, const std::string& key) {
@@ -249,38 +261,26 @@ std::string checkpoint_setting(const std::string& path, const std::string& key) 
   return it == settings.end() ? "" : it->second;
 }
 
-void load_initial_weights(const std::string& path, Module& model) {
-  const SafetensorsFile f = read_safetensors(path);
+void load_initial_weights(const SafetensorsFile& f, Module& model) {
   std::vector<std::pair<Var, Tensor>> loaded;
-  for (auto& [name, p] : model.named_parameters()) {
-    if (!f.contains(name)) throw UsageError("init file '" + path + "' has no tensor '" + name + "'");
-    const SafetensorsEntry& e = f.entry(name);
-    if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
-      throw UsageError("init file '" + path + "': tensor '" + name + "' is " + e.dtype + "; use F32, F16 or BF16");
-    if (Shape(e.shape) != p.shape())
-      throw UsageError("init file '" + path + "': tensor '" + name + "' has shape " + Shape(e.shape).str() +
-                       ", the model needs " + p.shape().str());
-    const Tensor t = f.tensor(name);
-    for (float v : t.to_vector())
-      if (!std::isfinite(v)) throw UsageError("init file '" + path + "': tensor '" + name + "' has a non-finite value");
-    loaded.push_back({p, t});
-  }
+  for (auto& [name, p] : model.named_parameters()) loaded.push_back({p, f.weight(name, p.shape(), "the model needs")});
   for (auto& [p, t] : loaded) {
     const_cast<Tensor&>(p.master()).copy_from(t);
     Var(p).set_working_dtype(p.dtype());
   }
 }
 
+void load_initial_weights(const std::string& path, Module& model) { load_initial_weights(read_safetensors(path), model); }
+
+std::map<std::string, std::string> model_file_settings(const SafetensorsFile& f) {
+  const std::string format = file_format(f);
+  if (format != kCheckpointFormat && format != kModelFileFormat)
+    throw UsageError("'" + f.source() + "' is neither a belay checkpoint nor a model file (belay import, belay export)");
+  return recorded_settings(f);
+}
+
 std::map<std::string, std::string> model_file_settings(const std::string& path) {
-  const SafetensorsFile f = read_safetensors(path);
-  const auto format = f.metadata().find("format");
-  if (format != f.metadata().end() && format->second == kCheckpointFormat) return checkpoint_settings(path);
-  if (format == f.metadata().end() || format->second != kModelFileFormat)
-    throw UsageError("'" + path + "' is neither a belay checkpoint nor a model file (belay import, belay export)");
-  std::map<std::string, std::string> settings;
-  for (const auto& [k, v] : f.metadata())
-    if (k.rfind("setting.", 0) == 0) settings[k.substr(8)] = v;
-  return settings;
+  return model_file_settings(read_safetensors(path));
 }
 
 void export_weights(const std::string& checkpoint_path, const std::string& out_path) {

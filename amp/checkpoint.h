@@ -22,6 +22,7 @@
 
 #include "amp/grad_scaler.h"
 #include "autograd/modules.h"
+#include "engine/safetensors.h"
 #include "optim/optimizer.h"
 
 namespace belay {
@@ -115,10 +116,14 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
                          const std::function<void(const RunState&)>& accept = {});
 // --init: initial FP32 weights under the state-dict names; every parameter must be present
 // with its shape (F32, F16 or BF16 in the file).
+// The SafetensorsFile forms serve a caller that reads the settings and the weights of one file
+// (sample, belay.load_model): the file is read once.
 void load_initial_weights(const std::string& path, Module& model);
+void load_initial_weights(const SafetensorsFile& file, Module& model);
 // The model settings of a checkpoint or a model file (the keys without "setting."); UsageError
 // naming the file when it is neither.
 std::map<std::string, std::string> model_file_settings(const std::string& path);
+std::map<std::string, std::string> model_file_settings(const SafetensorsFile& file);
 // `belay export`: the masters of a checkpoint, alone, under their state-dict names, as a model file.
 void export_weights(const std::string& checkpoint_path, const std::string& out_path);
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -437,6 +438,21 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
                      "; belay loads F32, F16 or BF16 tensors" + (e.dtype == "I64" ? " (use int64s for I64)" : ""));
   Tensor t = Tensor::empty(Shape(e.shape), dtype, Device::cpu());
   if (e.end > e.begin) std::memcpy(t.data(), bytes_of(e), e.end - e.begin);
+  return t;
+}
+
+Tensor SafetensorsFile::weight(const std::string& name, const Shape& shape, const std::string& needs) const {
+  const std::string file = "'" + source_ + "'";
+  if (!contains(name)) throw UsageError(file + " has no tensor '" + name + "'");
+  const SafetensorsEntry& e = entry(name);
+  if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
+    throw UsageError(file + ": tensor '" + name + "' is " + e.dtype + "; belay reads F32, F16 or BF16");
+  if (Shape(e.shape) != shape)
+    throw UsageError(file + ": tensor '" + name + "' has shape " + Shape(e.shape).str() + ", " + needs + " " +
+                     shape.str());
+  Tensor t = tensor(name);
+  for (float v : t.to_vector())
+    if (!std::isfinite(v)) throw UsageError(file + ": tensor '" + name + "' has a non-finite value");
   return t;
 }
 

@@ -49,6 +49,11 @@ class SafetensorsFile {
 
   // An F32/F16/BF16 tensor as a new CPU tensor of that dtype (the bytes, bit for bit).
   Tensor tensor(const std::string& name) const;
+  // A weight: an F32/F16/BF16 tensor of exactly `shape`, every value finite, as tensor() gives
+  // it. The one reader of weights checked before use (--init, sample, belay import and export):
+  // a UsageError in one line naming the file and the tensor otherwise; `needs` says who wants
+  // that shape ("the model needs", "config.json's n_embd need").
+  Tensor weight(const std::string& name, const Shape& shape, const std::string& needs) const;
   // An I64 tensor's values, flattened row-major.
   std::vector<int64_t> int64s(const std::string& name) const;
   // A U8 tensor's bytes, flattened row-major (byte-level token files, apps/run/token_dataset.h).

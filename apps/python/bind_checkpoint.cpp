@@ -42,8 +42,9 @@ void bind_checkpoints(py::module_& m) {
         "Checks everything, then loads masters and optimizer state; returns the RunState");
   // ---- model files and Hugging Face GPT-2 (apps/run/hf_gpt2.h)
   m.def("load_model", [](const std::string& path) {
-    std::unique_ptr<Module> model = model_from_settings(model_file_settings(path), path, Device::cpu());
-    load_initial_weights(path, *model);
+    const SafetensorsFile file = read_safetensors(path);
+    std::unique_ptr<Module> model = model_from_settings(model_file_settings(file), path, Device::cpu());
+    load_initial_weights(file, *model);
     return model;
   }, py::arg("path"), "The model of a checkpoint or a model file (belay import), its FP32 weights loaded, on the CPU");
   m.def("import_hf", [](const std::string& dir, const std::string& out) {

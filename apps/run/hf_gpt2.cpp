@@ -135,19 +135,10 @@ class HfTensors {
     prefix_ = file_.contains("transformer.wte.weight") ? "transformer." : "";
   }
 
-  // The tensor's values (FP32), after checking its shape and that every value is finite.
+  // The tensor's values (FP32), after checking its dtype, its shape and that every value is finite.
   std::vector<float> get(const std::string& name, const Shape& shape, const char* config_says) {
     const std::string full = prefix_ + name;
-    if (!file_.contains(full)) throw UsageError("'" + path_ + "' has no tensor '" + full + "'");
-    const SafetensorsEntry& e = file_.entry(full);
-    if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16")
-      throw UsageError("'" + path_ + "': tensor '" + full + "' is " + e.dtype + "; belay reads F32, F16 or BF16");
-    if (Shape(e.shape) != shape)
-      throw UsageError("'" + path_ + "': tensor '" + full + "' has shape " + Shape(e.shape).str() + ", config.json's " +
-                       config_says + " need " + shape.str());
-    std::vector<float> v = file_.tensor(full).to_vector();
-    for (float x : v)
-      if (!std::isfinite(x)) throw UsageError("'" + path_ + "': tensor '" + full + "' has a non-finite value");
+    std::vector<float> v = file_.weight(full, shape, std::string("config.json's ") + config_says + " need").to_vector();
     used_.insert(full);
     return v;
   }
@@ -267,11 +258,7 @@ class BelayTensors {
  public:
   explicit BelayTensors(const std::string& path) : file_(read_safetensors(path)), path_(path) {}
   std::vector<float> get(const std::string& name, const Shape& shape) const {
-    if (!file_.contains(name)) throw UsageError("'" + path_ + "' has no tensor '" + name + "'");
-    if (Shape(file_.entry(name).shape) != shape)
-      throw UsageError("'" + path_ + "': tensor '" + name + "' has shape " + Shape(file_.entry(name).shape).str() +
-                       ", its settings need " + shape.str());
-    return file_.tensor(name).to_vector();
+    return file_.weight(name, shape, "its settings need").to_vector();
   }
   const SafetensorsFile& file() const { return file_; }
 
@@ -305,8 +292,9 @@ void write_block(const BelayTensors& in, int64_t i, int64_t d, NamedTensors& out
 }
 
 // The settings of a GPT file, or UsageError naming what it holds instead.
-std::map<std::string, std::string> gpt_settings(const std::string& path) {
-  std::map<std::string, std::string> s = model_file_settings(path);
+std::map<std::string, std::string> gpt_settings(const SafetensorsFile& file) {
+  const std::string& path = file.source();
+  std::map<std::string, std::string> s = model_file_settings(file);
   const std::string model = s.count("model") ? s.at("model") : "";
   if (model != "gpt")
     throw UsageError("'" + path + "' holds a " + (model.empty() ? std::string("model of no recorded kind") : model) +
@@ -351,9 +339,11 @@ std::string hf_gpt2_config_json(const std::map<std::string, std::string>& s) {
 }
 
 std::vector<std::string> export_hf_gpt2(const std::string& model_path, const std::string& dir) {
-  const std::map<std::string, std::string> s = gpt_settings(model_path);
-  const int64_t d = setting(s, "width"), v = setting(s, "out"), c = setting(s, "context");
+  const fs::path target(dir);
+  refuse_existing(target);
   const BelayTensors in(model_path);
+  const std::map<std::string, std::string> s = gpt_settings(in.file());
+  const int64_t d = setting(s, "width"), v = setting(s, "out"), c = setting(s, "context");
   NamedTensors out;
   add(out, "transformer.wte.weight", in.get("wte.weight", Shape{v, d}), Shape{v, d});
   add(out, "transformer.wpe.weight", in.get("wpe.weight", Shape{c, d}), Shape{c, d});
@@ -361,8 +351,6 @@ std::vector<std::string> export_hf_gpt2(const std::string& model_path, const std
   add(out, "transformer.ln_f.weight", in.get("ln_f.weight", Shape{d}), Shape{d});
   add(out, "transformer.ln_f.bias", in.get("ln_f.bias", Shape{d}), Shape{d});
 
-  const fs::path target(dir);
-  refuse_existing(target);
   std::error_code made;
   fs::create_directories(target, made);
   if (made) throw UsageError("cannot make the directory '" + dir + "': " + made.message());

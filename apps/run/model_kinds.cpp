@@ -199,7 +199,7 @@ Settings init_file_settings(const std::string& path) {
   const auto format = f.metadata().find("format");
   const bool recorded = format != f.metadata().end() &&
                         (format->second == kCheckpointFormat || format->second == kModelFileFormat);
-  return recorded ? model_file_settings(path) : Settings{};
+  return recorded ? model_file_settings(f) : Settings{};
 }
 
 // An option the user gave that the init file also records must agree with it.

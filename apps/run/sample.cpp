@@ -58,7 +58,8 @@ std::vector<float> cached_logits(Gpt& model, KvCache& cache, const std::vector<i
 }  // namespace
 
 std::unique_ptr<Gpt> load_gpt_checkpoint(const std::string& path) {
-  const Settings s = model_file_settings(path);  // a checkpoint or a model file; throws for anything else
+  const SafetensorsFile file = read_safetensors(path);
+  const Settings s = model_file_settings(file);  // a checkpoint or a model file; throws for anything else
   const std::string model = s.count("model") ? s.at("model") : "";
   const ModelKind* kind = find_model_kind(model);
   if (!kind || !kind->token_data)
@@ -69,7 +70,7 @@ std::unique_ptr<Gpt> load_gpt_checkpoint(const std::string& path) {
   if (!raw) throw UsageError("checkpoint '" + path + "' holds a " + model + ", which sample cannot run");
   module.release();
   std::unique_ptr<Gpt> gpt_model(raw);
-  load_initial_weights(path, *gpt_model);
+  load_initial_weights(file, *gpt_model);
   return gpt_model;
 }
 
