@@ -261,16 +261,36 @@ std::string checkpoint_setting(const std::string& path, const std::string& key) 
   return it == settings.end() ? "" : it->second;
 }
 
-void load_initial_weights(const SafetensorsFile& f, Module& model) {
+namespace {
+
+// The first rows of `name` when the file has at least the model's and the same row width, else
+// the whole tensor (which weight() then refuses by its shape).
+Tensor first_rows_weight(const SafetensorsFile& f, const std::string& name, const Shape& need) {
+  if (!f.contains(name) || need.rank() == 0) return f.weight(name, need, "the model needs");
+  const Shape has(f.entry(name).shape);
+  bool wider = has.rank() == need.rank() && has[0] >= need[0];
+  for (size_t i = 1; wider && i < need.rank(); ++i) wider = has[i] == need[i];
+  if (!wider) return f.weight(name, need, "the model needs");
+  const std::vector<float> all = f.weight(name, has, "the model needs").to_vector();
+  return Tensor::from_vector(std::vector<float>(all.begin(), all.begin() + need.numel()), need);
+}
+
+}  // namespace
+
+void load_initial_weights(const SafetensorsFile& f, Module& model, const std::set<std::string>& first_rows) {
   std::vector<std::pair<Var, Tensor>> loaded;
-  for (auto& [name, p] : model.named_parameters()) loaded.push_back({p, f.weight(name, p.shape(), "the model needs")});
+  for (auto& [name, p] : model.named_parameters())
+    loaded.push_back({p, first_rows.count(name) ? first_rows_weight(f, name, p.shape())
+                                                : f.weight(name, p.shape(), "the model needs")});
   for (auto& [p, t] : loaded) {
     const_cast<Tensor&>(p.master()).copy_from(t);
     Var(p).set_working_dtype(p.dtype());
   }
 }
 
-void load_initial_weights(const std::string& path, Module& model) { load_initial_weights(read_safetensors(path), model); }
+void load_initial_weights(const std::string& path, Module& model, const std::set<std::string>& first_rows) {
+  load_initial_weights(read_safetensors(path), model, first_rows);
+}
 
 std::map<std::string, std::string> model_file_settings(const SafetensorsFile& f) {
   const std::string format = file_format(f);

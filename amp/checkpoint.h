@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,8 +119,10 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
 // with its shape (F32, F16 or BF16 in the file).
 // The SafetensorsFile forms serve a caller that reads the settings and the weights of one file
 // (sample, belay.load_model): the file is read once.
-void load_initial_weights(const std::string& path, Module& model);
-void load_initial_weights(const SafetensorsFile& file, Module& model);
+// A tensor named in `first_rows` may have more rows than the model's (a GPT trained at a
+// shorter context than the file's: wpe's first positions); its first rows are loaded.
+void load_initial_weights(const std::string& path, Module& model, const std::set<std::string>& first_rows = {});
+void load_initial_weights(const SafetensorsFile& file, Module& model, const std::set<std::string>& first_rows = {});
 // The model settings of a checkpoint or a model file (the keys without "setting."); UsageError
 // naming the file when it is neither.
 std::map<std::string, std::string> model_file_settings(const std::string& path);

@@ -30,7 +30,7 @@ const ShapeField kWidth{"width", [](const TrainConfig& c) { return c.width; },
 const ShapeField kHeads{"heads", [](const TrainConfig& c) { return c.heads; },
                         [](TrainConfig& c, int64_t v) { c.heads = v; }};
 const ShapeField kContext{"context", [](const TrainConfig& c) { return c.context; },
-                          [](TrainConfig& c, int64_t v) { c.context = v; }};
+                          [](TrainConfig& c, int64_t v) { c.context = v; }, "wpe.weight"};
 
 // A GPT's shape: the vocabulary is out_features, the tokens file's.
 GptConfig gpt_config_of(const TrainConfig& c) {
@@ -222,13 +222,21 @@ void apply_init_settings(TrainConfig& c, const std::set<std::string>& given) {
   const ModelKind& kind = model_kind(c.model);
   for (const ShapeField& f : kind.shape) {
     const int64_t recorded = positive_setting(s, c.init, f.name);
-    if (given.count(f.name)) agree_with_init(f.name, std::to_string(f.get(c)), std::to_string(recorded), c.init);
-    f.set(c, recorded);
+    if (!given.count(f.name)) f.set(c, recorded);
+    else if (!(f.shorter_takes_first_rows_of && f.get(c) > 0 && f.get(c) < recorded))
+      agree_with_init(f.name, std::to_string(f.get(c)), std::to_string(recorded), c.init);
   }
   if (takes_option(kind, "gelu") && s.count("gelu")) {
     if (given.count("gelu")) agree_with_init("gelu", c.gelu, s.at("gelu"), c.init);
     c.gelu = s.at("gelu");
   }
+}
+
+std::set<std::string> first_rows_tensors(const TrainConfig& c) {
+  std::set<std::string> names;
+  for (const ShapeField& f : model_kind(c.model).shape)
+    if (f.shorter_takes_first_rows_of) names.insert(f.shorter_takes_first_rows_of);
+  return names;
 }
 
 void write_model_settings(const TrainConfig& c, Settings& settings) {

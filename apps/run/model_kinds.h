@@ -27,6 +27,10 @@ struct ShapeField {
   const char* name;  // "width": --width, settings["width"]
   int64_t (*get)(const TrainConfig&);
   void (*set)(TrainConfig&, int64_t);
+  // A value below an --init file's may be given when this names the one tensor it sizes: the
+  // file's first rows are loaded (a GPT's --context: wpe's first positions, as a shorter input
+  // uses them). nullptr: the size must be the file's.
+  const char* shorter_takes_first_rows_of = nullptr;
 };
 
 // A default that a kind gives an option the user did not give (by its option name).
@@ -79,6 +83,8 @@ void apply_kind_defaults(TrainConfig& c, const std::set<std::string>& given);
 // come from the file for the options not in `given`; one given that differs is refused
 // (UsageError naming both). A file of weights alone changes nothing.
 void apply_init_settings(TrainConfig& c, const std::set<std::string>& given);
+// The tensors whose first rows --init loads (the kind's shorter_takes_first_rows_of).
+std::set<std::string> first_rows_tensors(const TrainConfig& c);
 // The shape into a checkpoint's settings: "model", "in", "out" and the kind's sizes.
 void write_model_settings(const TrainConfig& c, Settings& settings);
 // The shape back from them into `c` (model, in, out and the kind's sizes); UsageError naming

@@ -207,7 +207,7 @@ void Trainer::build_model() {
   Rng init_rng(c_.seed);
   model_ = allocating("the model's parameters (FP32 masters)", param_bytes_,
                       [&] { return make_model(c_, init_rng, device_); });
-  if (!c_.init.empty()) load_initial_weights(c_.init, *model_);
+  if (!c_.init.empty()) load_initial_weights(c_.init, *model_, first_rows_tensors(c_));
   // A linear kept in FP32 (--fp32-ops linear) reads the FP32 masters, not a rounded copy.
   const DType working = (c_.fp32_ops & static_cast<uint32_t>(OpClass::Linear)) ? DType::F32 : c_.dtype;
   allocating("the model's " + std::string(dtype_name(working)) + " working copy", param_bytes_ / 2.0, [&] {

@@ -187,6 +187,59 @@ def tokens_file(path, vocab, n_train, n_heldout, seed):
                             {"tokens.format": "belay.tokens.v1", "tokens.vocab": str(vocab)})
 
 
+def test_init_takes_the_model_from_the_file(exported, tmp_path):
+    """init= of a model file: the kind, sizes and GELU are the file's, not train's defaults."""
+    data = tmp_path / "tokens.safetensors"
+    tokens_file(data, 1000, 4000, 1000, seed=4)
+    ck = tmp_path / "ck.safetensors"
+    belay.train(init=str(exported["src"]), data=str(data), steps=2, batch=2, checkpoint=str(ck), quiet=True)
+    got = {k: np.array(v) for k, v in belay.load_model(str(ck)).state_dict().items()}
+    assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in exported["weights"].items()}
+    again = tmp_path / "again"
+    belay.export_hf(str(ck), str(again))
+    config = json.loads((again / "config.json").read_text())
+    assert (config["n_positions"], config["n_embd"], config["activation_function"]) == (64, 64, "gelu_new")
+
+
+def test_init_refuses_a_size_that_differs_and_a_longer_context(exported, tmp_path):
+    data = tmp_path / "tokens.safetensors"
+    tokens_file(data, 1000, 4000, 1000, seed=4)
+    for option, message in [("width", "32 differs from the init file's 64"),
+                            ("context", "128 differs from the init file's 64")]:
+        with pytest.raises(belay.UsageError, match=message):
+            belay.train(init=str(exported["src"]), data=str(data), steps=1, batch=2, quiet=True,
+                        **{option: 32 if option == "width" else 128})
+
+
+def test_init_at_a_shorter_context_loads_the_first_positions(exported, tmp_path):
+    """context= below the file's n_positions: wpe's first rows (the rows past them are made
+    large here, so taking any other rows would change the loss a lot), every other tensor whole;
+    the first loss is the loss of that model on the first batch, and the export says the new
+    n_positions."""
+    weights = dict(exported["weights"])
+    wpe = weights["wpe.weight"].copy()
+    wpe[16:] = 3.0
+    weights["wpe.weight"] = wpe
+    src = tmp_path / "model.safetensors"
+    settings = {"model": "gpt", "in": "64", "out": "1000", "context": "64", "width": "64", "layers": "2",
+                "heads": "4", "gelu": "tanh"}
+    write_plain_safetensors(src, weights, {"format": "belay.model.v1", **{"setting." + k: v for k, v in settings.items()}})
+    data = tmp_path / "tokens.safetensors"
+    tokens_file(data, 1000, 4000, 1000, seed=4)
+    ck = tmp_path / "ck16.safetensors"
+    rows = belay.train(init=str(src), data=str(data), context=16, steps=1, batch=2, dtype="fp32", seed=2,
+                       checkpoint=str(ck), quiet=True)
+    model = belay.Gpt(seed=0, gelu="tanh", vocab=1000, context=16, width=64, layers=2, heads=4)
+    model.load_state_dict({**weights, "wpe.weight": wpe[:16]})
+    x, y = belay.load_tokens(str(data), 16, seed=2).next(2)
+    want = float(belay.cross_entropy(model(x), y.reshape(-1)))
+    assert abs(rows[0].loss - want) <= 1e-6 * want
+    short = tmp_path / "short"
+    belay.export_hf(str(ck), str(short))
+    assert json.loads((short / "config.json").read_text())["n_positions"] == 16
+    assert read_plain_safetensors(short / "model.safetensors")[0]["transformer.wpe.weight"].shape == (16, 64)
+
+
 @pytest.fixture(scope="module")
 def hf_model(tmp_path_factory):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (not needed in CI)")
