@@ -489,5 +489,48 @@ expect_one_line_error "validate: a GPT without --data" 2 "give --data TOKENS.saf
   [ "$(grep -c '<circle' "$tmp/gpt.svg")" -eq 3 ] && grep -q '>held-out</text>' "$tmp/gpt.svg" &&
   pass "plot: a GPT log's held-out loss (2 points and the legend's)" || fail "plot: held-out loss"
 
+# belay bpe: train a BPE on the tiny tokens file, its ids as a tokens file and Hugging Face's
+# files; encode and decode through either; tokenize with the saved files gives the same ids;
+# a GPT trained on the BPE ids samples text; export --format hf and import carry the tokenizer.
+"$belay" bpe train --data "$tmp/tok.safetensors" --merges 12 -o "$tmp/bpe.st" --save-dir "$tmp/bpe" >"$tmp/bpe.out" 2>&1 &&
+  grep -q "^bpe: 12 merges, vocabulary 268 (trained in " "$tmp/bpe.out" &&
+  [ -f "$tmp/bpe/vocab.json" ] && [ -f "$tmp/bpe/merges.txt" ] && [ -f "$tmp/bpe/tokenizer.json" ] &&
+  pass "bpe train: 12 merges, a tokens file and the three files" || fail "bpe train: $(cat "$tmp/bpe.out")"
+ids=$("$belay" bpe encode --tokenizer "$tmp/bpe.st" --text "def f(x):")
+[ -n "$ids" ] && [ "$ids" = "$("$belay" bpe encode --tokenizer "$tmp/bpe/tokenizer.json" --text "def f(x):")" ] &&
+  [ "$("$belay" bpe decode --tokenizer "$tmp/bpe" $ids)" = "def f(x):" ] && [ "$(echo "$ids" | wc -w)" -lt 9 ] &&
+  pass "bpe encode/decode: merged ids ($ids), the same from every source, decoded back" || fail "bpe encode/decode: '$ids'"
+"$belay" bpe tokenize --tokenizer "$tmp/bpe" --data "$tmp/tok.safetensors" -o "$tmp/bpe2.st" >"$tmp/bpe2.out" 2>&1 &&
+  [ "$(grep -o 'train [0-9]* bytes -> [0-9]* tokens' "$tmp/bpe.out")" = "$(grep -o 'train [0-9]* bytes -> [0-9]* tokens' "$tmp/bpe2.out")" ] &&
+  pass "bpe tokenize: the saved files give the trained tokenizer's ids" || fail "bpe tokenize: $(cat "$tmp/bpe2.out")"
+expect_one_line_error "bpe train on BPE ids" 2 "its ids are BPE tokens already" bpe train --data "$tmp/bpe.st" --merges 4 -o "$tmp/bpe3.st"
+expect_one_line_error "bpe train over its own data" 2 "would overwrite --data" bpe train --data "$tmp/tok.safetensors" --merges 4 -o "$tmp/tok.safetensors"
+expect_one_line_error "bpe train: more merges than pairs" 2 "no pair left to merge" bpe train --data "$tmp/tok.safetensors" --merges 5000 -o "$tmp/bpe3.st"
+expect_one_line_error "bpe encode: text and file" 2 "one of them" bpe encode --tokenizer "$tmp/bpe.st" --text a --file "$tmp/bpe.out"
+expect_one_line_error "bpe decode: not an id" 2 "'x1' is not a token id" bpe decode --tokenizer "$tmp/bpe.st" 5 x1
+expect_one_line_error "bpe decode: an id out of range" 2 "token id 999 is out of range" bpe decode --tokenizer "$tmp/bpe.st" 999
+expect_one_line_error "bpe: a byte tokens file has no tokenizer" 2 "its metadata has no tokens.bpe" bpe encode --tokenizer "$tmp/tok.safetensors" --text a
+[ ! -e "$tmp/bpe3.st" ] && pass "bpe: a refused command wrote nothing" || fail "bpe: a refused command left a file"
+bgpt=(--model gpt --data "$tmp/bpe.st" --layers 1 --width 16 --heads 2 --context 8 --batch 4)
+"$belay" train "${bgpt[@]}" --steps 10 --checkpoint "$tmp/bgpt.ck" --quiet &&
+  [ "$("$belay" sample --checkpoint "$tmp/bgpt.ck" --prompt "def f" --tokens 12 --seed 1 | head -c 5)" = "def f" ] &&
+  pass "bpe: a GPT on BPE ids samples text from a prompt it encodes" || fail "bpe: GPT on BPE ids"
+"$belay" export "$tmp/bgpt.ck" -o "$tmp/hf" --format hf >/dev/null &&
+  for f in config.json model.safetensors vocab.json merges.txt tokenizer.json; do [ -f "$tmp/hf/$f" ] || false; done &&
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert (c["n_positions"], c["vocab_size"], c["n_embd"]) == (8, 268, 16), c' "$tmp/hf/config.json" &&
+  pass "export --format hf: config, weights and the tokenizer's files" || fail "export --format hf"
+expect_one_line_error "export --format hf into a model's directory" 2 "already holds config.json" export "$tmp/bgpt.ck" -o "$tmp/hf" --format hf
+"$belay" import "$tmp/hf" -o "$tmp/imported.st" >/dev/null &&
+  [ "$("$belay" sample --checkpoint "$tmp/imported.st" --prompt "def f" --tokens 12 --seed 1)" = \
+    "$("$belay" sample --checkpoint "$tmp/bgpt.ck" --prompt "def f" --tokens 12 --seed 1)" ] &&
+  pass "import: the exported GPT samples the checkpoint's text" || fail "import of the export"
+expect_one_line_error "import: not a directory" 2 "is not a directory" import "$tmp/bgpt.ck" -o "$tmp/imported2.st"
+# --init of the model file: the GPT's sizes come from it; a shorter context loads wpe's first rows.
+"$belay" train --data "$tmp/bpe.st" --init "$tmp/imported.st" --steps 2 --batch 4 --quiet --print-config | grep -qx "width=16" &&
+  "$belay" train --data "$tmp/bpe.st" --init "$tmp/imported.st" --context 4 --steps 2 --batch 4 --quiet &&
+  pass "--init of a model file: its sizes, and a shorter --context" || fail "--init of a model file"
+expect_one_line_error "--init: a width that differs" 2 "--width 32 differs from the init file's 16" \
+  train --data "$tmp/bpe.st" --init "$tmp/imported.st" --width 32 --steps 2
+
 echo "$fails failure(s)"
 [ $fails -eq 0 ]
