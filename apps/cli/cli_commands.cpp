@@ -38,7 +38,7 @@ void add_validate_command(CLI::App& app, ValidateCommand& v) {
   validate->add_option("--layers", vc.layers, "MLP linear layers")->capture_default_str();
   validate->add_option("--seed", vc.seed, "seed of the model and the generated set")->capture_default_str();
   validate->add_option("--init", vc.init, "the model's weights (safetensors, state-dict names)");
-  validate->add_option("--checkpoint", vc.checkpoint, "the model from a belay checkpoint (its shape too)");
+  validate->add_option("--checkpoint", vc.checkpoint, "the model from a belay checkpoint or model file (its shape too)");
   validate->add_option("--data", vc.data, "the set: x [N, in], y (I64 labels [N] or targets [N, out]), optional I64 kind [N]; for a GPT checkpoint, the tokens file (its held-out split)");
   validate->add_option("--rows", vc.rows, "ordinary rows of the generated set (and rows/4 of each other kind)")->capture_default_str();
   validate->add_option("--save-set", vc.save_set, "write the generated set here");

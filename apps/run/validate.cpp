@@ -92,7 +92,7 @@ TrainConfig model_config(const ValidateConfig& c) {
   m.hidden = c.hidden;
   m.layers = c.layers;
   m.seed = c.seed;
-  if (!c.checkpoint.empty()) read_model_settings(checkpoint_settings(c.checkpoint), c.checkpoint, m);
+  if (!c.checkpoint.empty()) read_model_settings(model_file_settings(c.checkpoint), c.checkpoint, m);
   return m;
 }
 

@@ -207,6 +207,13 @@ Json compare(const Tally& s, const GptThresholds& t, const char* amp_label, std:
   return j;
 }
 
+// The model kind a checkpoint or model file records ("" when none).
+std::string recorded_model(const std::string& path) {
+  const std::map<std::string, std::string> s = model_file_settings(path);
+  const auto it = s.find("model");
+  return it == s.end() ? "" : it->second;
+}
+
 }  // namespace
 
 bool validates_gpt(const ValidateConfig& c) {
@@ -216,7 +223,7 @@ bool validates_gpt(const ValidateConfig& c) {
     const ModelKind* kind = find_model_kind(name);
     return kind && kind->token_data;
   };
-  return of_tokens(c.model) || (!c.checkpoint.empty() && c.init.empty() && of_tokens(checkpoint_setting(c.checkpoint, "model")));
+  return of_tokens(c.model) || (!c.checkpoint.empty() && c.init.empty() && of_tokens(recorded_model(c.checkpoint)));
 }
 
 ValidateResult run_validate_gpt(const ValidateConfig& c, std::ostream& out) {

@@ -524,6 +524,10 @@ expect_one_line_error "export --format hf into a model's directory" 2 "already h
   [ "$("$belay" sample --checkpoint "$tmp/imported.st" --prompt "def f" --tokens 12 --seed 1)" = \
     "$("$belay" sample --checkpoint "$tmp/bgpt.ck" --prompt "def f" --tokens 12 --seed 1)" ] &&
   pass "import: the exported GPT samples the checkpoint's text" || fail "import of the export"
+"$belay" validate --checkpoint "$tmp/imported.st" --data "$tmp/bpe.st" --dtype bf16 --windows 4 >"$tmp/vi.out" 2>&1
+rc=$?
+{ [ $rc -eq 0 ] || [ $rc -eq 1 ]; } && grep -q '^decisions (next-token argmax' "$tmp/vi.out" &&
+  pass "validate: an imported model file (exit $rc)" || fail "validate of a model file: $(cat "$tmp/vi.out")"
 expect_one_line_error "import: not a directory" 2 "is not a directory" import "$tmp/bgpt.ck" -o "$tmp/imported2.st"
 # --init of the model file: the GPT's sizes come from it; a shorter context loads wpe's first rows.
 "$belay" train --data "$tmp/bpe.st" --init "$tmp/imported.st" --steps 2 --batch 4 --quiet --print-config | grep -qx "width=16" &&
