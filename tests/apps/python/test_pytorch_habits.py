@@ -4,6 +4,7 @@ option names, errors that speak Python, and a `belay train` checkpoint loaded wi
 passing its settings back. Bit-for-bit comparisons where the same kernels run both ways."""
 import pathlib
 import re
+import struct
 import subprocess
 import sys
 import threading
@@ -385,10 +386,15 @@ _GOOD_WORDS = {"model": "mlp", "optimizer": "sgd", "schedule": "cosine", "dtype"
                "rollback-on": "divergence", "rollback-policy": "fp32"}
 
 
-def test_every_keyword_gives_the_config_the_cli_option_gives():
+def test_every_keyword_gives_the_config_the_cli_option_gives(tmp_path):
     # One option table for both (apps/run/train_options.h): the same value, the same config,
     # as `belay train --print-config` prints it and belay._belay._train_config_text gives it.
     cli = _cli_or_skip()
+    # --init opens its file as the options are finished (a checkpoint or model file gives the
+    # model's settings): a safetensors file of no tensors and no settings is a good word.
+    weights_only = tmp_path / "init.safetensors"
+    weights_only.write_bytes(struct.pack("<Q", 8) + b"{}      ")
+    words = {**_GOOD_WORDS, "init": str(weights_only)}
     help_text = subprocess.run([cli, "train", "--help"], capture_output=True, text=True).stdout
     typed = dict(re.findall(r"--([a-z][a-z0-9-]*) (INT|UINT|FLOAT|TEXT)", help_text))
     flags = set(re.findall(r"--([a-z][a-z0-9-]*)\s", help_text)) - set(typed) - {"help"}
@@ -399,8 +405,8 @@ def test_every_keyword_gives_the_config_the_cli_option_gives():
         key = renamed.get(option, option.replace("-", "_"))
         if option in flags:
             args, value = [f"--{option}"], True
-        elif option in _GOOD_WORDS:
-            args, value = [f"--{option}", _GOOD_WORDS[option]], _GOOD_WORDS[option]
+        elif option in words:
+            args, value = [f"--{option}", words[option]], words[option]
         elif typed[option] == "FLOAT":
             args, value = [f"--{option}", "0.375"], 0.375
         elif typed[option] == "TEXT":
