@@ -533,6 +533,9 @@ expect_one_line_error "import: not a directory" 2 "is not a directory" import "$
 "$belay" train --data "$tmp/bpe.st" --init "$tmp/imported.st" --steps 2 --batch 4 --quiet --print-config | grep -qx "width=16" &&
   "$belay" train --data "$tmp/bpe.st" --init "$tmp/imported.st" --context 4 --steps 2 --batch 4 --quiet &&
   pass "--init of a model file: its sizes, and a shorter --context" || fail "--init of a model file"
+"$belay" train --data "$tmp/bpe.st" --init "$tmp/imported.st" --dtype fp16 --clip 1 --steps 4 --batch 4 \
+  --checkpoint "$tmp/ft16.ck" --quiet && "$belay" sample --checkpoint "$tmp/ft16.ck" --prompt "def" --tokens 4 >/dev/null &&
+  pass "--init of a model file: an fp16 fine-tune with loss scaling and clipping, sampled" || fail "fp16 fine-tune from a model file"
 expect_one_line_error "--init: a width that differs" 2 "--width 32 differs from the init file's 16" \
   train --data "$tmp/bpe.st" --init "$tmp/imported.st" --width 32 --steps 2
 
