@@ -515,6 +515,8 @@ bgpt=(--model gpt --data "$tmp/bpe.st" --layers 1 --width 16 --heads 2 --context
 "$belay" train "${bgpt[@]}" --steps 10 --checkpoint "$tmp/bgpt.ck" --quiet &&
   [ "$("$belay" sample --checkpoint "$tmp/bgpt.ck" --prompt "def f" --tokens 12 --seed 1 | head -c 5)" = "def f" ] &&
   pass "bpe: a GPT on BPE ids samples text from a prompt it encodes" || fail "bpe: GPT on BPE ids"
+[ "$("$belay" sample --checkpoint "$tmp/bgpt.ck" --prompt $'d\xe9f' --tokens 6 --seed 1 | head -c 3 | od -An -tx1)" = " 64 e9 66" ] &&
+  pass "bpe: a prompt of invalid UTF-8 is encoded byte by byte and written back as it was" || fail "bpe: invalid UTF-8 prompt"
 "$belay" export "$tmp/bgpt.ck" -o "$tmp/hf" --format hf >/dev/null &&
   for f in config.json model.safetensors vocab.json merges.txt tokenizer.json; do [ -f "$tmp/hf/$f" ] || false; done &&
   python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); assert (c["n_positions"], c["vocab_size"], c["n_embd"]) == (8, 268, 16), c' "$tmp/hf/config.json" &&
