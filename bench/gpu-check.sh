@@ -195,6 +195,33 @@ else
   echo "skipped: no belay binary, no mpirun, or no GPU"
 fi
 
+stamp "GPT-2-small-shaped training step (12 layers, width 768, 12 heads, context 1024, batch 4, vocab 256) on cuda, beside PyTorch"
+# belay's run times itself from its start, so two runs of 10 and 40 steps are timed and their
+# difference taken: 30 steady steps, set-up and first steps cancelled out. PyTorch's peer
+# (bench/gpu/torch_gpt_step.py) is the same model in eager mode with SDPA and fused AdamW.
+# The byte tokens file is made where Debian's Python sources are and carried:
+#   python3 apps/data/make_text_corpus.py -o build-gpu-data/text.safetensors
+GPT_DATA="${BELAY_GPU_CHECK_GPT_DATA:-$ROOT/build-gpu-data/text.safetensors}"
+GPT_RUN=(train --device cuda --model gpt --layers 12 --width 768 --heads 12 --context 1024 --batch 4
+         --schedule constant --eval-every 0 --clip 1 --data "$GPT_DATA")
+if [ -x "$BELAY_BIN" ] && [ -f "$GPT_DATA" ] && budget_left 60; then
+  for dtype in bf16 fp16; do
+    for steps in 10 40; do
+      timeout "$(cap 60)" "$BELAY_BIN" "${GPT_RUN[@]}" --dtype $dtype --steps $steps \
+        --csv "$OUT/gpt-cuda-$dtype-$steps.csv" > "$OUT/gpt-cuda-$dtype-$steps.out" 2>&1
+      echo "gpt cuda $dtype $steps steps rc=$?"; grep -E '^(done|belay: error)' "$OUT/gpt-cuda-$dtype-$steps.out"
+    done
+  done
+else
+  echo "skipped: no belay binary, no tokens file at $GPT_DATA, or no budget"
+fi
+if ! budget_left 40; then
+  echo '{"error": "skipped: budget spent"}' > "$OUT/torch_gpt_step.json"
+elif ! timeout "$(cap 120)" python3 "$ROOT/bench/gpu/torch_gpt_step.py" > "$OUT/torch_gpt_step.json" 2> "$OUT/torch_gpt_step.err"; then
+  echo '{"error": "torch gpt script failed"}' > "$OUT/torch_gpt_step.json"; tail -5 "$OUT/torch_gpt_step.err"
+fi
+cat "$OUT/torch_gpt_step.json"
+
 stamp "summary"
 python3 - "$OUT" "$BUILD_RC" "$CTEST_RC" "$PASSED" <<'PY'
 import json, sys, os, re
@@ -274,6 +301,26 @@ for name in sorted(os.listdir(out)):
     except OSError:
         pass
     summary[f"nccl_np{m.group(1)}"] = entry
+def gpt_seconds(dtype, steps):
+    try:
+        text = open(os.path.join(out, f"gpt-cuda-{dtype}-{steps}.out")).read()
+        return float(re.search(r"done: %d steps .*? in ([0-9.e+-]+) s" % steps, text).group(1))
+    except Exception:
+        return None
+torch_gpt = load("torch_gpt_step.json")
+summary["gpt2_small_step"] = {"torch": torch_gpt}
+for dtype in ("bf16", "fp16"):
+    t10, t40 = gpt_seconds(dtype, 10), gpt_seconds(dtype, 40)
+    if t10 is None or t40 is None or t40 <= t10:
+        summary["gpt2_small_step"][dtype] = {"error": "belay gpt run failed", "seconds_10": t10, "seconds_40": t40}
+        continue
+    ms = (t40 - t10) / 30 * 1e3
+    entry = {"belay_step_ms": round(ms, 3), "belay_tokens_per_s": round(4 * 1024 / ms * 1e3)}
+    peer = [r for r in torch_gpt.get("runs", []) if r.get("dtype") == dtype]
+    if peer:
+        entry["torch_step_ms"] = peer[0]["step_ms"]
+        entry["belay_over_torch_time"] = round(ms / peer[0]["step_ms"], 3)
+    summary["gpt2_small_step"][dtype] = entry
 a, b = summary.get("train_mlp_cuda_async", {}), summary.get("train_mlp_cuda_sync", {})
 if a.get("seconds") and b.get("seconds"):
     summary["sync_each_step_over_async_time"] = round(b["seconds"] / a["seconds"], 3)

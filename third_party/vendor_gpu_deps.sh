@@ -20,8 +20,10 @@ DEST="${1:-$ROOT/third_party/vendored}"
 # libpcre2-dev and its libpcre2-8-0: the BPE pre-tokenizer (apps/text/) links libpcre2-8.
 packages=(libeigen3-dev libcli11-dev nlohmann-json3-dev catch2 libpcre2-dev libpcre2-8-0)
 
-installed_version() { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null | sed -n 's/^install ok installed //p'; }
-candidate_version() { apt-cache policy "$1" 2>/dev/null | sed -n 's/^ *Candidate: //p'; }
+# `|| true`: dpkg-query fails on a package it never saw, and under pipefail that would end the
+# script silently instead of reaching the one-line message below.
+installed_version() { { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null || true; } | sed -n 's/^install ok installed //p'; }
+candidate_version() { { apt-cache policy "$1" 2>/dev/null || true; } | sed -n 's/^ *Candidate: //p'; }
 
 manifest=""
 declare -A version from_dpkg
