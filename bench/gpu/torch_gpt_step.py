@@ -1,7 +1,7 @@
 """PyTorch's training step of the GPT that bench/gpu-check.sh times belay on: GPT-2 small's body
 (12 layers, width 768, 12 heads, context 1024, batch 4) over belay's byte vocabulary (256,
 head tied to wte), the same block as belay's (pre-LN, separate q, k, v Linears, erf GELU,
-LayerNorm eps 1e-5), attention by F.scaled_dot_product_attention (causal; PyTorch picks its
+LayerNorm eps 1e-5, GPT-2's N(0, 0.02) initialisation), attention by F.scaled_dot_product_attention (causal; PyTorch picks its
 fused kernel). One step: zero_grad, autocast (bf16; fp16 with a GradScaler), cross_entropy,
 backward, clip_grad_norm_(1.0), AdamW(fused=True, lr 3e-3, weight decay 0.1 as belay's GPT
 defaults), the loss read on the host every 10th step only (belay reads its rows
@@ -42,6 +42,11 @@ class Gpt(nn.Module):
         self.wte, self.wpe = nn.Embedding(VOCAB, WIDTH), nn.Embedding(CONTEXT, WIDTH)
         self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
         self.ln_f = nn.LayerNorm(WIDTH)
+        for m in self.modules():  # GPT-2's initialisation, as belay's GPT: N(0, 0.02), zero biases
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
 
     def forward(self, idx):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
