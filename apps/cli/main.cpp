@@ -70,7 +70,7 @@ void add_commands(CLI::App& app, Commands& c) {
   // subcommands added below).
   app.add_option("--cpu-isa", c.cpu_isa,
                  "vector ISA of the CPU kernels: baseline | avx2 | avx512 | avx512bf16 | amx (default: the widest "
-                 "this CPU has, amx only when asked for, or BELAY_CPU_ISA); one the CPU lacks is an error");
+                 "this CPU has, or BELAY_CPU_ISA); one the CPU lacks is an error");
   app.fallthrough();
   belay::add_train_command(app, c.train);
   belay::add_validate_command(app, c.validate);

@@ -162,12 +162,10 @@ std::vector<std::string> cpu_isa_missing(CpuIsa isa) {
 
 bool cpu_isa_available(CpuIsa isa) { return cpu_isa_missing(isa).empty(); }
 
-bool cpu_isa_automatic(CpuIsa isa) { return isa != CpuIsa::Amx; }
-
 CpuIsa best_cpu_isa() {
   CpuIsa best = CpuIsa::Baseline;
   for (CpuIsa i : kAllCpuIsas)
-    if (cpu_isa_automatic(i) && cpu_isa_available(i)) best = i;
+    if (cpu_isa_available(i)) best = i;
   return best;
 }
 
@@ -221,13 +219,7 @@ std::string cpu_features_string() {
 }
 
 std::string cpu_isa_report() {
-  const CpuIsa active = active_cpu_isa();
-  std::string s = std::string(cpu_isa_name(active)) + " (cpu has: " + cpu_features_string() + ")";
-  // A path this CPU runs that is never picked by itself: say how to ask for it.
-  for (CpuIsa i : kAllCpuIsas)
-    if (i != active && !cpu_isa_automatic(i) && cpu_isa_available(i))
-      s += std::string("; ") + cpu_isa_name(i) + " runs here when asked for (--cpu-isa " + cpu_isa_name(i) + ")";
-  return s;
+  return std::string(cpu_isa_name(active_cpu_isa())) + " (cpu has: " + cpu_features_string() + ")";
 }
 
 // engine/backend.h's doors for the CLI.
