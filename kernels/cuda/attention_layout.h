@@ -117,10 +117,10 @@ BELAY_HD constexpr BlockTile bwd_block_tile(int64_t block, int64_t items, int64_
 BELAY_HD constexpr bool sees(bool causal, int64_t i, int64_t j, int64_t tq, int64_t tk) {
   return j < tk && (!causal || j <= i + tk - tq);
 }
-// The same in 32 bits for the backward's inner loops (tq, tk < 2^31, as the grid's blocks are),
-// with the query's own bound: query i < tq sees key j.
+// The same with the query's own bound (query i < tq sees key j), from 32-bit indices: the
+// backward's inner loops.
 BELAY_HD constexpr bool sees_in(bool causal, int i, int j, int tq, int tk) {
-  return i < tq && j < tk && (!causal || j - i <= tk - tq);
+  return i < tq && sees(causal, i, j, tq, tk);
 }
 // How many tiles of `bc` keys queries [q0, q0 + br) visit: every tile holding a key that one
 // of them sees, so the causal tiles past the diagonal are skipped (0 when none sees any key).
