@@ -22,6 +22,7 @@
 // each (FP32 or the input dtype).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/attention_tc.cuh"
@@ -130,16 +131,24 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dkv_tc_kernel(const Bwd
       float s[kN][4], dp[kN][4];
       tile_scores<kD, kBf16, kN>(s, k_s, q_s(stage), warp, lane, p.ld, sub * kN / 2);
       tile_scores<kD, kBf16, kN>(dp, v_s, g_s(stage), warp, lane, p.ld, sub * kN / 2);
+      auto probs = [&](auto masked) {
 #pragma unroll
-      for (int ni = 0; ni < kN; ++ni)
+        for (int ni = 0; ni < kN; ++ni)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const ScorePos e = score_pos(lane, sub * kN + ni, r);  // e.row: the key, e.key: the query
-          const bool live = sees_in(p.causal, i0 + e.key, key0 + e.row, tq, tk);
-          const float pij = live ? exp2f(s[ni][r] * p.scale_log2 - lse2[e.key]) : 0.0f;
-          s[ni][r] = pij;
-          dp[ni][r] = score_grad(pij, dp[ni][r], dsum[e.key]);
-        }
+          for (int r = 0; r < 4; ++r) {
+            const ScorePos e = score_pos(lane, sub * kN + ni, r);  // e.row: the key, e.key: the query
+            const bool live = !decltype(masked)::value || sees_in(p.causal, i0 + e.key, key0 + e.row, tq, tk);
+            const float pij = live ? exp2f(s[ni][r] * p.scale_log2 - lse2[e.key]) : 0.0f;
+            s[ni][r] = pij;
+            dp[ni][r] = score_grad(pij, dp[ni][r], dsum[e.key]);
+          }
+      };
+      // A part wholly inside the mask skips it (a branch uniform in the warp); not at kD = 128,
+      // where the second copy of this loop cost sm_80 a spill (ptxas).
+      if (kD == 64 && all_live(p.causal, i0 + sub * kN * gemm::kMmaN, kN * gemm::kMmaN, key0, gemm::kMmaM, tq, tk))
+        probs(std::false_type{});
+      else
+        probs(std::true_type{});
       tile_pv<kD, kBf16, kN>(dv, s, g_s(stage), lane, p.ld, sub * kN / 2);   // dV += P^T dO
       tile_pv<kD, kBf16, kN>(dk, dp, q_s(stage), lane, p.ld, sub * kN / 2);  // dK += dS^T Q
     }
@@ -200,15 +209,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dq_tc_kernel(const BwdP
     tile_scores<kD, kBf16>(s, q_s, k_s(kt % 2), warp, lane, p.ld);
     tile_scores<kD, kBf16>(dp, g_s, v_s(kt % 2), warp, lane, p.ld);
     const int j0 = kt * kBc;
+    auto grads = [&](auto masked) {
 #pragma unroll
-    for (int ni = 0; ni < kKeyTilesN; ++ni)
+      for (int ni = 0; ni < kKeyTilesN; ++ni)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const ScorePos e = score_pos(lane, ni, r);
-        const bool live = sees_in(p.causal, q_row0 + e.row, j0 + e.key, tq, tk);
-        const float pij = live ? exp2f(s[ni][r] * p.scale_log2 - lse2[r / 2]) : 0.0f;
-        dp[ni][r] = score_grad(pij, dp[ni][r], dsum[r / 2]);
-      }
+        for (int r = 0; r < 4; ++r) {
+          const ScorePos e = score_pos(lane, ni, r);
+          const bool live = !decltype(masked)::value || sees_in(p.causal, q_row0 + e.row, j0 + e.key, tq, tk);
+          const float pij = live ? exp2f(s[ni][r] * p.scale_log2 - lse2[r / 2]) : 0.0f;
+          dp[ni][r] = score_grad(pij, dp[ni][r], dsum[r / 2]);
+        }
+    };
+    // A tile wholly inside the mask for the warp's rows skips it (a branch uniform in the warp).
+    if (all_live(p.causal, q_row0, gemm::kMmaM, j0, kBc, tq, tk)) grads(std::false_type{});
+    else grads(std::true_type{});
     tile_pv<kD, kBf16>(dq, dp, k_s(kt % 2), lane, p.ld);  // dQ += dS K
     __syncthreads();  // every warp done with stage kt % 2 before tile kt + 2 is copied into it
   }

@@ -122,6 +122,11 @@ BELAY_HD constexpr bool sees(bool causal, int64_t i, int64_t j, int64_t tq, int6
 BELAY_HD constexpr bool sees_in(bool causal, int i, int j, int tq, int tk) {
   return i < tq && sees(causal, i, j, tq, tk);
 }
+// Whether queries [i0, i0 + nq) see every key of [j0, j0 + nk): all inside, none masked (then
+// the backward skips the mask for that part of a tile: every causal tile below the diagonal).
+BELAY_HD constexpr bool all_live(bool causal, int i0, int nq, int j0, int nk, int tq, int tk) {
+  return i0 + nq <= tq && j0 + nk <= tk && (!causal || j0 + nk - 1 - i0 <= tk - tq);
+}
 // How many tiles of `bc` keys queries [q0, q0 + br) visit: every tile holding a key that one
 // of them sees, so the causal tiles past the diagonal are skipped (0 when none sees any key).
 BELAY_HD constexpr int key_tiles(bool causal, int64_t q0, int br, int64_t tq, int64_t tk, int bc) {

@@ -250,3 +250,20 @@ TEST_CASE("attention backward: in parts of 32 queries, P's A fragment meets the 
             }
     }
 }
+
+TEST_CASE("attention backward: all_live holds exactly when every query of a part sees every key", "[kernels][cuda-index]") {
+  for (bool causal : {false, true})
+    for (int tq : {1, 7, 65, 130})
+      for (int tk : {1, 9, 65, 130})
+        for (int i0 = 0; i0 < tq; i0 += 16)
+          for (int nq : {16, 32, 64})
+            for (int j0 = 0; j0 < tk; j0 += 16)
+              for (int nk : {16, 64}) {
+                bool all = true;
+                for (int i = i0; i < i0 + nq; ++i)
+                  for (int j = j0; j < j0 + nk; ++j) all = all && sees_in(causal, i, j, tq, tk);
+                INFO("causal " << causal << " tq " << tq << " tk " << tk << " queries " << i0 << "+" << nq << " keys "
+                               << j0 << "+" << nk);
+                REQUIRE(all_live(causal, i0, nq, j0, nk, tq, tk) == all);
+              }
+}
