@@ -190,7 +190,7 @@ belay_planted_bug(attention_bwd_ds_no_dsum FILE kernels/cuda/attention_backward_
   FILTER "cuda attention fp16 (tensor cores) forward and backward match FP64")
 belay_planted_bug(attention_bwd_stage_barrier FILE kernels/cuda/attention_backward_tc.cu
   RECOMPILE kernels/cuda/attention_backward_tc.cu
-  FILTER "cuda attention backward on tensor cores over several tiles: every head dim, Tq != Tk, fp16 and bf16")
+  FILTER "cuda attention backward on tensor cores over several tiles in every head dim and with Tq unlike Tk")
 
 # --dist nccl on 2 ranks of the emulated device, and the emulated NCCL's ring on 3
 # (tests/dist/nccl_test.sh); only where MPI (and so NCCL) is built.
