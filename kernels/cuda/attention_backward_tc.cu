@@ -11,6 +11,7 @@
 //  - dQ: a block per (item, 64 queries), a warp per 16 queries, Q and dO loaded once, K and V
 //    streaming as in the forward (causal tiles past the diagonal never loaded): S = Q K^T,
 //    dP = dO V^T, dS = P (dP - D), dQ += dS K.
+// A warp's part of a tile wholly inside the mask skips the per-element mask test.
 // The determinism rule: every output element is written once, by the one thread that holds its
 // accumulator, after a sum over the query (or key) tiles in ascending order and, within a tile,
 // mma's fixed order; no float atomics, so the bits repeat from run to run. The price is S and
