@@ -2,7 +2,8 @@
 // launchers; attention_forward_tc.cu: the FP16 / BF16 forward on tensor cores;
 // attention_backward.cu: D, the FP32 backward and the backward's launcher;
 // attention_backward_tc.cu: the FP16 / BF16 backward on tensor cores): the kernels' parameters,
-// the SIMT row helpers and the tensor-core launchers. Index formulas are in attention_layout.h, checked on the CPU.
+// the SIMT row helpers and the tensor-core launchers. Index formulas are in attention_layout.h,
+// checked on the CPU.
 #pragma once
 #include <cstdint>
 

@@ -70,6 +70,16 @@ TEST_CASE("cuda attention backward on tensor cores over several tiles in every h
     for (const attention::Case& c : cases) attention::check_case(Device::cuda(), c, dt, dt);
 }
 
+TEST_CASE("cuda attention with a head dim that is not a multiple of 8: rows padded for cp.async", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  // d 20 and 75: 16-bit rows that are not whole 16-byte chunks, so q, k, v (and dO in the
+  // backward) are first copied into zero-padded rows of 24 and 80 (cuda_backend.cpp).
+  for (DType dt : {DType::F16, DType::BF16})
+    for (bool causal : {false, true})
+      for (const attention::Case& c : {attention::Case{2, 70, 70, 20, causal}, attention::Case{1, 65, 33, 75, causal}})
+        attention::check_case(Device::cuda(), c, dt, dt);
+}
+
 TEST_CASE("cuda attention backward on tensor cores into fp32 gradients matches FP64", "[gpu][attention]") {
   BELAY_REQUIRE_GPU();
   // dq, dk, dv as FP32 buffers (what autograd passes for an input whose gradient is FP32): no
