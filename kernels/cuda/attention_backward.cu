@@ -1,8 +1,10 @@
-// The fused attention's backward on CUDA cores, every dtype (attention_kernels.cu has the
-// overview): D = rowsum(dO o O) first, then one kernel over key tiles for dK and dV and one over
-// query tiles for dQ, each recomputing P from lse. Every sum has one fixed order, and no output
-// is written by two blocks: the bits repeat. Bytes: K, V re-read per query tile and Q, dO per
-// key tile; flops 2.5x the forward's (S and dP recomputed in both kernels).
+// The fused attention's backward (attention_kernels.cu has the overview): D = rowsum(dO o O)
+// first, in every dtype; then for FP16 / BF16 the tensor-core kernels of
+// attention_backward_tc.cu, and for FP32 the CUDA-core kernels below: one over key tiles for dK
+// and dV, one over query tiles for dQ, each recomputing P from lse. Every sum has one fixed
+// order and no output is written by two blocks: the bits repeat. Bytes: D reads dO and O once;
+// then K, V re-read per query tile and Q, dO per key tile; flops 14 items Tq Tk d (S and dP
+// computed in both kernels), 3.5x the forward's.
 #include <cmath>
 #include <cstdint>
 
@@ -15,32 +17,16 @@ namespace {
 
 using namespace attn;
 
-struct BwdParams {
-  const void* q;
-  const void* k;
-  const void* v;
-  const void* dout;
-  const float* lse;
-  const float* dsum;  // D = rowsum(dO o O), FP32
-  void* dq;
-  void* dk;
-  void* dv;
-  DType dtype, dq_dtype, dk_dtype, dv_dtype;
-  int64_t tq, tk;
-  int d;
-  int tiles;  // blocks per item (query tiles for dQ, key tiles for dK / dV)
-  float scale, scale_log2;
-  bool causal;
-};
-
 // D_i = sum_c dO_ic O_ic in FP32: a warp a row (its reads coalesced), lane l adding columns
-// l, l + 32, ... in order, then a fixed XOR tree over the lanes.
-__global__ void attention_dsum_kernel(const void* dout, const void* out, DType dtype, int64_t rows, int d, float* dsum) {
+// l, l + 32, ... in order, then a fixed XOR tree over the lanes. dO's rows are ld long (padded
+// for the tensor cores), out's d.
+__global__ void attention_dsum_kernel(const void* dout, const void* out, DType dtype, int64_t rows, int d, int ld,
+                                      float* dsum) {
   const int lane = threadIdx.x % 32, warps_per_block = blockDim.x / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / 32; r < rows; r += warps) {
     float acc = 0.0f;
-    for (int c = lane; c < d; c += 32) acc += cuda::load_f32(dout, dtype, r * d + c) * cuda::load_f32(out, dtype, r * d + c);
+    for (int c = lane; c < d; c += 32) acc += cuda::load_f32(dout, dtype, r * ld + c) * cuda::load_f32(out, dtype, r * d + c);
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (lane == 0) dsum[r] = acc;
@@ -164,9 +150,13 @@ void launch_attention_backward(const AttentionProblem& a, const void* out, const
   const int64_t rows = a.items * a.tq;
   if (rows > 0)
     cuda::launch<attention_dsum_kernel>(cuda::grid_for(rows * 32), cuda::kBlock, 0, nullptr, dout, out, a.dtype, rows,
-                                        static_cast<int>(a.d), dsum);
-  BwdParams p{a.q, a.k, a.v, dout, lse, dsum, dq, dk, dv, a.dtype, dq_dtype, dk_dtype, dv_dtype, a.tq, a.tk,
-              static_cast<int>(a.d), 0, a.scale, a.scale * kLog2e, a.causal};
+                                        static_cast<int>(a.d), static_cast<int>(a.ld), dsum);
+  BwdParams p{a.q, a.k, a.v, dout, lse, dsum, dq, dk, dv, a.dtype, dq_dtype, dk_dtype, dv_dtype, a.items, a.tq, a.tk,
+              static_cast<int>(a.d), static_cast<int>(a.ld), 0, a.scale, a.scale * kLog2e, a.causal};
+  if (a.dtype != DType::F32) {  // the tensor cores (attention_backward_tc.cu), every d as the forward
+    launch_backward_tc(p);
+    return;
+  }
   const int kd = simt_head_dim(a.d);
   p.tiles = static_cast<int>(ceil_div(a.tq, kSimtRows));
   if (const unsigned grid = static_cast<unsigned>(a.items * p.tiles); grid > 0) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/mma_ptx.cuh"
@@ -18,47 +19,6 @@ namespace {
 
 using namespace attn;
 using namespace ptx;
-
-
-// Copies rows [row0, row0 + 64) of one item's [rows][ld] matrix into a swizzled [64][kD] tile;
-// chunks past the rows or past ld are zero-filled (0 source bytes).
-template <int kD>
-__device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int64_t row0, int64_t rows, int ld) {
-#pragma unroll
-  for (int pass = 0; pass < load_passes(kD); ++pass) {
-    const TileChunk c = tile_chunk(threadIdx.x, pass, kD);
-    const bool inside = chunk_inside(c, static_cast<int>(row0), static_cast<int>(rows), ld);
-    const uint16_t* src = inside ? g + (row0 + c.row) * ld + c.chunk * kChunkElems : g;
-    cp_async_16(smem_addr(tile + c.dst), src, inside ? 16 : 0);
-  }
-}
-
-// S = Q K^T for the warp's 16 queries and the tile's 64 keys, FP32. At kD = 64 the d steps past
-// the stored row (zero padding of d = 16, 32, 40 ... up to 64) are skipped: a branch uniform in
-// the warp. Not at kD = 128: there the early exits cost sm_80 a spill (ptxas), for a saving
-// only when 64 < d <= 112.
-template <int kD, bool kBf16>
-__device__ __forceinline__ void tile_scores(float (&s)[kKeyTilesN][4], const uint16_t* q_s, const uint16_t* k_s,
-                                            int warp, int lane, int ld) {
-#pragma unroll
-  for (int ni = 0; ni < kKeyTilesN; ++ni)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) s[ni][r] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < kD; kk += gemm::kMmaK) {
-    if (kD == 64 && kk >= ld) break;
-    uint32_t a[4];
-    ldmatrix_x4<false>(a, smem_addr(q_s + q_ldsm_offset(lane, warp, kk, kD)));
-#pragma unroll
-    for (int pair = 0; pair < kKeyTilesN / 2; ++pair) {
-      uint32_t r[4];
-      ldmatrix_x4<false>(r, smem_addr(k_s + k_ldsm_offset(lane, pair, kk, kD)));
-      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-      mma_16816<kBf16>(s[2 * pair], a, b0);
-      mma_16816<kBf16>(s[2 * pair + 1], a, b1);
-    }
-  }
-}
 
 // The online softmax over one key tile, for the thread's two rows (h = 0: row g, 1: g + 8):
 // masked scores become -inf, the running max m moves to the tile's, O and the running sum l
@@ -102,39 +62,6 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeyTilesN][4], float 
   for (int x = 0; x < kD / 8; ++x)
 #pragma unroll
     for (int r = 0; r < 4; ++r) o[x][r] *= alpha[r / 2];
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  const uint32_t a = kBf16 ? f32_to_bf16_bits(lo) : f32_to_f16_bits(lo);
-  const uint32_t b = kBf16 ? f32_to_bf16_bits(hi) : f32_to_f16_bits(hi);
-  return a | (b << 16);
-}
-
-// O += P V. P is rounded to the input dtype here, as FlashAttention-2 does, because mma.sync
-// takes 16-bit operands: the row sum l above is of the unrounded P, so out carries one extra
-// relative error of the dtype's unit roundoff per term (measured against FP64 by
-// tests/gpu/test_cuda_attention.cpp). The score accumulators are already where P's A
-// fragment wants them (attention_layout.h: p_score_tile), so P never leaves the registers.
-template <int kD, bool kBf16>
-__device__ __forceinline__ void tile_pv(float (&o)[kD / 8][4], const float (&s)[kKeyTilesN][4], const uint16_t* v_s,
-                                        int lane, int ld) {
-#pragma unroll
-  for (int kt2 = 0; kt2 < kBc / gemm::kMmaK; ++kt2) {
-    uint32_t a[4];
-#pragma unroll
-    for (int ar = 0; ar < 4; ++ar)
-      a[ar] = pack_pair<kBf16>(s[p_score_tile(kt2, ar)][p_score_reg(ar, 0)], s[p_score_tile(kt2, ar)][p_score_reg(ar, 1)]);
-#pragma unroll
-    for (int pair = 0; pair < kD / 16; ++pair) {
-      if (kD == 64 && pair * 16 >= ld) break;  // the d padding (as in tile_scores): O there stays 0, unstored
-      uint32_t r[4];
-      ldmatrix_x4<true>(r, smem_addr(v_s + v_ldsm_offset(lane, pair, kt2 * gemm::kMmaK, kD)));
-      const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-      mma_16816<kBf16>(o[2 * pair], a, b0);
-      mma_16816<kBf16>(o[2 * pair + 1], a, b1);
-    }
-  }
 }
 
 // out = O / l rounded once into the dtype; lse = (m + log2 l) ln 2, or 0 and -inf for a row
@@ -222,21 +149,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_tc_kernel(const
   store_rows<kD, kBf16>(p.out, p.lse, p.tq, p.d, o, m, l, item, q_row0, lane);
 }
 
-
-// 80 KiB of dynamic shared memory (kD = 128) needs the opt-in; set once per variant.
-template <auto kernel, int kD>
-void configure_tc() {
-  static const bool configured = [] {
-    BELAY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kD)));
-    return true;
-  }();
-  (void)configured;
-}
-
 template <int kD, bool kBf16>
 void launch_tc(const FwdParams& p, unsigned blocks) {
   constexpr auto kernel = attention_forward_tc_kernel<kD, kBf16>;
-  configure_tc<kernel, kD>();
+  configure_smem<kernel>(smem_bytes(kD));  // 80 KiB at kD = 128
   cuda::launch<kernel>(blocks, kThreads, smem_bytes(kD), nullptr, p);
 }
 

@@ -9,14 +9,18 @@
 //    once into out's dtype, lse written in FP32.
 //  - Forward, FP32 (attention_forward_simt_kernel): the same algorithm on CUDA cores (no TF32:
 //    an FP32 caller asks for FP32 products), 32 queries a block, 4 threads a query.
-//  - Backward (every dtype, CUDA cores): D = rowsum(dO o O) first, then one kernel over key
-//    tiles for dK and dV and one over query tiles for dQ, each recomputing P from lse. Every
+//  - Backward: D = rowsum(dO o O) first (every dtype), then one kernel over key tiles for dK
+//    and dV and one over query tiles for dQ, each recomputing P from lse: for FP16 / BF16 on
+//    tensor cores (attention_backward_tc.cu: 64 keys or 64 queries a block, a warp per 16, the
+//    forward's tiles and mma.sync), for FP32 on CUDA cores (32 a block, 4 threads a row). Every
 //    sum has one fixed order, and no output is written by two blocks: the bits repeat.
 // Bytes (forward): Q, out once, K and V once per query tile (from L2 after the first);
 // flops: 4 items Tq Tk d (half that causal). Backward: K, V re-read per query tile and Q, dO
-// per key tile; flops 2.5x the forward's (S and dP recomputed in both kernels).
-// Files: attention_forward_tc.cu (the tensor-core forward), attention_backward.cu, this one (the
-// FP32 forward and the forward's launcher); attention_kernels.cuh what they share.
+// per key tile; flops 14 items Tq Tk d, 3.5x the forward's (S and dP computed in both kernels).
+// Files: attention_forward_tc.cu (the tensor-core forward), attention_backward_tc.cu (the
+// tensor-core backward), attention_tc.cuh (their shared tile steps), attention_backward.cu (D,
+// the FP32 backward, the backward's launcher), this one (the FP32 forward and the forward's
+// launcher); attention_kernels.cuh what they share.
 #include <cmath>
 #include <cstdint>
 

@@ -1,7 +1,9 @@
 // What the fused attention's CUDA files share (attention_kernels.cu: the FP32 forward and the
 // launchers; attention_forward_tc.cu: the FP16 / BF16 forward on tensor cores;
-// attention_backward.cu: the backward): the kernels' parameters, the SIMT row helpers and the
-// tensor-core launcher. Index formulas are in attention_layout.h, checked on the CPU.
+// attention_backward.cu: D, the FP32 backward and the backward's launcher;
+// attention_backward_tc.cu: the FP16 / BF16 backward on tensor cores): the kernels' parameters,
+// the SIMT row helpers and the tensor-core launchers. Index formulas are in attention_layout.h,
+// checked on the CPU.
 #pragma once
 #include <cstdint>
 
@@ -31,6 +33,27 @@ struct FwdParams {
 
 // The FP16 / BF16 forward (attention_forward_tc.cu): `blocks` blocks of kThreads.
 void launch_forward_tc(const FwdParams& p, unsigned blocks, bool bf16);
+
+struct BwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* dout;  // rows of ld, as q
+  const float* lse;
+  const float* dsum;  // D = rowsum(dO o O), FP32
+  void* dq;
+  void* dk;
+  void* dv;
+  DType dtype, dq_dtype, dk_dtype, dv_dtype;
+  int64_t items, tq, tk;
+  int d, ld;  // the gradients' row length; the inputs' stored one (the SIMT kernels: ld == d)
+  int tiles;  // blocks per item (query tiles for dQ, key tiles for dK / dV)
+  float scale, scale_log2;
+  bool causal;
+};
+
+// The FP16 / BF16 backward after D (attention_backward_tc.cu): the dK / dV kernel, then dQ.
+void launch_backward_tc(BwdParams p);
 
 // ---- The SIMT helpers: the FP32 forward and the backward --------------------------------
 // A thread owns kD / 4 columns of its row (attention_layout.h: simt_col); a row's dot product

@@ -82,10 +82,50 @@ BELAY_HD constexpr ScorePos score_pos(int lane, int ni, int r) {
 BELAY_HD constexpr int p_score_tile(int kt2, int a_reg) { return 2 * kt2 + a_reg / 2; }
 BELAY_HD constexpr int p_score_reg(int a_reg, int h) { return 2 * (a_reg % 2) + h; }
 
+// ---- The tensor-core backward (FP16 / BF16) ------------------------------------------------
+// Two kernels of kWarps warps on the forward's tiles, loader, swizzle and ldmatrix addresses (a
+// tile is 64 rows of [kD] halves, whatever it holds):
+//  - dK / dV: a block per (item, 64 keys), a warp per 16 keys (the m16 of S^T = K Q^T). K and V
+//    stay in shared memory; Q and dO stream by, 64 queries a tile, double-buffered, each stage
+//    with its queries' lse (log2 units) and D in FP32 beside it.
+//  - dQ: a block per (item, 64 queries), a warp per 16 queries as in the forward; Q and dO stay,
+//    K and V stream by, double-buffered.
+constexpr int kBwdTiles = 6;  // 2 resident tiles + 2 streamed tiles x 2 stages
+BELAY_HD constexpr int bwd_tiles_bytes(int kd) { return kBwdTiles * tile_elems(kd) * 2; }
+BELAY_HD constexpr int dq_smem_bytes(int kd) { return bwd_tiles_bytes(kd); }  // 48 or 96 KiB
+// dK / dV adds the rows' floats after the tiles: stage s holds lse at [2 s kBr, +kBr) and D
+// after them. 49 or 97 KiB.
+BELAY_HD constexpr int dkv_row_floats(int stage, bool dsum) { return 2 * kBr * stage + (dsum ? kBr : 0); }
+BELAY_HD constexpr int dkv_smem_bytes(int kd) { return bwd_tiles_bytes(kd) + 2 * 2 * kBr * 4; }
+// Who stages the rows' floats: thread t copies lse (t < kBr) or D (t >= kBr) of query t % kBr.
+static_assert(kThreads == 2 * kBr, "a thread per lse and per D value of a query tile");
+
+// Which (item, tile) block `block` of a grid of items x tiles works on. The blocks go out by
+// tile, across the items, so that under the causal mask the heaviest tiles start first and the
+// grid ends on light ones: dK / dV's first key tile visits every query tile (ascending order),
+// dQ's last query tile every key tile (last_first).
+struct BlockTile {
+  int64_t item, tile;
+};
+BELAY_HD constexpr BlockTile bwd_block_tile(int64_t block, int64_t items, int64_t tiles, bool last_first) {
+  const int64_t rank = block / items;
+  return {block % items, last_first ? tiles - 1 - rank : rank};
+}
+
 // ---- The mask and the tiles a block visits (every kernel, forward and backward) ------------
 // causal: query i sees key j when j <= i + tk - tq (engine/backend.h).
 BELAY_HD constexpr bool sees(bool causal, int64_t i, int64_t j, int64_t tq, int64_t tk) {
   return j < tk && (!causal || j <= i + tk - tq);
+}
+// The same with the query's own bound (query i < tq sees key j), from 32-bit indices: the
+// backward's inner loops.
+BELAY_HD constexpr bool sees_in(bool causal, int i, int j, int tq, int tk) {
+  return i < tq && sees(causal, i, j, tq, tk);
+}
+// Whether queries [i0, i0 + nq) see every key of [j0, j0 + nk): all inside, none masked (then
+// the backward skips the mask for that part of a tile: every causal tile below the diagonal).
+BELAY_HD constexpr bool all_live(bool causal, int i0, int nq, int j0, int nk, int tq, int tk) {
+  return i0 + nq <= tq && j0 + nk <= tk && (!causal || j0 + nk - 1 - i0 <= tk - tq);
 }
 // How many tiles of `bc` keys queries [q0, q0 + br) visit: every tile holding a key that one
 // of them sees, so the causal tiles past the diagonal are skipped (0 when none sees any key).
@@ -102,6 +142,12 @@ BELAY_HD constexpr int64_t first_query(bool causal, int64_t j0, int64_t tq, int6
   if (!causal) return 0;
   const int64_t i = j0 - (tk - tq);
   return i < 0 ? 0 : i;
+}
+
+// The first query tile (of kBr rows) that keys [j0, j0 + kBc) need in the backward: the tile of
+// the first query that sees key j0; the tiles before it see none of the block's keys.
+BELAY_HD constexpr int64_t first_query_tile(bool causal, int64_t j0, int64_t tq, int64_t tk) {
+  return first_query(causal, j0, tq, tk) / kBr;
 }
 
 // ---- The SIMT kernels (the FP32 forward, and the backward in every dtype) ------------------

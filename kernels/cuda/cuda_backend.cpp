@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 
 #include "engine/backend_checks.h"
@@ -216,25 +217,31 @@ class CudaBackend final : public Backend {
 
   // FP16 / BF16 rows reach the tensor cores through cp.async, 16 bytes at a time: a head dim
   // that is not a multiple of 8 (or a misaligned base) is first copied into zero-padded rows
-  // (the GEMM's launch_pad_rows), which add nothing to any score or output.
+  // (the GEMM's launch_pad_rows), which add nothing to any score, output or gradient.
   static AttentionProblem attention_problem(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
                                             const AttentionDims& dims) {
     return {q.data(), k.data(), v.data(), q.dtype(), dims.items, dims.tq, dims.tk, dims.d, dims.d, causal, scale};
+  }
+  static bool attention_needs_padding(const Tensor& q, const std::initializer_list<const Tensor*> others, int64_t d) {
+    if (q.dtype() == DType::F32) return false;
+    bool aligned = rows_aligned(q.data(), d);
+    for (const Tensor* t : others) aligned = aligned && rows_aligned(t->data(), d);
+    return !aligned;
+  }
+  // A copy of t's `rows` rows of d elements in rows of padded_ld(d), zero past d.
+  static Tensor padded_rows(const Tensor& t, int64_t rows, int64_t d) {
+    Tensor p = Tensor::empty(Shape{rows, gemm::padded_ld(d)}, t.dtype(), t.device());
+    if (rows > 0) launch_pad_rows(t.data(), rows, d, p.data());
+    return p;
   }
 
   void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
                       const AttentionDims& dims, Tensor& out, Tensor& lse) const override {
     AttentionProblem a = attention_problem(q, k, v, causal, scale, dims);
     Tensor qp, kp, vp;  // the padded copies, alive until the launch is enqueued (the allocator is stream-ordered)
-    const bool pad = q.dtype() != DType::F32 &&
-                     !(rows_aligned(q.data(), dims.d) && rows_aligned(k.data(), dims.d) && rows_aligned(v.data(), dims.d));
-    if (pad) {
-      auto padded = [&](const Tensor& t, int64_t rows) {
-        Tensor p = Tensor::empty(Shape{rows, gemm::padded_ld(dims.d)}, t.dtype(), t.device());
-        if (rows > 0) launch_pad_rows(t.data(), rows, dims.d, p.data());
-        return p;
-      };
-      qp = padded(q, dims.items * dims.tq), kp = padded(k, dims.items * dims.tk), vp = padded(v, dims.items * dims.tk);
+    if (attention_needs_padding(q, {&k, &v}, dims.d)) {
+      qp = padded_rows(q, dims.items * dims.tq, dims.d), kp = padded_rows(k, dims.items * dims.tk, dims.d);
+      vp = padded_rows(v, dims.items * dims.tk, dims.d);
       a.q = qp.data(), a.k = kp.data(), a.v = vp.data(), a.ld = gemm::padded_ld(dims.d);
     }
     launch_attention_forward(a, out.data(), lse.data_as<float>());
@@ -244,10 +251,17 @@ class CudaBackend final : public Backend {
   void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                                const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
                                Tensor& dk, Tensor& dv) const override {
-    const AttentionProblem a = attention_problem(q, k, v, causal, scale, dims);
+    AttentionProblem a = attention_problem(q, k, v, causal, scale, dims);
+    const void* g = dout.data();
+    Tensor qp, kp, vp, gp;  // as in the forward; dO is read by the tensor cores too (out is not)
+    if (attention_needs_padding(q, {&k, &v, &dout}, dims.d)) {
+      qp = padded_rows(q, dims.items * dims.tq, dims.d), kp = padded_rows(k, dims.items * dims.tk, dims.d);
+      vp = padded_rows(v, dims.items * dims.tk, dims.d), gp = padded_rows(dout, dims.items * dims.tq, dims.d);
+      a.q = qp.data(), a.k = kp.data(), a.v = vp.data(), a.ld = gemm::padded_ld(dims.d), g = gp.data();
+    }
     Tensor dsum = Tensor::empty(Shape{dims.items * dims.tq > 0 ? dims.items * dims.tq : 1}, DType::F32, q.device());
-    launch_attention_backward(a, out.data(), lse.data_as<float>(), dout.data(), dsum.data_as<float>(), dq.data(),
-                              dq.dtype(), dk.data(), dk.dtype(), dv.data(), dv.dtype());
+    launch_attention_backward(a, out.data(), lse.data_as<float>(), g, dsum.data_as<float>(), dq.data(), dq.dtype(),
+                              dk.data(), dk.dtype(), dv.data(), dv.dtype());
     after_launch();
   }
 

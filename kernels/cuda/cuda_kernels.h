@@ -76,8 +76,9 @@ struct AttentionProblem {
   float scale;
 };
 void launch_attention_forward(const AttentionProblem& a, void* out, float* lse);
-// dq, dk, dv in their own dtypes (FP32 or a's); dsum: FP32 scratch of items * tq (D = rowsum(dO o O)).
-// Reads ld == d rows (no padding needed: the backward loads element by element).
+// dq, dk, dv [.., d] in their own dtypes (FP32 or a's); dsum: FP32 scratch of items * tq
+// (D = rowsum(dO o O)). dout's rows are ld long as q's (FP16 / BF16: the tensor cores read it
+// too); out's are d.
 void launch_attention_backward(const AttentionProblem& a, const void* out, const float* lse, const void* dout,
                                float* dsum, void* dq, DType dq_dtype, void* dk, DType dk_dtype, void* dv,
                                DType dv_dtype);

@@ -174,6 +174,7 @@ belay_planted_bug(layer_norm_chunk_overlap FILE kernels/cuda/layer_norm_kernels.
   FILTER "cuda layer_norm and its backward match FP64 for dx and dweight and dbias")
 belay_planted_bug(attention_mask_off_by_one FILE kernels/cuda/attention_layout.h
   RECOMPILE kernels/cuda/attention_kernels.cu kernels/cuda/attention_forward_tc.cu kernels/cuda/attention_backward.cu
+            kernels/cuda/attention_backward_tc.cu
   FILTER "cuda attention fp16 (tensor cores) forward and backward match FP64")
 belay_planted_bug(attention_sum_not_rescaled FILE kernels/cuda/attention_forward_tc.cu
   RECOMPILE kernels/cuda/attention_forward_tc.cu
@@ -184,6 +185,12 @@ belay_planted_bug(attention_lse_not_saved FILE kernels/cuda/attention_forward_tc
 belay_planted_bug(attention_stage_barrier FILE kernels/cuda/attention_forward_tc.cu
   RECOMPILE kernels/cuda/attention_forward_tc.cu
   FILTER "cuda attention over 200 keys in four tiles matches FP64 causal and not")
+belay_planted_bug(attention_bwd_ds_no_dsum FILE kernels/cuda/attention_backward_tc.cu
+  RECOMPILE kernels/cuda/attention_backward_tc.cu
+  FILTER "cuda attention fp16 (tensor cores) forward and backward match FP64")
+belay_planted_bug(attention_bwd_stage_barrier FILE kernels/cuda/attention_backward_tc.cu
+  RECOMPILE kernels/cuda/attention_backward_tc.cu
+  FILTER "cuda attention backward on tensor cores over several tiles in every head dim and with Tq unlike Tk")
 
 # --dist nccl on 2 ranks of the emulated device, and the emulated NCCL's ring on 3
 # (tests/dist/nccl_test.sh); only where MPI (and so NCCL) is built.

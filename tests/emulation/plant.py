@@ -133,6 +133,20 @@ BUGS = {
         "    __syncthreads();  // every warp done with stage kt % 2 before tile kt + 2 is copied into it\n",
         "",
     ),
+    # The tensor-core backward's score gradient without its D term: dS = P dP instead of
+    # P (dP - D), in both of its kernels. dV is untouched; dQ and dK are off by P D scaled.
+    "attention_bwd_ds_no_dsum": (
+        "kernels/cuda/attention_backward_tc.cu",
+        "{ return p * (dp - dsum); }",
+        "{ return p * dp + 0.0f * dsum; }",
+    ),
+    # The barrier after a query tile in the backward's dK / dV kernel: a warp's cp.async of Q and
+    # dO for tile qt + 2 (and its lse / D stores) overwrite the stage slower warps still read.
+    "attention_bwd_stage_barrier": (
+        "kernels/cuda/attention_backward_tc.cu",
+        "    __syncthreads();  // every warp done with this stage before tile qt + 2 is copied into it\n",
+        "",
+    ),
 }
 
 

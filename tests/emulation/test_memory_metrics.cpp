@@ -178,10 +178,12 @@ TEST_CASE("memory metrics: attention's cp.async stores and ldmatrix reads make n
   for (DType dtype : {DType::F32, DType::F16, DType::BF16})
     for (int64_t d : {64, 128}) run_attention(dtype, d);
   gpu().synchronize();
-  int tc_stores = 0, tc_loads = 0, simt_sites = 0;
+  int tc_stores = 0, tc_loads = 0, bwd_stores = 0, bwd_loads = 0, simt_sites = 0;
   for (const metrics::SiteStats& s : metrics::sites()) {
     if (s.kernel.rfind("attention_", 0) != 0 || s.space != metrics::Space::Shared) continue;
     if (s.kernel.rfind("attention_forward_tc_kernel", 0) == 0) (s.write ? tc_stores : tc_loads) += 1;
+    else if (s.kernel.rfind("attention_dkv_tc_kernel", 0) == 0 || s.kernel.rfind("attention_dq_tc_kernel", 0) == 0)
+      (s.write ? bwd_stores : bwd_loads) += 1;
     else ++simt_sites;
     INFO(site_text(s));
     if (s.wavefronts != s.ideal_wavefronts) report("bank conflict: " + site_text(s));
@@ -189,9 +191,13 @@ TEST_CASE("memory metrics: attention's cp.async stores and ldmatrix reads make n
   }
   CHECK(tc_stores > 0);  // the cp.async stores of Q, K, V ...
   CHECK(tc_loads > 0);   // ... the ldmatrix reads of Q, K and V (.trans) ...
+  CHECK(bwd_stores > 0);  // the tensor-core backward's: cp.async of Q, K, V, dO and lse / D ...
+  CHECK(bwd_loads > 0);   // ... its ldmatrix reads (.trans of dO, Q, K too) and of lse / D ...
   CHECK(simt_sites > 0);  // ... and the SIMT kernels' tiles (FP32 forward, dQ, dK / dV)
 }
 
+// The tensor-core kernels' loads, forward and backward: their cp.async tiles, and the lse and D
+// rows the backward reads (whole rows of 64 queries here).
 TEST_CASE("memory metrics: attention's cp.async tile loads use >= 95% of the sectors they touch", "[metrics]") {
   metrics::set_enabled(true);
   for (DType dtype : {DType::F16, DType::BF16})
@@ -199,7 +205,9 @@ TEST_CASE("memory metrics: attention's cp.async tile loads use >= 95% of the sec
   gpu().synchronize();
   int sites = 0;
   for (const metrics::SiteStats& s : metrics::sites()) {
-    if (s.kernel.rfind("attention_forward_tc_kernel", 0) != 0 || s.space != metrics::Space::Global || s.write) continue;
+    const bool tc = s.kernel.rfind("attention_forward_tc_kernel", 0) == 0 || s.kernel.rfind("attention_dkv_tc_kernel", 0) == 0 ||
+                    s.kernel.rfind("attention_dq_tc_kernel", 0) == 0;
+    if (!tc || s.space != metrics::Space::Global || s.write) continue;
     ++sites;
     INFO(site_text(s));
     if (s.efficiency() < 0.95) report("sector efficiency below 95%: " + site_text(s));

@@ -1,11 +1,14 @@
-// The CUDA attention kernels (kernels/cuda/attention_kernels.cu) against the FP64 reference
-// of tests/kernels/attention_check.h, the CPU backend's check run on the device: FP32 on the
-// SIMT kernels, FP16 and BF16 on the tensor cores (P rounded to the dtype for P V, which the
-// reference's bound is told: p_dtype). Then the bits of two runs, and P's rounding measured.
-// Under the emulator the shapes are the check's small set (every edge: T 1, 7, 64, 65, odd d,
-// Tq != Tk both ways) and T = 200 in one dtype only.
+// The CUDA attention kernels (kernels/cuda/attention_*.cu) against the FP64 reference of
+// tests/kernels/attention_check.h, the CPU backend's check run on the device: FP32 on the SIMT
+// kernels, FP16 and BF16 on the tensor cores, forward and backward (P, and dS in the backward,
+// rounded to the dtype for their products, which the reference's bound is told: p_dtype).
+// Then the backward over several tiles in every head dim, FP32 gradients of 16-bit inputs, the
+// bits of two runs, and P's rounding measured. Under the emulator the shapes are the check's
+// small set (every edge: T 1, 7, 64, 65, odd d, Tq != Tk both ways), T = 200 in one dtype only,
+// and the multi-tile backward cases.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/kernels/attention_check.h"
@@ -48,6 +51,44 @@ TEST_CASE("cuda attention over 200 keys in four tiles matches FP64 causal and no
     for (bool causal : {false, true}) attention::check_case(Device::cuda(), {1, 200, 200, 64, causal}, dt, p_dtype_of(dt));
 }
 
+TEST_CASE("cuda attention backward on tensor cores over several tiles in every head dim and with Tq unlike Tk",
+          "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  // 3 items of 130 queries (3 tiles of 64, the last of 2 rows) and keys: dK / dV sum 3 query
+  // tiles (causal: from the first that sees the block's keys), dQ 3 key tiles, both through both
+  // pipeline stages; d 128 takes the dK / dV kernel's two halves of 32 queries. Then more keys
+  // than queries and fewer (causal: the first rows see none), at both padded head dims.
+  std::vector<attention::Case> cases;
+  for (bool causal : {false, true}) {
+    for (int64_t d : {16, 32, 64, 128}) cases.push_back({3, 130, 130, d, causal});
+    for (int64_t d : {40, 128}) {
+      cases.push_back({2, 70, 200, d, causal});
+      cases.push_back({2, 200, 70, d, causal});
+    }
+  }
+  for (DType dt : {DType::F16, DType::BF16})
+    for (const attention::Case& c : cases) attention::check_case(Device::cuda(), c, dt, dt);
+}
+
+TEST_CASE("cuda attention with a head dim that is not a multiple of 8: rows padded for cp.async", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  // d 20 and 75: 16-bit rows that are not whole 16-byte chunks, so q, k, v (and dO in the
+  // backward) are first copied into zero-padded rows of 24 and 80 (cuda_backend.cpp).
+  for (DType dt : {DType::F16, DType::BF16})
+    for (bool causal : {false, true})
+      for (const attention::Case& c : {attention::Case{2, 70, 70, 20, causal}, attention::Case{1, 65, 33, 75, causal}})
+        attention::check_case(Device::cuda(), c, dt, dt);
+}
+
+TEST_CASE("cuda attention backward on tensor cores into fp32 gradients matches FP64", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  // dq, dk, dv as FP32 buffers (what autograd passes for an input whose gradient is FP32): no
+  // final rounding, so the bound is the arithmetic's alone, P's and dS's rounding included.
+  for (DType dt : {DType::F16, DType::BF16})
+    for (const attention::Case& c : {attention::Case{2, 65, 65, 64, true}, attention::Case{2, 130, 70, 128, false}})
+      attention::check_case(Device::cuda(), c, dt, dt, DType::F32);
+}
+
 TEST_CASE("cuda attention repeats its bits: forward and backward, run twice", "[gpu][attention]") {
   BELAY_REQUIRE_GPU();
   for (DType dt : math::kMathDtypes) {
@@ -55,6 +96,14 @@ TEST_CASE("cuda attention repeats its bits: forward and backward, run twice", "[
     const attention::Case c{3, 65, 65, 40, true};
     const attention::Outputs a = attention::check_case(Device::cuda(), c, dt, p_dtype_of(dt));
     const attention::Outputs b = attention::check_case(Device::cuda(), c, dt, p_dtype_of(dt));
+    CHECK(attention::same_bits(a, b));
+  }
+  // The tensor-core backward over 3 x 3 tiles at d 128, where dK / dV and dQ each add 3 tiles.
+  for (DType dt : {DType::F16, DType::BF16}) {
+    INFO(dtype_name(dt) << " over several tiles");
+    const attention::Case c{2, 130, 130, 128, true};
+    const attention::Outputs a = attention::check_case(Device::cuda(), c, dt, dt);
+    const attention::Outputs b = attention::check_case(Device::cuda(), c, dt, dt);
     CHECK(attention::same_bits(a, b));
   }
 }

@@ -16,12 +16,17 @@
 //    D_i = dO_i.O_i (d terms, O as stored: its rounding too); dS_ij = p_ij (dP_ij - D_i) with
 //    the errors of all three; dq = scale sum_j dS_ij k_j (Tk terms), dk = scale sum_i dS_ij q_i
 //    and dv = sum_i p_ij dO_i (Tq terms), then each gradient's rounding.
+//  - where the backend rounds P and dS to p_dtype for its products (the tensor cores), each
+//    rounding is off by u_p |x| (in perr and in dS's bound) plus, below p_dtype's smallest
+//    normal, up to half its smallest subnormal (eta_p: FP16's 2^-25, an absolute error that a
+//    16-bit output's own tolerance hides but an FP32 gradient's does not).
 #pragma once
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "engine/backend.h"
@@ -53,6 +58,7 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
                            const std::vector<float>& v, const std::vector<float>& dout, const std::vector<float>& o_stored,
                            float scale, DType dtype, DType p_dtype) {
   const double u = unit_roundoff(DType::F32), u_p = p_dtype == DType::F32 ? 0.0 : unit_roundoff(p_dtype);
+  const double eta_p = p_dtype == DType::F32 ? 0.0 : 0.5 * static_cast<double>(finfo(p_dtype).smallest_subnormal);
   const double u_out = dtype == DType::F32 ? 0.0 : unit_roundoff(dtype);
   const int64_t d = c.d, nq = c.items * c.tq * d, nk = c.items * c.tk * d;
   Reference r;
@@ -89,13 +95,14 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
       double dsum = 0.0, dsum_mag = 0.0;
       for (int64_t x = 0; x < d; ++x) dsum += double(gi[x]) * oi[x], dsum_mag += std::fabs(double(gi[x]) * oi[x]);
       for (int64_t x = 0; x < d; ++x) {
-        double o = 0.0, mag = 0.0;
+        double o = 0.0, mag = 0.0, sub = 0.0;
         for (int64_t j = 0; j < c.tk; ++j) {
           o += p[j] * v[(it * c.tk + j) * d + x];
           mag += p[j] * std::fabs(v[(it * c.tk + j) * d + x]);
+          if (sees(c, i, j)) sub += eta_p * std::fabs(v[(it * c.tk + j) * d + x]);
         }
         r.out[row * d + x] = o;
-        r.out_err[row * d + x] = mag * (perr + (c.tk + 2) * u) + u_out * std::fabs(o);
+        r.out_err[row * d + x] = mag * (perr + (c.tk + 2) * u) + sub + u_out * std::fabs(o);
       }
       // D's error: its d products in FP32, and O's own rounding into its dtype.
       const double dsum_err = (d + 1) * u * dsum_mag + 2 * u_out * dsum_mag;
@@ -107,7 +114,7 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
         const double ds = p[j] * (dp - dsum);
         // (the exact D equals dsum: sum_j p_ij dP_ij = dO_i . O_i)
         const double ds_err = p[j] * (perr_bwd * std::fabs(dp - dsum) + (d + 1) * u * dmag + dsum_err) +
-                              (u + u_p) * std::fabs(ds);
+                              (u + u_p) * std::fabs(ds) + eta_p;
         const float* kj = &k[(it * c.tk + j) * d];
         for (int64_t x = 0; x < d; ++x) {
           const int64_t qx = row * d + x, kx = (it * c.tk + j) * d + x;
@@ -116,7 +123,7 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
           r.dk[kx] += scale * ds * qi[x];
           r.dk_err[kx] += scale * (ds_err * std::fabs(qi[x]) + (c.tq + 2) * u * std::fabs(ds * qi[x]));
           r.dv[kx] += p[j] * gi[x];
-          r.dv_err[kx] += p[j] * std::fabs(gi[x]) * (perr_bwd + (c.tq + 2) * u);
+          r.dv_err[kx] += p[j] * std::fabs(gi[x]) * (perr_bwd + (c.tq + 2) * u) + eta_p * std::fabs(gi[x]);
         }
       }
     }
@@ -163,20 +170,24 @@ inline Outputs run(const Backend& be, const Case& c, DType dt, DType grad_dt, De
 
 // One case in one dtype: forward and backward against the reference. Returns what it got, for
 // the callers that compare bits across runs.
-inline Outputs check_case(Device dev, const Case& c, DType dt, DType p_dtype = DType::F32) {
+// grads: the gradients' dtype, dt unless given (FP32; the rounding allowance follows it).
+inline Outputs check_case(Device dev, const Case& c, DType dt, DType p_dtype = DType::F32,
+                          std::optional<DType> grads = std::nullopt) {
+  const DType grad_dt = grads.value_or(dt);
   INFO("attention items " << c.items << " Tq " << c.tq << " Tk " << c.tk << " d " << c.d
-                          << (c.causal ? " causal" : "") << " in " << dtype_name(dt) << " on " << dev.str());
+                          << (c.causal ? " causal" : "") << " in " << dtype_name(dt) << ", gradients in "
+                          << dtype_name(grad_dt) << " on " << dev.str());
   const uint64_t seed = static_cast<uint64_t>(c.items * 1000003 + c.tq * 1009 + c.tk * 101 + c.d * 7 + c.causal);
   const std::vector<float> qv = values(c.items * c.tq * c.d, seed, dt), kv = values(c.items * c.tk * c.d, seed + 1, dt);
   const std::vector<float> vv = values(c.items * c.tk * c.d, seed + 2, dt), gv = values(c.items * c.tq * c.d, seed + 3, dt);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  const Outputs got = run(backend_for(dev), c, dt, dt, dev, qv, kv, vv, gv, scale);
+  const Outputs got = run(backend_for(dev), c, dt, grad_dt, dev, qv, kv, vv, gv, scale);
   const Reference r = reference(c, qv, kv, vv, gv, got.out, scale, dt, p_dtype);
   check_within("out", got.out, r.out, r.out_err, dt);
   check_lse(got.lse, r);
-  check_within("dq", got.dq, r.dq, r.dq_err, dt);
-  check_within("dk", got.dk, r.dk, r.dk_err, dt);
-  check_within("dv", got.dv, r.dv, r.dv_err, dt);
+  check_within("dq", got.dq, r.dq, r.dq_err, grad_dt);
+  check_within("dk", got.dk, r.dk, r.dk_err, grad_dt);
+  check_within("dv", got.dv, r.dv, r.dv_err, grad_dt);
   return got;
 }
 

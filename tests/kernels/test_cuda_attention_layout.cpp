@@ -2,7 +2,9 @@
 // the tile loader covers every chunk once without bank conflicts, the Q / K / V ldmatrix
 // addresses hit 8 bank groups per phase and deliver exactly the mma fragments from the
 // swizzled tiles, the score accumulators are P's A fragment, and the mask and the tiles a
-// block visits cover every key a query sees (and skip only keys none sees).
+// block visits cover every key a query sees (and skip only keys none sees). The backward's:
+// blocks to (item, tile), the query tiles a key tile skips, its shared-memory layout, and
+// P's A fragment when dK / dV works in parts of 32 queries.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -160,4 +162,108 @@ TEST_CASE("attention: the mask is the engine's, and the backward's first query i
         if (first < tq) CHECK(sees(true, first, j0, tq, tk));  // and the first does
       }
     }
+}
+
+// ---- The tensor-core backward ---------------------------------------------------------------
+
+TEST_CASE("attention backward: every (item, tile) is one block, the heaviest causal tiles first", "[kernels][cuda-index]") {
+  for (int64_t items : {1, 3, 48})
+    for (int64_t tiles : {1, 2, 5, 16})
+      for (bool last_first : {false, true}) {
+        std::vector<int> hits(static_cast<size_t>(items * tiles), 0);
+        int64_t prev_rank = -1;
+        for (int64_t b = 0; b < items * tiles; ++b) {
+          const BlockTile t = bwd_block_tile(b, items, tiles, last_first);
+          REQUIRE(t.item >= 0);
+          REQUIRE(t.item < items);
+          REQUIRE(t.tile >= 0);
+          REQUIRE(t.tile < tiles);
+          ++hits[static_cast<size_t>(t.item * tiles + t.tile)];
+          // dK / dV: key tile 0 (every query tile) first; dQ: the last query tile first.
+          const int64_t rank = last_first ? tiles - 1 - t.tile : t.tile;
+          CHECK(rank >= prev_rank);
+          prev_rank = rank;
+        }
+        for (int h : hits) REQUIRE(h == 1);
+      }
+}
+
+TEST_CASE("attention backward: the query tiles a key tile skips see none of its keys", "[kernels][cuda-index]") {
+  for (bool causal : {false, true})
+    for (int64_t tq : {1, 7, 64, 65, 130, 200})
+      for (int64_t tk : {1, 9, 64, 65, 200})
+        for (int64_t j0 = 0; j0 < tk; j0 += kBc) {
+          const int64_t first = first_query_tile(causal, j0, tq, tk);
+          INFO("causal " << causal << " tq " << tq << " tk " << tk << " j0 " << j0 << " first tile " << first);
+          for (int64_t i = 0; i < std::min(first * kBr, tq); ++i)
+            for (int64_t j = j0; j < std::min(j0 + kBc, tk); ++j) REQUIRE_FALSE(sees(causal, i, j, tq, tk));
+          // and the first visited tile holds the first query that sees key j0, if one does
+          const int64_t i_first = first_query(causal, j0, tq, tk);
+          if (i_first < tq) CHECK(sees(causal, i_first, j0, tq, tk));
+          if (i_first < tq) CHECK(i_first / kBr == first);
+        }
+}
+
+TEST_CASE("attention backward: sees_in is the mask with the query's bound", "[kernels][cuda-index]") {
+  for (bool causal : {false, true})
+    for (int tq : {1, 7, 65})
+      for (int tk : {1, 9, 65})
+        for (int i = 0; i < tq + 66; ++i)
+          for (int j = 0; j < tk + 66; ++j) CHECK(sees_in(causal, i, j, tq, tk) == (i < tq && sees(causal, i, j, tq, tk)));
+}
+
+TEST_CASE("attention backward: shared memory fits sm_80, the rows' floats after the tiles, stages apart",
+          "[kernels][cuda-index]") {
+  constexpr int kSm80OptIn = 163 * 1024;  // the largest dynamic shared memory a block may opt in to
+  for (int kd : {64, 128}) {
+    CHECK(dq_smem_bytes(kd) == kBwdTiles * kBr * kd * 2);
+    CHECK(dkv_smem_bytes(kd) <= kSm80OptIn);
+    CHECK(bwd_tiles_bytes(kd) % 16 == 0);  // the floats start 16-byte aligned after the tiles
+    std::set<int> used;
+    for (int stage = 0; stage < 2; ++stage)
+      for (bool dsum : {false, true})
+        for (int t = 0; t < kBr; ++t) {
+          const int at = dkv_row_floats(stage, dsum) + t;
+          CHECK(bwd_tiles_bytes(kd) + 4 * (at + 1) <= dkv_smem_bytes(kd));
+          used.insert(at);
+        }
+    CHECK(used.size() == 4u * kBr);
+  }
+}
+
+TEST_CASE("attention backward: in parts of 32 queries, P's A fragment meets the rows tile_pv reads",
+          "[kernels][cuda-index]") {
+  // tile_scores(..., pair0) leaves n8 tile 2 pair + x of the part in s[2 pair + x] (its ldmatrix
+  // reads rows 16 (pair0 + pair) ...), so part `sub` of kN tiles holds the tile's n8 tiles
+  // sub kN ... and tile_pv(..., pair0) multiplies A register (kt2, a) with rows 16 (pair0 + kt2).
+  for (int kn : {4, 8})
+    for (int sub = 0; sub < kKeyTilesN / kn; ++sub) {
+      const int pair0 = sub * kn / 2;
+      for (int kt2 = 0; kt2 < kn / 2; ++kt2)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int a = 0; a < 4; ++a)
+            for (int h = 0; h < 2; ++h) {
+              const gemm::Coord want = gemm::mma_a_element(lane, a, h);  // (row, k within the 16)
+              const ScorePos got = score_pos(lane, sub * kn + p_score_tile(kt2, a), p_score_reg(a, h));
+              CHECK(got.row == want.row);
+              CHECK(got.key == (pair0 + kt2) * 16 + want.col);  // the row of Y that k multiplies
+            }
+    }
+}
+
+TEST_CASE("attention backward: all_live holds exactly when every query of a part sees every key", "[kernels][cuda-index]") {
+  for (bool causal : {false, true})
+    for (int tq : {1, 7, 65, 130})
+      for (int tk : {1, 9, 65, 130})
+        for (int i0 = 0; i0 < tq; i0 += 16)
+          for (int nq : {16, 32, 64})
+            for (int j0 = 0; j0 < tk; j0 += 16)
+              for (int nk : {16, 64}) {
+                bool all = true;
+                for (int i = i0; i < i0 + nq; ++i)
+                  for (int j = j0; j < j0 + nk; ++j) all = all && sees_in(causal, i, j, tq, tk);
+                INFO("causal " << causal << " tq " << tq << " tk " << tk << " queries " << i0 << "+" << nq << " keys "
+                               << j0 << "+" << nk);
+                REQUIRE(all_live(causal, i0, nq, j0, nk, tq, tk) == all);
+              }
 }
