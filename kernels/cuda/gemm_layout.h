@@ -31,7 +31,9 @@ namespace belay::gemm {
 //     lanes x 255 registers); it reads 48 KiB from L2 per k-tile for 4.2 MFLOP where
 //     128 x 128 reads 32 KiB for 2.1 MFLOP: a third less L2 traffic per flop. At 8192^3 the
 //     128 x 128 tile streams ~16 GiB from L2 into the SMs, ~4.9 TB/s at the measured 318
-//     TFLOP/s, about what an H100-class L2 delivers: the likeliest ceiling of the default.
+//     TFLOP/s, near what an H100-class L2 delivers. Yet on an H200 128 x 256 with 4 stages
+//     gained only 4% (bench/results/gpu-2026-12-04-h200-gemm-variants), and lost at 1024^3
+//     (32 blocks for 132 SMs): the default's ceiling is inside the SM, not in L2.
 //   BELAY_GEMM_WARPS_N: warps along N (default BN / 64: 64-wide warp tiles); BN / WARPS_N
 //     must be 64 or 32 (BELAY_GEMM_WARPS_N=4 with BN 128: 8 warps of 64 x 32).
 //   BELAY_GEMM_STAGES (2..4): the cp.async pipeline depth. Hopper's longer memory latency
