@@ -6,8 +6,8 @@
 #      (the ptxas register/spill report of every kernel is kept: $OUT/ptxas-table.txt)
 #   2. ctest -L gpu (every CUDA op against the CPU, the guard's inf/NaN hunt, 200-step runs)
 #   3. bench/gpu/gpu_bench.cu: GEMM vs cuBLAS at 1024..8192 fp16/bf16 (and the two backward
-#      layouts at 4096; again for the other warp grid, BELAY_GEMM_WARPS_N=4, built in
-#      build-gpu-check-warps4/ while the tests run), guard + AdamW vs the
+#      layouts at 4096; again for each variant of the tensor-core GEMM in GEMM_VARIANTS below,
+#      each built in build-gpu-check-<name>/ while the tests run), guard + AdamW vs the
 #      device copy bandwidth
 #   4. bench/gpu/torch_amp_step.py: PyTorch GradScaler + clip_grad_norm_ + AdamW(fused=True)
 #      on the same tensors
@@ -81,15 +81,35 @@ timeout "$(cap 120)" "$CUDA_HOME/bin/nvcc" -O3 -std=c++17 -arch=sm_90 --expt-rel
   -o "$BENCH_BIN" >> "$OUT/bench-build.log" 2>&1 || { stamp "bench build FAILED"; tail -20 "$OUT/bench-build.log"; }
 fi
 
-# The other warp grid of the tensor-core GEMM (BELAY_GEMM_WARPS_N=4: 8 warps of 64 x 32
-# instead of 4 of 64 x 64, gemm_layout.h), built while the tests run; only its GEMM
-# section is run, to see which grid is faster on this GPU.
-BUILD_W4="$ROOT/build-gpu-check-warps4"
-( timeout "$(cap 90)" cmake -S "$ROOT" -B "$BUILD_W4" "${CONFIGURE_ARGS[@]}" \
-    -DBELAY_GEMM_WARPS_N=4 -DBUILD_TESTING=OFF > "$OUT/build-warps4.log" 2>&1 &&
-  timeout "$(cap 240)" cmake --build "$BUILD_W4" -j "$(( JOBS > 3 ? JOBS - 4 : 1 ))" --target belay_gpu_bench \
-    >> "$OUT/build-warps4.log" 2>&1 ) &  # leaves 4 cores to the tests (ctest -j 4)
-W4_PID=$!
+# Variants of the tensor-core GEMM (its build options, kernels/cuda/gemm_layout.h), each
+# "name:cmake args", built side by side in build-gpu-check-<name>/ while the tests run (only
+# the bench binary: ~40 s of a 16-core machine each); only their GEMM section is run, to see
+# which is fastest on this GPU. A screening run on the H200
+# (bench/results/gpu-2026-12-04-h200-gemm-variants) found the larger tiles worth at most 4%
+# (the 8-warp 64 x 32 grid, BELAY_GEMM_WARPS_N=4, was slower: 0.32-0.35 of cuBLAS), so:
+#   hoist:    the default tile with the address math hoisted out of the k loop;
+#   bn256s4h: 128 x 256 tiles, 8 warps of 64 x 64, 4 stages (192 KiB), hoisted;
+#   bn256s4:  the same without hoisting (the screening's fastest, measured again beside it).
+# BELAY_GPU_CHECK_GEMM_VARIANTS="name:args;name:args" (empty: none) measures others.
+GEMM_VARIANTS_DEFAULT="hoist:-DBELAY_GEMM_HOIST=1"
+GEMM_VARIANTS_DEFAULT+=";bn256s4h:-DBELAY_GEMM_BN=256 -DBELAY_GEMM_STAGES=4 -DBELAY_GEMM_HOIST=1"
+GEMM_VARIANTS_DEFAULT+=";bn256s4:-DBELAY_GEMM_BN=256 -DBELAY_GEMM_STAGES=4"
+IFS=';' read -r -a GEMM_VARIANTS <<< "${BELAY_GPU_CHECK_GEMM_VARIANTS-$GEMM_VARIANTS_DEFAULT}"
+# The cores left by the tests (ctest -j 4), shared among the variant builds.
+VARIANT_JOBS=$(( JOBS > 3 + ${#GEMM_VARIANTS[@]} ? (JOBS - 4) / (${#GEMM_VARIANTS[@]} > 0 ? ${#GEMM_VARIANTS[@]} : 1) : 1 ))
+# Every GEMM option reset to its default first: a build folder kept from an earlier run
+# holds the options it was configured with in its cache.
+GEMM_DEFAULTS=(-DBELAY_GEMM_BM=128 -DBELAY_GEMM_BN=128 -DBELAY_GEMM_WARPS_N= -DBELAY_GEMM_STAGES=3
+               -DBELAY_GEMM_GROUP_M=1 -DBELAY_GEMM_HOIST=0)
+declare -A VARIANT_PID
+for variant in "${GEMM_VARIANTS[@]}"; do
+  name="${variant%%:*}"; read -r -a args <<< "${variant#*:}"
+  ( timeout "$(cap 90)" cmake -S "$ROOT" -B "$ROOT/build-gpu-check-$name" "${CONFIGURE_ARGS[@]}" "${GEMM_DEFAULTS[@]}" "${args[@]}" \
+      -DBUILD_TESTING=OFF > "$OUT/build-$name.log" 2>&1 &&
+    timeout "$(cap 240)" cmake --build "$ROOT/build-gpu-check-$name" -j "$VARIANT_JOBS" --target belay_gpu_bench \
+      >> "$OUT/build-$name.log" 2>&1 ) &
+  VARIANT_PID[$name]=$!
+done
 
 stamp "ctest -L gpu"
 ( cd "$BUILD" && timeout "$(cap 180)" ctest -L gpu --output-on-failure --timeout 90 -j 4 ) > "$OUT/ctest-gpu.log" 2>&1
@@ -110,16 +130,23 @@ for section in gemm step sync attention; do
   fi
 done
 
-stamp "gpu_bench --section gemm, with BELAY_GEMM_WARPS_N=4"
-wait $W4_PID; echo "warps4 build rc=$?"
-W4_BIN="$(find "$BUILD_W4" -name belay_gpu_bench -type f -perm -u+x 2>/dev/null | head -1)"
-if [ -x "$W4_BIN" ] && budget_left 30; then
-  timeout "$(cap 90)" "$W4_BIN" --section gemm > "$OUT/gpu_bench_warps4.json" 2> "$OUT/gpu_bench_warps4.err"; echo "rc=$?"
-  cat "$OUT/gpu_bench_warps4.err"
-else
-  tail -20 "$OUT/build-warps4.log"
-  echo '{"error": "warps4 bench binary not built"}' > "$OUT/gpu_bench_warps4.json"
-fi
+: > "$OUT/gemm-variants.txt"  # name, cmake args, build rc: the summary reads it
+for variant in "${GEMM_VARIANTS[@]}"; do
+  name="${variant%%:*}"
+  stamp "gpu_bench --section gemm, variant $name (${variant#*:})"
+  wait "${VARIANT_PID[$name]}"; rc=$?; echo "$name build rc=$rc"
+  printf '%s\t%s\t%s\n' "$name" "${variant#*:}" "$rc" >> "$OUT/gemm-variants.txt"
+  # Registers and spills of the variant's kernels (its build log holds ptxas's report).
+  ARCHS=sm_90 bash "$ROOT/tests/kernels/check_ptxas.sh" "$OUT/build-$name.log" "$OUT/ptxas-table-$name.txt" | tail -1
+  bin="$(find "$ROOT/build-gpu-check-$name" -name belay_gpu_bench -type f -perm -u+x 2>/dev/null | head -1)"
+  if [ "$rc" = 0 ] && [ -x "$bin" ] && budget_left 30; then  # a stale binary of an earlier build is not run
+    timeout "$(cap 60)" "$bin" --section gemm > "$OUT/gpu_bench_$name.json" 2> "$OUT/gpu_bench_$name.err"; echo "rc=$?"
+    cat "$OUT/gpu_bench_$name.err"
+  else
+    tail -20 "$OUT/build-$name.log"
+    echo "{\"error\": \"$name bench binary not built, or no budget\"}" > "$OUT/gpu_bench_$name.json"
+  fi
+done
 
 stamp "PyTorch reference step"
 if ! budget_left 30; then
@@ -237,7 +264,16 @@ for section in ("gemm", "step", "sync", "attention"):
     part = load(f"gpu_bench_{section}.json")
     if "error" in part: part = {section: part}
     bench.update(part)
-torch_step, bench_w4 = load("torch_amp_step.json"), load("gpu_bench_warps4.json")
+torch_step = load("torch_amp_step.json")
+# The GEMM variants (gemm-variants.txt: name, cmake args, build rc) and their measurements.
+variants = {}
+try:
+    for line in open(os.path.join(out, "gemm-variants.txt")):
+        name, args, rc = line.rstrip("\n").split("\t")
+        variants[name] = {"cmake": args, "build_rc": int(rc)}
+except OSError:
+    pass
+variant_bench = {name: load(f"gpu_bench_{name}.json") for name in variants}
 # Kernels with spills, from check_ptxas.sh's table ("... ST/LD B spill st/ld  KERNEL").
 spills = []
 try:
@@ -247,14 +283,24 @@ try:
 except OSError:
     spills = ["no ptxas table"]
 summary = {"build_rc": build_rc, "ctest_rc": ctest_rc, "ctest": passed, "kernels_with_spills": spills,
-           "gemm_warps": bench.get("gemm_warps"), "gemm_blocks_per_sm": bench.get("gemm_blocks_per_sm"),
-           "gemm_warps4_blocks_per_sm": bench_w4.get("gemm_blocks_per_sm"), "gemm": bench.get("gemm"),
-           "gemm_warps4": bench_w4.get("gemm", bench_w4), "step": bench.get("step"), "sync": bench.get("sync"),
+           "gemm_warps": bench.get("gemm_warps"), "gemm_config": bench.get("gemm_config"),
+           "gemm_blocks_per_sm": bench.get("gemm_blocks_per_sm"), "gemm": bench.get("gemm"),
+           "gemm_variants": variants, "step": bench.get("step"), "sync": bench.get("sync"),
            "torch_step": torch_step, "attention": bench.get("attention"), "torch_sdpa": load("torch_sdpa.json")}
 step = bench.get("step") or {}
 if step.get("step_ms") and torch_step.get("step_ms"):
     summary["belay_step_speedup_over_torch"] = round(torch_step["step_ms"] / step["step_ms"], 3)
-for prefix, results in (("gemm", bench.get("gemm")), ("gemm_warps4", bench_w4.get("gemm"))):
+for name, b in variant_bench.items():
+    variants[name].update(config=b.get("gemm_config"), blocks_per_sm=b.get("gemm_blocks_per_sm"))
+    try:  # kernels of the variant with spills (its ptxas table, sm_90)
+        variants[name]["kernels_with_spills"] = [
+            m.group(3) for m in (re.search(r"(\S+)/(\S+)\s+B spill st/ld  (.*)", l)
+                                 for l in open(os.path.join(out, f"ptxas-table-{name}.txt")))
+            if m and (m.group(1), m.group(2)) != ("0", "0")]
+    except OSError:
+        variants[name]["kernels_with_spills"] = ["no ptxas table"]
+    summary[f"gemm_{name}"] = b.get("gemm", b)
+for prefix, results in [("gemm", bench.get("gemm"))] + [(f"gemm_{n}", b.get("gemm")) for n, b in variant_bench.items()]:
     for g in results if isinstance(results, list) else []:
         if g.get("n") == 4096:
             key = "" if g.get("layout") == "Y=XW^T" else "_" + {"dX=dYW": "dX", "dW=dY^TX": "dW"}.get(g.get("layout"), "?")

@@ -18,7 +18,13 @@ def rows(summary, expected):
     """(kernel, shape, measured_ms, expected_ms, bound) for each measurement that has a limit."""
     limits = {(g["layout"], g["dtype"], g["n"]): g for g in expected.get("gemm", [])}
     out = []
-    for key, label in (("gemm", "gemm"), ("gemm_warps4", "gemm (warps 2x4)")):
+    # The default GEMM, then each variant gpu-check.sh built (summary["gemm_variants"]), and
+    # the 8-warp grid under its old key in summaries written before the variants were.
+    variants = summary.get("gemm_variants") if isinstance(summary.get("gemm_variants"), dict) else {}
+    keys = [("gemm", "gemm")] + [(f"gemm_{name}", f"gemm ({name})") for name in variants]
+    if "gemm_warps4" in summary and "warps4" not in variants:
+        keys.append(("gemm_warps4", "gemm (warps 2x4)"))
+    for key, label in keys:
         results = summary.get(key)
         for g in results if isinstance(results, list) else []:
             limit = limits.get((g.get("layout"), g.get("dtype"), g.get("n")))

@@ -445,8 +445,15 @@ int main(int argc, char** argv) {
   if (gemm) {
     cublasHandle_t handle;
     CHECK_CUBLAS(cublasCreate(&handle));
+    // The tensor-core GEMM's build options (gemm_layout.h), so that a variant's numbers say
+    // what they measured.
+    char config[160];
+    std::snprintf(config, sizeof config, "%dx%dx%d, %d stages, warps %dx%d of %dx%d, group %d, %d KiB smem", gemm::kBM,
+                  gemm::kBN, gemm::kBK, gemm::kStages, gemm::kWarpsM, gemm::kWarpsN, gemm::kWarpM, gemm::kWarpN,
+                  gemm::kGroupM, gemm::kSmemBytes / 1024);
     out += ", \"gemm_warps\": \"" + std::to_string(gemm::kWarpsM) + "x" + std::to_string(gemm::kWarpsN) +
-           "\", \"gemm_blocks_per_sm\": " + std::to_string(gemm_tensor_core_blocks_per_sm()) + ", \"gemm\": [";
+           "\", \"gemm_config\": \"" + config + "\", \"gemm_blocks_per_sm\": " +
+           std::to_string(gemm_tensor_core_blocks_per_sm()) + ", \"gemm\": [";
     bool first = true;
     for (DType d : {DType::F16, DType::BF16}) {
       for (int64_t n : {1024, 2048, 4096, 8192}) {

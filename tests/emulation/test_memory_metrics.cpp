@@ -12,6 +12,7 @@
 // build directory, through CTest).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include "engine/tensor.h"
 #include "engine/whole_lines.h"
 #include "kernels/cuda/emulation/memory_metrics.h"
+#include "kernels/cuda/gemm_layout.h"
 
 namespace belay {
 namespace {
@@ -283,7 +285,8 @@ TEST_CASE("memory metrics: bench/gpu/h200_expected.json is what the emulator cou
   const Device dev = Device::cuda();
   // ---- GEMM: flops (mma.sync executed) and DRAM bytes (distinct sectors) of one launch at n = 128
   // (one tile, two k-tiles: the counts scale as n^3 and n^2 for multiples of the tile), for the
-  // layouts bench/gpu/gpu_bench.cu measures.
+  // layouts bench/gpu/gpu_bench.cu measures. A build with a larger tile (BELAY_GEMM_BM / _BN
+  // 256, gemm_layout.h) counts at n = 256 instead: the mma on a tile's padding would count too.
   struct Layout {
     const char* name;
     bool trans_a, trans_b, c_f32;
@@ -292,7 +295,7 @@ TEST_CASE("memory metrics: bench/gpu/h200_expected.json is what the emulator cou
   const Layout layouts[] = {{"Y=XW^T", false, true, false, {1024, 2048, 4096, 8192}},
                             {"dX=dYW", false, false, false, {4096}},
                             {"dW=dY^TX", true, false, true, {4096}}};
-  const int64_t n = 128;
+  const int64_t n = std::max(belay::gemm::kBM, belay::gemm::kBN);
   std::string gemm;
   for (const Layout& l : layouts) {
     Tensor a = filled(Shape{n, n}, DType::F16, 1.0f, 5), b = filled(Shape{n, n}, DType::F16, 1.0f, 6);

@@ -46,14 +46,16 @@ Stored make_operand(int64_t rows, int64_t cols, std::mt19937& rng) {
 
 constexpr uint16_t kUnwritten = 0x7e00;  // an FP16 NaN: a stage element no copy wrote
 
-// load_tile: every thread, every pass, one 16-byte chunk copied or zero-filled.
-void load_tile(bool k_major, const Stored& g, int mn_total, int k_total, int mn0, int k0, uint16_t* stage) {
-  std::vector<int> writes(kTileElems, 0);
+// load_tile: every thread, every pass, one 16-byte chunk copied or zero-filled, into a tile
+// of extent mn (kBM for A, kBN for B).
+void load_tile(bool k_major, int mn, const Stored& g, int mn_total, int k_total, int mn0, int k0, uint16_t* stage) {
+  const int tile_elems = mn * kBK;
+  std::vector<int> writes(tile_elems, 0);
   int bad_chunks = 0;
   for (int thread = 0; thread < kThreads; ++thread)
-    for (int pass = 0; pass < kLoadPasses; ++pass) {
-      const ChunkCopy c = tile_chunk_copy(k_major, thread, pass, g.ld, mn_total, k_total, mn0, k0);
-      const bool dst_ok = c.dst >= 0 && c.dst + kChunkElems <= kTileElems;
+    for (int pass = 0; pass < load_passes(mn); ++pass) {
+      const ChunkCopy c = tile_chunk_copy(k_major, mn, thread, pass, g.ld, mn_total, k_total, mn0, k0);
+      const bool dst_ok = c.dst >= 0 && c.dst + kChunkElems <= tile_elems;
       // Never a byte from before or past the operand.
       const bool src_ok = !c.inside || (c.src >= 0 && c.src + kChunkElems <= static_cast<int64_t>(g.bits.size()));
       if (!dst_ok || !src_ok) {
@@ -66,7 +68,7 @@ void load_tile(bool k_major, const Stored& g, int mn_total, int k_total, int mn0
       }
     }
   REQUIRE(bad_chunks == 0);
-  REQUIRE(std::count(writes.begin(), writes.end(), 1) == kTileElems);  // the tile is covered exactly once
+  REQUIRE(std::count(writes.begin(), writes.end(), 1) == tile_elems);  // the tile is covered exactly once
 }
 
 // ldmatrix.x4 and mma.sync.m16n8k16 through the emulator's own fragment code
@@ -103,7 +105,7 @@ void emulate_gemm(bool trans_a, bool trans_b, int m, int n, int k, const Stored&
   const bool a_kmajor = !trans_a, b_kmajor = trans_b;  // as launch_gemm_tensor_core decides
   std::vector<uint16_t> stage(kStageElems);
   uint16_t* a_s = stage.data();
-  uint16_t* b_s = stage.data() + kTileElems;
+  uint16_t* b_s = stage.data() + kATileElems;
   static float acc[kWarps][kWarpTilesM][kWarpTilesN][32][4];
   static float af[kWarpTilesM][32][4][2], bf[kWarpTilesN][32][2][2], r4[32][4][2];
   for (int bm = 0; bm < ceil_div(m, kBM); ++bm)
@@ -115,8 +117,8 @@ void emulate_gemm(bool trans_a, bool trans_b, int m, int n, int k, const Stored&
               for (float& v : z) v = 0.0f;
       for (int kt = 0; kt < ceil_div(k, kBK); ++kt) {
         std::fill(stage.begin(), stage.end(), kUnwritten);
-        load_tile(a_kmajor, a, m, k, bm * kBM, kt * kBK, a_s);
-        load_tile(b_kmajor, b, n, k, bn * kBN, kt * kBK, b_s);
+        load_tile(a_kmajor, kBM, a, m, k, bm * kBM, kt * kBK, a_s);
+        load_tile(b_kmajor, kBN, b, n, k, bn * kBN, kt * kBK, b_s);
         for (int warp = 0; warp < kWarps; ++warp) {
           const int wm = (warp / kWarpsN) * kWarpM, wn = (warp % kWarpsN) * kWarpN;
           for (int kk = 0; kk < kBK; kk += kMmaK) {

@@ -14,8 +14,14 @@ using namespace belay::gemm;
 
 namespace {
 
-// The two stored tile shapes: K-major (128 rows x 8 chunks) and M/N-major (64 x 16).
-const TileShape kShapes[] = {operand_tile(true), operand_tile(false)};
+// The stored tile shapes of both operands: K-major (extent rows x 8 chunks) and M/N-major
+// (64 rows x extent / 8 chunks), for A's extent kBM and B's kBN (128 x 8 and 64 x 16 by default).
+struct Shape {
+  TileShape s;
+  int mn;
+};
+const Shape kShapes[] = {{operand_tile(true, kBM), kBM}, {operand_tile(false, kBM), kBM},
+                         {operand_tile(true, kBN), kBN}, {operand_tile(false, kBN), kBN}};
 
 // Which ldmatrix source function serves an operand layout, and whether it uses .trans.
 enum class Operand { AKMajor, AMMajor, BKMajor, BNMajor };
@@ -29,6 +35,8 @@ LdsmSource source(Operand op, int lane) {
 }
 bool k_major(Operand op) { return op == Operand::AKMajor || op == Operand::BKMajor; }
 bool uses_trans(Operand op) { return !k_major(op); }
+// The operand's tile extent along M (A) or N (B).
+int extent(Operand op) { return op == Operand::AKMajor || op == Operand::AMMajor ? kBM : kBN; }
 
 // The (row, chunk) corner in the stored tile of the 16x16 block a warp reads at k offset
 // kk for its m (or n) offset mn: K-major stores [mn][k], the other layout [k][mn].
@@ -39,7 +47,7 @@ LdsmSource block_corner(Operand op, int mn, int kk) {
 }  // namespace
 
 TEST_CASE("the swizzle is a bijection on every stored tile shape", "[kernels][cuda-index]") {
-  for (const TileShape s : kShapes) {
+  for (const auto [s, mn] : kShapes) {
     std::vector<int> hits(static_cast<size_t>(s.rows * s.chunks), 0);
     for (int r = 0; r < s.rows; ++r)
       for (int c = 0; c < s.chunks; ++c) {
@@ -52,16 +60,16 @@ TEST_CASE("the swizzle is a bijection on every stored tile shape", "[kernels][cu
         ++hits[static_cast<size_t>(off / kChunkElems)];
       }
     for (int h : hits) REQUIRE(h == 1);
-    CHECK(s.rows * s.chunks * kChunkElems == kTileElems);
+    CHECK(s.rows * s.chunks * kChunkElems == mn * kBK);
   }
 }
 
 TEST_CASE("ldmatrix phases read 8 distinct bank groups after the swizzle", "[kernels][cuda-index]") {
   for (Operand op : {Operand::AKMajor, Operand::AMMajor, Operand::BKMajor, Operand::BNMajor}) {
-    const TileShape s = operand_tile(k_major(op));
+    const TileShape s = operand_tile(k_major(op), extent(op));
     int conflicts_swizzled = 0, conflicts_plain = 0;
     // Every 16x16 block any warp reads: every m/n offset (multiple of 16) and k step.
-    for (int mn = 0; mn < kBM; mn += 16)
+    for (int mn = 0; mn < extent(op); mn += 16)
       for (int kk = 0; kk < kBK; kk += kMmaK) {
         const LdsmSource corner = block_corner(op, mn, kk);
         for (int phase = 0; phase < 4; ++phase) {  // one 8x8 matrix per phase
@@ -86,9 +94,9 @@ TEST_CASE("ldmatrix phases read 8 distinct bank groups after the swizzle", "[ker
 }
 
 TEST_CASE("the tile loader copies every chunk once, conflict-free in shared memory", "[kernels][cuda-index]") {
-  for (const TileShape s : kShapes) {
+  for (const auto [s, mn] : kShapes) {
     std::vector<int> hits(static_cast<size_t>(s.rows * s.chunks), 0);
-    for (int pass = 0; pass < kLoadPasses; ++pass) {
+    for (int pass = 0; pass < load_passes(mn); ++pass) {
       for (int t = 0; t < kThreads; ++t) {
         const ChunkPos p = load_chunk(t, pass, s.chunks);
         REQUIRE(p.row < s.rows);
@@ -139,10 +147,10 @@ TEST_CASE("ldmatrix from the swizzled tile delivers exactly the mma fragments", 
   // lane's ldmatrix result must equal what mma.sync expects in that lane and register.
   for (Operand op : {Operand::AKMajor, Operand::AMMajor, Operand::BKMajor, Operand::BNMajor}) {
     const bool is_a = op == Operand::AKMajor || op == Operand::AMMajor;
-    const TileShape s = operand_tile(k_major(op));
+    const TileShape s = operand_tile(k_major(op), extent(op));
     // logical(mn, k): the value of A[m][k] or B[k][n] (stored under the tile's layout).
     auto logical = [](int mn, int k) { return mn * 1000 + k; };
-    std::vector<int> smem(static_cast<size_t>(kTileElems), -1);
+    std::vector<int> smem(static_cast<size_t>(extent(op) * kBK), -1);
     for (int r = 0; r < s.rows; ++r)
       for (int c = 0; c < s.chunks; ++c)
         for (int e = 0; e < kChunkElems; ++e) {
@@ -151,7 +159,7 @@ TEST_CASE("ldmatrix from the swizzled tile delivers exactly the mma fragments", 
           smem[static_cast<size_t>(tile_offset(r, c, s.chunks) + e)] = logical(mn, k);
         }
     int mismatches = 0;
-    for (int mn = 0; mn < kBM; mn += 16)
+    for (int mn = 0; mn < extent(op); mn += 16)
       for (int kk = 0; kk < kBK; kk += kMmaK) {
         const LdsmSource corner = block_corner(op, mn, kk);
         auto row_address = [&](int lane) {
@@ -185,14 +193,16 @@ TEST_CASE("block tiles and the epilogue cover odd shapes exactly once", "[kernel
     for (int64_t n : sizes) {
       std::vector<int> hits(static_cast<size_t>(m * n), 0);
       int64_t outside = 0;
-      for (int64_t bm = 0; bm < ceil_div(m, kBM); ++bm)
-        for (int64_t bn = 0; bn < ceil_div(n, kBN); ++bn)
+      const int64_t tiles_m = ceil_div(m, kBM), tiles_n = ceil_div(n, kBN);
+      for (int64_t y = 0; y < tiles_m; ++y)  // the launch's grid: (tiles_n, tiles_m)
+        for (int64_t x = 0; x < tiles_n; ++x)
           for (int w = 0; w < kWarps; ++w)
             for (int mi = 0; mi < kWarpTilesM; ++mi)
               for (int ni = 0; ni < kWarpTilesN; ++ni)
                 for (int lane = 0; lane < 32; ++lane)
                   for (int r = 0; r < 4; ++r) {
-                    const Coord64 e = c_element(bm, bn, w, mi, ni, lane, r);
+                    const BlockTile t = block_tile(x, y, tiles_n, tiles_m);
+                    const Coord64 e = c_element(t.bm, t.bn, w, mi, ni, lane, r);
                     if (e.row < m && e.col < n)
                       ++hits[static_cast<size_t>(e.row * n + e.col)];
                     else
@@ -225,9 +235,9 @@ TEST_CASE("k tiles load every k of odd lengths once and never read past a padded
     REQUIRE(ld >= k_len);
     REQUIRE(ld < k_len + kChunkElems);
     std::vector<int> hits(static_cast<size_t>(k_len), 0);
-    const TileShape s = operand_tile(true);
+    const TileShape s = operand_tile(true, kBM);
     for (int64_t kt = 0; kt < ceil_div(k_len, kBK); ++kt)
-      for (int pass = 0; pass < kLoadPasses; ++pass)
+      for (int pass = 0; pass < load_passes(kBM); ++pass)
         for (int t = 0; t < kThreads; ++t) {
           const ChunkPos p = load_chunk(t, pass, s.chunks);
           if (p.row != 0) continue;  // one row of the tile is enough for the k axis
@@ -240,6 +250,62 @@ TEST_CASE("k tiles load every k of odd lengths once and never read past a padded
     INFO("K = " << k_len);
     for (int h : hits) REQUIRE(h == 1);
   }
+}
+
+TEST_CASE("the hoisted loader plan and ldmatrix offsets give the per-chunk formulas' addresses",
+          "[kernels][cuda-index]") {
+  // BELAY_GEMM_HOIST's kernel path: a thread's LoadPlan plus compile-time steps per pass is
+  // load_chunk and tile_offset; a lane's fixed ldmatrix offset plus a constant step is
+  // a_ldsm_offset / b_ldsm_offset, for every warp, tile and k step.
+  int wrong = 0;
+  for (const auto [s, mn] : kShapes) {
+    const bool km = s.chunks == kBK / kChunkElems && s.rows == mn;
+    for (int t = 0; t < kThreads; ++t) {
+      const LoadPlan plan = load_plan(km, mn, t);
+      for (int pass = 0; pass < load_passes(mn); ++pass) {
+        const ChunkPos p = load_chunk(t, pass, s.chunks);
+        wrong += p.row != plan.row + pass * load_row_step(km, mn) || p.chunk != plan.chunk;
+        wrong += tile_offset(p.row, p.chunk, s.chunks) != plan.dst + pass * load_dst_step(km, mn);
+      }
+    }
+  }
+  for (bool km : {true, false})
+    for (int lane = 0; lane < 32; ++lane)
+      for (int kk = 0; kk < kBK; kk += kMmaK) {
+        for (int wm = 0; wm < kBM; wm += kWarpM)
+          for (int mi = 0; mi < kWarpTilesM; ++mi) {
+            const int i = a_ldsm_index(km, mi, kk);
+            REQUIRE((i >= 0 && i < kLdsmFixedA));
+            wrong += a_ldsm_offset(km, lane, wm, mi, kk) != a_ldsm_fixed(km, lane, wm, i) + a_ldsm_step(km, mi, kk);
+          }
+        for (int wn = 0; wn < kBN; wn += kWarpN)
+          for (int pair = 0; pair < kWarpTilesN / 2; ++pair) {
+            const int i = b_ldsm_index(km, pair, kk);
+            REQUIRE((i >= 0 && i < kLdsmFixedB));
+            wrong += b_ldsm_offset(km, lane, wn, pair, kk) != b_ldsm_fixed(km, lane, wn, i) + b_ldsm_step(km, pair, kk);
+          }
+      }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("block_tile maps the launch grid onto the tiles of C one to one", "[kernels][cuda-index]") {
+  // Grids taller and shorter than a group, and a last group that is cut short.
+  const int64_t extents[] = {1, 2, 7, 8, 9, 33, 64};
+  for (int64_t tiles_m : extents)
+    for (int64_t tiles_n : extents) {
+      std::vector<int> hits(static_cast<size_t>(tiles_m * tiles_n), 0);
+      for (int64_t y = 0; y < tiles_m; ++y)
+        for (int64_t x = 0; x < tiles_n; ++x) {
+          const BlockTile t = block_tile(x, y, tiles_n, tiles_m);
+          REQUIRE((t.bm >= 0 && t.bm < tiles_m && t.bn >= 0 && t.bn < tiles_n));
+          ++hits[static_cast<size_t>(t.bm * tiles_n + t.bn)];
+        }
+      INFO("tiles " << tiles_m << " x " << tiles_n << ", group " << kGroupM);
+      for (int h : hits) REQUIRE(h == 1);
+      // The first kGroupM * tiles_n blocks stay within kGroupM rows of tiles.
+      for (int64_t id = 0; id < std::min(tiles_m * tiles_n, kGroupM * tiles_n); ++id)
+        REQUIRE(block_tile(id % tiles_n, id / tiles_n, tiles_n, tiles_m).bm < kGroupM);
+    }
 }
 
 TEST_CASE("a row kernel's grid covers every row once, at most kMaxRowBlocks blocks", "[kernels][cuda-index]") {
