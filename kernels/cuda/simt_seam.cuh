@@ -1,7 +1,8 @@
-// The two places where a kernel file differs between the GPU build (nvcc) and the emulated
+// The three places where a kernel file differs between the GPU build (nvcc) and the emulated
 // build (BELAY_CUDA_EMULATION: the same source compiled by the host compiler and run by the
-// SIMT emulator in kernels/cuda/emulation/): how a kernel is launched and how it declares
-// shared memory. Everything else in kernels/cuda/ is the same text in both builds.
+// SIMT emulator in kernels/cuda/emulation/): how a kernel is launched, how it declares
+// shared memory and whether its loops are unrolled. Everything else in kernels/cuda/ is the
+// same text in both builds.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +10,18 @@
 
 #if BELAY_CUDA_EMULATION
 #include "kernels/cuda/emulation/simt.h"
+#endif
+
+// BELAY_UNROLL before a loop is `#pragma unroll` under nvcc, where a kernel's small arrays
+// (accumulators, mma fragments) stay in registers only if every index is a constant after
+// unrolling. In the emulated build it is nothing: there the arrays live in memory either way,
+// and the unrolled bodies cost compile time alone. Under clang with ASan, UBSan and the race
+// check's hooks, the SIMT attention unit took 100 s to compile unrolled and 1.4 s not (the
+// object 2.3 MB against 0.24 MB). The results do not change: unrolling reorders no operation.
+#if BELAY_CUDA_EMULATION
+#define BELAY_UNROLL
+#else
+#define BELAY_UNROLL _Pragma("unroll")
 #endif
 
 namespace belay::cuda {
