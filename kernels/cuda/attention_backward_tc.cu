@@ -37,6 +37,20 @@ namespace {
 using namespace attn;
 using namespace ptx;
 
+// One item's Q, dO, K and V as both kernels read them: rows of ld 16-bit values.
+struct ItemInputs {
+  const uint16_t* q;
+  const uint16_t* dout;
+  const uint16_t* k;
+  const uint16_t* v;
+};
+__device__ __forceinline__ ItemInputs item_inputs(const BwdParams& p, int64_t item) {
+  return {static_cast<const uint16_t*>(p.q) + item * p.tq * p.ld,
+          static_cast<const uint16_t*>(p.dout) + item * p.tq * p.ld,
+          static_cast<const uint16_t*>(p.k) + item * p.tk * p.ld,
+          static_cast<const uint16_t*>(p.v) + item * p.tk * p.ld};
+}
+
 // dS = P (dP - D), the score gradient before the softmax, FP32.
 __device__ __forceinline__ float score_grad(float p, float dp, float dsum) { return p * (dp - dsum); }
 
@@ -75,10 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dkv_tc_kernel(const Bwd
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BlockTile bt = bwd_block_tile(blockIdx.x, p.items, p.tiles, false);
   const int64_t item = bt.item, j0 = bt.tile * kBc;
-  const uint16_t* gq = static_cast<const uint16_t*>(p.q) + item * p.tq * p.ld;
-  const uint16_t* gg = static_cast<const uint16_t*>(p.dout) + item * p.tq * p.ld;
-  const uint16_t* gk = static_cast<const uint16_t*>(p.k) + item * p.tk * p.ld;
-  const uint16_t* gv = static_cast<const uint16_t*>(p.v) + item * p.tk * p.ld;
+  const ItemInputs g = item_inputs(p, item);
   uint16_t* const k_s = smem;
   uint16_t* const v_s = smem + tile_elems(kD);
   auto q_s = [&](int stage) { return smem + (2 + stage) * tile_elems(kD); };
@@ -96,11 +107,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dkv_tc_kernel(const Bwd
   const int64_t first = first_query_tile(p.causal, j0, p.tq, p.tk), last = ceil_div(p.tq, kBr);
 
   // Group 0: K, V and the first query tile.
-  load_tile<kD>(k_s, gk, j0, p.tk, p.ld);
-  load_tile<kD>(v_s, gv, j0, p.tk, p.ld);
+  load_tile<kD>(k_s, g.k, j0, p.tk, p.ld);
+  load_tile<kD>(v_s, g.v, j0, p.tk, p.ld);
   if (first < last) {
-    load_tile<kD>(q_s(0), gq, first * kBr, p.tq, p.ld);
-    load_tile<kD>(g_s(0), gg, first * kBr, p.tq, p.ld);
+    load_tile<kD>(q_s(0), g.q, first * kBr, p.tq, p.ld);
+    load_tile<kD>(g_s(0), g.dout, first * kBr, p.tq, p.ld);
     load_rows(0, first * kBr);
   }
   cp_async_commit();
@@ -115,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dkv_tc_kernel(const Bwd
     // Prefetch query tile qt + 1 into the other stage (its last readers passed the barrier
     // that ended the previous tile), then wait for tile qt only.
     if (qt + 1 < last) {
-      load_tile<kD>(q_s(stage ^ 1), gq, (qt + 1) * kBr, p.tq, p.ld);
-      load_tile<kD>(g_s(stage ^ 1), gg, (qt + 1) * kBr, p.tq, p.ld);
+      load_tile<kD>(q_s(stage ^ 1), g.q, (qt + 1) * kBr, p.tq, p.ld);
+      load_tile<kD>(g_s(stage ^ 1), g.dout, (qt + 1) * kBr, p.tq, p.ld);
       load_rows(stage ^ 1, (qt + 1) * kBr);
     }
     cp_async_commit();
@@ -167,21 +178,18 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dq_tc_kernel(const BwdP
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BlockTile bt = bwd_block_tile(blockIdx.x, p.items, p.tiles, true);
   const int64_t item = bt.item, q0 = bt.tile * kBr;
-  const uint16_t* gq = static_cast<const uint16_t*>(p.q) + item * p.tq * p.ld;
-  const uint16_t* gg = static_cast<const uint16_t*>(p.dout) + item * p.tq * p.ld;
-  const uint16_t* gk = static_cast<const uint16_t*>(p.k) + item * p.tk * p.ld;
-  const uint16_t* gv = static_cast<const uint16_t*>(p.v) + item * p.tk * p.ld;
+  const ItemInputs g = item_inputs(p, item);
   uint16_t* const q_s = smem;
   uint16_t* const g_s = smem + tile_elems(kD);
   auto k_s = [&](int stage) { return smem + (2 + stage) * tile_elems(kD); };
   auto v_s = [&](int stage) { return smem + (4 + stage) * tile_elems(kD); };
   const int n_tiles = key_tiles(p.causal, q0, kBr, p.tq, p.tk, kBc);
 
-  load_tile<kD>(q_s, gq, q0, p.tq, p.ld);
-  load_tile<kD>(g_s, gg, q0, p.tq, p.ld);
+  load_tile<kD>(q_s, g.q, q0, p.tq, p.ld);
+  load_tile<kD>(g_s, g.dout, q0, p.tq, p.ld);
   if (n_tiles > 0) {
-    load_tile<kD>(k_s(0), gk, 0, p.tk, p.ld);
-    load_tile<kD>(v_s(0), gv, 0, p.tk, p.ld);
+    load_tile<kD>(k_s(0), g.k, 0, p.tk, p.ld);
+    load_tile<kD>(v_s(0), g.v, 0, p.tk, p.ld);
   }
   cp_async_commit();
 
@@ -199,8 +207,8 @@ BELAY_UNROLL
   zero<kD>(dq);
   for (int kt = 0; kt < n_tiles; ++kt) {
     if (kt + 1 < n_tiles) {
-      load_tile<kD>(k_s((kt + 1) % 2), gk, (kt + 1) * int64_t{kBc}, p.tk, p.ld);
-      load_tile<kD>(v_s((kt + 1) % 2), gv, (kt + 1) * int64_t{kBc}, p.tk, p.ld);
+      load_tile<kD>(k_s((kt + 1) % 2), g.k, (kt + 1) * int64_t{kBc}, p.tk, p.ld);
+      load_tile<kD>(v_s((kt + 1) % 2), g.v, (kt + 1) * int64_t{kBc}, p.tk, p.ld);
     }
     cp_async_commit();
     cp_async_wait<1>();
