@@ -48,6 +48,17 @@ stamp() { echo "== [$(( $(date +%s) - START )) s] $*"; }
 left_s() { echo $(( START + BUDGET - 20 - $(date +%s) )); }
 cap() { local left; left=$(left_s); (( left < 1 )) && left=1; echo $(( $1 < left ? $1 : left )); }
 budget_left() { (( $(left_s) >= $1 )) || { stamp "skipped: less than $1 s of the ${BUDGET} s budget left"; return 1; }; }
+# torch_peer NAME NEEDS CAP: the PyTorch peer bench/gpu/NAME.py, if NEEDS seconds are left, for at
+# most CAP of them, into $OUT/NAME.json (its stderr in NAME.err), else a JSON error saying why.
+torch_peer() {
+  local json="$OUT/$1.json"
+  if ! budget_left "$2"; then
+    echo '{"error": "skipped: budget spent"}' > "$json"
+  elif ! timeout "$(cap "$3")" python3 "$ROOT/bench/gpu/$1.py" > "$json" 2> "$OUT/$1.err"; then
+    echo "{\"error\": \"bench/gpu/$1.py failed\"}" > "$json"; tail -5 "$OUT/$1.err"
+  fi
+  cat "$json"
+}
 
 stamp "belay gpu-check at $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || echo "nvidia-smi: not available"
@@ -149,18 +160,8 @@ for variant in "${GEMM_VARIANTS[@]}"; do
 done
 
 stamp "PyTorch reference step"
-if ! budget_left 30; then
-  echo '{"error": "skipped: budget spent"}' > "$OUT/torch_amp_step.json"
-elif ! timeout "$(cap 60)" python3 "$ROOT/bench/gpu/torch_amp_step.py" > "$OUT/torch_amp_step.json" 2> "$OUT/torch_amp_step.err"; then
-  echo '{"error": "torch script failed"}' > "$OUT/torch_amp_step.json"; tail -5 "$OUT/torch_amp_step.err"
-fi
-cat "$OUT/torch_amp_step.json"
-if ! budget_left 20; then
-  echo '{"error": "skipped: budget spent"}' > "$OUT/torch_sdpa.json"
-elif ! timeout "$(cap 45)" python3 "$ROOT/bench/gpu/torch_sdpa.py" > "$OUT/torch_sdpa.json" 2> "$OUT/torch_sdpa.err"; then
-  echo '{"error": "torch sdpa script failed"}' > "$OUT/torch_sdpa.json"; tail -5 "$OUT/torch_sdpa.err"
-fi
-cat "$OUT/torch_sdpa.json"
+torch_peer torch_amp_step 30 60
+torch_peer torch_sdpa 20 45
 
 stamp "belay train on cuda vs cpu (the README demo, fp16 with an inf at step 5; and a larger MLP)"
 BELAY_BIN="$(find "$BUILD" -maxdepth 2 -name belay -type f -perm -u+x | head -1)"
@@ -242,12 +243,7 @@ if [ -x "$BELAY_BIN" ] && [ -f "$GPT_DATA" ] && budget_left 60; then
 else
   echo "skipped: no belay binary, no tokens file at $GPT_DATA, or no budget"
 fi
-if ! budget_left 40; then
-  echo '{"error": "skipped: budget spent"}' > "$OUT/torch_gpt_step.json"
-elif ! timeout "$(cap 120)" python3 "$ROOT/bench/gpu/torch_gpt_step.py" > "$OUT/torch_gpt_step.json" 2> "$OUT/torch_gpt_step.err"; then
-  echo '{"error": "torch gpt script failed"}' > "$OUT/torch_gpt_step.json"; tail -5 "$OUT/torch_gpt_step.err"
-fi
-cat "$OUT/torch_gpt_step.json"
+torch_peer torch_gpt_step 40 120
 
 stamp "summary"
 python3 - "$OUT" "$BUILD_RC" "$CTEST_RC" "$PASSED" <<'PY'
