@@ -27,7 +27,7 @@ __global__ void attention_dsum_kernel(const void* dout, const void* out, DType d
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / 32; r < rows; r += warps) {
     float acc = 0.0f;
     for (int c = lane; c < d; c += 32) acc += cuda::load_f32(dout, dtype, r * ld + c) * cuda::load_f32(out, dtype, r * d + c);
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (lane == 0) dsum[r] = acc;
   }
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kSimtThreads) attention_dq_kernel(const BwdPar
   float q[kCols], g[kCols], dq[kCols];
   load_row<kD>(q, gq, p.dtype, i, p.tq, p.d, me.sub);
   load_row<kD>(g, gg, p.dtype, i, p.tq, p.d, me.sub);
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kCols; ++c) dq[c] = 0.0f;
   const float lse2 = i < p.tq ? p.lse[row] * kLog2e : 0.0f, dsum = i < p.tq ? p.dsum[row] : 0.0f;
 
@@ -74,12 +74,12 @@ BELAY_UNROLL
       const float qk = row_dot<kD>(q, k_s[jj], me.sub), dp = row_dot<kD>(g, v_s[jj], me.sub);
       const bool live = i < p.tq && sees(p.causal, i, j0 + jj, p.tq, p.tk);
       const ProbGrad pg = prob_grad(live, qk, dp, lse2, dsum, p.scale_log2);
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int c = 0; c < kCols; ++c) dq[c] += pg.ds * k_s[jj][simt_col(me.sub, c)];
     }
   }
   if (i >= p.tq) return;
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kCols; ++c)
     if (simt_col(me.sub, c) < p.d) cuda::store_f32(p.dq, p.dq_dtype, row * p.d + simt_col(me.sub, c), p.scale * dq[c]);
 }
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kSimtThreads) attention_dkv_kernel(const BwdPa
   float k[kCols], v[kCols], dk[kCols], dv[kCols];
   load_row<kD>(k, gk, p.dtype, j, p.tk, p.d, me.sub);
   load_row<kD>(v, gv, p.dtype, j, p.tk, p.d, me.sub);
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kCols; ++c) dk[c] = dv[c] = 0.0f;
 
   const int64_t first_tile = first_query(p.causal, j0, p.tq, p.tk) / kSimtCols;
@@ -124,7 +124,7 @@ BELAY_UNROLL
       const float qk = row_dot<kD>(k, q_s[ii], me.sub), dp = row_dot<kD>(v, g_s[ii], me.sub);
       const bool live = i0 + ii < p.tq && sees(p.causal, i0 + ii, j, p.tq, p.tk);
       const ProbGrad pg = prob_grad(live, qk, dp, lse_s[ii], dsum_s[ii], p.scale_log2);
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int c = 0; c < kCols; ++c) {
         dv[c] += pg.p * g_s[ii][simt_col(me.sub, c)];
         dk[c] += pg.ds * q_s[ii][simt_col(me.sub, c)];
@@ -133,7 +133,7 @@ BELAY_UNROLL
   }
   if (j >= p.tk) return;
   const int64_t row = item * p.tk + j;
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kCols; ++c) {
     const int col = simt_col(me.sub, c);
     if (col >= p.d) continue;

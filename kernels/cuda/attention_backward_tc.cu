@@ -58,9 +58,9 @@ __device__ __forceinline__ float score_grad(float p, float dp, float dsum) { ret
 template <int kD>
 __device__ __forceinline__ void store_grad(void* g, DType dtype, const float (&acc)[kD / 8][4], float scale,
                                            int64_t item, int64_t row0, int64_t rows, int d, int lane) {
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int x = 0; x < kD / 8; ++x)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) {
       const gemm::Coord e = gemm::mma_c_element(lane, r);
       const int64_t row = row0 + e.row;
@@ -71,9 +71,9 @@ BELAY_UNROLL
 
 template <int kD>
 __device__ __forceinline__ void zero(float (&acc)[kD / 8][4]) {
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int x = 0; x < kD / 8; ++x)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) acc[x][r] = 0.0f;
 }
 
@@ -144,9 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dkv_tc_kernel(const Bwd
       tile_scores<kD, kBf16, kN>(s, k_s, q_s(stage), warp, lane, p.ld, sub * kN / 2);
       tile_scores<kD, kBf16, kN>(dp, v_s, g_s(stage), warp, lane, p.ld, sub * kN / 2);
       auto probs = [&](auto masked) {
-BELAY_UNROLL
+        BELAY_UNROLL
         for (int ni = 0; ni < kN; ++ni)
-BELAY_UNROLL
+          BELAY_UNROLL
           for (int r = 0; r < 4; ++r) {
             const ScorePos e = score_pos(lane, sub * kN + ni, r);  // e.row: the key, e.key: the query
             const bool live = !decltype(masked)::value || sees_in(p.causal, i0 + e.key, key0 + e.row, tq, tk);
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_dq_tc_kernel(const BwdP
   const int q_row0 = static_cast<int>(q0) + warp * gemm::kMmaM;
   const int tq = static_cast<int>(p.tq), tk = static_cast<int>(p.tk);
   float lse2[2], dsum[2];
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int h = 0; h < 2; ++h) {
     const int i = q_row0 + lane / 4 + 8 * h;
     lse2[h] = i < p.tq ? p.lse[item * p.tq + i] * kLog2e : 0.0f;
@@ -219,9 +219,9 @@ BELAY_UNROLL
     tile_scores<kD, kBf16>(dp, g_s, v_s(kt % 2), warp, lane, p.ld);
     const int j0 = kt * kBc;
     auto grads = [&](auto masked) {
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int ni = 0; ni < kKeyTilesN; ++ni)
-BELAY_UNROLL
+        BELAY_UNROLL
         for (int r = 0; r < 4; ++r) {
           const ScorePos e = score_pos(lane, ni, r);
           const bool live = !decltype(masked)::value || sees_in(p.causal, q_row0 + e.row, j0 + e.key, tq, tk);

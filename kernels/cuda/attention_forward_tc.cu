@@ -30,9 +30,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeyTilesN][4], float 
                                                float (&l)[2], bool causal, int64_t tq, int64_t tk,
                                                float scale_log2, int64_t q_row0, int64_t j0, int lane) {
   float mx[2] = {m[0], m[1]};
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int ni = 0; ni < kKeyTilesN; ++ni)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) {
       const ScorePos e = score_pos(lane, ni, r);
       const bool live = sees(causal, q_row0 + e.row, j0 + e.key, tq, tk);
@@ -40,7 +40,7 @@ BELAY_UNROLL
       mx[r / 2] = fmaxf(mx[r / 2], s[ni][r]);
     }
   float base[2], alpha[2];
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
@@ -49,18 +49,18 @@ BELAY_UNROLL
     m[h] = mx[h];
   }
   float sum[2] = {0.0f, 0.0f};
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int ni = 0; ni < kKeyTilesN; ++ni)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) {
       s[ni][r] = exp2f(s[ni][r] - base[r / 2]);
       sum[r / 2] += s[ni][r];
     }
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int x = 0; x < kD / 8; ++x)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) o[x][r] *= alpha[r / 2];
 }
 
@@ -71,16 +71,16 @@ __device__ __forceinline__ void store_rows(void* out_base, float* lse, int64_t t
                                            const float (&m)[2], float (&l)[2], int64_t item, int64_t q_row0,
                                            int lane) {
   float inv[2];
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     inv[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
   }
   uint16_t* out = static_cast<uint16_t*>(out_base);
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int x = 0; x < kD / 8; ++x)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) {
       const gemm::Coord e = gemm::mma_c_element(lane, r);
       const int64_t row = q_row0 + e.row;
@@ -90,7 +90,7 @@ BELAY_UNROLL
         out[(item * tq + row) * d + col] = kBf16 ? f32_to_bf16_bits(val) : f32_to_f16_bits(val);
     }
   if (lane % 4 == 0)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int h = 0; h < 2; ++h) {
       const int64_t row = q_row0 + lane / 4 + 8 * h;
       if (row < tq) lse[item * tq + row] = l[h] > 0.0f ? (m[h] + log2f(l[h])) * kLn2 : -INFINITY;
@@ -122,9 +122,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_forward_tc_kernel(const
   cp_async_commit();
 
   float o[kD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int x = 0; x < kD / 8; ++x)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) o[x][r] = 0.0f;
   const int64_t q_row0 = q0 + warp * gemm::kMmaM;
 

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kSimtThreads) attention_forward_simt_kernel(co
   const float* gv = static_cast<const float*>(p.v) + item * p.tk * p.d;
   float q[kCols], o[kCols], m = -INFINITY, l = 0.0f;
   load_row<kD>(q, static_cast<const float*>(p.q) + item * p.tq * p.d, DType::F32, i, p.tq, p.d, me.sub);
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kCols; ++c) o[c] = 0.0f;
 
   const int n_tiles = key_tiles(p.causal, q0, kSimtRows, p.tq, p.tk, kSimtCols);
@@ -56,7 +56,7 @@ BELAY_UNROLL
     load_simt_tile<kD>(v_s, gv, DType::F32, j0, p.tk, p.d);
     __syncthreads();
     float s[kSimtCols], mx = m;
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int jj = 0; jj < kSimtCols; ++jj) {
       const float dot = row_dot<kD>(q, k_s[jj], me.sub);
       s[jj] = sees(p.causal, i, j0 + jj, p.tq, p.tk) ? dot * p.scale_log2 : -INFINITY;
@@ -65,20 +65,20 @@ BELAY_UNROLL
     const float base = mx == -INFINITY ? 0.0f : mx, alpha = exp2f(m - base);
     m = mx;
     l *= alpha;
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int c = 0; c < kCols; ++c) o[c] *= alpha;
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int jj = 0; jj < kSimtCols; ++jj) {
       const float pj = exp2f(s[jj] - base);  // FP32: no rounding of P on this path
       l += pj;
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int c = 0; c < kCols; ++c) o[c] += pj * v_s[jj][simt_col(me.sub, c)];
     }
   }
   if (i >= p.tq) return;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   float* out = static_cast<float*>(p.out) + (item * p.tq + i) * p.d;
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kCols; ++c)
     if (simt_col(me.sub, c) < p.d) out[simt_col(me.sub, c)] = o[c] * inv;
   if (me.sub == 0) p.lse[item * p.tq + i] = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;

@@ -66,7 +66,7 @@ __device__ __forceinline__ float row_sum(float x) {
 template <int kD>
 __device__ __forceinline__ float row_dot(const float (&a)[kD / kLanesPerRow], const float* row, int sub) {
   float acc = 0.0f;
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kD / kLanesPerRow; ++c) acc += a[c] * row[simt_col(sub, c)];
   return row_sum(acc);
 }
@@ -75,7 +75,7 @@ BELAY_UNROLL
 template <int kD>
 __device__ __forceinline__ void load_row(float (&dst)[kD / kLanesPerRow], const void* base, DType dtype, int64_t r,
                                          int64_t rows, int d, int sub) {
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int c = 0; c < kD / kLanesPerRow; ++c) {
     const int col = simt_col(sub, c);
     dst[c] = r < rows && col < d ? cuda::load_f32(base, dtype, r * d + col) : 0.0f;

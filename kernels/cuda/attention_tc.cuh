@@ -20,7 +20,7 @@ namespace belay::attn {
 // chunks past the rows or past ld are zero-filled (0 source bytes).
 template <int kD>
 __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* g, int64_t row0, int64_t rows, int ld) {
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int pass = 0; pass < load_passes(kD); ++pass) {
     const TileChunk c = tile_chunk(threadIdx.x, pass, kD);
     const bool inside = chunk_inside(c, static_cast<int>(row0), static_cast<int>(rows), ld);
@@ -37,16 +37,16 @@ BELAY_UNROLL
 template <int kD, bool kBf16, int kN = kKeyTilesN>
 __device__ __forceinline__ void tile_scores(float (&s)[kN][4], const uint16_t* x_s, const uint16_t* y_s, int warp,
                                             int lane, int ld, int pair0 = 0) {
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int ni = 0; ni < kN; ++ni)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) s[ni][r] = 0.0f;
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int kk = 0; kk < kD; kk += gemm::kMmaK) {
     if (kD == 64 && kk >= ld) break;
     uint32_t a[4];
     ptx::ldmatrix_x4<false>(a, ptx::smem_addr(x_s + q_ldsm_offset(lane, warp, kk, kD)));
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int pair = 0; pair < kN / 2; ++pair) {
       uint32_t r[4];
       ptx::ldmatrix_x4<false>(r, ptx::smem_addr(y_s + k_ldsm_offset(lane, pair0 + pair, kk, kD)));
@@ -74,13 +74,13 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 template <int kD, bool kBf16, int kN = kKeyTilesN>
 __device__ __forceinline__ void tile_pv(float (&o)[kD / 8][4], const float (&s)[kN][4], const uint16_t* y_s, int lane,
                                         int ld, int pair0 = 0) {
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int kt2 = 0; kt2 < kN / 2; ++kt2) {
     uint32_t a[4];
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int ar = 0; ar < 4; ++ar)
       a[ar] = pack_pair<kBf16>(s[p_score_tile(kt2, ar)][p_score_reg(ar, 0)], s[p_score_tile(kt2, ar)][p_score_reg(ar, 1)]);
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int pair = 0; pair < kD / 16; ++pair) {
       if (kD == 64 && pair * 16 >= ld) break;  // the d padding (as in tile_scores): o there stays 0, unstored
       uint32_t r[4];

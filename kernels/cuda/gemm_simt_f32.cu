@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kF32Threads) gemm_f32_kernel(const F32Params p
 
   for (int64_t k0 = 0; k0 < p.k; k0 += kF32BK) {
     // 64 x 16 = 1024 elements per operand, 4 per thread.
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int r = 0; r < 4; ++r) {
       const int id = r * kF32Threads + t;
       // A: stored [M][K] (k contiguous) or [K][M] (m contiguous).
@@ -67,24 +67,24 @@ BELAY_UNROLL
       bs[bk][bnn] = vb;
     }
     __syncthreads();
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int kk = 0; kk < kF32BK; ++kk) {
       float a[kF32Micro], b[kF32Micro];
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int i = 0; i < kF32Micro; ++i) a[i] = as[kk][t / 16 + 16 * i];
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int j = 0; j < kF32Micro; ++j) b[j] = bs[kk][t % 16 + 16 * j];
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int i = 0; i < kF32Micro; ++i)
-BELAY_UNROLL
+        BELAY_UNROLL
         for (int j = 0; j < kF32Micro; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
     __syncthreads();
   }
 
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int i = 0; i < kF32Micro; ++i)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int j = 0; j < kF32Micro; ++j) {
       const Coord64 e = f32_element(bm, bn, t, i, j);
       if (e.row >= p.m || e.col >= p.n) continue;

@@ -58,7 +58,7 @@ struct TcParams {
 template <bool kKMajor, int kMn>
 __device__ __forceinline__ void load_tile(uint16_t* stage, const uint16_t* g, int64_t ld, int mn_total, int k_total,
                                           int mn0, int k0) {
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int pass = 0; pass < load_passes(kMn); ++pass) {
     const ChunkCopy c = tile_chunk_copy(kKMajor, kMn, threadIdx.x, pass, ld, mn_total, k_total, mn0, k0);
     // Outside the operand: 0 source bytes zero-fill the chunk (the address stays valid).
@@ -77,7 +77,7 @@ __device__ __forceinline__ void load_tile_planned(uint32_t stage, const uint16_t
   const int row0 = (kKMajor ? mn0 : k0) + plan.row;
   const int col = (kKMajor ? k0 : mn0) + plan.chunk * kChunkElems;
   const int64_t src0 = static_cast<int64_t>(row0) * ld + col, src_step = kRowStep * ld;
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int pass = 0; pass < load_passes(kMn); ++pass) {
     const bool inside = row0 + pass * kRowStep < rows_total && col < cols_total;
     // Outside the operand: 0 source bytes zero-fill the chunk (the address stays valid).
@@ -132,24 +132,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_tc_kernel(const T
   };
 
   float acc[kWarpTilesM][kWarpTilesN][4];
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int i = 0; i < kWarpTilesM; ++i)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int j = 0; j < kWarpTilesN; ++j)
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
   const int wm = (warp / kWarpsN) * kWarpM, wn = (warp % kWarpsN) * kWarpN;
   // kHoist: the lane's fixed ldmatrix offsets (bytes from its operand tile's start); each
   // ldmatrix then adds a compile-time step (gemm_layout.h, *_ldsm_fixed and *_ldsm_step).
   uint32_t a_fixed[kLdsmFixedA], b_fixed[kLdsmFixedB];
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int i = 0; i < kLdsmFixedA; ++i) a_fixed[i] = 2 * a_ldsm_fixed(kAKMajor, lane, wm, i);
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int i = 0; i < kLdsmFixedB; ++i) b_fixed[i] = 2 * b_ldsm_fixed(kBKMajor, lane, wn, i);
 
   // Prologue: kStages - 1 tiles in flight before the first mma.
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int s = 0; s < kStages - 1; ++s) load_stage(s);
 
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -163,16 +163,16 @@ BELAY_UNROLL
     const uint16_t* a_s = stage_a(kt % kStages);
     const uint16_t* b_s = stage_b(kt % kStages);
     const uint32_t a_addr = smem_base + 2 * (kt % kStages) * kStageElems, b_addr = a_addr + 2 * kATileElems;
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int kk = 0; kk < kBK; kk += kMmaK) {
       uint32_t af[kWarpTilesM][4];
       uint32_t bf[kWarpTilesN][2];
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int mi = 0; mi < kWarpTilesM; ++mi)
         ldmatrix_x4<!kAKMajor>(af[mi], kHoist ? a_addr + a_fixed[a_ldsm_index(kAKMajor, mi, kk)] +
                                                     2 * a_ldsm_step(kAKMajor, mi, kk)
                                               : smem_addr(a_s + a_ldsm_offset(kAKMajor, lane, wm, mi, kk)));
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int pair = 0; pair < kWarpTilesN / 2; ++pair) {
         uint32_t r[4];
         ldmatrix_x4<!kBKMajor>(r, kHoist ? b_addr + b_fixed[b_ldsm_index(kBKMajor, pair, kk)] +
@@ -183,9 +183,9 @@ BELAY_UNROLL
         bf[2 * pair + 1][0] = r[2];
         bf[2 * pair + 1][1] = r[3];
       }
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int mi = 0; mi < kWarpTilesM; ++mi)
-BELAY_UNROLL
+        BELAY_UNROLL
         for (int ni = 0; ni < kWarpTilesN; ++ni) mma_16816<kBf16>(acc[mi][ni], af[mi], bf[ni]);
     }
   }
@@ -194,11 +194,11 @@ BELAY_UNROLL
   // Epilogue: bias and C added in FP32, one rounding into C's dtype. Fully unrolled with no
   // early exit, so the accumulators stay in registers (a loop the compiler does not unroll
   // indexes acc at run time and moves all 64 of them to local memory).
-BELAY_UNROLL
+  BELAY_UNROLL
   for (int mi = 0; mi < kWarpTilesM; ++mi)
-BELAY_UNROLL
+    BELAY_UNROLL
     for (int ni = 0; ni < kWarpTilesN; ++ni)
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int r = 0; r < 4; ++r) {
         const Coord64 e = c_element(bm, bn, warp, mi, ni, lane, r);
         const float v = acc[mi][ni][r];

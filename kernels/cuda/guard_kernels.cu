@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kBlock) guard_partials_kernel(const __grid_con
     BELAY_VEC8_LOOP(i, start, vec_end) {
       float x[8];
       load8_f32(g.data, g.dtype, i, x);
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int e = 0; e < 8; ++e) {
         const float u = x[e] * inv;
         acc += (double)u * (double)u;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kBlock) guard_census_partials_kernel(const __g
     BELAY_VEC8_LOOP(i, start, vec_end) {
       float x[8];
       load8_f32(g.data, g.dtype, i, x);
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int e = 0; e < 8; ++e) {
         census.add(x[e], bounds);
         const float u = x[e] * inv;
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kBlock) unscale_kernel(const __grid_constant__
     BELAY_VEC8_LOOP(i, start, vec_end) {
       float x[8];
       load8_f32(g.data, g.dtype, i, x);
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int e = 0; e < 8; ++e) {
         x[e] *= inv;
         nonfinite |= !is_finite_f32(x[e]);

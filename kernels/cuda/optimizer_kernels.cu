@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kBlock) adamw_kernel(const __grid_constant__ O
       load8(s.master, i, p);
       load8(s.m, i, m);
       load8(s.v, i, v);
-BELAY_UNROLL
+      BELAY_UNROLL
       for (int e = 0; e < 8; ++e)
         adamw_element(effective_grad(g[e], inv, coef), p[e], m[e], v[e], lr, h.beta1, h.beta2, h.eps,
                       s.weight_decay, bc1, bc2);
