@@ -245,6 +245,20 @@ else
 fi
 torch_peer torch_gpt_step 40 120
 
+stamp "where the GPT step's GPU time goes (nsys's kernel summary of 10 bf16 steps, where nsys is installed)"
+# The per-kernel table (time, calls, average) is what the next round of GPU work reads: which
+# kernel of the step is far from its limit. Without nsys the stage says so and nothing else.
+NSYS="$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)"
+if [ -n "$NSYS" ] && [ -x "$BELAY_BIN" ] && [ -f "$GPT_DATA" ] && budget_left 60; then
+  timeout "$(cap 90)" "$NSYS" profile --force-overwrite true -o "/tmp/gpt-bf16-nsys" --trace cuda \
+    "$BELAY_BIN" "${GPT_RUN[@]}" --dtype bf16 --steps 10 > "$OUT/gpt-nsys.out" 2>&1
+  echo "nsys profile rc=$?"
+  timeout "$(cap 60)" "$NSYS" stats --report cuda_gpu_kern_sum --format csv -o "$OUT/gpt-nsys" /tmp/gpt-bf16-nsys.nsys-rep > /dev/null 2>&1
+  echo "nsys stats rc=$?"; head -25 "$OUT"/gpt-nsys*.csv 2>/dev/null | cut -c1-220
+else
+  echo "skipped: no nsys (looked on PATH, /usr/local/cuda/bin, /opt/nvidia), no binary or tokens, or no budget"
+fi
+
 stamp "summary"
 python3 - "$OUT" "$BUILD_RC" "$CTEST_RC" "$PASSED" <<'PY'
 import json, sys, os, re
