@@ -98,20 +98,20 @@ fi
 # which is fastest on this GPU. A screening run on the H200
 # (bench/results/gpu-2026-12-04-h200-gemm-variants) found the larger tiles worth at most 4%
 # (the 8-warp 64 x 32 grid, BELAY_GEMM_WARPS_N=4, was slower: 0.32-0.35 of cuBLAS), so:
-#   hoist:    the default tile with the address math hoisted out of the k loop;
-#   bn256s4h: 128 x 256 tiles, 8 warps of 64 x 64, 4 stages (192 KiB), hoisted;
-#   bn256s4:  the same without hoisting (the screening's fastest, measured again beside it).
+# the second run (bench/results/gpu-2026-12-04-h200-2) found the hoisted address math 7-21%
+# faster, so it is the default since, and:
+#   nohoist:  the default tile with the address math in the k loop (the former default);
+#   bn256s4h: 128 x 256 tiles, 8 warps of 64 x 64, 4 stages (192 KiB), hoisted.
 # BELAY_GPU_CHECK_GEMM_VARIANTS="name:args;name:args" (empty: none) measures others.
-GEMM_VARIANTS_DEFAULT="hoist:-DBELAY_GEMM_HOIST=1"
+GEMM_VARIANTS_DEFAULT="nohoist:-DBELAY_GEMM_HOIST=0"
 GEMM_VARIANTS_DEFAULT+=";bn256s4h:-DBELAY_GEMM_BN=256 -DBELAY_GEMM_STAGES=4 -DBELAY_GEMM_HOIST=1"
-GEMM_VARIANTS_DEFAULT+=";bn256s4:-DBELAY_GEMM_BN=256 -DBELAY_GEMM_STAGES=4"
 IFS=';' read -r -a GEMM_VARIANTS <<< "${BELAY_GPU_CHECK_GEMM_VARIANTS-$GEMM_VARIANTS_DEFAULT}"
 # The cores left by the tests (ctest -j 4), shared among the variant builds.
 VARIANT_JOBS=$(( JOBS > 3 + ${#GEMM_VARIANTS[@]} ? (JOBS - 4) / (${#GEMM_VARIANTS[@]} > 0 ? ${#GEMM_VARIANTS[@]} : 1) : 1 ))
 # Every GEMM option reset to its default first: a build folder kept from an earlier run
 # holds the options it was configured with in its cache.
 GEMM_DEFAULTS=(-DBELAY_GEMM_BM=128 -DBELAY_GEMM_BN=128 -DBELAY_GEMM_WARPS_N= -DBELAY_GEMM_STAGES=3
-               -DBELAY_GEMM_GROUP_M=1 -DBELAY_GEMM_HOIST=0)
+               -DBELAY_GEMM_GROUP_M=1 -DBELAY_GEMM_HOIST=1)
 declare -A VARIANT_PID
 for variant in "${GEMM_VARIANTS[@]}"; do
   name="${variant%%:*}"; read -r -a args <<< "${variant#*:}"

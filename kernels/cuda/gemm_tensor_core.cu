@@ -2,7 +2,7 @@
 // C[M,N] = op(A)[M,K] op(B)[K,N] (+ bias[N]) (+ C if beta == 1), one kBM x kBN tile of C
 // per block (by default 128 x 128 with 4 warps of 64 x 64, two blocks per SM on sm_90;
 // the build options BELAY_GEMM_BM / _BN / _WARPS_N / _STAGES / _GROUP_M choose others, and
-// BELAY_GEMM_HOIST the address math done once before the k loop; gemm_layout.h holds the
+// BELAY_GEMM_HOIST (on by default) the address math done once before the k loop; gemm_layout.h holds the
 // tile shape, why, every option, and every index formula, tested on the CPU).
 // Per k-tile of 64:
 //   1. cp.async copies the A and B tiles, 16 bytes a thread at a time, into a swizzled
