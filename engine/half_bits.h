@@ -2,6 +2,15 @@
 // host and the device (BELAY_HD). Round to nearest even, subnormals kept, +-inf and NaN
 // preserved, FP16 overflow to inf. Integer arithmetic only, so every compiler and every
 // backend gives the same bits.
+//
+// On a real GPU (__CUDA_ARCH__) every value but NaN goes through the hardware's cvt instead:
+// PTX's cvt.rn is IEEE 754's round to nearest even with subnormals kept, the same bits as the
+// integer code (which tests/engine/test_dtype.cpp checks against an independent rounding, and
+// the CPU's F16C path against, in the same way), in one instruction where the integer FP16
+// code branches: the attention's probabilities, mostly small, took its subnormal branch, and
+// the fp16 attention kernel held twice the bf16 one's PTX and eight times its branches. NaN
+// keeps the integer path and its payload rule (the CPU's F16C path does the same). The
+// emulated device (host C++, no __CUDA_ARCH__) runs the integer code.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -41,6 +50,11 @@ BELAY_HD float f32_from_bits(uint32_t u) {
 // NaN is forced to a quiet NaN so rounding can never carry it into inf.
 BELAY_HD uint16_t f32_to_bf16_bits(float f) {
   uint32_t u = f32_bits(f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned short hw;  // computed for NaN too, then not taken: a select, not a branch
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x0040u) : hw;
+#endif
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
   uint32_t lsb = (u >> 16) & 1u;
   u += 0x7fffu + lsb;
@@ -54,7 +68,13 @@ BELAY_HD uint16_t f32_to_f16_bits(float f) {
   uint32_t u = f32_bits(f);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
+  const uint16_t nan = static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+#if defined(__CUDA_ARCH__)
+  unsigned short hw;  // computed for NaN too, then not taken: a select, not a branch
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hw) : "f"(f));
+  return abs > 0x7f800000u ? nan : hw;
+#endif
+  if (abs > 0x7f800000u) return nan;
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
   if (abs >= 0x38800000u) {                                            // normal FP16 (>= 2^-14)
     uint32_t lsb = (abs >> 13) & 1u;
@@ -77,7 +97,13 @@ BELAY_HD float f16_bits_to_f32(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1fu) return f32_from_bits(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  const float inf_or_nan = f32_from_bits(sign | 0x7f800000u | (mant << 13));
+#if defined(__CUDA_ARCH__)
+  float hw;  // exact for every finite value; inf and NaN keep the integer rule (a select)
+  asm("cvt.f32.f16 %0, %1;" : "=f"(hw) : "h"(h));
+  return exp == 0x1fu ? inf_or_nan : hw;
+#endif
+  if (exp == 0x1fu) return inf_or_nan;
   if (exp != 0) return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
   if (mant == 0) return f32_from_bits(sign);
   // Subnormal: normalise the mantissa into an FP32 normal.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <cmath>
 #include <csignal>
 #include <iomanip>
@@ -17,6 +18,7 @@
 #include "amp/dist/communicator.h"
 #include "apps/run/model_kinds.h"
 #include "apps/run/token_dataset.h"
+#include "engine/allocator.h"
 #include "engine/backend.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -752,6 +754,34 @@ void Trainer::print_summary(const CommCounters& run_counters) {
     else
       out_ << "1 (scaled as a whole: the direction is kept)\n";
   }
+  print_memory_summary();
+}
+
+namespace {
+
+// The process's peak resident set (VmHWM of /proc/self/status) in bytes; -1 where there is none.
+double peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
+  return -1.0;
+}
+
+std::string gigabytes(double bytes) { return short_count(bytes / 1e9) + " GB"; }
+
+}  // namespace
+
+// What the run held: the tensors' peak (the allocator's count of bytes handed out), what the
+// caching allocator holds at the end (blocks are cached by exact size, so a gap between the two
+// is memory that later requests of other sizes could not reuse), and the process's peak RSS.
+void Trainer::print_memory_summary() {
+  const AllocatorStats st = allocator_for(device_).stats();
+  out_ << "memory (" << device_.str() << "): tensors at most " << gigabytes(static_cast<double>(st.peak_bytes_in_use))
+       << ", held by the allocator at the end " << gigabytes(static_cast<double>(st.bytes_in_use + st.bytes_cached))
+       << " (" << gigabytes(static_cast<double>(st.bytes_cached)) << " of it cached, unused)";
+  const double rss = peak_rss_bytes();
+  if (rss >= 0) out_ << "; process peak RSS " << gigabytes(rss);
+  out_ << "\n";
 }
 
 void Trainer::print_dist_summary(const CommCounters& run_counters) {

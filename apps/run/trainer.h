@@ -93,6 +93,7 @@ class Trainer {
   // finish
   void print_summary(const CommCounters& run_counters);
   void print_dist_summary(const CommCounters& run_counters);
+  void print_memory_summary();
   std::string policy_label() const;
 
   TrainConfig c_;

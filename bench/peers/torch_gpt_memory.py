@@ -4,7 +4,7 @@ erf GELU, tied head, vocab 256 as belay's byte tokens) trained `--steps` AdamW s
 on random tokens, attention through F.scaled_dot_product_attention(is_causal=True); prints the
 process's peak RSS in KB (ru_maxrss) and the last loss. One configuration per process.
 
-    torch_gpt_memory.py --context T [--steps 2] [--threads N]
+    torch_gpt_memory.py --context T [--steps 2] [--threads N] [--layers 12]
 """
 import argparse
 import resource
@@ -49,10 +49,11 @@ def main():
     ap.add_argument("--context", type=int, required=True)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=12)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Gpt(256, a.context, 768, 12, 12)
+    model = Gpt(256, a.context, 768, a.layers, 12)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, 256, (4, a.context + 1))
     for _ in range(a.steps):
