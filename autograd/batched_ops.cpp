@@ -118,7 +118,7 @@ Var bmm(const Var& a_in, const Var& b_in, bool trans_a, bool trans_b) {
         else if (trans_b) batched_gemm(bt, g, true, a.value, trans_a, out, acc);  // dB = dC^T op(A)
         else batched_gemm(bt, a.value, !trans_a, g, false, out, acc);            // dB = op(A)^T dC
       });
-  });
+  }, reads_inputs(0b11));
 }
 
 Var transpose(const Var& x, int64_t dim0, int64_t dim1) {
@@ -144,7 +144,7 @@ Var transpose(const Var& x, int64_t dim0, int64_t dim1) {
     Tensor g = Tensor::empty(x.value.shape(), self.grad.dtype(), x.value.device());
     be(g).swap_axes(self.grad, back, g);
     accumulate_grad(x, g, true);
-  });
+  }, kReadsNothing);
 }
 
 Var split_heads(const Var& x, int64_t heads) {

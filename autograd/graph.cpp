@@ -25,6 +25,7 @@ NoGrad::~NoGrad() { g_grad_enabled = saved_; }
 Var::Var(Tensor value, bool requires_grad) {
   check_defined("Var", value);
   node_ = std::make_shared<Node>();
+  node_->handles = 1;
   node_->value = std::move(value);
   node_->requires_grad = requires_grad;
   node_->grad_dtype = node_->value.dtype();
@@ -52,6 +53,31 @@ void Var::zero_grad(bool set_to_none) {
     node_->grad.fill(0.0f);
 }
 
+void Var::let_go() {
+  if (!node_) return;
+  if (--node_->handles == 0) release_if_unread(*node_);
+  node_.reset();
+}
+
+// Anomaly mode reports the values of an op's inputs when its backward goes wrong: it keeps them.
+void release_if_unread(Node& n) {
+  if (n.is_leaf || n.handles > 0 || n.readers > 0 || n.value.data() == nullptr || anomaly_mode_enabled()) return;
+  n.value = n.value.released();
+}
+
+// After n's backward ran (or had no gradient to run with): the values it read have one reader less.
+void drop_backward_reads(Node& n) {
+  for (size_t i = 0; i < n.inputs.size() && i < 32; ++i)
+    if (n.reads_inputs >> i & 1u) {
+      --n.inputs[i]->readers;
+      release_if_unread(*n.inputs[i]);
+    }
+  if (n.reads_output) {
+    --n.readers;
+    release_if_unread(n);
+  }
+}
+
 DType grad_dtype_of(const Node& node) { return node.is_leaf ? node.grad_dtype : node.value.dtype(); }
 
 void accumulate_grad(Node& node, const Tensor& g, bool fresh) {
@@ -65,7 +91,8 @@ void accumulate_grad(Node& node, const Tensor& g, bool fresh) {
   backend_for(node.grad.device()).accumulate(node.grad, g, 1.0f, nullptr);
 }
 
-Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::function<void(Node&)> backward) {
+Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::function<void(Node&)> backward,
+                BackwardReads reads) {
   auto node = std::make_shared<Node>();
   node->value = std::move(value);
   node->op = op;
@@ -79,6 +106,12 @@ Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::func
     node->requires_grad = true;
     for (const Var& in : inputs) node->inputs.push_back(in.node_ptr());
     node->backward = std::move(backward);
+    if (inputs.size() > 32) throw Error(std::string(op) + ": more than 32 inputs (BackwardReads names 32)");
+    node->reads_inputs = reads.inputs & (inputs.size() == 32 ? ~0u : (1u << inputs.size()) - 1u);
+    node->reads_output = reads.output;
+    for (size_t i = 0; i < inputs.size() && i < 32; ++i)
+      if (node->reads_inputs >> i & 1u) ++node->inputs[i]->readers;
+    if (node->reads_output) ++node->readers;
   }
   return Var::from_node(std::move(node));
 }
@@ -145,6 +178,7 @@ void Var::backward(const Tensor& seed, float multiplier, const std::function<voi
     if (on_leaf_done)
       for (const auto& in : n->inputs)
         if (in->is_leaf && in->requires_grad && --readers_left[in.get()] == 0) on_leaf_done(*in);
+    drop_backward_reads(*n);
     // The graph is used once (retain_graph=False): free the gradient and the edges.
     n->grad = Tensor();
     n->backward = nullptr;

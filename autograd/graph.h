@@ -4,6 +4,12 @@
 // topological order. Leaf gradients accumulate (+=) across backward calls until
 // zero_grad; intermediate gradients are freed as soon as they have been used.
 //
+// An op's output value lives as long as something can still read it: a Var that names it, or a
+// backward still to run that reads it (an op declares which of its inputs' values, and whether
+// its own output, its backward reads: BackwardReads). When neither is left, the value is
+// released (Tensor::released: its shape, dtype and device stay) while the forward or the
+// backward goes on, as PyTorch frees what no backward saved. Leaves are never released.
+//
 // Parameters are leaves that also hold an FP32 master. Their `value` is the working copy
 // the forward reads: the master itself in FP32, or an FP16/BF16 copy that the optimizer
 // refreshes in the same pass that updates the master.
@@ -31,16 +37,49 @@ struct Node {
   const char* module = "";
   std::vector<std::shared_ptr<Node>> inputs;
   std::function<void(Node&)> backward;  // reads this node's grad, accumulates into inputs
+  // What keeps `value` (see the top of this file): the Vars naming this node, and the backward
+  // functions still to run that read it. reads_inputs (bit i: inputs[i]) and reads_output say
+  // what this node's own backward reads.
+  int handles = 0;
+  int readers = 0;
+  uint32_t reads_inputs = 0;
+  bool reads_output = false;
 };
+
+// Which values an op's backward reads: bit i of `inputs` for its input i, and `output` for its
+// own result. The default, everything, keeps every value until the backward that reads it ran.
+struct BackwardReads {
+  uint32_t inputs = ~0u;
+  bool output = true;
+};
+constexpr BackwardReads kReadsNothing{0u, false};
+constexpr BackwardReads reads_inputs(uint32_t mask) { return {mask, false}; }
 
 class Var {
  public:
   Var() = default;
   explicit Var(Tensor value, bool requires_grad = false);
+  // Copies and moves keep Node::handles: the last Var to let go of an op's result may release
+  // its value.
+  Var(const Var& other) : node_(other.node_) {
+    if (node_) ++node_->handles;
+  }
+  Var(Var&& other) noexcept : node_(std::move(other.node_)) {}
+  Var& operator=(const Var& other) {
+    Var copy(other);
+    std::swap(node_, copy.node_);
+    return *this;
+  }
+  Var& operator=(Var&& other) noexcept {
+    std::swap(node_, other.node_);
+    return *this;
+  }
+  ~Var() { let_go(); }
   static Var parameter(Tensor master, std::string name);  // master must be FP32
   static Var from_node(std::shared_ptr<Node> node) {
     Var v;
     v.node_ = std::move(node);
+    if (v.node_) ++v.node_->handles;
     return v;
   }
 
@@ -75,8 +114,12 @@ class Var {
   void backward(const Tensor& seed, float multiplier, const std::function<void(Node& leaf)>& on_leaf_done = {}) const;
 
  private:
+  void let_go();
   std::shared_ptr<Node> node_;
 };
+
+// Releases n's value when nothing can read it any more (see the top of this file).
+void release_if_unread(Node& n);
 
 // Whether new ops record the graph (this thread). NoGrad switches it off in a scope.
 bool grad_enabled();
@@ -114,7 +157,9 @@ void accumulate_grad(Node& node, const Tensor& g, bool fresh);
 DType grad_dtype_of(const Node& node);
 
 // Creates the result node of an op: records inputs and backward only when grad is enabled
-// and some input requires grad.
-Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::function<void(Node&)> backward);
+// and some input requires grad. `reads`: which values `backward` reads (keep it exact: a value
+// it reads but did not declare would be gone when it runs).
+Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::function<void(Node&)> backward,
+                BackwardReads reads = {});
 
 }  // namespace belay

@@ -157,7 +157,7 @@ Var softmax_op(const Var& x_in, bool log, bool causal) {
     Tensor d = Tensor::empty(x.value.shape(), x.value.dtype(), x.value.device());
     be(d).softmax_backward(self.value, self.grad, cols, log, causal, d);
     accumulate_grad(x, d, true);
-  });
+  }, BackwardReads{0u, true});
 }
 
 Var sum_axis_op(const Var& x, int64_t axis, bool keepdim, bool mean) {
@@ -181,10 +181,16 @@ Var sum_axis_op(const Var& x, int64_t axis, bool keepdim, bool mean) {
     Tensor dx = Tensor::empty(x.value.shape(), x.value.dtype(), x.value.device());
     be(dx).broadcast_axis(self.grad, view, alpha, dx);
     accumulate_grad(x, dx, true);
-  });
+  }, kReadsNothing);
 }
 
 }  // namespace
+
+// What binary_backward reads: nothing for + and -, both inputs for *, and the output too for /.
+static BackwardReads binary_reads(BinaryOp op) {
+  if (op == BinaryOp::Add || op == BinaryOp::Sub) return kReadsNothing;
+  return {0b11u, op == BinaryOp::Div};
+}
 
 Var binary(BinaryOp op, const Var& a_in, const Var& b_in) {
   const char* name = op_name(op);
@@ -200,7 +206,7 @@ Var binary(BinaryOp op, const Var& a_in, const Var& b_in) {
   Tensor out = apply_binary(op, full.value(), small.value(), view, swapped, promote(a.dtype(), b.dtype()));
   return make_result(out, name, {full, small}, [op, view, swapped](Node& self) {
     binary_backward(op, *self.inputs[0], *self.inputs[1], view, swapped, self.grad, self.value);
-  });
+  }, binary_reads(op));
 }
 
 Var sub(const Var& a, const Var& b) { return binary(BinaryOp::Sub, a, b); }
@@ -229,7 +235,7 @@ Var transpose(const Var& x) {
     Tensor d = Tensor::empty(x.value.shape(), self.grad.dtype(), self.grad.device());
     be(d).transpose(self.grad, d);
     accumulate_grad(x, d, true);
-  });
+  }, kReadsNothing);
 }
 
 Var reshape(const Var& x, const std::vector<int64_t>& dims_in) {
@@ -254,7 +260,7 @@ Var reshape(const Var& x, const std::vector<int64_t>& dims_in) {
   return make_result(x.value().reshape(shape), "reshape", {x}, [](Node& self) {
     Node& x = *self.inputs[0];
     accumulate_grad(x, self.grad.reshape(x.value.shape()), false);
-  });
+  }, kReadsNothing);
 }
 
 Var slice_rows(const Var& x, int64_t begin, int64_t end) {
@@ -268,7 +274,7 @@ Var slice_rows(const Var& x, int64_t begin, int64_t end) {
     be(d).copy_bytes(static_cast<char*>(d.data()) + static_cast<size_t>(begin) * row_bytes, d.device(), g.data(),
                      g.device(), g.nbytes());
     accumulate_grad(x, d, true);
-  });
+  }, kReadsNothing);
 }
 
 Var select_row(const Var& x, int64_t index) {

@@ -38,7 +38,7 @@ Var embedding(const Var& table_in, const Tensor& ids) {
       if (!accumulate) be(out).fill(out, 0.0f);
       be(out).embedding_backward(g, ids, out);
     });
-  });
+  }, kReadsNothing);
 }
 
 Var layer_norm(const Var& x_in, const Var& weight, const Var& bias, float eps) {
@@ -78,7 +78,7 @@ Var layer_norm(const Var& x_in, const Var& weight, const Var& bias, float eps) {
     if (x.requires_grad) accumulate_grad(x, dx, true);
     dw.finish();
     db.finish();
-  });
+  }, reads_inputs(0b011));
 }
 
 }  // namespace belay

@@ -72,14 +72,16 @@ DType autocast_dtype(OpClass cls, DType given) {
 Var autocast_cast(const Var& x, DType dtype, OpClass cls) {
   if (x.dtype() == dtype) return x;
   Tensor out = x.value().to(dtype);
-  return make_result(out, cast_op_name(cls), {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); });
+  return make_result(
+      out, cast_op_name(cls), {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); }, kReadsNothing);
 }
 
 Var autocast_input(const Var& x, OpClass cls) { return autocast_cast(x, autocast_dtype(cls, x.dtype()), cls); }
 
 Var cast(const Var& x, DType dtype) {
   Tensor out = x.value().to(dtype);
-  return make_result(out, "cast", {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); });
+  return make_result(
+      out, "cast", {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); }, kReadsNothing);
 }
 
 Var matmul(const Var& a_in, const Var& b_in) {
@@ -98,7 +100,7 @@ Var matmul(const Var& a_in, const Var& b_in) {
     const Tensor g = self.grad.dtype() == a.value.dtype() ? self.grad : self.grad.to(a.value.dtype());
     write_grad(a, grad_dtype_of(a), [&](Tensor& out, bool acc) { gemm(g, false, b.value, true, out, acc); });
     write_grad(b, grad_dtype_of(b), [&](Tensor& out, bool acc) { gemm(a.value, true, g, false, out, acc); });
-  });
+  }, reads_inputs(0b11));
 }
 
 Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
@@ -138,7 +140,7 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
         }
       });
     }
-  });
+  }, reads_inputs(0b011));  // x and W; not the bias, not Y
 }
 
 Var add(const Var& a_in, const Var& b_in) {
@@ -151,7 +153,7 @@ Var add(const Var& a_in, const Var& b_in) {
   return make_result(out, "add", {a, b}, [](Node& self) {
     accumulate_grad(*self.inputs[0], self.grad, false);
     accumulate_grad(*self.inputs[1], self.grad, false);
-  });
+  }, kReadsNothing);
 }
 
 Var mul(const Var& a_in, const Var& b_in) {
@@ -170,7 +172,7 @@ Var mul(const Var& a_in, const Var& b_in) {
       be(d).binary(BinaryOp::Mul, self.grad, other->value, d);
       accumulate_grad(*target, d, true);
     }
-  });
+  }, reads_inputs(0b11));
 }
 
 Var scale(const Var& a_in, float s) {
@@ -182,7 +184,7 @@ Var scale(const Var& a_in, float s) {
     Tensor d = Tensor::empty(a.value.shape(), a.value.dtype(), a.value.device());
     be(d).scale(self.grad, s, d);
     accumulate_grad(a, d, true);
-  });
+  }, kReadsNothing);
 }
 
 static Var activation_op(const Var& x_in, Activation act, const char* name) {
@@ -194,7 +196,7 @@ static Var activation_op(const Var& x_in, Activation act, const char* name) {
     Tensor d = Tensor::empty(x.value.shape(), x.value.dtype(), x.value.device());
     be(d).activation_backward(act, x.value, self.grad, d);
     accumulate_grad(x, d, true);
-  });
+  }, reads_inputs(0b1));
 }
 
 Var relu(const Var& x) { return activation_op(x, Activation::Relu, "relu"); }
@@ -213,7 +215,7 @@ static Var reduce_op(const Var& x, float factor, const char* name) {
     Tensor d = Tensor::empty(x.value.shape(), x.value.dtype(), x.value.device());
     be(d).broadcast_scalar(self.grad, factor, d);
     accumulate_grad(x, d, true);
-  });
+  }, kReadsNothing);
 }
 
 Var sum(const Var& x) { return reduce_op(x, 1.0f, "sum"); }
@@ -230,7 +232,7 @@ Var mse_loss(const Var& pred_in, const Tensor& target) {
     Tensor d = Tensor::empty(p.value.shape(), p.value.dtype(), p.value.device());
     be(d).mse_backward(p.value, target, self.grad, d);
     accumulate_grad(p, d, true);
-  });
+  }, reads_inputs(0b1));
 }
 
 Var cross_entropy(const Var& logits_in, const Tensor& labels) {
@@ -244,7 +246,7 @@ Var cross_entropy(const Var& logits_in, const Tensor& labels) {
     Tensor d = Tensor::zeros(x.value.shape(), x.value.dtype(), x.value.device());
     be(d).accumulate(d, dlogits_unit, 1.0f, &self.grad);
     accumulate_grad(x, d, true);
-  });
+  }, kReadsNothing);
 }
 
 }  // namespace belay

@@ -29,6 +29,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::released() const {
+  Tensor t;
+  t.shape_ = shape_;
+  t.dtype_ = dtype_;
+  t.storage_ = std::make_shared<Storage>(nullptr, 0, std::make_shared<int>(0));
+  t.storage_->device = device();
+  return t;
+}
+
 Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
   for (int64_t d : shape.dims())
     if (d < 0) throw Error("negative dimension in shape " + shape.str());

@@ -67,6 +67,9 @@ class Tensor {
   Tensor clone() const;
   void copy_from(const Tensor& src);  // same shape; converts dtype; crosses devices
   Tensor reshape(const Shape& shape) const;  // shares storage; numel must match
+  // The same shape, dtype and device without the memory (data() is null): what autograd keeps
+  // of a value no backward reads any more, so gradients can still be shaped from it.
+  Tensor released() const;
   Tensor copy_rows(int64_t begin, int64_t end) const;  // a new tensor: rows [begin, end) of dim 0
   void fill(float value);
   void set_element(int64_t index, float value);  // one element, rounded into dtype (tests, fault injection)
