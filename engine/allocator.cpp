@@ -1,5 +1,7 @@
 #include "engine/allocator.h"
 
+#include <algorithm>
+
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -52,6 +54,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   }
   stats_.bytes_in_use += bytes;
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_held = std::max(stats_.peak_bytes_held, stats_.bytes_in_use + stats_.bytes_cached);
   return ptr;
 }
 
@@ -84,6 +87,7 @@ AllocatorStats CachingAllocator::stats() const {
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_held = stats_.bytes_in_use + stats_.bytes_cached;
 }
 
 CachingAllocator& allocator_for(Device device) {

@@ -24,6 +24,7 @@ struct AllocatorStats {
   size_t bytes_in_use = 0;      // handed out and not yet freed
   size_t peak_bytes_in_use = 0;
   size_t bytes_cached = 0;      // freed, kept for reuse
+  size_t peak_bytes_held = 0;   // the most in use + cached at once: what the system gave
 };
 
 // How a device gets and returns raw memory; the backend provides one per device.

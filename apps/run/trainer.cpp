@@ -692,6 +692,11 @@ std::string Trainer::apply_rollback_policy(bool go_on) {
 
 TrainResult Trainer::finish() {
   drain(0);
+  // The steps are over: the blocks the allocator cached for them go back to the system before
+  // the final checkpoint and the host copy of the weights below are made, so that neither
+  // adds to the run's peak memory.
+  allocator_for(device_).release_cached();
+  if (!device_.is_cpu()) allocator_for(Device::cpu()).release_cached();
   result_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const CommCounters run_counters = comm_->counters() - counters_before_;
   result_.gradient_syncs = run_counters.gradient_syncs;
@@ -708,8 +713,13 @@ TrainResult Trainer::finish() {
   if (census_log_) census_log_->close();
   if (tensorboard_) tensorboard_->close();
   g_stop_signal = 0;
-  for (const Var& p : model_->parameters())
-    for (float v : p.master().to_vector()) result_.final_weights.push_back(v);
+  size_t weights = 0;
+  for (const Var& p : model_->parameters()) weights += static_cast<size_t>(p.master().numel());
+  result_.final_weights.reserve(weights);
+  for (const Var& p : model_->parameters()) {
+    const std::vector<float> w = p.master().to_vector();
+    result_.final_weights.insert(result_.final_weights.end(), w.begin(), w.end());
+  }
   result_.final_scaler = scaler_->state();
   result_.final_optimizer_steps = opt_->step_count();
   result_.final_next_step = safe_step_->next_step();
@@ -771,14 +781,13 @@ std::string gigabytes(double bytes) { return short_count(bytes / 1e9) + " GB"; }
 
 }  // namespace
 
-// What the run held: the tensors' peak (the allocator's count of bytes handed out), what the
-// caching allocator holds at the end (blocks are cached by exact size, so a gap between the two
-// is memory that later requests of other sizes could not reuse), and the process's peak RSS.
+// What the run held: the tensors' peak (the allocator's count of bytes handed out), the most the
+// caching allocator held at once (blocks are cached by exact size, so a gap between the two is
+// memory that requests of other sizes could not reuse), and the process's peak RSS.
 void Trainer::print_memory_summary() {
   const AllocatorStats st = allocator_for(device_).stats();
   out_ << "memory (" << device_.str() << "): tensors at most " << gigabytes(static_cast<double>(st.peak_bytes_in_use))
-       << ", held by the allocator at the end " << gigabytes(static_cast<double>(st.bytes_in_use + st.bytes_cached))
-       << " (" << gigabytes(static_cast<double>(st.bytes_cached)) << " of it cached, unused)";
+       << ", held by the allocator at most " << gigabytes(static_cast<double>(st.peak_bytes_held));
   const double rss = peak_rss_bytes();
   if (rss >= 0) out_ << "; process peak RSS " << gigabytes(rss);
   out_ << "\n";
