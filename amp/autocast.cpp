@@ -31,7 +31,7 @@ const AutocastEntry kAutocastTable[] = {
     {"mse_loss", OpClass::MseLoss, kGiven, kGiven,
      "PyTorch: fp32; belay's kernel sums in double from any dtype and returns FP32, so no input cast"},
     {"cross_entropy", OpClass::CrossEntropy, kGiven, kGiven,
-     "PyTorch: fp32 (log_softmax + nll_loss); belay's fused kernel works in double from any dtype, loss FP32"},
+     "PyTorch: fp32 (log_softmax + nll_loss); belay's fused kernel reads any dtype and works in FP32 (a row widened at a time), loss FP32"},
     {"sub", OpClass::Sub, kGiven, kGiven, "one rounding per element (PyTorch: unlisted)"},
     {"div", OpClass::Div, kGiven, kGiven, "one rounding per element (PyTorch: unlisted)"},
     {"exp", OpClass::Exp, kF32, kF32, "overflows FP16 from 11.1 (PyTorch: fp32)"},

@@ -241,11 +241,20 @@ Var cross_entropy(const Var& logits_in, const Tensor& labels) {
   Tensor loss = Tensor::empty(Shape{1}, DType::F32, logits.device());
   Tensor dlogits_unit = Tensor::empty(logits.shape(), DType::F32, logits.device());
   be(loss).cross_entropy(logits.value(), labels, loss, dlogits_unit);
-  return make_result(loss, "cross_entropy", {logits}, [dlogits_unit](Node& self) {
+  // The gradient is dlogits_unit times the upstream gradient (a device scalar: the loss scale
+  // over the accumulation steps, known only now). The unit gradient is this op's own buffer and
+  // a graph runs its backward once, so it is scaled in place and handed on as the logits'
+  // gradient (adopted when that is FP32, else converted once): no second [B, C] buffer, no zero
+  // fill. Logits that already have a gradient get it added in one pass instead.
+  return make_result(loss, "cross_entropy", {logits}, [dlogits_unit](Node& self) mutable {
     Node& x = *self.inputs[0];
-    Tensor d = Tensor::zeros(x.value.shape(), x.value.dtype(), x.value.device());
-    be(d).accumulate(d, dlogits_unit, 1.0f, &self.grad);
-    accumulate_grad(x, d, true);
+    if (!x.requires_grad) return;
+    if (x.grad.defined()) {
+      be(x.grad).accumulate(x.grad, dlogits_unit, 1.0f, &self.grad);
+      return;
+    }
+    be(dlogits_unit).scale_inplace({&dlogits_unit}, self.grad);
+    accumulate_grad(x, dlogits_unit, true);
   }, kReadsNothing);
 }
 

@@ -1,5 +1,5 @@
 // belay_bench: the CPU benchmark sections in one process, one JSON document out.
-//   belay_bench [--quick] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census] --json FILE
+//   belay_bench [--quick] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census,loss] --json FILE
 // --cpu-time: times are the thread's CPU time (harness.h), for OMP_NUM_THREADS=1 only.
 // A failed result check prints the reason and exits 1: no number is written for it.
 #include <omp.h>
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   belay::print_whole_lines();  // every line in one write()
   Options o;
   std::string json_path;
-  std::set<std::string> only{"stream", "amp", "gemm", "isa", "train", "data", "threads", "anomaly", "rows", "gpt", "attention", "census"};
+  std::set<std::string> only{"stream", "amp", "gemm", "isa", "train", "data", "threads", "anomaly", "rows", "gpt", "attention", "census", "loss"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") o.quick = true;
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc) only = split(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else {
-      std::cerr << "usage: belay_bench [--quick] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census] --json FILE\n";
+      std::cerr << "usage: belay_bench [--quick] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census,loss] --json FILE\n";
       return 2;
     }
   }
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, Json (*)(const Options&)> sections[] = {
       {"stream", bench_stream}, {"amp", bench_amp}, {"gemm", bench_gemm}, {"isa", bench_isa}, {"train", bench_train}, {"data", bench_data}, {"threads", bench_threads},
       {"anomaly", bench_anomaly}, {"rows", bench_rows}, {"gpt", bench_gpt}, {"attention", bench_attention},
-      {"census", bench_census}};
+      {"census", bench_census}, {"loss", bench_loss}};
   try {
     for (auto [name, fn] : sections) {
       if (!only.count(name)) continue;

@@ -24,6 +24,7 @@ Json bench_rows(const Options& o);     // LayerNorm and softmax rows, forward an
 Json bench_gpt(const Options& o);      // GPT block forward + backward, the GPT training step, its parts
 Json bench_attention(const Options& o);  // fused vs naive attention: time at two shapes, peak memory over T
 Json bench_census(const Options& o);     // the guard with and without the census, per CPU ISA path
+Json bench_loss(const Options& o);       // the fused cross-entropy alone: [4096, 256], [1024, 50304] fp32
 
 // Training configurations, timed (bench_train runs the grid; bench_threads reuses it).
 struct TrainModel {

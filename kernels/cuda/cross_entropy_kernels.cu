@@ -1,7 +1,10 @@
 // Fused cross-entropy on the GPU: one block per row does log-softmax, the row's loss and
 // the row's gradient (softmax - onehot) / B in three sweeps over the row; a final block sums
 // the row losses in row order. The row maximum is subtracted before exp, so large logits
-// never overflow; exp and the normaliser are in double, as on the CPU.
+// never overflow; exp and the normaliser are in double. (The CPU's fused classifier works in
+// FP32 with exact differences, kernels/cpu/isa/classifier_rows.h. Each is checked against
+// FP64, tests/gpu/test_cuda_reduce.cpp and tests/kernels/test_cross_entropy.cpp; the two agree
+// within those bounds, not bit for bit.)
 // Bytes: reads B*C logits three times (from L2 for rows that fit) and B labels, writes B*C
 // FP32 gradients; flops ~ 2 exp + 4 per element.
 #include <cmath>

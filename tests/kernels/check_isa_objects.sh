@@ -14,8 +14,8 @@
 #      has VDPBF16PS on zmm (its GEMM's BF16 pairs; the bench's peak loop), amx has
 #      TDPBF16PS (its GEMM's tiles; the bench's tile loop), amx_emulated (the same GEMM on
 #      the tile emulator, for any x86-64 CPU) has no VEX/EVEX and no tile instruction; the element
-#      kernels (element_blocks*) have no FMA at all on any path (their bits must be the
-#      baseline's) and use ymm registers on avx2/avx512.
+#      kernels (element_blocks*) and the classifier's rows (classifier_rows*) have no FMA at
+#      all on any path (their bits must be the baseline's) and use ymm registers on avx2/avx512.
 #   usage: check_isa_objects.sh ISA=OBJ[:OBJ...] ...
 #          (ISA: baseline, avx2, avx512, avx512bf16, amx, amx_emulated)
 set -u
@@ -55,9 +55,9 @@ for arg in "$@"; do
     vex=$(grep -cE '^\s+[0-9a-f]+:\s+v[a-z0-9]+\s' <<<"$asm")
     zmm=$(grep -cE '%zmm|%k[0-7]' <<<"$asm")
     ymm=$(grep -cE '%ymm' <<<"$asm")
-    if [[ $(basename "$obj") == element_blocks* ]]; then
-      # The element kernels must give the baseline's bits: no fused multiply-add at all
-      # (-ffp-contract=off), and the wider paths must actually be wider.
+    if [[ $(basename "$obj") == element_blocks* || $(basename "$obj") == classifier_rows* ]]; then
+      # The element kernels and the classifier's rows must give the baseline's bits: no fused
+      # multiply-add at all (-ffp-contract=off), and the wider paths must actually be wider.
       fma_any=$(grep -cE 'vfn?m(add|sub)[0-9]+[ps][sd]' <<<"$asm")
       [ "$fma_any" -eq 0 ] || { say "$name: $fma_any fused multiply-adds in the element kernels"; fail=1; }
       case $isa in

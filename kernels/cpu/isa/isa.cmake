@@ -51,7 +51,8 @@ endfunction()
 belay_add_isa_objects(belay_cpu_isa SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_f32.cpp
                       ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp
                       ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/element_blocks.cpp
-                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/attention_tiles.cpp)
+                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/attention_tiles.cpp
+                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/classifier_rows.cpp)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_OBJECTS})
 belay_add_isa_objects(belay_cpu_isa_gemm ISAS avx512bf16 SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_gemm_OBJECTS})
