@@ -69,6 +69,9 @@ struct TrainConfig {
   // Data parallelism (--dist mpi): nullptr is one process. Each rank trains on its slice of
   // every effective batch; --batch stays the effective batch (micro x accum x world size).
   Communicator* comm = nullptr;
+  // --shard-optimizer (ZeRO stage 1): each rank keeps and updates the AdamW state of its share
+  // of the parameters (amp/dist/shard_plan.h); not a setting: a checkpoint resumes either way.
+  bool shard_optimizer = false;
   std::map<int64_t, float> spikes;       // step -> factor multiplying that batch's targets
   std::string csv;                       // empty: no log file
   // --census FILE: the fused guard's per-gradient census (engine/census.h) of every

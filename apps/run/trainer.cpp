@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -229,6 +230,7 @@ void Trainer::build_step() {
   sso.accum_steps = static_cast<int>(c_.accum_steps());
   sso.census = !c_.census.empty();
   sso.census_format = census_format();
+  if (c_.shard_optimizer) shard_optimizer();
   safe_step_ = std::make_unique<SafeStep>(*opt_, *scaler_, parse_schedule(c_.schedule, c_.lr, c_.warmup, c_.steps),
                                           sso, c_.comm);
   comm_ = &safe_step_->communicator();
@@ -239,6 +241,18 @@ void Trainer::build_step() {
   counters_before_ = comm_->counters();
   if (rank_ != 0) c_.quiet = true;  // rank 0 speaks for the run (errors are still printed by any rank)
   safe_step_->after_backward = [this](int64_t s, Optimizer& o) { on_after_backward(s, o); };
+}
+
+// --shard-optimizer: the plan (by size, the same on every rank), the optimizer keeping its
+// own share's state (the rest released), the communicator summing gradients on their owners.
+void Trainer::shard_optimizer() {
+  std::vector<int64_t> numels;
+  for (const Var& p : opt_->params()) numels.push_back(p.value().numel());
+  const ShardPlan plan = plan_shards(numels, c_.comm->world_size());
+  std::vector<bool> owned;
+  for (int o : plan.owner) owned.push_back(o == c_.comm->rank());
+  opt_->set_owned(owned);
+  c_.comm->set_shards(plan);
 }
 
 // After the gradient all-reduce: an inf planted on one rank reaches only the belts' agreement.
@@ -712,6 +726,11 @@ TrainResult Trainer::finish() {
   result_.final_optimizer_steps = opt_->step_count();
   result_.final_next_step = safe_step_->next_step();
   result_.final_data_position = data_->position();
+  // Every rank's memory, for rank 0's summary (a collective: every rank takes part).
+  if (world_ > 1) {
+    rank_state_bytes_ = comm_->all_gather_value(optimizer_state_bytes());
+    rank_peak_rss_ = comm_->all_gather_value(peak_rss_bytes());
+  }
   if (!c_.quiet) print_summary(run_counters);
   return std::move(result_);
 }
@@ -754,16 +773,48 @@ void Trainer::print_summary(const CommCounters& run_counters) {
   }
 }
 
+// The optimizer's FP32 state on this rank (its moments; with sharding only its share's).
+double Trainer::optimizer_state_bytes() const {
+  double bytes = 0.0;
+  for (auto& [name, t] : opt_->state_tensors()) bytes += static_cast<double>(t->nbytes());
+  return bytes;
+}
+
+// This process's peak resident memory (VmHWM), -1 where /proc/self/status has none.
+double Trainer::peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;  // "VmHWM:  1234 kB"
+  return -1.0;
+}
+
 void Trainer::print_dist_summary(const CommCounters& run_counters) {
   const TrainResult& r = result_;
   const Communicator& comm = *comm_;
+  if (comm.sharded()) {
+    const ShardPlan& plan = comm.shards();
+    out_ << "dist " << comm.name() << ": optimizer state sharded (--shard-optimizer), elements per rank";
+    for (int64_t n : plan.rank_numel) out_ << " " << n;
+    out_ << "\n";
+  }
+  if (!rank_peak_rss_.empty()) {
+    out_ << "dist " << comm.name() << ": per rank optimizer state (moments) MB / peak RSS MB:";
+    for (size_t i = 0; i < rank_peak_rss_.size(); ++i)
+      out_ << " " << short_count(rank_state_bytes_[i] / 1048576.0) << "/" << short_count(rank_peak_rss_[i] / 1048576.0);
+    out_ << "\n";
+  }
   out_ << "dist " << comm.name() << ": " << world_ << " ranks; per rank " << r.gradient_syncs << " gradient all-reduces, "
        << r.gradient_bytes << " bytes, " << run_counters.agreements << " small collectives of the belts\n";
   out_ << "dist " << comm.name() << ": " << r.gradient_buckets << " buckets "
        << (comm.bucket_bytes() == 0 ? std::string("(one per step)")
                                     : "of <= " + short_count(static_cast<double>(comm.bucket_bytes()) / 1048576.0) + " MB")
        << " (" << run_counters.buckets_during_backward << " started during backward, "
-       << run_counters.buckets_done_in_backward << " done before it ended); gradient sync "
+       << run_counters.buckets_done_in_backward << " done before it ended; per step "
+       << short_count(static_cast<double>(run_counters.buckets_done_in_backward) /
+                      static_cast<double>(std::max<int64_t>(run_counters.gradient_syncs, 1)))
+       << " of " << short_count(static_cast<double>(run_counters.gradient_buckets) /
+                                static_cast<double>(std::max<int64_t>(run_counters.gradient_syncs, 1)))
+       << "); gradient sync "
        << short_count(r.gradient_sync_seconds) << " s, of which waiting " << short_count(r.gradient_wait_seconds)
        << " s (" << short_count(100.0 * r.gradient_sync_seconds / std::max(r.seconds, 1e-9)) << "% of the run)\n";
 }
