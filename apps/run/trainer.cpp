@@ -727,7 +727,7 @@ TrainResult Trainer::finish() {
   result_.final_next_step = safe_step_->next_step();
   result_.final_data_position = data_->position();
   // Every rank's memory, for rank 0's summary (a collective: every rank takes part).
-  if (world_ > 1) {
+  if (world_ > 1 || comm_->name() != "local") {
     rank_state_bytes_ = comm_->all_gather_value(optimizer_state_bytes());
     rank_peak_rss_ = comm_->all_gather_value(peak_rss_bytes());
   }
@@ -773,6 +773,16 @@ void Trainer::print_summary(const CommCounters& run_counters) {
   }
 }
 
+namespace {
+// Bytes as MB: whole MB from 100 up, three digits below (a small model's moments).
+std::string mb_text(double bytes) {
+  char text[32];
+  const double mb = bytes / 1048576.0;
+  std::snprintf(text, sizeof text, mb >= 100.0 ? "%.0f" : "%.3g", mb);
+  return text;
+}
+}  // namespace
+
 // The optimizer's FP32 state on this rank (its moments; with sharding only its share's).
 double Trainer::optimizer_state_bytes() const {
   double bytes = 0.0;
@@ -800,7 +810,7 @@ void Trainer::print_dist_summary(const CommCounters& run_counters) {
   if (!rank_peak_rss_.empty()) {
     out_ << "dist " << comm.name() << ": per rank optimizer state (moments) MB / peak RSS MB:";
     for (size_t i = 0; i < rank_peak_rss_.size(); ++i)
-      out_ << " " << short_count(rank_state_bytes_[i] / 1048576.0) << "/" << short_count(rank_peak_rss_[i] / 1048576.0);
+      out_ << " " << mb_text(rank_state_bytes_[i]) << "/" << mb_text(rank_peak_rss_[i]);
     out_ << "\n";
   }
   out_ << "dist " << comm.name() << ": " << world_ << " ranks; per rank " << r.gradient_syncs << " gradient all-reduces, "
