@@ -70,6 +70,22 @@ skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16.4.sharded.csv" | tr '\
 [ -n "$skips" ] && pass "fp16: the overflow skipped step(s) $skips on every rank, sharded or not" ||
   fail "fp16: no step skipped: the spike did not overflow"
 
+# 2b. One process accumulating the 4 micro-batches of 8 rows adds their gradients in the same
+# order, ((g0 + g1) + g2) + g3, into its FP32 buffers, as the ordered reduction adds the 4
+# ranks' (rank k holds micro-batch k's rows): the 4-rank sharded runs are that process's bits.
+for name in fp32 fp16; do
+  [ "$name" = fp32 ] && args=("${fp32[@]}") || args=(--dtype fp16 --steps 10 --growth-interval 2 --spike 5:1e4)
+  "$belay" train --quiet "${model[@]}" "${args[@]}" --csv "$tmp/$name.one.csv" --checkpoint "$tmp/$name.one.ckpt" \
+    >"$tmp/$name.one.out" 2>&1 || fail "$name: one process failed: $(tail -3 "$tmp/$name.one.out")"
+  if "$compare" "$tmp/$name.one.ckpt" "$tmp/$name.4.sharded.ckpt" 0 >"$tmp/cmp" 2>&1 &&
+    cmp -s "$tmp/$name.one.csv" "$tmp/$name.4.sharded.csv"; then
+    pass "$name: 4 sharded ranks = 1 process accumulating 4 micro-batches, bit for bit"
+  else
+    fail "$name: 4 sharded ranks vs 1 process"
+    sed 's/^/     /' "$tmp/cmp"
+  fi
+done
+
 # 3. An inf planted after the sync in one rank's copy of the first parameter (the first
 # layer's weight, which the 4-rank plan gives to rank 1): on its owner, and on rank 3, whose
 # copy is not reduced and counts only through the agreement. Every rank skips alike.
