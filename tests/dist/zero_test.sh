@@ -86,6 +86,13 @@ for name in fp32 fp16; do
   fi
 done
 
+# 2c. Many buckets (one tensor each) moved by the progress thread: the same bits again.
+same fp16.buckets.4 4 --dtype fp16 --steps 10 --growth-interval 2 --spike 5:1e4 --bucket-mb 0.001 --dist-progress-thread
+"$compare" "$tmp/fp16.one.ckpt" "$tmp/fp16.buckets.4.sharded.ckpt" 0 >"$tmp/cmp" 2>&1 &&
+  cmp -s "$tmp/fp16.one.csv" "$tmp/fp16.buckets.4.sharded.csv" &&
+  pass "fp16: 4 sharded ranks in $(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/fp16.buckets.4.sharded.out") buckets with the progress thread = 1 process, bit for bit" ||
+  fail "fp16: many buckets with the progress thread differ from one process"
+
 # 3. An inf planted after the sync in one rank's copy of the first parameter (the first
 # layer's weight, which the 4-rank plan gives to rank 1): on its owner, and on rank 3, whose
 # copy is not reduced and counts only through the agreement. Every rank skips alike.
