@@ -141,19 +141,21 @@ void save_sharded_checkpoint(const std::string& path, const Module& model, Optim
   for (size_t i = 0; i < opt.params().size(); ++i) index[opt.params()[i].node()] = i;
   const bool root = comm.rank() == 0;
   NamedTensors tensors;
+  auto gathered = [&](const Tensor& mine, const Shape& shape, int from) {
+    Tensor t = from == comm.rank() ? mine : root ? Tensor::zeros(shape, DType::F32, Device::cpu()) : Tensor();
+    comm.gather_to_root(t, from);
+    return t;
+  };
   for (auto& [name, p] : model.named_parameters()) {
-    Tensor master = p.master();  // rank 0's copy of another's master is stale: the owner's replaces it
-    comm.gather_to_root(master, owner.at(index.at(p.node())));
+    // A master is current on its owner only (released elsewhere, or an FP32 value equal to it).
+    const Tensor master = gathered(p.master(), p.value().shape(), owner.at(index.at(p.node())));
     if (root) tensors.push_back({name, master});
   }
   std::map<std::string, Tensor*> own;
   for (auto& [name, t] : opt.state_tensors()) own[name] = t;
   for (size_t i = 0; i < opt.params().size(); ++i)
     for (const std::string& name : opt.state_names(i)) {
-      Tensor t = owner[i] == comm.rank() ? *own.at(name)
-                 : root                  ? Tensor::zeros(opt.params()[i].shape(), DType::F32, Device::cpu())
-                                         : Tensor();
-      comm.gather_to_root(t, owner[i]);
+      const Tensor t = gathered(owner[i] == comm.rank() ? *own.at(name) : Tensor(), opt.params()[i].shape(), owner[i]);
       if (root) tensors.push_back({name, t});
     }
   if (!root) return;
@@ -263,7 +265,17 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
     plan.push_back({&e, &dst});
   };
   std::vector<Var> params;
-  for (auto& [name, p] : model.named_parameters()) {
+  // A released master (sharded optimizer state: another rank owns it) is read into a
+  // temporary and rounded into the working copy, which is all this rank keeps of it.
+  const auto named = model.named_parameters();
+  std::vector<std::pair<Var, Tensor>> released;
+  released.reserve(named.size());  // expect() keeps pointers to its tensors
+  for (auto& [name, p] : named) {
+    if (p.master_released()) {
+      released.push_back({p, Tensor::empty(p.value().shape(), DType::F32, Device::cpu())});
+      expect(name, released.back().second);
+      continue;
+    }
     expect(name, const_cast<Tensor&>(p.master()));
     params.push_back(p);
   }
@@ -286,6 +298,7 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
                               " (--cpu-isa chooses the path)");
   for (auto& [e, dst] : plan) dst->copy_from(f.tensor(e->name));
   for (Var& p : params) p.set_working_dtype(p.dtype());  // the working copy is the rounded master
+  for (auto& [p, master] : released) p.node()->value.copy_from(master.to(p.dtype()));
   opt.set_step_count(st.optimizer_steps);
   return st;
 }

@@ -68,14 +68,18 @@ std::vector<std::string> AdamW::state_names(size_t i) const {
   return {"optim." + params_[i].name() + ".exp_avg", "optim." + params_[i].name() + ".exp_avg_sq"};
 }
 
-// The moments of a parameter another rank owns are released: that is the memory sharding saves.
+// The moments of a parameter another rank owns are released, and its FP32 master where the
+// working copy is a tensor of its own: that is the memory sharding saves.
 void AdamW::set_owned(const std::vector<bool>& owned) {
   if (owned.size() != params_.size())
     throw Error("adamw: set_owned needs one flag per parameter (" + std::to_string(params_.size()) + "), got " +
                 std::to_string(owned.size()));
   owned_ = owned;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!owned[i]) m_[i] = v_[i] = Tensor();
+    if (!owned[i]) {
+      m_[i] = v_[i] = Tensor();
+      params_[i].release_master();
+    }
 }
 
 }  // namespace belay

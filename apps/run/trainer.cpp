@@ -720,8 +720,10 @@ TrainResult Trainer::finish() {
   if (census_log_) census_log_->close();
   if (tensorboard_) tensorboard_->close();
   g_stop_signal = 0;
+  // A master released by sharding (another rank owns it): the working copy, widened.
   for (const Var& p : model_->parameters())
-    for (float v : p.master().to_vector()) result_.final_weights.push_back(v);
+    for (float v : (p.master_released() ? p.value().to(DType::F32) : p.master()).to_vector())
+      result_.final_weights.push_back(v);
   result_.final_scaler = scaler_->state();
   result_.final_optimizer_steps = opt_->step_count();
   result_.final_next_step = safe_step_->next_step();
