@@ -18,6 +18,7 @@
 #include "amp/dist/communicator.h"
 #include "apps/run/model_kinds.h"
 #include "apps/run/token_dataset.h"
+#include "engine/allocator.h"
 #include "engine/backend.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -253,6 +254,9 @@ void Trainer::shard_optimizer() {
   for (int o : plan.owner) owned.push_back(o == c_.comm->rank());
   opt_->set_owned(owned);
   c_.comm->set_shards(plan);
+  // The released moments and masters go back to the system, not to the allocator's cache
+  // (engine/allocator.h), which would keep them for blocks of their sizes that never come.
+  allocator_for(device_).release_cached();
 }
 
 // After the gradient all-reduce: an inf planted on one rank reaches only the belts' agreement.
