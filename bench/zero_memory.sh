@@ -4,8 +4,8 @@
 # GPT-2-small-shaped model (12 layers, width 768, 12 heads; vocab 256, belay's byte tokens),
 # bf16 compute, and the time of a step. Each rank's numbers come from the run's own summary
 # (`dist mpi: per rank optimizer state (moments) MB / peak RSS MB`); the accounting columns
-# are ZeRO's bytes per parameter (2 working + 4 master + 4 gradient + 8 moments, state
-# divided by N when sharded) times the parameter count. By hand, never in CI (minutes).
+# are ZeRO's bytes per parameter (2 working + 4 master + 4 gradient + 8 moments; masters and
+# moments divided by N when sharded: 6 + 12/N) times the parameter count. By hand, never in CI (minutes).
 #   bench/zero_memory.sh BUILD_DIR [RANKS...]      (default ranks: 1 2 4)
 set -euo pipefail
 build=$(cd "$1" && pwd); shift
@@ -15,7 +15,7 @@ data="$build/data/text.safetensors"
 steps=4
 run=(train --dist mpi --model gpt --data "$data" --layers 12 --width 768 --heads 12 --context 64 --batch 4
      --dtype bf16 --steps "$steps" --eval-every 0)
-echo "| ranks | sharded | moments MB per rank | peak RSS MB per rank | s per step | accounting MB per rank: ours (ZeRO-1's) | buckets done before backward ended, per step |"
+echo "| ranks | sharded | moments MB per rank | peak RSS MB per rank | s per step | ZeRO-1 accounting MB per rank | buckets done before backward ended, per step |"
 echo "|---|---|---|---|---|---|---|"
 for n in "${ranks[@]}"; do
   for shard in no yes; do
@@ -34,7 +34,7 @@ for n in "${ranks[@]}"; do
     total=$(tr ' ' '\n' <<<"$moments" | awk '{s += $1} END {print s}')
     acc=$(awk -v m="$total" -v n="$n" -v sh="$shard" 'BEGIN {
       p = (sh == "yes" ? m : m / n) / 8;  # MB of moments -> M parameters (unsharded: every rank holds all)
-      if (sh == "yes") printf "%.0f (%.0f)", p * (10 + 8 / n), p * (6 + 12 / n);
+      if (sh == "yes") printf "%.0f", p * (6 + 12 / n);
       else printf "%.0f", p * 18 }')
     overlap=$(sed -n 's/.*done before it ended; per step \([0-9.e+-]*\) of \([0-9.e+-]*\)).*/\1 of \2/p' <<<"$out")
     echo "| $n | $shard | $moments | $rss | $(awk -v s="$secs" -v k="$steps" 'BEGIN{printf "%.2f", s / k}') | $acc | $overlap |"
