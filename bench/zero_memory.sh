@@ -36,7 +36,7 @@ for n in "${ranks[@]}"; do
       p = (sh == "yes" ? m : m / n) / 8;  # MB of moments -> M parameters (unsharded: every rank holds all)
       if (sh == "yes") printf "%.0f", p * (6 + 12 / n);
       else printf "%.0f", p * 18 }')
-    overlap=$(sed -n 's/.*done before it ended; per step \([0-9.e+-]*\) of \([0-9.e+-]*\)).*/\1 of \2/p' <<<"$out")
+    overlap=$(sed -n 's/.*done before it ended; per step \([^)]*\)).*/\1/p' <<<"$out")
     echo "| $n | $shard | $moments | $rss | $(awk -v s="$secs" -v k="$steps" 'BEGIN{printf "%.2f", s / k}') | $acc | $overlap |"
   done
 done

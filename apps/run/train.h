@@ -129,6 +129,8 @@ struct TrainResult {
   int64_t gradient_syncs = 0;
   int64_t gradient_bytes = 0;  // sent into gradient all-reduces by this rank (0 in one process)
   int64_t gradient_buckets = 0;        // bucket all-reduces started by this rank
+  // Per step: the buckets whose reduction had completed when backward ended (the overlap).
+  std::vector<int64_t> buckets_done_in_backward;
   double gradient_sync_seconds = 0.0;  // host time in the gradient sync, this rank
   double gradient_wait_seconds = 0.0;  // ... of which waiting for reductions to complete
   std::vector<float> final_weights;  // every master, flattened, for tests

@@ -459,11 +459,13 @@ void Trainer::step(int64_t s) {
     check_batch(batch);
   }
   purpose.emplace("the activations and gradients of step", s);
+  const int64_t done_before = comm_->buckets_done_in_backward();
   in_flight_.push_back(safe_step_->enqueue([&](int k) {
     const Tensor x = accum_ == 1 ? batch.x : batch.x.copy_rows(k * micro_, (k + 1) * micro_);
     const Tensor y = accum_ == 1 ? batch.y : batch.y.copy_rows(k * micro_, (k + 1) * micro_);
     return loss_of(x, y);
   }));
+  result_.buckets_done_in_backward.push_back(comm_->buckets_done_in_backward() - done_before);
   if (anomaly_) check_optimizer();
   drain(c_.sync_each_step ? 0 : 1);
   // The period of the loop: in steady state, one step of the device's work.
@@ -787,6 +789,13 @@ std::string mb_text(double bytes) {
   std::snprintf(text, sizeof text, mb >= 100.0 ? "%.0f" : "%.3g", mb);
   return text;
 }
+
+// ", min A max B" over the steps' counts of buckets done before backward ended ("" for none).
+std::string done_range_text(const std::vector<int64_t>& per_step) {
+  if (per_step.empty()) return "";
+  const auto [lo, hi] = std::minmax_element(per_step.begin(), per_step.end());
+  return ", min " + std::to_string(*lo) + " max " + std::to_string(*hi);
+}
 }  // namespace
 
 // The optimizer's FP32 state on this rank (its moments; with sharding only its share's).
@@ -830,7 +839,7 @@ void Trainer::print_dist_summary(const CommCounters& run_counters) {
                       static_cast<double>(std::max<int64_t>(run_counters.gradient_syncs, 1)))
        << " of " << short_count(static_cast<double>(run_counters.gradient_buckets) /
                                 static_cast<double>(std::max<int64_t>(run_counters.gradient_syncs, 1)))
-       << "); gradient sync "
+       << done_range_text(r.buckets_done_in_backward) << "); gradient sync "
        << short_count(r.gradient_sync_seconds) << " s, of which waiting " << short_count(r.gradient_wait_seconds)
        << " s (" << short_count(100.0 * r.gradient_sync_seconds / std::max(r.seconds, 1e-9)) << "% of the run)\n";
 }

@@ -64,6 +64,16 @@ clipped=$(awk -F, 'NR > 1 && $4 < $3 {n++} END {print n + 0}' "$tmp/fp32.4.shard
 [ "$clipped" -gt 0 ] && pass "fp32: clipping acted on $clipped steps (the agreed norm decided it)" ||
   fail "fp32: no step was clipped: the test does not exercise the norm"
 
+# The overlap, per step, reported by both paths.
+for run in plain sharded; do
+  grep -q 'done before it ended; per step [0-9.]* of [0-9.]*, min [0-9]* max [0-9]*)' "$tmp/fp32.4.$run.out" &&
+    pass "fp32.4 $run: the summary gives the buckets done before backward ended, per step" ||
+    fail "fp32.4 $run: no per-step overlap in: $(grep buckets "$tmp/fp32.4.$run.out")"
+done
+
+# bf16: the masters of what a rank does not own are freed (the working copy is its own tensor).
+same bf16.4 4 --dtype bf16 --steps 8 --clip 0.05 --lr 0.01
+
 # 2. fp16 with loss scaling, a real overflow (a spike) and a growing scale, at 4 ranks.
 same fp16.4 4 --dtype fp16 --steps 10 --growth-interval 2 --spike 5:1e4
 skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16.4.sharded.csv" | tr '\n' ' ')
