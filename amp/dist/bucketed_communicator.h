@@ -11,8 +11,9 @@
 // started; what is left starts in finish, which then waits for all of them.
 //
 // The result is bit for bit the flat all-reduce's: each element is summed across ranks the
-// same way whatever bucket it travels in (for two ranks a + b; with more ranks MPI's
-// reduction order could differ between message sizes, within FP32 rounding).
+// same way whatever bucket it travels in (for two ranks a + b; with more ranks MPI's order
+// could differ between message sizes, so MpiCommunicator then sums in rank order on each
+// gradient's owner, slot_owner below: amp/dist/mpi_ordered.cpp).
 #pragma once
 #include <chrono>
 #include <cstdint>
