@@ -123,9 +123,8 @@ void Optimizer::step() {
   step(one, one, zero);
 }
 
-void Optimizer::set_owned(const std::vector<bool>& owned) {
+void Optimizer::set_owned(const std::vector<bool>&) {
   throw UsageError("optimizer " + name() + " cannot shard its state (--shard-optimizer needs adamw)");
-  (void)owned;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -98,8 +98,9 @@ class Communicator {
   // not reduced), except that a non-finite sum counts from any rank (an inf planted in one
   // rank's copy after the sync, --inject-inf, must still skip the step everywhere). The sums
   // go to every rank in one all-reduce and are added in tensor order, as the guard adds them:
-  // norm = sqrt(sum), the unsharded norm's bits. found_inf and nonfinite_loss become their
-  // maximum over ranks, as in agree_on_guard. found_inf: this rank's loss flag on entry.
+  // norm = sqrt(sum), the unsharded norm's bits. found_inf (written: non-finite gradient plus
+  // the non-finite losses, as the guard's) and nonfinite_loss (this rank's on entry) become
+  // their maximum over ranks in a second small all-reduce, as in agree_on_guard.
   void agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned, Tensor& found_inf,
                          Tensor& nonfinite_loss, Tensor& norm);
   // After the optimizer step, every rank calls it: each parameter's value from its owner.
