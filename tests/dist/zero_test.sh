@@ -80,6 +80,9 @@ skips=$(awk -F, 'NR > 1 && $6 == 1 {print $1}' "$tmp/fp16.4.sharded.csv" | tr '\
 [ -n "$skips" ] && pass "fp16: the overflow skipped step(s) $skips on every rank, sharded or not" ||
   fail "fp16: no step skipped: the spike did not overflow"
 
+# FP16 gradient buffers (--grad-dtype compute): widened to FP32, summed, rounded once.
+same fp16grads.4 4 --dtype fp16 --grad-dtype compute --steps 10 --growth-interval 2
+
 # 2b. One process accumulating the 4 micro-batches of 8 rows adds their gradients in the same
 # order, ((g0 + g1) + g2) + g3, into its FP32 buffers, as the ordered reduction adds the 4
 # ranks' (rank k holds micro-batch k's rows): the 4-rank sharded runs are that process's bits.
