@@ -85,10 +85,10 @@ std::vector<std::string> check_resume_settings(const std::string& path, std::map
   return policy_changes;
 }
 
-void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& st) {
-  NamedTensors tensors;
-  for (auto& [name, p] : model.named_parameters()) tensors.push_back({name, p.master()});
-  for (auto& [name, t] : opt.state_tensors()) tensors.push_back({name, *t});
+namespace {
+
+// The file: the tensors as given (the masters, then the optimizer state) and the run's state.
+void write_checkpoint(const std::string& path, const NamedTensors& tensors, const RunState& st) {
   std::map<std::string, std::string> meta;
   for (auto& [k, v] : st.settings) meta["setting." + k] = v;
   meta["format"] = kCheckpointFormat;
@@ -110,7 +110,67 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   // paths may differ in the last bits (FMA or not in the products), so a resume says so.
   meta["cpu_isa"] = active_cpu_isa_name();
   if (!st.experiment.empty()) meta["experiment"] = st.experiment;
+  if (!st.shards.empty()) meta["shards"] = st.shards;
   write_safetensors(path, tensors, meta);
+}
+
+// FNV-1a over the bits of each parameter's value (the working copy every rank holds alike
+// in a sharded run, where a master is current only on its owner) and of the scaler state.
+uint64_t values_checksum(const Module& model, const ScalerState& scaler) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const Var& p : model.parameters()) mix(p.value().data(), p.value().nbytes());
+  for (float f : {scaler.scale, scaler.growth_tracker, scaler.hysteresis_left}) mix(&f, sizeof f);
+  return h;
+}
+
+// A sharded run's checkpoint: every master and state tensor moves from its owner to rank 0,
+// which writes the file an unsharded run writes (the same names, order and format), so it
+// resumes on any world size, sharded or not. Rank 0 holds the whole state while it writes.
+// A gather that fails (a rank died: the deadline) throws before anything is written.
+void save_sharded_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& st,
+                             Communicator& comm) {
+  if (!comm.replicas_agree(values_checksum(model, st.scaler)))
+    throw Error("the ranks' parameters or scaler state disagree at step " + std::to_string(st.next_step) +
+                "; no checkpoint written");
+  const std::vector<int>& owner = comm.shards().owner;
+  std::map<const Node*, size_t> index;
+  for (size_t i = 0; i < opt.params().size(); ++i) index[opt.params()[i].node()] = i;
+  const bool root = comm.rank() == 0;
+  NamedTensors tensors;
+  auto gathered = [&](const Tensor& mine, const Shape& shape, int from) {
+    Tensor t = from == comm.rank() ? mine : root ? Tensor::zeros(shape, DType::F32, Device::cpu()) : Tensor();
+    comm.gather_to_root(t, from);
+    return t;
+  };
+  for (auto& [name, p] : model.named_parameters()) {
+    // A master is current on its owner only (released elsewhere, or an FP32 value equal to it).
+    const Tensor master = gathered(p.master(), p.value().shape(), owner.at(index.at(p.node())));
+    if (root) tensors.push_back({name, master});
+  }
+  std::map<std::string, Tensor*> own;
+  for (auto& [name, t] : opt.state_tensors()) own[name] = t;
+  for (size_t i = 0; i < opt.params().size(); ++i)
+    for (const std::string& name : opt.state_names(i)) {
+      const Tensor t = gathered(owner[i] == comm.rank() ? *own.at(name) : Tensor(), opt.params()[i].shape(), owner[i]);
+      if (root) tensors.push_back({name, t});
+    }
+  if (!root) return;
+  RunState with_shards = st;
+  with_shards.shards = comm.shards().text();
+  write_checkpoint(path, tensors, with_shards);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& st) {
+  NamedTensors tensors;
+  for (auto& [name, p] : model.named_parameters()) tensors.push_back({name, p.master()});
+  for (auto& [name, t] : opt.state_tensors()) tensors.push_back({name, *t});
+  write_checkpoint(path, tensors, st);
 }
 
 uint64_t replica_checksum(const Module& model, const ScalerState& scaler) {
@@ -129,6 +189,7 @@ uint64_t replica_checksum(const Module& model, const ScalerState& scaler) {
 
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& st,
                      Communicator& comm) {
+  if (comm.sharded()) return save_sharded_checkpoint(path, model, opt, st, comm);
   // Every rank takes part in the agreement (a collective), then rank 0 writes for all.
   if (!comm.replicas_agree(replica_checksum(model, st.scaler)))
     throw Error("the ranks' weights or scaler state disagree at step " + std::to_string(st.next_step) +
@@ -204,7 +265,17 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
     plan.push_back({&e, &dst});
   };
   std::vector<Var> params;
-  for (auto& [name, p] : model.named_parameters()) {
+  // A released master (sharded optimizer state: another rank owns it) is read into a
+  // temporary and rounded into the working copy, which is all this rank keeps of it.
+  const auto named = model.named_parameters();
+  std::vector<std::pair<Var, Tensor>> released;
+  released.reserve(named.size());  // expect() keeps pointers to its tensors
+  for (auto& [name, p] : named) {
+    if (p.master_released()) {
+      released.push_back({p, Tensor::empty(p.value().shape(), DType::F32, Device::cpu())});
+      expect(name, released.back().second);
+      continue;
+    }
     expect(name, const_cast<Tensor&>(p.master()));
     params.push_back(p);
   }
@@ -227,6 +298,7 @@ RunState load_checkpoint(const std::string& path, Module& model, Optimizer& opt,
                               " (--cpu-isa chooses the path)");
   for (auto& [e, dst] : plan) dst->copy_from(f.tensor(e->name));
   for (Var& p : params) p.set_working_dtype(p.dtype());  // the working copy is the rounded master
+  for (auto& [p, master] : released) p.node()->value.copy_from(master.to(p.dtype()));
   opt.set_step_count(st.optimizer_steps);
   return st;
 }

@@ -59,6 +59,9 @@ struct RunState {
   // ("dtype fp16 -> bf16"), empty for a plain continuation.
   std::vector<std::string> policy_changes;
   bool scaler_state_loaded = true;  // false when the new experiment turned the scaler on or off
+  // A sharded run's layout (ShardPlan::text, amp/dist/shard_plan.h), "shards" in the metadata:
+  // for readers. Not read back: a resume makes the plan of its own world size.
+  std::string shards;
 };
 
 // What a checkpoint holds, read and checked without a model: the file alone.
@@ -99,7 +102,9 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
 // The same for a replica of a data-parallel run, called by every rank at the same step:
 // the ranks first all-reduce a checksum of their masters and scaler state (state.scaler) (replicas must
 // agree bit for bit); on agreement rank 0 alone writes, otherwise every rank throws Error
-// and nothing is written. With one process it is save_checkpoint.
+// and nothing is written. With one process it is save_checkpoint. With sharded optimizer
+// state (comm.sharded()) the ranks agree on their parameters' values instead, and each
+// master and state tensor goes from its owner to rank 0, which writes the same file.
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& opt, const RunState& state,
                      Communicator& comm);
 // FNV-1a over the bits of every master and of the scaler state: what save_checkpoint's

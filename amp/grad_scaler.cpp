@@ -95,11 +95,15 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm, Communicator* comm
     r.census = Tensor::empty(Shape{static_cast<int64_t>(grads.size()), kCensusFields}, DType::F32, device_);
     census = {&r.census, *census_format};
   }
-  be.guard(grads, p.inv_scale, r.found_inf, r.norm, census);
-  if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, r.found_inf, p.nonfinite_loss, r.found_inf);
+  if (comm && comm->sharded()) {
+    guard_sharded(opt, *comm, p, r);
+  } else {
+    be.guard(grads, p.inv_scale, r.found_inf, r.norm, census);
+    if (p.nonfinite_loss.defined()) be.binary(BinaryOp::Add, r.found_inf, p.nonfinite_loss, r.found_inf);
+  }
   // Across ranks: agreed before anything acts on them (the clip coefficient, the step, the
   // scaler update). A rank with a non-finite loss alone makes every rank skip.
-  if (comm && comm->world_size() > 1) {
+  if (comm && comm->world_size() > 1 && !comm->sharded()) {
     if (!p.nonfinite_loss.defined()) p.nonfinite_loss = Tensor::zeros(Shape{1}, DType::F32, device_);
     comm->agree_on_guard(r.found_inf, p.nonfinite_loss, r.norm);
   }
@@ -108,6 +112,19 @@ GuardResult GradScaler::guard(Optimizer& opt, float max_norm, Communicator* comm
   p.clip_coef = r.clip_coef;
   p.stage = Stage::Checked;
   return r;
+}
+
+// Sharded optimizer state: each rank holds the reduced gradients of what it owns, so the
+// norm comes from the guard's per-tensor sums, each from its owner, added in the guard's
+// order on every rank (Communicator::agree_on_partials): the unsharded norm's bits.
+void GradScaler::guard_sharded(Optimizer& opt, Communicator& comm, PerOptimizer& p, GuardResult& r) {
+  if (!p.nonfinite_loss.defined()) p.nonfinite_loss = Tensor::zeros(Shape{1}, DType::F32, device_);
+  std::vector<double> partials;
+  backend_for(device_).guard_partials(opt.grads(), p.inv_scale, partials);
+  std::vector<bool> owned;
+  for (size_t i = 0; i < opt.params().size(); ++i)
+    if (opt.params()[i].grad().defined()) owned.push_back(opt.owns(i));
+  comm.agree_on_partials(partials, owned, r.found_inf, p.nonfinite_loss, r.norm);
 }
 
 void GradScaler::step(Optimizer& opt) {

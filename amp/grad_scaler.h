@@ -98,6 +98,7 @@ class GradScaler {
     Tensor inv_scale;       // fused path: the guard's 1/scale, which the optimizer pass reuses
   };
   PerOptimizer& per(const Optimizer& opt, const char* call);
+  void guard_sharded(Optimizer& opt, Communicator& comm, PerOptimizer& p, GuardResult& r);
   Tensor inv_scale() const;
 
   Device device_;

@@ -66,6 +66,12 @@ SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, Safe
     throw UsageError("the unfused step (--unfused) is single-process only for now; drop it with --dist");
   if (comm_->world_size() > 1 && options_.clip_mode == ClipMode::Value)
     throw UsageError("clipping by value (--clip-mode value) is single-process only for now; drop it with --dist");
+  // Sharded state: the fused guard's per-tensor sums are what the ranks combine.
+  if (comm_->sharded() && (!options_.fused || options_.clip_mode == ClipMode::Value || options_.census))
+    throw UsageError("--shard-optimizer needs the fused step clipping by norm: drop --unfused, --clip-mode value and "
+                     "--census");
+  if (comm_->sharded() && !opt_.sharded() && comm_->world_size() > 1)
+    throw Error("SafeStep: the communicator is sharded but the optimizer is not (Optimizer::set_owned)");
   if (options_.census && (!options_.fused || options_.clip_mode == ClipMode::Value))
     throw UsageError("the census is taken by the fused guard: drop --unfused and --clip-mode value, or --census");
   if (options_.census && options_.census_format != DType::F16 && options_.census_format != DType::BF16)
@@ -151,6 +157,8 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   const Tensor found_inf = scaler_.found_inf_tensor(opt_);
   const Tensor nonfinite_loss = scaler_.nonfinite_loss_tensor(opt_);
   scaler_.step(opt_);  // a no-op under found_inf, decided on the device
+  // Sharded: each rank updated what it owns; every rank gets every updated parameter.
+  if (comm_->sharded()) comm_->all_gather_params(opt_.params());
   if (options_.unscale_grads && options_.fused && !by_value) {
     // The unfused step's passes, with this step's scale (update() has not changed it yet) and
     // clip coefficient: the same numbers as unscale_ then clip_grad_norm_ in place.

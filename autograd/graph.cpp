@@ -40,8 +40,19 @@ Var Var::parameter(Tensor master, std::string name) {
   return v;
 }
 
+bool Var::release_master() {
+  if (!is_parameter()) throw Error("release_master: '" + name() + "' is not a parameter");
+  if (node_->master_released) return true;
+  if (node_->value.data() == node_->master.data()) return false;  // FP32: the master is the value
+  node_->master = Tensor();
+  node_->master_released = true;
+  return true;
+}
+
 void Var::set_working_dtype(DType dtype) {
   if (!is_parameter()) throw Error("set_working_dtype: '" + name() + "' is not a parameter");
+  if (node_->master_released)
+    throw Error("set_working_dtype: the master of '" + name() + "' was released (sharded optimizer state)");
   node_->value = dtype == DType::F32 ? node_->master : node_->master.to(dtype);
 }
 

@@ -29,7 +29,8 @@ struct Node {
   bool requires_grad = false;
   bool is_leaf = true;
   DType grad_dtype = DType::F32;  // leaves: FP32 by default, or the compute dtype
-  Tensor master;                  // parameters only
+  Tensor master;                  // parameters only (undefined once released, below)
+  bool master_released = false;   // a sharded optimizer's parameter another rank updates
   std::string name;
   const char* op = "leaf";
   // The module path the op ran under ("layers.1"; "" at the top level), for anomaly reports.
@@ -88,8 +89,14 @@ class Var {
   const Tensor& grad() const { return node_->grad; }
   Tensor& mutable_grad() { return node_->grad; }
   bool requires_grad() const { return node_ && node_->requires_grad; }
-  bool is_parameter() const { return node_ && node_->master.defined(); }
-  const Tensor& master() const { return node_->master; }
+  bool is_parameter() const { return node_ && (node_->master.defined() || node_->master_released); }
+  const Tensor& master() const { return node_->master; }  // undefined when released
+  // Sharded optimizer state (optim/optimizer.h set_owned): frees the FP32 master of a
+  // parameter another rank updates; this rank reads the working copy, which the owner's
+  // broadcast refreshes. Only where the working copy is a tensor of its own (FP16/BF16): an
+  // FP32 parameter's master is its value. Returns whether it freed it.
+  bool release_master();
+  bool master_released() const { return node_ && node_->master_released; }
   const std::string& name() const { return node_->name; }
   const Shape& shape() const { return node_->value.shape(); }
   DType dtype() const { return node_->value.dtype(); }

@@ -3,6 +3,7 @@
 #include "engine/backend.h"
 
 #include "engine/backend_checks.h"
+#include "engine/error.h"
 
 namespace belay {
 
@@ -132,6 +133,16 @@ void Backend::guard(const std::vector<const Tensor*>& grads, const Tensor& inv_s
                     Tensor& norm, const GuardCensus& census) const {
   checks::guard(kind_, grads, inv_scale, found_inf, norm, census);
   guard_impl(grads, inv_scale, found_inf, norm, census);
+}
+void Backend::guard_partials(const std::vector<const Tensor*>& grads, const Tensor& inv_scale,
+                             std::vector<double>& partials) const {
+  Tensor found = Tensor::empty(Shape{1}, DType::F32, Device::cpu());
+  Tensor norm = Tensor::empty(Shape{1}, DType::F32, Device::cpu());
+  if (kind_ == DeviceKind::CPU) checks::guard(kind_, grads, inv_scale, found, norm, {});
+  guard_partials_impl(grads, inv_scale, partials);
+}
+void Backend::guard_partials_impl(const std::vector<const Tensor*>&, const Tensor&, std::vector<double>&) const {
+  throw UsageError("the guard's per-tensor sums (a sharded optimizer, --shard-optimizer) are on the CPU backend only");
 }
 void Backend::clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const {
   checks::clip_coefficient(kind_, norm, clip_coef);

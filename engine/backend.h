@@ -270,6 +270,13 @@ class Backend {
   // census.format (F16 or BF16); without it the guard is the same code as ever.
   void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm,
              const GuardCensus& census = {}) const;
+  // The guard's sums before they are combined: partials[t] = sum (grads[t] * inv_scale[0])^2
+  // in FP64, summed exactly as the guard sums gradient t, so that the guard's norm is
+  // sqrt(partials[0] + partials[1] + ...) in that order. Written to host memory: for a
+  // sharded optimizer (amp/dist), whose ranks combine the partials of the tensors each owns.
+  // The CPU backend has it; another throws UsageError.
+  void guard_partials(const std::vector<const Tensor*>& grads, const Tensor& inv_scale,
+                      std::vector<double>& partials) const;
   // clip_coef = min(1, max_norm / (norm + 1e-6)).
   void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef) const;
   // The unfused path, in PyTorch's order: g *= inv_scale in place (found_inf set if any is
@@ -346,6 +353,8 @@ class Backend {
                                   Tensor& dlogits_unit) const = 0;
   virtual void guard_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf,
                           Tensor& norm, const GuardCensus& census) const = 0;
+  virtual void guard_partials_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale,
+                                   std::vector<double>& partials) const;
   virtual void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const = 0;
   virtual void unscale_inplace_impl(const std::vector<Tensor*>& grads, const Tensor& inv_scale,
                                     Tensor& found_inf) const = 0;

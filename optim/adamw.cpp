@@ -40,7 +40,7 @@ void AdamW::apply(size_t group, const StepScalars& scalars) {
   std::vector<AdamWSlot> slots;
   for (size_t i = group_begin(group); i < group_begin(group + 1); ++i) {
     const Var& p = params_[i];
-    if (!p.grad().defined()) continue;
+    if (!p.grad().defined() || !owns(i)) continue;  // another rank updates it (sharded)
     AdamWSlot s;
     s.master = const_cast<Tensor*>(&p.master());
     s.m = &m_[i];
@@ -56,10 +56,30 @@ void AdamW::apply(size_t group, const StepScalars& scalars) {
 std::vector<std::pair<std::string, Tensor*>> AdamW::state_tensors() {
   std::vector<std::pair<std::string, Tensor*>> out;
   for (size_t i = 0; i < params_.size(); ++i) {
-    out.push_back({"optim." + params_[i].name() + ".exp_avg", &m_[i]});
-    out.push_back({"optim." + params_[i].name() + ".exp_avg_sq", &v_[i]});
+    if (!owns(i)) continue;
+    const std::vector<std::string> names = state_names(i);
+    out.push_back({names[0], &m_[i]});
+    out.push_back({names[1], &v_[i]});
   }
   return out;
+}
+
+std::vector<std::string> AdamW::state_names(size_t i) const {
+  return {"optim." + params_[i].name() + ".exp_avg", "optim." + params_[i].name() + ".exp_avg_sq"};
+}
+
+// The moments of a parameter another rank owns are released, and its FP32 master where the
+// working copy is a tensor of its own: that is the memory sharding saves.
+void AdamW::set_owned(const std::vector<bool>& owned) {
+  if (owned.size() != params_.size())
+    throw Error("adamw: set_owned needs one flag per parameter (" + std::to_string(params_.size()) + "), got " +
+                std::to_string(owned.size()));
+  owned_ = owned;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!owned[i]) {
+      m_[i] = v_[i] = Tensor();
+      params_[i].release_master();
+    }
 }
 
 }  // namespace belay

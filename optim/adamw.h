@@ -27,6 +27,8 @@ class AdamW : public Optimizer {
   // defaults.lr is the optimizer's lr: the one schedules and set_lr speak of.
   AdamW(std::vector<AdamWGroup> groups, AdamWOptions defaults);
   std::vector<std::pair<std::string, Tensor*>> state_tensors() override;
+  std::vector<std::string> state_names(size_t i) const override;
+  void set_owned(const std::vector<bool>& owned) override;
   std::string name() const override { return "adamw"; }
   const AdamWOptions& options() const { return defaults_; }
   const AdamWOptions& group_options(size_t g) const { return options_[g]; }

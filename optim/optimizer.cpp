@@ -123,6 +123,10 @@ void Optimizer::step() {
   step(one, one, zero);
 }
 
+void Optimizer::set_owned(const std::vector<bool>&) {
+  throw UsageError("optimizer " + name() + " cannot shard its state (--shard-optimizer needs adamw)");
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (Var& p : params_) p.zero_grad(set_to_none);
 }

@@ -78,8 +78,20 @@ class Optimizer {
   void set_step_count(int64_t n);
   const Tensor& applied_steps_tensor() const { return applied_steps_; }
 
-  // Named FP32 state tensors (moments, momentum buffers), for checkpoints.
+  // Named FP32 state tensors (moments, momentum buffers), for checkpoints: the owned
+  // parameters' only when the state is sharded.
   virtual std::vector<std::pair<std::string, Tensor*>> state_tensors() = 0;
+  // The names of parameter i's state tensors (each shaped as the parameter), owned or not:
+  // what a sharded checkpoint gathers from the owners.
+  virtual std::vector<std::string> state_names(size_t i) const = 0;
+
+  // Sharded state (ZeRO stage 1, `--shard-optimizer`): owned[i] says whether this rank
+  // keeps and updates parameter i; the others' state is released and their update skipped
+  // (the owner's result arrives by the communicator's all-gather). Empty: every parameter.
+  // Refused by an optimizer that cannot shard its state.
+  virtual void set_owned(const std::vector<bool>& owned);
+  bool owns(size_t i) const { return owned_.empty() || owned_[i]; }
+  bool sharded() const { return !owned_.empty(); }
   virtual std::string name() const = 0;
 
  protected:
@@ -89,6 +101,7 @@ class Optimizer {
   static Tensor* working_copy_of(const Var& p);
 
   std::vector<Var> params_;
+  std::vector<bool> owned_;  // empty: not sharded
   Device device_;
   LrSchedule schedule_;
   Tensor lr_table_;       // FP32 [n]: lr_at(k) for k < n; the last entry holds from there on

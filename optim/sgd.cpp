@@ -53,4 +53,9 @@ std::vector<std::pair<std::string, Tensor*>> Sgd::state_tensors() {
   return out;
 }
 
+std::vector<std::string> Sgd::state_names(size_t i) const {
+  if (!momentum_[i].defined()) return {};
+  return {"optim." + params_[i].name() + ".momentum_buffer"};
+}
+
 }  // namespace belay

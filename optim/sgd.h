@@ -26,6 +26,7 @@ class Sgd : public Optimizer {
   const SgdOptions& options() const { return defaults_; }
   const SgdOptions& group_options(size_t g) const { return options_[g]; }
   std::vector<std::pair<std::string, Tensor*>> state_tensors() override;
+  std::vector<std::string> state_names(size_t i) const override;
   std::string name() const override { return "sgd"; }
 
  protected:

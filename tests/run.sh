@@ -44,12 +44,12 @@ fi
 # every x86-64 CPU can run must stay correct whatever the widest one here is.
 # Left out, as once is enough: the checks that run no CPU kernel of their own (the test names, the layering,
 # the objects' ISAs, the ptxas and bench report scripts, the GPU-check rehearsal, the
-# safetensors sample, the text corpus, the CLI's exit codes and messages) and dist_mpi (its
-# ranks run the kernels the single-process cases run here; what it adds is MPI's transport,
-# and it is the longest test of the suite).
+# safetensors sample, the text corpus, the CLI's exit codes and messages) and dist_mpi and
+# dist_zero (their ranks run the kernels the single-process cases run here; what they add is
+# MPI's transport and the sharded step, and dist_mpi is the longest test of the suite).
 echo "== the whole suite on the baseline CPU path (BELAY_CPU_ISA=baseline)"
 no_kernel='^(gpu_check_rehearsal|test_names|gpu_test_names|layering|layering_self_test|isa_objects|isa_objects_bench|ptxas_check|bench_expected_column'
-no_kernel+='|safetensors_write_sample|safetensors_independent_check|text_corpus|cli_behaviour|dist_mpi)$'
+no_kernel+='|safetensors_write_sample|safetensors_independent_check|text_corpus|cli_behaviour|dist_mpi|dist_zero)$'
 (cd "$build" && BELAY_CPU_ISA=baseline ctest --output-on-failure -j"$(nproc)" -E "$no_kernel")
 
 # belay as a package: installed into a prefix made afresh under the build directory, a

@@ -21,6 +21,27 @@ void BucketedCommunicator::lay_out(const std::vector<int64_t>& numels) {
     bucket_of_slot_[i] = buckets_.size() - 1;
   }
   slot_grad_.assign(numels.size(), nullptr);
+  owners_from_shards_ = -1;
+  assign_owners();
+}
+
+// Slot i is parameter n-1-i (lay_out's order).
+void BucketedCommunicator::assign_owners() {
+  const int from_shards = sharded() ? 1 : 0;
+  if (owners_from_shards_ == from_shards && slot_owner_.size() == layout_numels_.size()) return;
+  const size_t n = layout_numels_.size();
+  std::vector<int> owner;
+  if (sharded()) {
+    if (shards_.owner.size() != n)
+      throw Error("gradient sync: the shard plan has " + std::to_string(shards_.owner.size()) +
+                  " parameters, the optimizer " + std::to_string(n));
+    owner = shards_.owner;
+  } else {
+    owner = plan_shards(std::vector<int64_t>(layout_numels_.rbegin(), layout_numels_.rend()), world_size()).owner;
+  }
+  slot_owner_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) slot_owner_[i] = owner[n - 1 - i];
+  owners_from_shards_ = from_shards;
 }
 
 void BucketedCommunicator::begin_gradient_sync(const std::vector<Var>& params) {
@@ -39,6 +60,7 @@ void BucketedCommunicator::begin_gradient_sync(const std::vector<Var>& params) {
     slot_of_.clear();
     for (size_t i = 0; i < layout_nodes_.size(); ++i) slot_of_[layout_nodes_[i]] = i;
   }
+  assign_owners();  // a plan set since the layout was made
   for (Bucket& b : buckets_) {
     b.ready = 0;
     b.started = false;
@@ -67,10 +89,12 @@ void BucketedCommunicator::start_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].ready == buckets_[next_bucket_].slots.size()) {
     Bucket& b = buckets_[next_bucket_];
     b.grads.clear();
+    b.grad_slots.clear();
     for (size_t slot : b.slots)
       if (slot_grad_[slot] && slot_grad_[slot]->defined()) {
         gradient_bytes_ += static_cast<int64_t>(slot_grad_[slot]->numel() * wire_bytes(*slot_grad_[slot]));
         b.grads.push_back(slot_grad_[slot]);
+        b.grad_slots.push_back(slot);
       }
     b.started = true;
     start_bucket(next_bucket_, b);
@@ -106,6 +130,8 @@ void BucketedCommunicator::finish_gradient_sync() {
 
 // Without the hook: the given buffers, in the same layout (reverse order), all final now.
 void BucketedCommunicator::all_reduce_gradients(const std::vector<Tensor*>& grads) {
+  // A shard plan names parameters; these buffers are not known to be the optimizer's.
+  if (sharded()) throw Error("all_reduce_gradients: a sharded sync goes through begin/finish_gradient_sync");
   const auto t0 = std::chrono::steady_clock::now();
   scratch_numels_.clear();
   for (auto it = grads.rbegin(); it != grads.rend(); ++it) scratch_numels_.push_back((*it)->numel());

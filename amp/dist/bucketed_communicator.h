@@ -11,8 +11,9 @@
 // started; what is left starts in finish, which then waits for all of them.
 //
 // The result is bit for bit the flat all-reduce's: each element is summed across ranks the
-// same way whatever bucket it travels in (for two ranks a + b; with more ranks MPI's
-// reduction order could differ between message sizes, within FP32 rounding).
+// same way whatever bucket it travels in (for two ranks a + b; with more ranks MPI's order
+// could differ between message sizes, so MpiCommunicator then sums in rank order on each
+// gradient's owner, slot_owner below: amp/dist/mpi_ordered.cpp).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -38,6 +39,7 @@ class BucketedCommunicator : public Communicator {
     size_t ready = 0;            // slots whose gradient is final this step
     bool started = false;
     std::vector<Tensor*> grads;  // when started: the gradients to reduce (defined ones only)
+    std::vector<size_t> grad_slots;  // the slot of each of grads
   };
   // The transport. start: begins reducing bucket `index` (its grads are set); it may return
   // before the data has moved. complete: returns when every started bucket holds the sum in
@@ -52,6 +54,11 @@ class BucketedCommunicator : public Communicator {
 
   std::vector<Bucket> buckets_;
 
+  // The rank that sums slot `slot`'s gradient in a reduction of defined order (a sharded run,
+  // or an ordered all-reduce): the shard plan's owner, or else a plan made from the layout's
+  // sizes (amp/dist/shard_plan.h), so that the owners spread the work alike on every rank.
+  int slot_owner(size_t slot) const { return slot_owner_[slot]; }
+
   // Wall seconds from t0 to now (the sync and wait counters, the collectives' deadline).
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -62,7 +69,11 @@ class BucketedCommunicator : public Communicator {
   void start_ready_buckets();
   void start_all_buckets();
 
+  void assign_owners();
+
   std::vector<int64_t> layout_numels_;  // per slot, for the cached layout
+  std::vector<int> slot_owner_;         // per slot
+  int owners_from_shards_ = -1;         // whether slot_owner_ came from the shard plan
   std::vector<const Node*> layout_nodes_;
   std::unordered_map<const Node*, size_t> slot_of_;
   std::vector<size_t> bucket_of_slot_;

@@ -1,5 +1,7 @@
 #include "amp/dist/communicator.h"
 
+#include <cmath>
+
 #include "engine/error.h"
 #ifdef BELAY_HAVE_MPI
 #include "amp/dist/mpi_communicator.h"
@@ -12,6 +14,36 @@ namespace belay {
 
 void Communicator::set_progress_thread(bool on) {
   if (on) throw UsageError("--dist-progress-thread is for --dist mpi (this is --dist " + name() + ")");
+}
+
+void Communicator::set_shards(const ShardPlan& plan) {
+  if (plan.world_size != world_size())
+    throw Error("set_shards: a plan for " + std::to_string(plan.world_size) + " ranks, the world has " +
+                std::to_string(world_size()));
+  shards_ = plan;
+}
+
+void Communicator::agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned,
+                                     Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) {
+  if (partials.size() != owned.size()) throw Error("agree_on_partials: one owned flag per partial sum is needed");
+  std::vector<double> sums(partials.size());
+  bool nonfinite = false;
+  for (size_t t = 0; t < partials.size(); ++t) {
+    const bool finite = std::isfinite(partials[t]);
+    nonfinite = nonfinite || !finite;
+    sums[t] = owned[t] || !finite ? partials[t] : 0.0;  // x + 0 is x: the sum over ranks is exact
+  }
+  // The unsharded guard's flag: non-finite gradient (0 or 1) plus the non-finite losses.
+  const float loss_flag = *nonfinite_loss.data_as<float>();
+  float flags[2] = {(nonfinite ? 1.0f : 0.0f) + loss_flag, loss_flag};
+  max_flags_over_ranks(flags, 2);
+  sum_over_ranks(sums.data(), static_cast<int>(sums.size()));
+  double total = 0.0;
+  for (double s : sums) total += s;  // tensor order: the guard's (kernels/cpu/guard_kernels.cpp)
+  *found_inf.data_as<float>() = flags[0];
+  *nonfinite_loss.data_as<float>() = flags[1];
+  *norm.data_as<float>() = static_cast<float>(std::sqrt(total));
+  agreements_ += world_size() > 1 ? 2 : 0;
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& name) {

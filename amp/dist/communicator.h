@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "amp/dist/shard_plan.h"
 #include "autograd/graph.h"
 #include "engine/tensor.h"
 
@@ -82,6 +83,34 @@ class Communicator {
   // moves data only when called (`--dist-progress-thread`; MPI only).
   virtual void set_progress_thread(bool on);
 
+  // ---- Sharded optimizer state (ZeRO stage 1, `--shard-optimizer`)
+  // With a plan (amp/dist/shard_plan.h, one owner per parameter in the optimizer's order) the
+  // gradient sync is a reduce-scatter: each parameter's gradient is summed on its owner
+  // alone, in rank order 0..N-1; the owner updates it; all_gather_params then sends the
+  // updated working copy (the FP32 weights when there is none) from the owner to every rank.
+  // Refused by a communicator that cannot (NCCL, for now).
+  virtual void set_shards(const ShardPlan& plan);
+  bool sharded() const { return !shards_.owner.empty(); }
+  const ShardPlan& shards() const { return shards_; }
+  // The guard's agreement when sharded: partials[t] is this rank's sum of squares of gradient
+  // t (Backend::guard_partials over the gradients the optimizer will read), owned[t] whether
+  // this rank owns it. Each tensor's sum counts once, from its owner (a non-owner's copy is
+  // not reduced), except that a non-finite sum counts from any rank (an inf planted in one
+  // rank's copy after the sync, --inject-inf, must still skip the step everywhere). The sums
+  // go to every rank in one all-reduce and are added in tensor order, as the guard adds them:
+  // norm = sqrt(sum), the unsharded norm's bits. found_inf (written: non-finite gradient plus
+  // the non-finite losses, as the guard's) and nonfinite_loss (this rank's on entry) become
+  // their maximum over ranks in a second small all-reduce, as in agree_on_guard.
+  void agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned, Tensor& found_inf,
+                         Tensor& nonfinite_loss, Tensor& norm);
+  // After the optimizer step, every rank calls it: each parameter's value from its owner.
+  virtual void all_gather_params(const std::vector<Var>& params) { (void)params; }
+  // A checkpoint of sharded state: t (same shape on every rank) moves from rank `owner` to
+  // rank 0, into t there; every other rank does nothing. Every rank calls it in the same order.
+  virtual void gather_to_root(Tensor& t, int owner) { (void)t, (void)owner; }
+  // One number from every rank, in rank order (the run summary's per-rank memory).
+  virtual std::vector<double> all_gather_value(double value) { return {value}; }
+
   // Connects to the peers once the settings above are made (NCCL's init, bounded by the
   // timeout); a communicator that needs nothing more does nothing. Called once, before use.
   virtual void connect() {}
@@ -113,7 +142,12 @@ class Communicator {
   }
 
  protected:
+  // agree_on_partials' transport: sums (FP64) and maxima (FP32) over ranks, in place.
+  virtual void sum_over_ranks(double* values, int count) { (void)values, (void)count; }
+  virtual void max_flags_over_ranks(float* values, int count) { (void)values, (void)count; }
+
   const std::vector<Var>* sync_params_ = nullptr;
+  ShardPlan shards_;  // owner empty: not sharded
   size_t bucket_bytes_ = size_t{25} << 20;
   double timeout_seconds_ = 300.0;
   int64_t gradient_syncs_ = 0;

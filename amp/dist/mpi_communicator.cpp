@@ -120,6 +120,10 @@ void MpiCommunicator::start_bucket(size_t index, Bucket& bucket) {
   // One rank (mpirun -np 1): the sum over ranks is the gradient itself, to the bit (FP16
   // and BF16 widen to FP32 exactly and round back to themselves): nothing to move.
   if (world_size_ == 1) return;
+  if (ordered()) {
+    start_ordered(index, bucket, f);
+    return;
+  }
   f.staging.resize(packed);
   size_t at = 0;
   for (const Tensor* g : bucket.grads) {
@@ -219,6 +223,7 @@ void MpiCommunicator::complete_buckets(std::vector<Bucket>& buckets) {
       if (!flights_[b].active) ++buckets_done_in_backward_;  // as the last test saw them
   }
   if (world_size_ == 1) return;  // start_bucket moved nothing
+  std::vector<MPI_Request> broadcasts;  // ordered and unsharded: the sums from their owners
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!buckets[b].started) throw Error("complete_buckets: bucket " + std::to_string(b) + " was never started");
     Flight& f = flights_[b];
@@ -239,6 +244,10 @@ void MpiCommunicator::complete_buckets(std::vector<Bucket>& buckets) {
         --active_flights_;
       }
     }
+    if (ordered()) {
+      finish_ordered(buckets[b], f, broadcasts);
+      continue;
+    }
     size_t at = 0;
     for (Tensor* g : buckets[b].grads) {
       if (in_place(*g)) continue;  // already summed where it lies
@@ -250,6 +259,11 @@ void MpiCommunicator::complete_buckets(std::vector<Bucket>& buckets) {
       }
       at += n;
     }
+  }
+  if (!broadcasts.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    wait(broadcasts.data(), static_cast<int>(broadcasts.size()), "the broadcast of the gradient sums");
+    gradient_wait_seconds_ += seconds_since(t0);
   }
 }
 
@@ -273,8 +287,10 @@ void MpiCommunicator::agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, 
 void MpiCommunicator::average_loss(Tensor& loss) {
   require_cpu(loss, "the loss");
   if (loss.dtype() != DType::F32 || loss.numel() != 1) throw Error("average_loss: needs a one-element FP32 tensor");
-  float v = *loss.data_as<float>();
-  all_reduce_host(&v, 1, MPI_FLOAT, MPI_SUM, "the all-reduce of the loss");
+  // Gathered and added in rank order: the sum's order is belay's, not the MPI library's.
+  const std::vector<double> all = all_gather_value(*loss.data_as<float>());
+  float v = 0.0f;
+  for (double x : all) v += static_cast<float>(x);  // each x is a float, exactly
   *loss.data_as<float>() = v / static_cast<float>(world_size_);
   ++agreements_;
 }

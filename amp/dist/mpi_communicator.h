@@ -15,6 +15,12 @@
 // between the hook's calls too. MPI is initialised MPI_THREAD_SERIALIZED and every MPI call
 // of this class holds one mutex: never two threads in MPI at once.
 //
+// A reduction of defined order (amp/dist/mpi_ordered.cpp): with more than two ranks, or a
+// sharded optimizer, each gradient is summed on one rank (its owner) in rank order 0..N-1
+// from point-to-point messages, not by MPI_Iallreduce, whose order is the library's (with
+// two ranks a + b = b + a, so the all-reduce already has it). Unsharded, the owner then
+// broadcasts the sum; sharded, it keeps it and broadcasts the updated parameter after the step.
+//
 // Every collective, the belts' small ones included, is non-blocking and then polled with a
 // deadline (`--dist-timeout`): a peer that died or hangs turns into an error on this rank
 // (the CLI then ends every rank with MPI_Abort) instead of a wait without end.
@@ -47,6 +53,9 @@ class MpiCommunicator : public BucketedCommunicator {
   bool replicas_agree(uint64_t checksum) override;
   void abort(int exit_code) override;
   void set_progress_thread(bool on) override;
+  void all_gather_params(const std::vector<Var>& params) override;
+  void gather_to_root(Tensor& t, int owner) override;
+  std::vector<double> all_gather_value(double value) override;
 
  protected:
   void start_bucket(size_t index, Bucket& bucket) override;
@@ -60,14 +69,23 @@ class MpiCommunicator : public BucketedCommunicator {
   void all_reduce_host(void* buffer, int count, MPI_Datatype type, MPI_Op op, const char* what);
   // Throws the timeout error when `since` is longer ago than the timeout.
   void check_deadline(std::chrono::steady_clock::time_point since, const char* what) const;
+  void sum_over_ranks(double* values, int count) override;
+  void max_flags_over_ranks(float* values, int count) override;
   std::mutex mpi_mutex_;  // held around every MPI call (MPI_THREAD_SERIALIZED)
 
  private:
   struct Flight {  // one bucket on its way
     std::vector<float> staging;          // the bucket's gradients as FP32, reduced in place
+    std::vector<float> recv;             // ordered: the peers' copies of the gradients this rank sums
+    std::vector<float> widened;          // ordered: the FP16/BF16 gradients as FP32
     std::vector<MPI_Request> requests;   // one per 2^30 elements (MPI counts are int)
     bool active = false;                 // started and not yet done (under mpi_mutex_)
   };
+  // The reduction of defined order (mpi_ordered.cpp): whether it is used, its start (sends
+  // and receives posted), and its end (the ordered sums; unsharded, the broadcasts started).
+  bool ordered() const { return sharded() || world_size_ > 2; }
+  void start_ordered(size_t index, Bucket& bucket, Flight& f);
+  void finish_ordered(Bucket& bucket, Flight& f, std::vector<MPI_Request>& broadcasts);
   void test_flights();   // under mpi_mutex_: tests every active flight once
   void progress_loop();  // the progress thread
   void stop_progress_thread();
@@ -77,6 +95,7 @@ class MpiCommunicator : public BucketedCommunicator {
   bool owns_mpi_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;
   std::vector<Flight> flights_;  // per bucket; kept so a steady step allocates nothing
+  std::vector<float> ordered_sum_;  // finish_ordered's sum of one gradient
   int active_flights_ = 0;       // under mpi_mutex_
   std::thread progress_thread_;
   std::condition_variable progress_wake_;

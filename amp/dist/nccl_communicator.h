@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "amp/dist/mpi_communicator.h"
+#include "engine/error.h"
 
 namespace belay {
 
@@ -37,6 +38,10 @@ class NcclCommunicator final : public MpiCommunicator {
   void agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) override;
   void average_loss(Tensor& loss) override;
   void abort(int exit_code) override;
+  // Not yet: ncclReduceScatter and ncclAllGather are not in the emulated NCCL CI runs.
+  void set_shards(const ShardPlan&) override {
+    throw UsageError("--shard-optimizer works with --dist mpi for now, not --dist nccl");
+  }
   // NCCL moves data on its own stream: no progress thread (the base's refusal, not MPI's).
   void set_progress_thread(bool on) override { Communicator::set_progress_thread(on); }
 

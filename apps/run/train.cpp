@@ -68,6 +68,18 @@ void validate_sizes(const TrainConfig& c) {
                      (c.world_size() > 1 ? " x the world size " + std::to_string(c.world_size()) : std::string()));
 }
 
+// --shard-optimizer: what the sharded step supports (each refusal one line; SafeStep checks
+// the step's own options again for a library caller).
+void validate_sharding(const TrainConfig& c) {
+  if (!c.comm || c.comm->name() != "mpi")
+    throw UsageError("--shard-optimizer needs --dist mpi (started by mpirun; --dist nccl does not shard yet)");
+  if (c.optimizer != "adamw")
+    throw UsageError("--shard-optimizer shards AdamW's state; --optimizer " + c.optimizer + " is not supported with it");
+  if (!c.fused || c.clip_mode == ClipMode::Value || !c.census.empty())
+    throw UsageError("--shard-optimizer needs the fused step clipping by norm: drop --unfused, --clip-mode value and "
+                     "--census");
+}
+
 // --dist: what a distributed run does not support yet, and which communicator fits the device.
 void validate_dist(const TrainConfig& c) {
   if (c.world_size() > 1) {
@@ -77,6 +89,7 @@ void validate_dist(const TrainConfig& c) {
     if (c.rollback.enabled()) throw UsageError("--rollback-on is single-process only for now; drop it with --dist");
   }
   if (c.comm) validate_dist_device(c.comm->name(), c.device);
+  if (c.shard_optimizer) validate_sharding(c);
   if (c.inject_rank >= c.world_size())
     throw UsageError("--inject-rank " + std::to_string(c.inject_rank) + " is not a rank of this run (world size " +
                      std::to_string(c.world_size()) + ")");

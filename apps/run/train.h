@@ -69,6 +69,9 @@ struct TrainConfig {
   // Data parallelism (--dist mpi): nullptr is one process. Each rank trains on its slice of
   // every effective batch; --batch stays the effective batch (micro x accum x world size).
   Communicator* comm = nullptr;
+  // --shard-optimizer (ZeRO stage 1): each rank keeps and updates the AdamW state of its share
+  // of the parameters (amp/dist/shard_plan.h); not a setting: a checkpoint resumes either way.
+  bool shard_optimizer = false;
   std::map<int64_t, float> spikes;       // step -> factor multiplying that batch's targets
   std::string csv;                       // empty: no log file
   // --census FILE: the fused guard's per-gradient census (engine/census.h) of every
@@ -126,6 +129,8 @@ struct TrainResult {
   int64_t gradient_syncs = 0;
   int64_t gradient_bytes = 0;  // sent into gradient all-reduces by this rank (0 in one process)
   int64_t gradient_buckets = 0;        // bucket all-reduces started by this rank
+  // Per step: the buckets whose reduction had completed when backward ended (the overlap).
+  std::vector<int64_t> buckets_done_in_backward;
   double gradient_sync_seconds = 0.0;  // host time in the gradient sync, this rank
   double gradient_wait_seconds = 0.0;  // ... of which waiting for reductions to complete
   std::vector<float> final_weights;  // every master, flattened, for tests

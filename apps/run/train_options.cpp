@@ -80,6 +80,10 @@ std::vector<TrainOption> make_train_options() {
     {"dist-progress-thread", BELAY_FIELD(progress_thread),
      "with --dist mpi: a thread moves the gradient buckets while backward computes (MPI moves them only when called)",
      kCliOnly},
+    {"shard-optimizer", BELAY_FIELD(config.shard_optimizer),
+     "with --dist mpi and adamw: each rank keeps the FP32 masters and moments of its share of the parameters (ZeRO "
+     "stage 1): gradients summed on their owner, updated parameters sent to every rank; the same bits as without",
+     kCliOnly},
     {"bucket-mb", BELAY_FIELD(bucket_mb),
      "with --dist: gradients travel in buckets of about this many MB (FP32), each started while backward still runs; "
      "0: one bucket",

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <cmath>
 #include <csignal>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -231,6 +232,7 @@ void Trainer::build_step() {
   sso.accum_steps = static_cast<int>(c_.accum_steps());
   sso.census = !c_.census.empty();
   sso.census_format = census_format();
+  if (c_.shard_optimizer) shard_optimizer();
   safe_step_ = std::make_unique<SafeStep>(*opt_, *scaler_, parse_schedule(c_.schedule, c_.lr, c_.warmup, c_.steps),
                                           sso, c_.comm);
   comm_ = &safe_step_->communicator();
@@ -241,6 +243,21 @@ void Trainer::build_step() {
   counters_before_ = comm_->counters();
   if (rank_ != 0) c_.quiet = true;  // rank 0 speaks for the run (errors are still printed by any rank)
   safe_step_->after_backward = [this](int64_t s, Optimizer& o) { on_after_backward(s, o); };
+}
+
+// --shard-optimizer: the plan (by size, the same on every rank), the optimizer keeping its
+// own share's state (the rest released), the communicator summing gradients on their owners.
+void Trainer::shard_optimizer() {
+  std::vector<int64_t> numels;
+  for (const Var& p : opt_->params()) numels.push_back(p.value().numel());
+  const ShardPlan plan = plan_shards(numels, c_.comm->world_size());
+  std::vector<bool> owned;
+  for (int o : plan.owner) owned.push_back(o == c_.comm->rank());
+  opt_->set_owned(owned);
+  c_.comm->set_shards(plan);
+  // The released moments and masters go back to the system, not to the allocator's cache
+  // (engine/allocator.h), which would keep them for blocks of their sizes that never come.
+  allocator_for(device_).release_cached();
 }
 
 // After the gradient all-reduce: an inf planted on one rank reaches only the belts' agreement.
@@ -443,11 +460,13 @@ void Trainer::step(int64_t s) {
     check_batch(batch);
   }
   purpose.emplace("the activations and gradients of step", s);
+  const int64_t done_before = comm_->buckets_done_in_backward();
   in_flight_.push_back(safe_step_->enqueue([&](int k) {
     const Tensor x = accum_ == 1 ? batch.x : batch.x.copy_rows(k * micro_, (k + 1) * micro_);
     const Tensor y = accum_ == 1 ? batch.y : batch.y.copy_rows(k * micro_, (k + 1) * micro_);
     return loss_of(x, y);
   }));
+  result_.buckets_done_in_backward.push_back(comm_->buckets_done_in_backward() - done_before);
   if (anomaly_) check_optimizer();
   drain(c_.sync_each_step ? 0 : 1);
   // The period of the loop: in steady state, one step of the device's work.
@@ -713,17 +732,24 @@ TrainResult Trainer::finish() {
   if (census_log_) census_log_->close();
   if (tensorboard_) tensorboard_->close();
   g_stop_signal = 0;
+  // Reserved whole (push_back's doubling would add up to 8 bytes a parameter to the run's peak).
+  // A master released by sharding (another rank owns it): the working copy, widened.
   size_t weights = 0;
-  for (const Var& p : model_->parameters()) weights += static_cast<size_t>(p.master().numel());
+  for (const Var& p : model_->parameters()) weights += static_cast<size_t>(p.value().numel());
   result_.final_weights.reserve(weights);
   for (const Var& p : model_->parameters()) {
-    const std::vector<float> w = p.master().to_vector();
+    const std::vector<float> w = (p.master_released() ? p.value().to(DType::F32) : p.master()).to_vector();
     result_.final_weights.insert(result_.final_weights.end(), w.begin(), w.end());
   }
   result_.final_scaler = scaler_->state();
   result_.final_optimizer_steps = opt_->step_count();
   result_.final_next_step = safe_step_->next_step();
   result_.final_data_position = data_->position();
+  // Every rank's memory, for rank 0's summary (a collective: every rank takes part).
+  if (world_ > 1 || comm_->name() != "local") {
+    rank_state_bytes_ = comm_->all_gather_value(optimizer_state_bytes());
+    rank_peak_rss_ = comm_->all_gather_value(peak_rss_bytes());
+  }
   if (!c_.quiet) print_summary(run_counters);
   return std::move(result_);
 }
@@ -768,17 +794,7 @@ void Trainer::print_summary(const CommCounters& run_counters) {
 }
 
 namespace {
-
-// The process's peak resident set (VmHWM of /proc/self/status) in bytes; -1 where there is none.
-double peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024.0;
-  return -1.0;
-}
-
 std::string gigabytes(double bytes) { return short_count(bytes / 1e9) + " GB"; }
-
 }  // namespace
 
 // What the run held: the tensors' peak (the allocator's count of bytes handed out), the most the
@@ -793,16 +809,65 @@ void Trainer::print_memory_summary() {
   out_ << "\n";
 }
 
+namespace {
+// Bytes as MB: whole MB from 100 up, three digits below (a small model's moments).
+std::string mb_text(double bytes) {
+  char text[32];
+  const double mb = bytes / 1048576.0;
+  std::snprintf(text, sizeof text, mb >= 100.0 ? "%.0f" : "%.3g", mb);
+  return text;
+}
+
+// ", min A max B" over the steps' counts of buckets done before backward ended ("" for none).
+std::string done_range_text(const std::vector<int64_t>& per_step) {
+  if (per_step.empty()) return "";
+  const auto [lo, hi] = std::minmax_element(per_step.begin(), per_step.end());
+  return ", min " + std::to_string(*lo) + " max " + std::to_string(*hi);
+}
+}  // namespace
+
+// The optimizer's FP32 state on this rank (its moments; with sharding only its share's).
+double Trainer::optimizer_state_bytes() const {
+  double bytes = 0.0;
+  for (auto& [name, t] : opt_->state_tensors()) bytes += static_cast<double>(t->nbytes());
+  return bytes;
+}
+
+// This process's peak resident memory (VmHWM), -1 where /proc/self/status has none.
+double Trainer::peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;  // "VmHWM:  1234 kB"
+  return -1.0;
+}
+
 void Trainer::print_dist_summary(const CommCounters& run_counters) {
   const TrainResult& r = result_;
   const Communicator& comm = *comm_;
+  if (comm.sharded()) {
+    const ShardPlan& plan = comm.shards();
+    out_ << "dist " << comm.name() << ": optimizer state sharded (--shard-optimizer), elements per rank";
+    for (int64_t n : plan.rank_numel) out_ << " " << n;
+    out_ << "\n";
+  }
+  if (!rank_peak_rss_.empty()) {
+    out_ << "dist " << comm.name() << ": per rank optimizer state (moments) MB / peak RSS MB:";
+    for (size_t i = 0; i < rank_peak_rss_.size(); ++i)
+      out_ << " " << mb_text(rank_state_bytes_[i]) << "/" << mb_text(rank_peak_rss_[i]);
+    out_ << "\n";
+  }
   out_ << "dist " << comm.name() << ": " << world_ << " ranks; per rank " << r.gradient_syncs << " gradient all-reduces, "
        << r.gradient_bytes << " bytes, " << run_counters.agreements << " small collectives of the belts\n";
   out_ << "dist " << comm.name() << ": " << r.gradient_buckets << " buckets "
        << (comm.bucket_bytes() == 0 ? std::string("(one per step)")
                                     : "of <= " + short_count(static_cast<double>(comm.bucket_bytes()) / 1048576.0) + " MB")
        << " (" << run_counters.buckets_during_backward << " started during backward, "
-       << run_counters.buckets_done_in_backward << " done before it ended); gradient sync "
+       << run_counters.buckets_done_in_backward << " done before it ended; per step "
+       << short_count(static_cast<double>(run_counters.buckets_done_in_backward) /
+                      static_cast<double>(std::max<int64_t>(run_counters.gradient_syncs, 1)))
+       << " of " << short_count(static_cast<double>(run_counters.gradient_buckets) /
+                                static_cast<double>(std::max<int64_t>(run_counters.gradient_syncs, 1)))
+       << done_range_text(r.buckets_done_in_backward) << "); gradient sync "
        << short_count(r.gradient_sync_seconds) << " s, of which waiting " << short_count(r.gradient_wait_seconds)
        << " s (" << short_count(100.0 * r.gradient_sync_seconds / std::max(r.seconds, 1e-9)) << "% of the run)\n";
 }

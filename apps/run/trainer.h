@@ -71,6 +71,9 @@ class Trainer {
   void build_data();
   void build_model();
   void build_step();
+  void shard_optimizer();
+  double optimizer_state_bytes() const;
+  static double peak_rss_bytes();
   // the steps
   void loop();
   bool stop_signalled(int64_t s);
@@ -111,6 +114,7 @@ class Trainer {
   Communicator* comm_ = nullptr;
   int rank_ = 0, world_ = 1;
   CommCounters counters_before_;
+  std::vector<double> rank_state_bytes_, rank_peak_rss_;  // per rank, at the end (world > 1)
   std::map<std::string, std::string> settings_;
   // resume
   int64_t first_step_ = 0;

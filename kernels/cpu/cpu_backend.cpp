@@ -127,6 +127,10 @@ class CpuBackend final : public Backend {
     if (census.out) cpu::guard_census(grads, inv_scale, found_inf, norm, census);
     else cpu::guard(grads, inv_scale, found_inf, norm);
   }
+  void guard_partials_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale,
+                           std::vector<double>& partials) const override {
+    cpu::guard_partials(grads, inv_scale, partials);
+  }
   void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
     cpu::clip_coefficient(norm, max_norm, clip_coef);
   }

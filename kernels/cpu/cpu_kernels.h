@@ -65,6 +65,7 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, Tensor& loss, Ten
 
 // ---- guard_kernels.cpp
 void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm);
+void guard_partials(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, std::vector<double>& partials);
 void guard_census(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm,
                   const GuardCensus& census);
 void clip_coefficient(const Tensor& norm, float max_norm, Tensor& clip_coef);

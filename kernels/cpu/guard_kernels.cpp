@@ -17,13 +17,14 @@
 namespace belay::cpu {
 
 // Reads every gradient once (4 or 2 bytes per element), writes nothing; 3 flops per element.
-void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm) {
+// partials[t]: gradient t's sum of squares of the unscaled values, in FP64.
+void guard_partials(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, std::vector<double>& partials) {
   const float inv = scalar_value(inv_scale);
   const ElementBlocks& blocks_isa = cpu_element_blocks();
   static_assert(kReduceLanes == 8, "sum_squares_8 sums 8 chunks side by side");
-  double total = 0.0;
-  bool nonfinite = false;
-  for (const Tensor* g : grads) {
+  partials.assign(grads.size(), 0.0);
+  for (size_t t = 0; t < grads.size(); ++t) {
+    const Tensor* g = grads[t];
     const void* pg = g->data();
     // One read per element: the finite check and the square of the unscaled value together.
     // A non-finite element makes its square non-finite, so the sum carries the flag.
@@ -32,7 +33,7 @@ void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Ten
     // same bits, read 8 elements of each chunk at a time instead of one).
     const GemmElem elem = gemm_elem_of(g->dtype());
     const size_t elem_bytes = dtype_size(g->dtype());
-    const double s = with_dtype(g->dtype(), [&](auto tag) {
+    partials[t] = with_dtype(g->dtype(), [&](auto tag) {
       constexpr DType D = decltype(tag)::value;
       return deterministic_sum_grouped(
           g->numel(),
@@ -45,6 +46,17 @@ void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Ten
                                      kReduceChunk, inv, out);
           });
     });
+  }
+}
+
+// The partials summed in gradient order: a sharded run (amp/dist) sums the same partials,
+// gathered from their owners, in the same order, and so gets this norm's bits.
+void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm) {
+  thread_local std::vector<double> partials;  // kept: a steady step allocates nothing here
+  guard_partials(grads, inv_scale, partials);
+  double total = 0.0;
+  bool nonfinite = false;
+  for (double s : partials) {
     if (!std::isfinite(s)) nonfinite = true;
     total += s;
   }

@@ -373,7 +373,7 @@ class CudaBackend final : public Backend {
     std::vector<GradRef> refs;
     refs.reserve(grads.size());
     for (const Tensor* g : grads) refs.push_back({const_cast<void*>(g->data()), g->dtype(), g->numel()});  // read only
-    Tensor partials = scratch_doubles(guard_partials(refs), inv_scale.device());
+    Tensor partials = scratch_doubles(belay::guard_partials(refs), inv_scale.device());  // the launcher's, not Backend's
     if (census.out)
       launch_guard_census(refs, scalar_ptr(inv_scale), scalar_ptr(found_inf), scalar_ptr(norm),
                           static_cast<double*>(partials.data()), census.out->data_as<unsigned>(),

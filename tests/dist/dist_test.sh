@@ -301,7 +301,7 @@ rank_pid() {
 failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN DIST-TIMEOUT
   local name=$1 sig=$2 want=$3 dist_timeout=$4 mp victim rc rows kstop
   rm -f "$tmp/$name.ckpt" "$tmp/$name.csv"
-  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$belay" train --dist mpi "${kill_run[@]}" \
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$belay" train --dist mpi "${kill_run[@]}" "${kill_extra[@]}" \
     --dist-timeout "$dist_timeout" --checkpoint "$tmp/$name.ckpt" --checkpoint-every 3 --csv "$tmp/$name.csv" --quiet \
     >"$tmp/$name.out" 2>"$tmp/$name.err" &
   mp=$!
@@ -330,9 +330,9 @@ failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN DIST-TIMEOUT
   # Resume on 2 ranks a little past what the stopped run logged; the same steps in one go.
   rows=$(($(wc -l <"$tmp/$name.csv") - 1))
   kstop=$((rows + 4))
-  mpi 2 "$belay" train --dist mpi "${kill_run[@]}" --stop-at $kstop --resume "$tmp/$name.ckpt" \
+  mpi 2 "$belay" train --dist mpi "${kill_run[@]}" "${kill_extra[@]}" --stop-at $kstop --resume "$tmp/$name.ckpt" \
     --checkpoint "$tmp/$name.ckpt" --csv "$tmp/$name.csv" --quiet >"$tmp/out" 2>&1 || fail "$name: resume: $(cat "$tmp/out")"
-  mpi 2 "$belay" train --dist mpi "${kill_run[@]}" --stop-at $kstop --checkpoint "$tmp/$name.whole.ckpt" \
+  mpi 2 "$belay" train --dist mpi "${kill_run[@]}" "${kill_extra[@]}" --stop-at $kstop --checkpoint "$tmp/$name.whole.ckpt" \
     --csv "$tmp/$name.whole.csv" --quiet >"$tmp/out" 2>&1 || fail "$name: uninterrupted run: $(cat "$tmp/out")"
   if "$compare" "$tmp/$name.whole.ckpt" "$tmp/$name.ckpt" 0 >"$tmp/cmp" 2>&1 && cmp -s "$tmp/$name.whole.csv" "$tmp/$name.csv"; then
     pass "$name: the last checkpoint resumed to step $kstop, bit for bit an uninterrupted run (weights and CSV)"
@@ -342,6 +342,7 @@ failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN DIST-TIMEOUT
   fi
 }
 kill_run=(--model mlp --in 256 --hidden 512 --steps 100000 --seed 9)
+kill_extra=()
 # SIGKILL: mpirun itself sees the rank die and ends the job (OpenMPI's own handling); the
 # deadline stays long, so a loaded CI machine cannot end the run before the kill.
 failure_case kill9 KILL 'exited on signal 9' 60
@@ -349,6 +350,13 @@ failure_case kill9 KILL 'exited on signal 9' 60
 # line of its own, and MPI_Abort ends every rank (the stopped one too). (On a machine loaded
 # enough to stall a rank 2 s before the stop, the run ends the same way, with the same line.)
 failure_case hang STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in ' 2
+# The same with sharded optimizer state (--shard-optimizer): its checkpoint is gathered from
+# the owners to rank 0 before the write, so a rank lost mid-run never leaves it half written,
+# and every wait of the sharded path (the reduce, the parameters' broadcast) has the deadline.
+kill_extra=(--shard-optimizer)
+failure_case kill9.sharded KILL 'exited on signal 9' 60
+failure_case hang.sharded STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in ' 2
+kill_extra=()
 
 # 8. Option errors of the distributed path: one line, exit 2, on every rank alike.
 for bad in "--bucket-mb -1" "--dist-timeout 0" "--bucket-mb nan"; do

@@ -362,7 +362,8 @@ def test_every_option_of_belay_train_is_a_keyword():
         pytest.skip("no ./belay here: run through tests/apps/python/run.sh")
     help_text = subprocess.run([str(cli.resolve()), "train", "--help"], capture_output=True, text=True).stdout
     options = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", help_text)) - {"help"})
-    cli_only = {"dist", "dist-progress-thread", "dist-timeout", "bucket-mb", "inject-rank", "scenario", "print-config"}
+    cli_only = {"dist", "dist-progress-thread", "dist-timeout", "bucket-mb", "shard-optimizer", "inject-rank", "scenario",
+                "print-config"}
     renamed = {"in": "in_features", "out": "out_features"}
     assert len(options) > 50
     for option in options:
@@ -398,7 +399,8 @@ def test_every_keyword_gives_the_config_the_cli_option_gives(tmp_path):
     help_text = subprocess.run([cli, "train", "--help"], capture_output=True, text=True).stdout
     typed = dict(re.findall(r"--([a-z][a-z0-9-]*) (INT|UINT|FLOAT|TEXT)", help_text))
     flags = set(re.findall(r"--([a-z][a-z0-9-]*)\s", help_text)) - set(typed) - {"help"}
-    cli_only = {"dist", "dist-progress-thread", "dist-timeout", "bucket-mb", "inject-rank", "scenario", "print-config"}
+    cli_only = {"dist", "dist-progress-thread", "dist-timeout", "bucket-mb", "shard-optimizer", "inject-rank", "scenario",
+                "print-config"}
     renamed = {"in": "in_features", "out": "out_features"}
     checked = 0
     for option in sorted((set(typed) | flags) - cli_only):
