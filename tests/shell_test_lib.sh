@@ -42,3 +42,27 @@ expect_mpirun_error() {
     fail "$name: exit $rc (want ${code:-non-zero}), stderr: $(cat "$tmp/err")"
   fi
 }
+
+# For the tests of tests/dist. skip_without_mpirun HAVE_MPI (ON|OFF): exit 77 (CTest: skipped)
+# with what to install when belay was built without MPI or mpirun is absent. use_mpirun: `mpi N
+# ARGS...` runs mpirun as root in CI containers, with more ranks than cores on a small machine,
+# and without ptrace-based single copy between processes (containers often forbid it; shared
+# memory copies work everywhere); OpenMPI keeps allocations from MPI_Init until exit, so under
+# the sanitizer build that is not belay's leak (the single-process runs keep leak detection on).
+# mpi_cmd is what expect_mpirun_error runs.
+skip_without_mpirun() {
+  if [ "$1" != "ON" ]; then
+    echo "skipped: belay was built without MPI (install openmpi-bin libopenmpi-dev: third_party/install_deps.sh)"
+    exit 77
+  fi
+  if ! command -v mpirun >/dev/null 2>&1; then
+    echo "skipped: mpirun not found (install openmpi-bin: third_party/install_deps.sh)"
+    exit 77
+  fi
+}
+use_mpirun() {
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  mpi_cmd=(mpi)
+}
+mpi() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+  mpirun --allow-run-as-root --oversubscribe -np "$@"; }

@@ -37,22 +37,9 @@ if [ "$have_mpi" != "ON" ]; then
     fail "--dist mpi without MPI: exit $rc, $(cat "$tmp/err")"
   fi
   [ $fails -eq 0 ] || exit 1
-  echo "skipped: belay was built without MPI (install openmpi-bin libopenmpi-dev: third_party/install_deps.sh)"
-  exit 77
 fi
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "skipped: mpirun not found (install openmpi-bin: third_party/install_deps.sh)"
-  exit 77
-fi
-
-# Root in CI containers, more ranks than cores on a small machine; no ptrace-based single
-# copy between processes (containers often forbid it; shared memory copies work everywhere).
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-# OpenMPI keeps allocations from MPI_Init until exit: under the sanitizer build that is not
-# belay's leak (the single-process runs below keep leak detection on).
-mpi() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
-  mpirun --allow-run-as-root --oversubscribe -np "$@"; }
-mpi_cmd=(mpi)  # what expect_mpirun_error runs
+skip_without_mpirun "$have_mpi"
+use_mpirun
 
 # The columns that must be identical: step, lr, skipped, skip_reason, scaler_scale.
 belt_columns() { cut -d, -f1,2,6,7,8 "$1"; }

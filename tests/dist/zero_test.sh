@@ -19,21 +19,24 @@ have_mpi=$3
 
 expect_one_line_error "--shard-optimizer without --dist" 2 "needs --dist mpi" train --shard-optimizer --steps 1
 
-if [ "$have_mpi" != "ON" ]; then
-  echo "skipped: belay was built without MPI (install openmpi-bin libopenmpi-dev: third_party/install_deps.sh)"
-  exit 77
-fi
-if ! command -v mpirun >/dev/null 2>&1; then
-  echo "skipped: mpirun not found (install openmpi-bin: third_party/install_deps.sh)"
-  exit 77
-fi
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpi() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
-  mpirun --allow-run-as-root --oversubscribe -np "$@"; }
-mpi_cmd=(mpi)
+skip_without_mpirun "$have_mpi"
+use_mpirun
 
 # A small MLP (5 tensors of different sizes: every rank of 4 owns one or two), clipping active.
 model=(--model mlp --in 16 --hidden 24 --layers 3 --out 4 --batch 32 --micro-batch 8 --seed 3)
+
+# same_bits WHAT A B: the runs that wrote A.ckpt, A.csv and B.ckpt, B.csv agree in every
+# tensor and every CSV byte (pass WHAT), or fail WHAT with the differences.
+same_bits() {
+  local what=$1 a=$2 b=$3
+  if "$compare" "$a.ckpt" "$b.ckpt" 0 >"$tmp/cmp" 2>&1 && cmp -s "$a.csv" "$b.csv"; then
+    pass "$what"
+  else
+    fail "$what"
+    sed 's/^/     /' "$tmp/cmp"
+    diff "$a.csv" "$b.csv" | head -5 | sed 's/^/     /'
+  fi
+}
 
 # same NAME RANKS ARGS...: RANKS ranks unsharded and sharded, each writing a CSV and a
 # checkpoint; then every tensor and every CSV byte compared.
@@ -46,13 +49,7 @@ same() {
   mpi "$n" "$belay" train --dist mpi --shard-optimizer "${model[@]}" "$@" --csv "$sharded.csv" \
     --checkpoint "$sharded.ckpt" >"$sharded.out" 2>&1 ||
     { fail "$name: sharded run failed: $(tail -3 "$sharded.out")"; return 1; }
-  if "$compare" "$plain.ckpt" "$sharded.ckpt" 0 >"$tmp/cmp" 2>&1 && cmp -s "$plain.csv" "$sharded.csv"; then
-    pass "$name: $n ranks sharded = unsharded, every weight, moment and CSV byte"
-  else
-    fail "$name: $n ranks sharded vs unsharded"
-    sed 's/^/     /' "$tmp/cmp"
-    diff "$plain.csv" "$sharded.csv" | head -5 | sed 's/^/     /'
-  fi
+  same_bits "$name: $n ranks sharded = unsharded, every weight, moment and CSV byte" "$plain" "$sharded"
   return 0
 }
 
@@ -90,21 +87,14 @@ for name in fp32 fp16; do
   [ "$name" = fp32 ] && args=("${fp32[@]}") || args=(--dtype fp16 --steps 10 --growth-interval 2 --spike 5:1e4)
   "$belay" train --quiet "${model[@]}" "${args[@]}" --csv "$tmp/$name.one.csv" --checkpoint "$tmp/$name.one.ckpt" \
     >"$tmp/$name.one.out" 2>&1 || fail "$name: one process failed: $(tail -3 "$tmp/$name.one.out")"
-  if "$compare" "$tmp/$name.one.ckpt" "$tmp/$name.4.sharded.ckpt" 0 >"$tmp/cmp" 2>&1 &&
-    cmp -s "$tmp/$name.one.csv" "$tmp/$name.4.sharded.csv"; then
-    pass "$name: 4 sharded ranks = 1 process accumulating 4 micro-batches, bit for bit"
-  else
-    fail "$name: 4 sharded ranks vs 1 process"
-    sed 's/^/     /' "$tmp/cmp"
-  fi
+  same_bits "$name: 4 sharded ranks = 1 process accumulating 4 micro-batches, bit for bit" \
+    "$tmp/$name.one" "$tmp/$name.4.sharded"
 done
 
 # 2c. Many buckets (one tensor each) moved by the progress thread: the same bits again.
 same fp16.buckets.4 4 --dtype fp16 --steps 10 --growth-interval 2 --spike 5:1e4 --bucket-mb 0.001 --dist-progress-thread
-"$compare" "$tmp/fp16.one.ckpt" "$tmp/fp16.buckets.4.sharded.ckpt" 0 >"$tmp/cmp" 2>&1 &&
-  cmp -s "$tmp/fp16.one.csv" "$tmp/fp16.buckets.4.sharded.csv" &&
-  pass "fp16: 4 sharded ranks in $(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/fp16.buckets.4.sharded.out") buckets with the progress thread = 1 process, bit for bit" ||
-  fail "fp16: many buckets with the progress thread differ from one process"
+same_bits "fp16: 4 sharded ranks in $(sed -n 's/^dist mpi: \([0-9]*\) buckets.*/\1/p' "$tmp/fp16.buckets.4.sharded.out") buckets with the progress thread = 1 process, bit for bit" \
+  "$tmp/fp16.one" "$tmp/fp16.buckets.4.sharded"
 
 # 3. An inf planted after the sync in one rank's copy of the first parameter (the first
 # layer's weight, which the 4-rank plan gives to rank 1): on its owner, and on rank 3, whose
@@ -138,13 +128,8 @@ resumed to4.sharded "$tmp/r.sharded.ckpt" 4 --dist mpi --shard-optimizer
 resumed to1.plain "$tmp/r.plain.ckpt" 0
 resumed to1.sharded "$tmp/r.sharded.ckpt" 0
 for to in to4 to1; do
-  if "$compare" "$tmp/$to.plain.ckpt" "$tmp/$to.sharded.ckpt" 0 >"$tmp/cmp" 2>&1 &&
-    cmp -s "$tmp/$to.plain.csv" "$tmp/$to.sharded.csv"; then
-    pass "resume 2 -> ${to#to}: from the sharded checkpoint = from the unsharded one, bit for bit"
-  else
-    fail "resume 2 -> ${to#to}"
-    sed 's/^/     /' "$tmp/cmp"
-  fi
+  same_bits "resume 2 -> ${to#to}: from the sharded checkpoint = from the unsharded one, bit for bit" \
+    "$tmp/$to.plain" "$tmp/$to.sharded"
 done
 grep -aq '"shards":"2:' "$tmp/r.sharded.ckpt" && pass "resume: the checkpoint records the 2-rank layout" ||
   fail "resume: no shard layout in the checkpoint's metadata"

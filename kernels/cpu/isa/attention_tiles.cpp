@@ -13,23 +13,12 @@
 #include <cmath>
 
 #include "kernels/cpu/isa/erf_exp.h"
+#include "kernels/cpu/isa/float_vec.h"
 
 namespace belay::BELAY_ISA_NS {
 namespace {
 
-#if defined(BELAY_ISA_avx512)
-constexpr int kLanes = 16;
-#elif defined(BELAY_ISA_avx2)
-constexpr int kLanes = 8;
-#else
-constexpr int kLanes = 4;
-#endif
-typedef float Vec __attribute__((vector_size(kLanes * 4)));                           // a register
-typedef float VecInMemory __attribute__((vector_size(kLanes * 4), aligned(4), may_alias));  // unaligned
-
-inline Vec vload(const float* p) { return *reinterpret_cast<const VecInMemory*>(p); }  // one unaligned load
-inline void vstore(float* p, Vec v) { *reinterpret_cast<VecInMemory*>(p) = v; }
-inline Vec vsplat(float x) { return Vec{} + x; }
+constexpr int kLanes = kVecWidth;  // floats in a register (float_vec.h)
 
 // a * b + c, rounded once where the path has FMA.
 inline Vec vfma(Vec a, Vec b, Vec c) {

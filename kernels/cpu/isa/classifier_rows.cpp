@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "kernels/cpu/isa/erf_exp.h"
+#include "kernels/cpu/isa/float_vec.h"
 
 namespace belay::BELAY_ISA_NS {
 namespace {
@@ -23,19 +24,9 @@ using cpu_math::select_f32;
 // 16 lanes in kRegs registers of the path's widest float vector (four xmm on baseline's SSE2,
 // two ymm on avx2, one zmm on avx512): lane k is element k % kWidth of register k / kWidth.
 constexpr int64_t kLanes = 16;
-#if defined(BELAY_ISA_avx512)
-constexpr int64_t kWidth = 16;
-#elif defined(BELAY_ISA_avx2)
-constexpr int64_t kWidth = 8;
-#else
-constexpr int64_t kWidth = 4;
-#endif
+constexpr int64_t kWidth = kVecWidth;  // floats in a register (float_vec.h)
 constexpr int64_t kRegs = kLanes / kWidth;
-typedef float Vec __attribute__((vector_size(kWidth * 4)));                              // a register
-typedef float VecInMemory __attribute__((vector_size(kWidth * 4), aligned(4), may_alias));  // unaligned
 static_assert(kClassifierChunk % kLanes == 0, "whole lanes per chunk");
-
-inline Vec vload(const float* p) { return *reinterpret_cast<const VecInMemory*>(p); }
 
 struct Lanes {
   Vec r[kRegs];
