@@ -54,6 +54,7 @@ AnomalyReport make_report(const char* phase, const std::string& op, const std::s
 
 // Adds what an op read: the largest finite |value| and how many were not finite.
 void add_input(AnomalyReport& r, const Tensor& t) {
+  if (t.data() == nullptr) return;  // released before anomaly mode began (autograd/graph.h): nothing to read
   const Scan s = scan(t);
   r.max_abs_input = std::max(r.max_abs_input, s.max_abs);
   r.input_nonfinite += s.infs + s.nans;
