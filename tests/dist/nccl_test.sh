@@ -261,6 +261,12 @@ failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN DIST-TIMEOUT [resume]
 # The resume after a failure once (after the kill; a stopped rank leaves the same checkpoints).
 failure_case kill9 KILL 'exited on signal 9' 60 resume
 failure_case hang STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in ' 2
+# The same with sharded state: every wait on the reduce-scatter and the all-gather is one the
+# deadline bounds (the loss's polled read comes before the guard's host read), and the last
+# sharded checkpoint (gathered from the GPUs) resumes to the bits of an uninterrupted run.
+kill_run+=(--shard-optimizer)
+failure_case zkill9 KILL 'exited on signal 9' 60 resume
+failure_case zhang STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in ' 2
 
 [ $fails -eq 0 ] && echo "dist nccl: all passed" || echo "dist nccl: $fails failed"
 exit $((fails > 0))
