@@ -354,23 +354,23 @@ for mode in ("async", "sync"):
     except Exception as e:
         summary[f"train_mlp_cuda_{mode}"] = {"error": str(e)}
 for name in sorted(os.listdir(out)):
-    m = re.fullmatch(r"nccl-(\d+)\.out", name)
+    m = re.fullmatch(r"nccl-((?:sharded-)?)(\d+)\.out", name)
     if not m:
         continue
     text = open(os.path.join(out, name)).read()
     d = re.search(r"done: (\d+) steps .* in ([0-9.e+-]+) s", text)
     sync = re.search(r"gradient sync ([0-9.e+-]+) s, of which waiting ([0-9.e+-]+) s", text)
-    entry = {"ranks": int(m.group(1)), "error": None if d else text.strip().splitlines()[-1:]}
+    entry = {"ranks": int(m.group(2)), "sharded": bool(m.group(1)), "error": None if d else text.strip().splitlines()[-1:]}
     if d:
         entry.update(steps=int(d.group(1)), seconds=float(d.group(2)),
                      samples_per_sec=round(int(d.group(1)) * 512 / float(d.group(2)), 1))
     if sync:
         entry.update(sync_seconds=float(sync.group(1)), wait_seconds=float(sync.group(2)))
     try:
-        entry["csv_equals_local"] = open(os.path.join(out, "nccl-local.csv")).read() == open(os.path.join(out, f"nccl-{m.group(1)}.csv")).read()
+        entry["csv_equals_local"] = open(os.path.join(out, "nccl-local.csv")).read() == open(os.path.join(out, f"nccl-{m.group(1)}{m.group(2)}.csv")).read()
     except OSError:
         pass
-    summary[f"nccl_np{m.group(1)}"] = entry
+    summary[f"nccl_{m.group(1).replace('-', '_')}np{m.group(2)}"] = entry
 def gpt_seconds(dtype, steps):
     try:
         text = open(os.path.join(out, f"gpt-cuda-{dtype}-{steps}.out")).read()
