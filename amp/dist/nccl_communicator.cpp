@@ -250,7 +250,7 @@ void NcclCommunicator::reduce_scatter_bucket(Bucket& bucket) {
 // changes; in each, this rank packs its own parameters into its block, ncclAllGather (in
 // place) fills the others' blocks, and each parameter another rank owns is copied out of its
 // owner's block. On the NCCL stream, ordered after the step's kernels; the compute stream
-// waits for it, the host does not.
+// waits for it, and so does the host, polling with the deadline (below).
 void NcclCommunicator::all_gather_params(const std::vector<Var>& params) {
   if (world_size() == 1) return;
   if (shards_.owner.size() != params.size()) throw Error("all_gather_params: the shard plan does not fit the parameters");
@@ -301,6 +301,12 @@ void NcclCommunicator::all_gather_params(const std::vector<Var>& params) {
   }
   check_cuda(cudaEventRecord(s_->reduced, s_->stream), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(nullptr, s_->reduced, 0), "cudaStreamWaitEvent");
+  // The host waits for the gather here, with the deadline: every host read that follows (the
+  // CSV's scalars, a checkpoint's checksum) is a plain copy that would otherwise wait without
+  // one for a peer that died inside the all-gather. The price: the next step's kernels are
+  // queued only once the gather has ended (unsharded, the loss's read waits likewise, for the
+  // all-reduce).
+  wait_for_event(s_->reduced, "the all-gather of the updated parameters (waiting for this GPU)");
 }
 
 // A checkpoint's tensor from its owner to rank 0 over MPI, through host memory (a GPU
@@ -341,11 +347,15 @@ void NcclCommunicator::read_scalars(const std::vector<Tensor*>& scalars, const c
                "cudaMemcpyAsync");
   }
   check_cuda(cudaEventRecord(s_->copied, nullptr), "cudaEventRecord");
-  // Polled, not synchronised: a peer that hangs in NCCL holds this stream too, and the
-  // deadline must still fire; NCCL's asynchronous error is read while waiting.
+  wait_for_event(s_->copied, what);
+}
+
+// Polled, not synchronised: a peer that hangs in NCCL holds this stream too, and the
+// deadline must still fire; NCCL's asynchronous error is read while waiting.
+void NcclCommunicator::wait_for_event(void* event, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
-    const cudaError_t rc = cudaEventQuery(s_->copied);
+    const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (rc == cudaSuccess) return;
     if (rc != cudaErrorNotReady) check_cuda(rc, "cudaEventQuery");
     // "Not yet" is recorded as the thread's last error too: left there, the backend's next

@@ -77,6 +77,8 @@ class NcclCommunicator final : public MpiCommunicator {
   // Copies n device floats to the pinned buffer and waits for them with the deadline.
   void read_scalars(const std::vector<Tensor*>& scalars, const char* what);
   void write_scalars(const std::vector<Tensor*>& scalars);
+  // Polls a cudaEvent_t until it has completed, reading NCCL's asynchronous error, with the deadline.
+  void wait_for_event(void* event, const char* what);
   void choose_device();
   // Throws (after aborting the communicator) when NCCL reports an asynchronous error;
   // returns whether the communicator is still busy (ncclInProgress).

@@ -167,6 +167,26 @@ done
 "$compare" "$tmp/bf.plain.ckpt" "$tmp/bf.sharded.ckpt" 0 >"$tmp/cmp" 2>&1 &&
   diff <(no_norm "$tmp/bf.plain.csv") <(no_norm "$tmp/bf.sharded.csv") >/dev/null &&
   pass "sharded bf16 gradient buffers: = unsharded on 2 ranks, bit for bit" || { fail "sharded bf16 vs unsharded"; cat "$tmp/cmp"; }
+# 3 ranks (3 emulated GPUs): the reduce-scatter's order (block b from rank b+1 round to b) is
+# not the all-reduce's, so sharded and unsharded differ by at most the two FP32 roundings of
+# each gradient sum, relative 2 x 2^-24 ~ 1.2e-7 (FP32 buffers): AdamW moves a weight by at
+# most lr (0.01) a step, changed by ~ 1.2e-7 lr, so 8 steps part them by ~ 1e-8, far inside
+# 1e-5 (one wrong step is 1e-2); the belt columns are the same.
+three=(--model mlp --in 32 --hidden 64 --layers 2 --dtype fp16 --steps 8 --batch 48 --seed 3 --micro-batch 8
+       --bucket-mb 0.01 --quiet)
+for z in plain sharded; do
+  extra=()
+  [ $z = sharded ] && extra=(--shard-optimizer)
+  BELAY_EMU_DEVICES=3 mpi 3 "$belay" train "${nccl[@]}" "${three[@]}" "${extra[@]}" --checkpoint "$tmp/three.$z.ckpt" \
+    --csv "$tmp/three.$z.csv" >"$tmp/out" 2>&1 || fail "3 ranks, $z: $(cat "$tmp/out")"
+done
+if "$compare" "$tmp/three.plain.ckpt" "$tmp/three.sharded.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+  diff <(belt_columns "$tmp/three.plain.csv") <(belt_columns "$tmp/three.sharded.csv") >/dev/null; then
+  pass "sharded on 3 ranks: weights within 1e-5 of unsharded, the belt columns identical"
+else
+  fail "sharded on 3 ranks vs unsharded"
+  cat "$tmp/cmp"
+fi
 # An inf planted on rank 1 after the sync: the agreement on the guard's per-tensor sums
 # (non-finite counts from any rank) makes both skip step 5.
 two_only=(--inject-rank 1 --shard-optimizer)
