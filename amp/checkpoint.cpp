@@ -122,7 +122,14 @@ uint64_t values_checksum(const Module& model, const ScalerState& scaler) {
     const auto* b = static_cast<const unsigned char*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
   };
-  for (const Var& p : model.parameters()) mix(p.value().data(), p.value().nbytes());
+  for (const Var& p : model.parameters()) {
+    if (p.value().device() == Device::cpu()) {
+      mix(p.value().data(), p.value().nbytes());
+    } else {  // a GPU's: its bytes read after the queued work (the all-gather included)
+      const Tensor host = p.value().to(Device::cpu());
+      mix(host.data(), host.nbytes());
+    }
+  }
   for (float f : {scaler.scale, scaler.growth_tracker, scaler.hysteresis_left}) mix(&f, sizeof f);
   return h;
 }

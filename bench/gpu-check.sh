@@ -211,6 +211,20 @@ if [ -x "$BELAY_BIN" ] && command -v mpirun >/dev/null 2>&1 && [ "${NGPU:-0}" -g
     else
       echo "nccl -np 2: FAILED: the belt columns differ from the local run's"
     fi
+    # Sharded optimizer state (--shard-optimizer: ncclReduceScatter of packed buckets,
+    # ncclAllGather of the updated parameters; nccl_test.sh runs it emulated in CI): the same
+    # belt columns as the local run, the losses beside the unsharded 2-rank run's (it clips, and
+    # the sharded norm groups the guard's sums per tensor: last bits may differ), and the
+    # per-rank memory line.
+    timeout 90 mpirun --allow-run-as-root --oversubscribe -np 2 "$BELAY_BIN" "${NCCL_RUN[@]}" --dist nccl \
+      --shard-optimizer --csv "$OUT/nccl-sharded-2.csv" > "$OUT/nccl-sharded-2.out" 2>&1
+    echo "nccl -np 2 --shard-optimizer rc=$?"; grep -E '^(done|dist|memory|belay: error)' "$OUT/nccl-sharded-2.out"
+    if diff <(cut -d, -f1,2,6,7,8 "$OUT/nccl-local.csv") <(cut -d, -f1,2,6,7,8 "$OUT/nccl-sharded-2.csv") >/dev/null; then
+      echo "nccl -np 2 sharded: step/lr/skip/scale columns equal the local run's; worst loss difference from the unsharded 2-rank run (relative):" \
+        "$(paste -d, "$OUT/nccl-2.csv" "$OUT/nccl-sharded-2.csv" | awk -F, 'NR > 1 { d = ($5 - $13) / $5; if (d < 0) d = -d; if (d > w) w = d } END { printf "%.3g", w }')"
+    else
+      echo "nccl -np 2 sharded: FAILED: the belt columns differ from the local run's"
+    fi
   else
     echo "skipped: nccl -np 2 needs 2 GPUs, this machine has $NGPU"
     # One GPU, two ranks: refused before NCCL starts, with one line (the device is the rank's
@@ -340,23 +354,23 @@ for mode in ("async", "sync"):
     except Exception as e:
         summary[f"train_mlp_cuda_{mode}"] = {"error": str(e)}
 for name in sorted(os.listdir(out)):
-    m = re.fullmatch(r"nccl-(\d+)\.out", name)
+    m = re.fullmatch(r"nccl-((?:sharded-)?)(\d+)\.out", name)
     if not m:
         continue
     text = open(os.path.join(out, name)).read()
     d = re.search(r"done: (\d+) steps .* in ([0-9.e+-]+) s", text)
     sync = re.search(r"gradient sync ([0-9.e+-]+) s, of which waiting ([0-9.e+-]+) s", text)
-    entry = {"ranks": int(m.group(1)), "error": None if d else text.strip().splitlines()[-1:]}
+    entry = {"ranks": int(m.group(2)), "sharded": bool(m.group(1)), "error": None if d else text.strip().splitlines()[-1:]}
     if d:
         entry.update(steps=int(d.group(1)), seconds=float(d.group(2)),
                      samples_per_sec=round(int(d.group(1)) * 512 / float(d.group(2)), 1))
     if sync:
         entry.update(sync_seconds=float(sync.group(1)), wait_seconds=float(sync.group(2)))
     try:
-        entry["csv_equals_local"] = open(os.path.join(out, "nccl-local.csv")).read() == open(os.path.join(out, f"nccl-{m.group(1)}.csv")).read()
+        entry["csv_equals_local"] = open(os.path.join(out, "nccl-local.csv")).read() == open(os.path.join(out, f"nccl-{m.group(1)}{m.group(2)}.csv")).read()
     except OSError:
         pass
-    summary[f"nccl_np{m.group(1)}"] = entry
+    summary[f"nccl_{m.group(1).replace('-', '_')}np{m.group(2)}"] = entry
 def gpt_seconds(dtype, steps):
     try:
         text = open(os.path.join(out, f"gpt-cuda-{dtype}-{steps}.out")).read()

@@ -274,7 +274,8 @@ class Backend {
   // in FP64, summed exactly as the guard sums gradient t, so that the guard's norm is
   // sqrt(partials[0] + partials[1] + ...) in that order. Written to host memory: for a
   // sharded optimizer (amp/dist), whose ranks combine the partials of the tensors each owns.
-  // The CPU backend has it; another throws UsageError.
+  // The CPU backend has it; so does CUDA's, whose unsharded guard groups the same terms
+  // otherwise (kernels/cuda/cuda_backend.cpp says how); another throws UsageError.
   void guard_partials(const std::vector<const Tensor*>& grads, const Tensor& inv_scale,
                       std::vector<double>& partials) const;
   // clip_coef = min(1, max_norm / (norm + 1e-6)).

@@ -25,6 +25,15 @@ void Communicator::set_shards(const ShardPlan& plan) {
 
 void Communicator::agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned,
                                      Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) {
+  float out[3];
+  agree_on_partials_host(partials, owned, *nonfinite_loss.data_as<float>(), out);
+  *found_inf.data_as<float>() = out[0];
+  *nonfinite_loss.data_as<float>() = out[1];
+  *norm.data_as<float>() = out[2];
+}
+
+void Communicator::agree_on_partials_host(const std::vector<double>& partials, const std::vector<bool>& owned,
+                                          float loss_flag, float out[3]) {
   if (partials.size() != owned.size()) throw Error("agree_on_partials: one owned flag per partial sum is needed");
   std::vector<double> sums(partials.size());
   bool nonfinite = false;
@@ -34,15 +43,14 @@ void Communicator::agree_on_partials(const std::vector<double>& partials, const 
     sums[t] = owned[t] || !finite ? partials[t] : 0.0;  // x + 0 is x: the sum over ranks is exact
   }
   // The unsharded guard's flag: non-finite gradient (0 or 1) plus the non-finite losses.
-  const float loss_flag = *nonfinite_loss.data_as<float>();
   float flags[2] = {(nonfinite ? 1.0f : 0.0f) + loss_flag, loss_flag};
   max_flags_over_ranks(flags, 2);
   sum_over_ranks(sums.data(), static_cast<int>(sums.size()));
   double total = 0.0;
   for (double s : sums) total += s;  // tensor order: the guard's (kernels/cpu/guard_kernels.cpp)
-  *found_inf.data_as<float>() = flags[0];
-  *nonfinite_loss.data_as<float>() = flags[1];
-  *norm.data_as<float>() = static_cast<float>(std::sqrt(total));
+  out[0] = flags[0];
+  out[1] = flags[1];
+  out[2] = static_cast<float>(std::sqrt(total));
   agreements_ += world_size() > 1 ? 2 : 0;
 }
 

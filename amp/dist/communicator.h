@@ -88,7 +88,7 @@ class Communicator {
   // gradient sync is a reduce-scatter: each parameter's gradient is summed on its owner
   // alone, in rank order 0..N-1; the owner updates it; all_gather_params then sends the
   // updated working copy (the FP32 weights when there is none) from the owner to every rank.
-  // Refused by a communicator that cannot (NCCL, for now).
+  // Over NCCL the same owners, reduced by ncclReduceScatter (amp/dist/nccl_communicator.h).
   virtual void set_shards(const ShardPlan& plan);
   bool sharded() const { return !shards_.owner.empty(); }
   const ShardPlan& shards() const { return shards_; }
@@ -101,8 +101,9 @@ class Communicator {
   // norm = sqrt(sum), the unsharded norm's bits. found_inf (written: non-finite gradient plus
   // the non-finite losses, as the guard's) and nonfinite_loss (this rank's on entry) become
   // their maximum over ranks in a second small all-reduce, as in agree_on_guard.
-  void agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned, Tensor& found_inf,
-                         Tensor& nonfinite_loss, Tensor& norm);
+  // The scalars are read and written in host memory here; NCCL moves them to and from its GPU.
+  virtual void agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned,
+                                 Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm);
   // After the optimizer step, every rank calls it: each parameter's value from its owner.
   virtual void all_gather_params(const std::vector<Var>& params) { (void)params; }
   // A checkpoint of sharded state: t (same shape on every rank) moves from rank `owner` to
@@ -145,6 +146,10 @@ class Communicator {
   // agree_on_partials' transport: sums (FP64) and maxima (FP32) over ranks, in place.
   virtual void sum_over_ranks(double* values, int count) { (void)values, (void)count; }
   virtual void max_flags_over_ranks(float* values, int count) { (void)values, (void)count; }
+  // agree_on_partials on host values: loss_flag is this rank's nonfinite_loss; out receives
+  // found_inf, nonfinite_loss and the norm, agreed.
+  void agree_on_partials_host(const std::vector<double>& partials, const std::vector<bool>& owned, float loss_flag,
+                              float out[3]);
 
   const std::vector<Var>* sync_params_ = nullptr;
   ShardPlan shards_;  // owner empty: not sharded

@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <thread>
 
 #include "engine/dtype.h"
@@ -42,6 +44,9 @@ struct NcclCommunicator::State {
   cudaEvent_t reduced = nullptr;   // on the NCCL stream: every bucket has been summed
   cudaEvent_t copied = nullptr;    // on the compute stream: the scalars reached the pinned buffer
   float* pinned = nullptr;         // 4 floats of page-locked host memory
+  char* flat = nullptr;            // sharded: the packed buffer of the reduce-scatter and all-gather
+  size_t flat_bytes = 0;
+  std::vector<char*> retired;      // smaller packed buffers, freed with the communicator
 };
 
 NcclCommunicator::NcclCommunicator() : s_(std::make_unique<State>()) {}
@@ -128,6 +133,9 @@ void NcclCommunicator::connect() {
 NcclCommunicator::~NcclCommunicator() {
   if (s_->comm) ncclCommDestroy(s_->comm);
   if (s_->pinned) cudaFreeHost(s_->pinned);
+  if (s_->stream) cudaStreamSynchronize(s_->stream);  // nothing queued may still read a packed buffer
+  for (char* p : s_->retired) cudaFree(p);
+  if (s_->flat) cudaFree(s_->flat);
   for (cudaEvent_t e : {s_->produced, s_->reduced, s_->copied})
     if (e) cudaEventDestroy(e);
   if (s_->stream) cudaStreamDestroy(s_->stream);
@@ -141,17 +149,185 @@ void NcclCommunicator::start_bucket(size_t /*index*/, Bucket& bucket) {
   for (const Tensor* g : bucket.grads) require_cuda(*g, "a gradient");
   check_cuda(cudaEventRecord(s_->produced, nullptr), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(s_->stream, s_->produced, 0), "cudaStreamWaitEvent");
+  if (sharded()) return reduce_scatter_bucket(bucket);
   check_nccl(ncclGroupStart(), "ncclGroupStart");
   for (Tensor* g : bucket.grads)
     check_nccl(ncclAllReduce(g->data(), g->data(), static_cast<size_t>(g->numel()), nccl_type(g->dtype()), ncclSum,
                              s_->comm, s_->stream),
                "ncclAllReduce of a gradient bucket");
-  // A non-blocking communicator may still be enqueueing the group: wait for it (deadline).
+  group_end("ncclGroupEnd of a gradient bucket");
+}
+
+// A non-blocking communicator may still be enqueueing the group: wait for it (deadline).
+void NcclCommunicator::group_end(const char* what) {
   const ncclResult_t rc = ncclGroupEnd();
   if (rc == ncclInProgress)
-    wait_ready("ncclGroupEnd of a gradient bucket");
+    wait_ready(what);
   else
     check_nccl(rc, "ncclGroupEnd");
+}
+
+char* NcclCommunicator::flat(size_t bytes) {
+  if (bytes > s_->flat_bytes) {
+    if (s_->flat) s_->retired.push_back(s_->flat);
+    s_->flat = nullptr;
+    s_->flat_bytes = 0;
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&s_->flat), bytes), "cudaMalloc of the packed buffer of a sharded bucket");
+    s_->flat_bytes = bytes;
+  }
+  return s_->flat;
+}
+
+namespace {
+// One packed collective's layout: per rank, the indices of the tensors it owns (in order)
+// and their elements; block = the most any rank owns (each rank's block is padded to it).
+struct Blocks {
+  std::vector<std::vector<size_t>> mine;
+  size_t block = 0;
+};
+template <class OwnerOf, class NumelOf>
+Blocks lay_out_blocks(const std::vector<size_t>& members, int world, OwnerOf owner_of, NumelOf numel_of) {
+  Blocks b;
+  b.mine.assign(static_cast<size_t>(world), {});
+  std::vector<size_t> elems(static_cast<size_t>(world), 0);
+  for (size_t k : members) {
+    const int o = owner_of(k);
+    b.mine[static_cast<size_t>(o)].push_back(k);
+    elems[static_cast<size_t>(o)] += numel_of(k);
+  }
+  b.block = *std::max_element(elems.begin(), elems.end());
+  return b;
+}
+}  // namespace
+
+// The bucket's gradients, one packed reduce-scatter per dtype among them (FP32 by default,
+// the compute dtype with --grad-dtype compute): every gradient copied into its owner's block,
+// the padding zeroed, the blocks summed, this rank's block copied back into its gradients.
+// All on the NCCL stream, after the event start_bucket recorded: the host never waits.
+void NcclCommunicator::reduce_scatter_bucket(Bucket& bucket) {
+  const int n = world_size();
+  std::vector<DType> dtypes;
+  for (const Tensor* g : bucket.grads)
+    if (std::find(dtypes.begin(), dtypes.end(), g->dtype()) == dtypes.end()) dtypes.push_back(g->dtype());
+  for (DType dt : dtypes) {
+    std::vector<size_t> members;
+    for (size_t k = 0; k < bucket.grads.size(); ++k)
+      if (bucket.grads[k]->dtype() == dt) members.push_back(k);
+    const Blocks b = lay_out_blocks(
+        members, n, [&](size_t k) { return slot_owner(bucket.grad_slots[k]); },
+        [&](size_t k) { return static_cast<size_t>(bucket.grads[k]->numel()); });
+    if (b.block == 0) continue;
+    const size_t es = dtype_size(dt), block_bytes = b.block * es;
+    char* buf = flat(block_bytes * static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      size_t at = static_cast<size_t>(r) * block_bytes;
+      for (size_t k : b.mine[static_cast<size_t>(r)]) {
+        const Tensor& g = *bucket.grads[k];
+        check_cuda(cudaMemcpyAsync(buf + at, g.data(), g.nbytes(), cudaMemcpyDeviceToDevice, s_->stream),
+                   "cudaMemcpyAsync (packing a gradient bucket)");
+        at += g.nbytes();
+      }
+      const size_t end = static_cast<size_t>(r + 1) * block_bytes;
+      if (at < end) check_cuda(cudaMemsetAsync(buf + at, 0, end - at, s_->stream), "cudaMemsetAsync (padding)");
+    }
+    char* own = buf + static_cast<size_t>(rank()) * block_bytes;
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    check_nccl(ncclReduceScatter(buf, own, b.block, nccl_type(dt), ncclSum, s_->comm, s_->stream),
+               "ncclReduceScatter of a gradient bucket");
+    group_end("ncclGroupEnd of a gradient bucket's reduce-scatter");
+    size_t at = 0;
+    for (size_t k : b.mine[static_cast<size_t>(rank())]) {
+      Tensor& g = *bucket.grads[k];
+      check_cuda(cudaMemcpyAsync(g.data(), own + at, g.nbytes(), cudaMemcpyDeviceToDevice, s_->stream),
+                 "cudaMemcpyAsync (unpacking a gradient bucket)");
+      at += g.nbytes();
+    }
+  }
+}
+
+// After the step (every rank, every step): parameter i's working copy (or FP32 value) from
+// its owner. Chunks of the parameters in order, closed at --bucket-mb or where the dtype
+// changes; in each, this rank packs its own parameters into its block, ncclAllGather (in
+// place) fills the others' blocks, and each parameter another rank owns is copied out of its
+// owner's block. On the NCCL stream, ordered after the step's kernels; the compute stream
+// waits for it, and so does the host, polling with the deadline (below).
+void NcclCommunicator::all_gather_params(const std::vector<Var>& params) {
+  if (world_size() == 1) return;
+  if (shards_.owner.size() != params.size()) throw Error("all_gather_params: the shard plan does not fit the parameters");
+  for (const Var& p : params) require_cuda(p.node()->value, "a parameter");
+  check_cuda(cudaEventRecord(s_->produced, nullptr), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(s_->stream, s_->produced, 0), "cudaStreamWaitEvent");
+  const int n = world_size();
+  const size_t limit = bucket_bytes_ == 0 ? SIZE_MAX : bucket_bytes_;
+  auto value = [&](size_t i) -> Tensor& { return params[i].node()->value; };
+  size_t first = 0;
+  while (first < params.size()) {
+    std::vector<size_t> chunk{first};
+    size_t bytes = value(first).nbytes();
+    const DType dt = value(first).dtype();
+    size_t next = first + 1;
+    for (; next < params.size() && value(next).dtype() == dt && bytes + value(next).nbytes() <= limit; ++next) {
+      chunk.push_back(next);
+      bytes += value(next).nbytes();
+    }
+    first = next;
+    const Blocks b = lay_out_blocks(
+        chunk, n, [&](size_t i) { return shards_.owner[i]; },
+        [&](size_t i) { return static_cast<size_t>(value(i).numel()); });
+    if (b.block == 0) continue;
+    const size_t es = dtype_size(dt), block_bytes = b.block * es;
+    char* buf = flat(block_bytes * static_cast<size_t>(n));
+    char* own = buf + static_cast<size_t>(rank()) * block_bytes;
+    size_t at = 0;
+    for (size_t i : b.mine[static_cast<size_t>(rank())]) {
+      check_cuda(cudaMemcpyAsync(own + at, value(i).data(), value(i).nbytes(), cudaMemcpyDeviceToDevice, s_->stream),
+                 "cudaMemcpyAsync (packing parameters)");
+      at += value(i).nbytes();
+    }
+    if (at < block_bytes) check_cuda(cudaMemsetAsync(own + at, 0, block_bytes - at, s_->stream), "cudaMemsetAsync (padding)");
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    check_nccl(ncclAllGather(own, buf, b.block, nccl_type(dt), s_->comm, s_->stream),
+               "ncclAllGather of the updated parameters");
+    group_end("ncclGroupEnd of the parameters' all-gather");
+    for (int r = 0; r < n; ++r) {
+      if (r == rank()) continue;
+      size_t from = static_cast<size_t>(r) * block_bytes;
+      for (size_t i : b.mine[static_cast<size_t>(r)]) {
+        check_cuda(cudaMemcpyAsync(value(i).data(), buf + from, value(i).nbytes(), cudaMemcpyDeviceToDevice, s_->stream),
+                   "cudaMemcpyAsync (unpacking parameters)");
+        from += value(i).nbytes();
+      }
+    }
+  }
+  check_cuda(cudaEventRecord(s_->reduced, s_->stream), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(nullptr, s_->reduced, 0), "cudaStreamWaitEvent");
+  // The host waits for the gather here, with the deadline: every host read that follows (the
+  // CSV's scalars, a checkpoint's checksum) is a plain copy that would otherwise wait without
+  // one for a peer that died inside the all-gather. The price: the next step's kernels are
+  // queued only once the gather has ended (unsharded, the loss's read waits likewise, for the
+  // all-reduce).
+  wait_for_event(s_->reduced, "the all-gather of the updated parameters (waiting for this GPU)");
+}
+
+// A checkpoint's tensor from its owner to rank 0 over MPI, through host memory (a GPU
+// tensor is copied out on the owner and back in on rank 0; Tensor's copies wait for the GPU).
+void NcclCommunicator::gather_to_root(Tensor& t, int owner) {
+  if (owner == 0 || (rank() != 0 && rank() != owner)) return;
+  if (t.device() == Device::cpu()) return MpiCommunicator::gather_to_root(t, owner);
+  Tensor host = rank() == owner ? t.to(Device::cpu()) : Tensor::empty(t.shape(), t.dtype(), Device::cpu());
+  MpiCommunicator::gather_to_root(host, owner);
+  if (rank() == 0) t.copy_from(host);
+}
+
+// Sharded: this rank's non-finite-loss flag out, the agreement over MPI, the three scalars
+// back (as agree_on_guard, with the guard's per-tensor sums already on the host).
+void NcclCommunicator::agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned,
+                                         Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) {
+  read_scalars({&nonfinite_loss}, "the agreement on found_inf and the norm (waiting for this GPU)");
+  float out[3];
+  agree_on_partials_host(partials, owned, s_->pinned[0], out);
+  std::copy(out, out + 3, s_->pinned);
+  write_scalars({&found_inf, &nonfinite_loss, &norm});
 }
 
 // The compute stream waits for the last bucket (and so for all: one stream, in order).
@@ -171,11 +347,15 @@ void NcclCommunicator::read_scalars(const std::vector<Tensor*>& scalars, const c
                "cudaMemcpyAsync");
   }
   check_cuda(cudaEventRecord(s_->copied, nullptr), "cudaEventRecord");
-  // Polled, not synchronised: a peer that hangs in NCCL holds this stream too, and the
-  // deadline must still fire; NCCL's asynchronous error is read while waiting.
+  wait_for_event(s_->copied, what);
+}
+
+// Polled, not synchronised: a peer that hangs in NCCL holds this stream too, and the
+// deadline must still fire; NCCL's asynchronous error is read while waiting.
+void NcclCommunicator::wait_for_event(void* event, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
-    const cudaError_t rc = cudaEventQuery(s_->copied);
+    const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (rc == cudaSuccess) return;
     if (rc != cudaErrorNotReady) check_cuda(rc, "cudaEventQuery");
     // "Not yet" is recorded as the thread's last error too: left there, the backend's next

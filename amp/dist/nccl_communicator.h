@@ -18,6 +18,28 @@
 // The belts' agreement is a host round trip of three floats per step (copied out once the
 // guard has run, agreed over MPI with the deadline, copied back): the price of the
 // --dist-timeout on a GPU, paid on a few bytes.
+//
+// Sharded optimizer state (`--shard-optimizer`, ZeRO stage 1): the shard plan's owners, whole
+// tensors as over MPI (amp/dist/shard_plan.h). NCCL's ncclReduceScatter splits a flat buffer
+// into equal blocks, one per rank, so each bucket is packed on the NCCL stream into a flat
+// buffer of N blocks of B elements (B: the most any rank owns in the bucket): block r holds
+// rank r's own gradients of the bucket, in bucket order, zero-padded to B; the reduce-scatter
+// (in place) leaves block `rank` summed on this rank, copied back into the gradients it owns.
+// The others keep their unreduced local values, which the optimizer does not read. After
+// the step, all_gather_params packs this rank's updated working copies into its block
+// (chunks of --bucket-mb, one dtype each) and ncclAllGather (in place) hands every block to
+// every rank. Why packing rather than ncclReduce/ncclBroadcast to and from each owner: one
+// collective per bucket instead of one per tensor, the ring's bandwidth (each rank sends
+// (N-1)/N of the buffer), and the two collectives ZeRO is built on; the price is a device copy
+// of each bucket in and of the owned share out, and padding when the owners' shares in a
+// bucket are uneven (whole tensors: a bucket of one tensor pads the other N-1 blocks).
+// Each gradient element is summed in the reduce-scatter's ring order for its block (from rank
+// b+1 round to rank b, in the buffer's dtype; nccl_ring_tests checks it): on 2 ranks one
+// rounding of a + b, the unsharded all-reduce's bits; on 3 or more the order differs from the
+// all-reduce's (which depends on the element's place in the bucket), within the same bound.
+// The guard's per-tensor sums (Backend::guard_partials) are read to the host once a step
+// and agreed over MPI as over MPI (Communicator::agree_on_partials); a checkpoint's state moves
+// to rank 0 over MPI through host memory.
 #pragma once
 #include <memory>
 
@@ -38,10 +60,10 @@ class NcclCommunicator final : public MpiCommunicator {
   void agree_on_guard(Tensor& found_inf, Tensor& nonfinite_loss, Tensor& norm) override;
   void average_loss(Tensor& loss) override;
   void abort(int exit_code) override;
-  // Not yet: ncclReduceScatter and ncclAllGather are not in the emulated NCCL CI runs.
-  void set_shards(const ShardPlan&) override {
-    throw UsageError("--shard-optimizer works with --dist mpi for now, not --dist nccl");
-  }
+  void agree_on_partials(const std::vector<double>& partials, const std::vector<bool>& owned, Tensor& found_inf,
+                         Tensor& nonfinite_loss, Tensor& norm) override;
+  void all_gather_params(const std::vector<Var>& params) override;
+  void gather_to_root(Tensor& t, int owner) override;
   // NCCL moves data on its own stream: no progress thread (the base's refusal, not MPI's).
   void set_progress_thread(bool on) override { Communicator::set_progress_thread(on); }
 
@@ -55,12 +77,21 @@ class NcclCommunicator final : public MpiCommunicator {
   // Copies n device floats to the pinned buffer and waits for them with the deadline.
   void read_scalars(const std::vector<Tensor*>& scalars, const char* what);
   void write_scalars(const std::vector<Tensor*>& scalars);
+  // Polls a cudaEvent_t until it has completed, reading NCCL's asynchronous error, with the deadline.
+  void wait_for_event(void* event, const char* what);
   void choose_device();
   // Throws (after aborting the communicator) when NCCL reports an asynchronous error;
   // returns whether the communicator is still busy (ncclInProgress).
   bool check_async_error(const char* what);
   // Polls until the communicator is no longer in progress, with the deadline.
   void wait_ready(const char* what);
+  // ncclGroupEnd, waited for with the deadline when the communicator is still enqueueing.
+  void group_end(const char* what);
+  // The sharded bucket: packed, reduce-scattered, the owned share copied back (NCCL stream).
+  void reduce_scatter_bucket(Bucket& bucket);
+  // A device buffer of at least `bytes` for the packed collectives; a smaller one is kept
+  // (work queued on the NCCL stream may still read it) and freed with the communicator.
+  char* flat(size_t bytes);
 
   struct State;  // NCCL and CUDA handles (their headers stay out of this one)
   std::unique_ptr<State> s_;

@@ -71,8 +71,8 @@ void validate_sizes(const TrainConfig& c) {
 // --shard-optimizer: what the sharded step supports (each refusal one line; SafeStep checks
 // the step's own options again for a library caller).
 void validate_sharding(const TrainConfig& c) {
-  if (!c.comm || c.comm->name() != "mpi")
-    throw UsageError("--shard-optimizer needs --dist mpi (started by mpirun; --dist nccl does not shard yet)");
+  if (!c.comm || (c.comm->name() != "mpi" && c.comm->name() != "nccl"))
+    throw UsageError("--shard-optimizer needs --dist mpi or --dist nccl (started by mpirun)");
   if (c.optimizer != "adamw")
     throw UsageError("--shard-optimizer shards AdamW's state; --optimizer " + c.optimizer + " is not supported with it");
   if (!c.fused || c.clip_mode == ClipMode::Value || !c.census.empty())

@@ -384,6 +384,28 @@ class CudaBackend final : public Backend {
     after_launch();
   }
 
+  // The guard's per-tensor sums on the host (a sharded optimizer, amp/dist): the guard's block
+  // sums, copied out (a host read: it waits for the GPU), each tensor's added in block order.
+  // The same terms as the guard's norm, grouped per tensor: the unsharded guard adds all the
+  // blocks in one tree (guard_finish_kernel), so a norm made from these may differ from it in
+  // the last bits (the CPU's guard sums per tensor, and there the two agree exactly).
+  void guard_partials_impl(const std::vector<const Tensor*>& grads, const Tensor& inv_scale,
+                           std::vector<double>& partials) const override {
+    std::vector<GradRef> refs;
+    refs.reserve(grads.size());
+    for (const Tensor* g : grads) refs.push_back({const_cast<void*>(g->data()), g->dtype(), g->numel()});  // read only
+    const int64_t blocks = belay::guard_partials(refs);
+    Tensor sums = scratch_doubles(blocks, inv_scale.device());
+    launch_guard_block_sums(refs, scalar_ptr(inv_scale), static_cast<double*>(sums.data()));
+    after_launch();
+    std::vector<double> host(static_cast<size_t>(blocks));
+    BELAY_CUDA_CHECK(cudaMemcpy(host.data(), sums.data(), host.size() * sizeof(double), cudaMemcpyDeviceToHost));
+    partials.assign(grads.size(), 0.0);
+    size_t at = 0;
+    for (size_t t = 0; t < grads.size(); ++t)
+      for (int64_t b = 0; b < guard_blocks_of(grads[t]->numel()); ++b) partials[t] += host[at++];
+  }
+
   void clip_coefficient_impl(const Tensor& norm, float max_norm, Tensor& clip_coef) const override {
     launch_clip_coefficient(scalar_ptr(norm), max_norm, scalar_ptr(clip_coef));
     after_launch();

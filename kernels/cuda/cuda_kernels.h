@@ -132,6 +132,11 @@ void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, flo
 // record (engine/census.h) to census[t * kCensusFields ...], classified against FP16 or BF16.
 void launch_guard_census(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* norm,
                          double* partials, unsigned* census, bool bf16);
+// The guard's first pass alone (a sharded optimizer's per-tensor sums, Backend::guard_partials):
+// block sums of (g * inv_scale)^2 in FP64, tensor t's being the next guard_blocks_of(n_t) of
+// `partials` (at least guard_partials(grads) of them), nothing combined or written elsewhere.
+int64_t guard_blocks_of(int64_t n);
+void launch_guard_block_sums(const std::vector<GradRef>& grads, const float* inv_scale, double* partials);
 void launch_clip_coefficient(const float* norm, float max_norm, float* clip_coef);
 void launch_unscale(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf);
 

@@ -202,6 +202,16 @@ void launch_guard(const std::vector<GradRef>& grads, const float* inv_scale, flo
   cuda::launch<guard_finish_kernel>(1, kBlock, 0, nullptr, partials, offset, found_inf, norm);  // offset 0: sum 0, finite
 }
 
+int64_t guard_blocks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+void launch_guard_block_sums(const std::vector<GradRef>& grads, const float* inv_scale, double* partials) {
+  int64_t offset = 0;
+  cuda::for_each_batch(grads, [&](const GuardBatch& batch, int64_t blocks) {
+    cuda::launch<guard_partials_kernel>(static_cast<unsigned>(blocks), kBlock, 0, nullptr, batch, inv_scale, partials + offset);
+    offset += blocks;
+  });
+}
+
 void launch_guard_census(const std::vector<GradRef>& grads, const float* inv_scale, float* found_inf, float* norm,
                          double* partials, unsigned* census, bool bf16) {
   launch_fill(census, DType::F32, static_cast<int64_t>(grads.size()) * kCensusFields, 0.0f, nullptr);  // 0.0f: all bits 0

@@ -2,6 +2,7 @@
 # `mpirun -np 2 belay train --dist nccl --device cuda` on the emulated device (each rank one
 # process with its own emulated GPU, BELAY_EMU_DEVICES=2; the emulated NCCL of
 # kernels/cuda/emulation/nccl.cpp in place of libnccl), the cases of dist_test.sh for MPI,
+# sharded optimizer state (--shard-optimizer) as zero_test.sh has it for MPI,
 # and what a real multi-GPU job needs: a shared GPU refused, NCCL's init bounded by
 # --dist-timeout, NCCL's asynchronous error named. No GPU runs any of this.
 #   usage: nccl_test.sh path/to/belay path/to/compare_checkpoints path/to/nccl_ring_tests
@@ -32,9 +33,13 @@ mpi_cmd=(mpi)
 belt_columns() { cut -d, -f1,2,6,7,8 "$1"; }
 nccl=(--dist nccl --device cuda)
 
-# 0. The emulated NCCL itself on 3 ranks: every dtype summed in the ring's order, bit for bit.
-out=$(BELAY_EMU_DEVICES=3 mpi 3 "$ring_tests" 2>&1) && pass "ring on 3 ranks: fp32, fp16, bf16, 2 slices, in NCCL's order" ||
-  fail "ring on 3 ranks: $out"
+# 0. The emulated NCCL itself on 3 and 2 ranks: all-reduce and reduce-scatter summed in the
+# ring's order in every dtype, bit for bit, in place or not; all-gather's blocks exact.
+for n in 3 2; do
+  out=$(BELAY_EMU_DEVICES=$n mpi $n "$ring_tests" 2>&1) &&
+    pass "ring on $n ranks: all-reduce, reduce-scatter, all-gather; fp32, fp16, bf16, slices, in NCCL's order" ||
+    fail "ring on $n ranks: $out"
+done
 
 run_pair() {  # NAME ARGS...: one process against 2 ranks, each writing a CSV and a checkpoint
   local name=$1
@@ -108,6 +113,91 @@ if run_pair inject --dtype fp16 --steps 8 --batch 32 --seed 7 --inject-inf 5 --c
   esac
   diff <(belt_columns "$tmp/inject.one.csv") <(belt_columns "$tmp/inject.two.csv") >/dev/null &&
     pass "inject: skip and scale columns match one process with the same inf" || fail "inject: columns differ"
+fi
+two_only=()
+
+# 3b. Sharded optimizer state (--shard-optimizer, ZeRO stage 1 over NCCL: a packed
+# ncclReduceScatter per bucket, ncclAllGather of the updated parameters). The bound is the
+# unsharded one's: on 2 ranks each gradient element is one rounding of a + b in the
+# reduce-scatter as in the all-reduce, so against one process the weights are within the
+# same 1e-5 and the belt columns identical; against the unsharded 2-rank run, where nothing
+# clips (the clip coefficient is 1 whatever the norm's last bits: the sharded norm groups the
+# guard's FP64 sums per tensor, the unsharded guard in one tree), every weight, moment and
+# CSV column but the norm's is the same, bit for bit.
+two_only=(--shard-optimizer)
+if run_pair zfp32 --dtype fp32 --steps 20 --batch 32 --seed 3 --clip 0.5; then
+  "$compare" "$tmp/zfp32.one.ckpt" "$tmp/zfp32.two.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+    pass "sharded fp32: 2 ranks over NCCL = 1 process, weights within 1e-5" || { fail "sharded fp32: weights"; cat "$tmp/cmp"; }
+  diff <(belt_columns "$tmp/zfp32.one.csv") <(belt_columns "$tmp/zfp32.two.csv") >/dev/null &&
+    pass "sharded fp32: CSV step/lr/skip/scale columns identical" || fail "sharded fp32: CSV columns differ"
+  grep -q '^dist nccl: optimizer state sharded' "$tmp/zfp32.two.out" &&
+    pass "sharded fp32: the run says its state is sharded" || fail "sharded fp32: $(grep '^dist' "$tmp/zfp32.two.out")"
+fi
+no_norm() { cut -d, -f1,2,5- "$1"; }  # step,lr,loss,skipped,skip_reason,scaler_scale
+# fp16, the spike's real skip, many buckets (0.01 MB; whole tensors pad the blocks unevenly).
+if run_pair zfp16 "${fp16[@]}"; then
+  diff <(belt_columns "$tmp/zfp16.one.csv") <(belt_columns "$tmp/zfp16.two.csv") >/dev/null &&
+    pass "sharded fp16 accum: the same overflow skips and scale sequence as 1 process" || fail "sharded fp16 accum: columns"
+  if "$compare" "$tmp/fp16.two.ckpt" "$tmp/zfp16.two.ckpt" 0 >"$tmp/cmp" 2>&1 &&
+    diff <(no_norm "$tmp/fp16.two.csv") <(no_norm "$tmp/zfp16.two.csv") >/dev/null; then
+    pass "sharded fp16 accum: = the unsharded 2-rank run, every weight, moment and CSV column but the norm"
+  else
+    fail "sharded fp16 accum vs unsharded"
+    cat "$tmp/cmp"
+  fi
+  # Resume: a sharded checkpoint (gathered from the GPUs to rank 0) at step 4, finished sharded.
+  mpi 2 "$belay" train "${nccl[@]}" --shard-optimizer "${fp16[@]}" --stop-at 4 --checkpoint "$tmp/zr.ckpt"     --csv "$tmp/zr.csv" --quiet >"$tmp/out" 2>&1 && mpi 2 "$belay" train "${nccl[@]}" --shard-optimizer "${fp16[@]}"     --resume "$tmp/zr.ckpt" --checkpoint "$tmp/zr.ckpt" --csv "$tmp/zr.csv" --quiet >>"$tmp/out" 2>&1 ||
+    fail "sharded resume: $(cat "$tmp/out")"
+  if "$compare" "$tmp/zfp16.two.ckpt" "$tmp/zr.ckpt" 0 >"$tmp/cmp" 2>&1 && cmp -s "$tmp/zfp16.two.csv" "$tmp/zr.csv"; then
+    pass "sharded resume at step 4: bit for bit the sharded run of one go"
+  else
+    fail "sharded resume at step 4 differs"
+    cat "$tmp/cmp"
+  fi
+fi
+# BF16 gradient buffers: the reduce-scatter sums in BF16 (one rounding of a + b on 2 ranks,
+# as the all-reduce): sharded = unsharded on 2 ranks, bit for bit.
+bf=(--model mlp --in 32 --hidden 64 --dtype bf16 --grad-dtype compute --steps 4 --batch 32 --seed 4)
+for z in plain sharded; do
+  extra=()
+  [ $z = sharded ] && extra=(--shard-optimizer)
+  mpi 2 "$belay" train "${nccl[@]}" "${bf[@]}" "${extra[@]}" --checkpoint "$tmp/bf.$z.ckpt" --csv "$tmp/bf.$z.csv" \
+    --quiet >"$tmp/out" 2>&1 || fail "bf16 gradient buffers, $z: $(cat "$tmp/out")"
+done
+"$compare" "$tmp/bf.plain.ckpt" "$tmp/bf.sharded.ckpt" 0 >"$tmp/cmp" 2>&1 &&
+  diff <(no_norm "$tmp/bf.plain.csv") <(no_norm "$tmp/bf.sharded.csv") >/dev/null &&
+  pass "sharded bf16 gradient buffers: = unsharded on 2 ranks, bit for bit" || { fail "sharded bf16 vs unsharded"; cat "$tmp/cmp"; }
+# 3 ranks (3 emulated GPUs): the reduce-scatter's order (block b from rank b+1 round to b) is
+# not the all-reduce's, so sharded and unsharded differ by at most the two FP32 roundings of
+# each gradient sum, relative 2 x 2^-24 ~ 1.2e-7 (FP32 buffers): AdamW moves a weight by at
+# most lr (0.01) a step, changed by ~ 1.2e-7 lr, so 8 steps part them by ~ 1e-8, far inside
+# 1e-5 (one wrong step is 1e-2); the belt columns are the same.
+three=(--model mlp --in 32 --hidden 64 --layers 2 --dtype fp16 --steps 8 --batch 48 --seed 3 --micro-batch 8
+       --bucket-mb 0.01 --quiet)
+for z in plain sharded; do
+  extra=()
+  [ $z = sharded ] && extra=(--shard-optimizer)
+  BELAY_EMU_DEVICES=3 mpi 3 "$belay" train "${nccl[@]}" "${three[@]}" "${extra[@]}" --checkpoint "$tmp/three.$z.ckpt" \
+    --csv "$tmp/three.$z.csv" >"$tmp/out" 2>&1 || fail "3 ranks, $z: $(cat "$tmp/out")"
+done
+if "$compare" "$tmp/three.plain.ckpt" "$tmp/three.sharded.ckpt" 1e-5 >"$tmp/cmp" 2>&1 &&
+  diff <(belt_columns "$tmp/three.plain.csv") <(belt_columns "$tmp/three.sharded.csv") >/dev/null; then
+  pass "sharded on 3 ranks: weights within 1e-5 of unsharded, the belt columns identical"
+else
+  fail "sharded on 3 ranks vs unsharded"
+  cat "$tmp/cmp"
+fi
+# An inf planted on rank 1 after the sync: the agreement on the guard's per-tensor sums
+# (non-finite counts from any rank) makes both skip step 5.
+two_only=(--inject-rank 1 --shard-optimizer)
+if run_pair zinject --dtype fp16 --steps 8 --batch 32 --seed 7 --inject-inf 5; then
+  row=$(awk -F, '$1 == 5' "$tmp/zinject.two.csv")
+  case "$row" in
+    *,1,nonfinite_grad,32768) pass "sharded inject: rank 1 alone planted an inf at step 5, both skipped it: $row" ;;
+    *) fail "sharded inject: row 5 is '$row'" ;;
+  esac
+  diff <(belt_columns "$tmp/zinject.one.csv") <(belt_columns "$tmp/zinject.two.csv") >/dev/null &&
+    pass "sharded inject: skip and scale columns match one process" || fail "sharded inject: columns differ"
 fi
 two_only=()
 
@@ -191,6 +281,12 @@ failure_case() {  # NAME SIGNAL EXPECTED-STDERR-PATTERN DIST-TIMEOUT [resume]
 # The resume after a failure once (after the kill; a stopped rank leaves the same checkpoints).
 failure_case kill9 KILL 'exited on signal 9' 60 resume
 failure_case hang STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in ' 2
+# The same with sharded state: every wait on the reduce-scatter and the all-gather is one the
+# deadline bounds (the loss's polled read comes before the guard's host read), and the last
+# sharded checkpoint (gathered from the GPUs) resumes to the bits of an uninterrupted run.
+kill_run+=(--shard-optimizer)
+failure_case zkill9 KILL 'exited on signal 9' 60 resume
+failure_case zhang STOP '^belay: error: rank 0: no answer from the other ranks for 2 s in ' 2
 
 [ $fails -eq 0 ] && echo "dist nccl: all passed" || echo "dist nccl: $fails failed"
 exit $((fails > 0))

@@ -105,6 +105,45 @@ TEST_CASE("cuda guard: found_inf clear and the norm from an FP64 sum, bit-repeat
   CHECK(norm.item() == Approx(2e30).epsilon(1e-6));
 }
 
+// The per-tensor sums a sharded optimizer agrees on (--shard-optimizer over NCCL): each
+// tensor's sum of (g * inv)^2 in FP64 (block sums added in order: relative error ~ 2^-53 per
+// block, far inside 1e-12), and the norm made from them within one FP32 rounding of the
+// guard's (the same terms, grouped otherwise). A non-finite value shows in its tensor's sum
+// alone; a tensor of no elements sums to 0.
+TEST_CASE("cuda guard_partials: each tensor's sum of squares, the guard's norm from them", "[gpu][amp]") {
+  BELAY_REQUIRE_GPU();
+  GradSet s = make_grads(1000.0f, 73);
+  const float inv = 1.0f / 1024.0f;
+  Tensor inv_t = dev_scalar(inv), found = dev_scalar(-1.0f), norm = dev_scalar(-1.0f);
+  std::vector<double> partials;
+  gpu().guard_partials(s.device_ptrs(), inv_t, partials);
+  REQUIRE(partials.size() == s.host.size());
+  double total = 0.0;
+  for (size_t t = 0; t < s.host.size(); ++t) {
+    double ref = 0.0;
+    for (float v : s.host[t].to_vector()) {
+      const double u = static_cast<double>(v * inv);
+      ref += u * u;
+    }
+    INFO("tensor " << t << " of " << s.host[t].numel() << " elements");
+    CHECK(std::fabs(partials[t] - ref) <= 1e-12 * ref);
+    total += partials[t];
+  }
+  gpu().guard(s.device_ptrs(), inv_t, found, norm);
+  check_close({static_cast<float>(std::sqrt(total))}, {static_cast<double>(norm.item())},
+              tolerance_for(DType::F32, DType::F32, 2));
+  Tensor empty = Tensor::zeros(Shape{0}, DType::F32, Device::cuda());
+  Tensor big = Tensor::full(Shape{70000}, 1.0f, DType::F32, Device::cuda());
+  big.set_element(40000, INFINITY);
+  Tensor one = dev_scalar(1.0f), small = Tensor::full(Shape{3}, 2.0f, DType::F16, Device::cuda());
+  gpu().guard_partials({&small, &empty, &big, &small}, one, partials);
+  REQUIRE(partials.size() == 4);
+  CHECK(partials[0] == 12.0);
+  CHECK(partials[1] == 0.0);
+  CHECK(std::isinf(partials[2]));
+  CHECK(partials[3] == 12.0);
+}
+
 TEST_CASE("cuda guard finds one inf or NaN first, in the middle or last of a large tensor", "[gpu][amp]") {
   BELAY_REQUIRE_GPU();
   // Not a multiple of the chunk, the block or the vector width. Under the emulator 100'003

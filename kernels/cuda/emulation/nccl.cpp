@@ -13,6 +13,15 @@
 //   every rank ends with the same bits. FP16/BF16 are added in FP32 and rounded: FP32 has
 //   more than 2p+2 bits of the 11 (8) of FP16 (BF16), so that is the correctly rounded sum.
 //   Buffers larger than N slots are done in slices of N slots, each a whole ring.
+// - ncclReduceScatter (N blocks of recvcount elements; rank r receives block r's sum) is the
+//   ring's first half in NCCL's order for it: block c starts at rank c+1 and ends on rank c,
+//   ((x_{c+1} + x_{c+2}) + ...) + x_c, rounded to the dtype after every + (whatever the size:
+//   each block runs in slices of one slot, each slice a ring of its own). In place when
+//   recvbuff is sendbuff + rank * recvcount; sendbuff is left as it was either way (the ring
+//   sums in a copy), its block r aside when in place.
+// - ncclAllGather (rank r's sendcount elements become block r of every rank's recvbuff) is
+//   the ring's second half: bytes forwarded, never summed. In place when sendbuff is
+//   recvbuff + rank * sendcount.
 // - Work is ordered on the stream given: the collective starts when the stream reaches it and
 //   the stream's later work waits for its end (simt_internal.h's stall), while the host goes
 //   on. The ring runs on a progress thread per communicator (NCCL's kernel on the GPU), so a
@@ -23,8 +32,9 @@
 //   the peers, whose communicators then report ncclRemoteError, as NCCL's do.
 // Faults to test belay's handling of them (environment, read at init):
 //   BELAY_EMU_NCCL_HANG_RANK=R  rank R never joins its communicator (an init that hangs);
-//   BELAY_EMU_NCCL_FAIL=R:K     rank R's K-th all-reduce (from 0) fails asynchronously with
-//                               ncclSystemError and never completes (a failed NCCL kernel).
+//   BELAY_EMU_NCCL_FAIL=R:K     rank R's K-th collective (from 0; all-reduce, reduce-scatter,
+//                               all-gather alike) fails asynchronously with ncclSystemError and
+//                               never completes (a failed NCCL kernel).
 #include <fcntl.h>
 #include <nccl.h>
 #include <sys/mman.h>
@@ -73,10 +83,15 @@ struct IdData {
 };
 static_assert(sizeof(IdData) <= NCCL_UNIQUE_ID_BYTES);
 
+enum class Kind { AllReduce, ReduceScatter, AllGather };
+
 struct Job {
-  char* buf;
-  size_t count;
+  Kind kind = Kind::AllReduce;
+  char* buf;           // all-reduce: recvbuff; reduce-scatter: scratch; all-gather: recvbuff
+  size_t count;        // all-reduce: the buffer's elements; the others: one rank's block
   DType dtype;
+  char* out = nullptr;        // reduce-scatter: recvbuff (block `rank` of scratch goes there)
+  std::vector<char> scratch;  // reduce-scatter: a copy of sendbuff, summed in place by the ring
   std::atomic<bool> done{false};
 };
 
@@ -145,6 +160,7 @@ struct CommState {
   }
   bool ring(Job& job);
   bool ring_slice(Job& job, size_t first, size_t len);
+  bool blocks(Job& job);
   void run();
 };
 
@@ -187,7 +203,43 @@ bool CommState::ring_slice(Job& job, size_t first, size_t len) {
   return true;
 }
 
+// Reduce-scatter and all-gather: block c is [c * count, (c + 1) * count) of job.buf, done
+// in slices of at most one slot per block. Reduce-scatter: at step s, rank r sends block
+// r-1-s and adds its own values to block r-2-s as it arrives, so block c starts at rank c+1
+// and its last + is on rank c (NCCL's ring for ncclReduceScatter). All-gather: rank r holds
+// block r; at step s it sends block r-s and receives block r-1-s.
+bool CommState::blocks(Job& job) {
+  const size_t es = dtype_size(job.dtype);
+  const int n = nranks;
+  const size_t slot_elems = kSlotBytes / es;
+  for (size_t off = 0; off < job.count; off += slot_elems) {
+    const size_t len = std::min(slot_elems, job.count - off);
+    auto at = [&](int c) { return (static_cast<size_t>(mod(c, n)) * job.count + off) * es; };
+    for (int s = 0; s < n - 1; ++s) {
+      if (job.kind == Kind::ReduceScatter) {
+        if (!send(job.buf + at(rank - 1 - s), len * es)) return false;
+        char* data = job.buf + at(rank - 2 - s);
+        const bool ok = receive([&](const char* in) {
+          for (size_t i = 0; i < len; ++i) {
+            const float sum = load_as_f32(in, job.dtype, i) + load_as_f32(data, job.dtype, i);
+            store_from_f32(data, job.dtype, i, sum);
+          }
+        });
+        if (!ok) return false;
+      } else {
+        if (!send(job.buf + at(rank - s), len * es)) return false;
+        char* data = job.buf + at(rank - 1 - s);
+        if (!receive([&](const char* in) { std::memcpy(data, in, len * es); })) return false;
+      }
+    }
+  }
+  if (job.kind == Kind::ReduceScatter)
+    std::memmove(job.out, job.buf + static_cast<size_t>(rank) * job.count * es, job.count * es);
+  return true;
+}
+
 bool CommState::ring(Job& job) {
+  if (job.kind != Kind::AllReduce) return blocks(job);
   if (nranks == 1) return true;
   const size_t slice = static_cast<size_t>(nranks) * (kSlotBytes / dtype_size(job.dtype));
   for (size_t first = 0; first < job.count; first += slice)
@@ -373,10 +425,16 @@ ncclResult_t ncclGroupEnd() {
   return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
+}  // extern "C"
+
+namespace {
+
+// Every collective: checked, then queued on the stream (its input copied when the stream
+// reaches it, then handed to the progress thread; the stream's later work waits for its end).
+ncclResult_t enqueue(belay::emu::Kind kind, const void* sendbuff, void* recvbuff, size_t count,
+                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  using belay::emu::Kind;
   if (!comm || !recvbuff || (!sendbuff && count > 0)) return ncclInvalidArgument;
-  if (op != ncclSum) return ncclInvalidArgument;  // belay sums; the others are not emulated
   belay::DType dtype;
   switch (datatype) {
     case ncclFloat32: dtype = belay::DType::F32; break;
@@ -388,20 +446,37 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const int status = s->status.load();
   if (status != ncclSuccess && status != ncclInProgress) return static_cast<ncclResult_t>(status);
   auto job = std::make_shared<Job>();
+  job->kind = kind;
   job->buf = static_cast<char*>(recvbuff);
   job->count = count;
   job->dtype = dtype;
   const int64_t index = s->ops++;
   const bool fail = s->rank == s->fail_rank && index == s->fail_op;
-  const size_t bytes = count * belay::dtype_size(dtype);
-  auto launch = [s, job, sendbuff, bytes, fail, stream] {
+  const size_t bytes = count * belay::dtype_size(dtype);  // one rank's block (reduce-scatter, all-gather)
+  auto launch = [s, job, sendbuff, recvbuff, bytes, fail, stream] {
     {
       std::lock_guard<std::mutex> lock(s->mutex);
       std::erase_if(s->all, [](const std::shared_ptr<Job>& j) { return j->done.load(); });
       s->all.push_back(job);
     }
-    belay::emu::enqueue_on_stream(stream, [s, job, sendbuff, bytes, fail] {
-      if (sendbuff != job->buf) std::memmove(job->buf, sendbuff, bytes);
+    belay::emu::enqueue_on_stream(stream, [s, job, sendbuff, recvbuff, bytes, fail] {
+      const char* in = static_cast<const char*>(sendbuff);
+      char* out = static_cast<char*>(recvbuff);
+      switch (job->kind) {
+        case Kind::AllReduce:
+          if (in != out) std::memmove(out, in, bytes);
+          break;
+        case Kind::ReduceScatter:  // the ring sums a copy: sendbuff's other blocks stay as they were
+          job->scratch.assign(in, in + bytes * static_cast<size_t>(s->nranks));
+          job->buf = job->scratch.data();
+          job->out = out;
+          break;
+        case Kind::AllGather: {
+          char* mine = out + bytes * static_cast<size_t>(s->rank);
+          if (in != mine) std::memmove(mine, in, bytes);
+          break;
+        }
+      }
       std::lock_guard<std::mutex> lock(s->mutex);
       if (s->stop.load()) return;
       if (fail) {
@@ -418,6 +493,29 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   else
     launch();
   return ncclSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (op != ncclSum) return ncclInvalidArgument;  // belay sums; the others are not emulated
+  return enqueue(belay::emu::Kind::AllReduce, sendbuff, recvbuff, count, datatype, comm, stream);
+}
+
+// recvcount elements per rank: sendbuff holds nranks * recvcount.
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  if (op != ncclSum) return ncclInvalidArgument;
+  return enqueue(belay::emu::Kind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, comm, stream);
+}
+
+// sendcount elements per rank: recvbuff holds nranks * sendcount.
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  return enqueue(belay::emu::Kind::AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
 const char* ncclGetErrorString(ncclResult_t result) {
