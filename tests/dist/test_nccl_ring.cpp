@@ -58,75 +58,6 @@ float ring_sum(DType dtype, size_t count, size_t i, int n, size_t slot_elems, st
   return acc;
 }
 
-void check_all_reduce(DType dtype, ncclDataType_t nccl_type, size_t count, bool in_place) {
-  mpi();
-  int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  ncclUniqueId id;
-  if (rank == 0) REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  ncclComm_t comm = nullptr;
-  REQUIRE(ncclCommInitRank(&comm, n, id, rank) == ncclSuccess);
-
-  const size_t es = dtype_size(dtype);
-  std::vector<char> host(count * es), out(count * es), one(4);
-  for (size_t i = 0; i < count; ++i) store_from_f32(host.data(), dtype, i, input(rank, i));
-  cudaStream_t stream;
-  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
-  void *send = nullptr, *recv = nullptr;
-  REQUIRE(cudaMalloc(&recv, count * es) == cudaSuccess);
-  send = recv;
-  if (!in_place) REQUIRE(cudaMalloc(&send, count * es) == cudaSuccess);
-  REQUIRE(cudaMemcpyAsync(send, host.data(), count * es, cudaMemcpyHostToDevice, stream) == cudaSuccess);
-  REQUIRE(ncclGroupStart() == ncclSuccess);
-  REQUIRE(ncclAllReduce(send, recv, count, nccl_type, ncclSum, comm, stream) == ncclSuccess);
-  REQUIRE(ncclGroupEnd() == ncclSuccess);
-  void* pinned = nullptr;
-  REQUIRE(cudaMallocHost(&pinned, count * es) == cudaSuccess);
-  REQUIRE(cudaMemcpyAsync(pinned, recv, count * es, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
-  cudaEvent_t done;
-  REQUIRE(cudaEventCreate(&done) == cudaSuccess);
-  REQUIRE(cudaEventRecord(done, stream) == cudaSuccess);
-  // Polled, as belay waits: the peers' halves arrive while this host thread goes on.
-  for (cudaError_t rc; (rc = cudaEventQuery(done)) != cudaSuccess;) {
-    REQUIRE(rc == cudaErrorNotReady);
-    (void)cudaGetLastError();
-    ncclResult_t state;
-    REQUIRE(ncclCommGetAsyncError(comm, &state) == ncclSuccess);
-    REQUIRE(state == ncclSuccess);
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  std::memcpy(out.data(), pinned, count * es);
-
-  // The slot size of nccl.cpp (64 KiB): a buffer past n slots runs in slices.
-  const size_t slot_elems = (size_t{64} << 10) / es;
-  std::vector<float> got(count), expected_bits(count);
-  std::vector<double> exact(count), magnitude(count);
-  size_t differ = 0;
-  for (size_t i = 0; i < count; ++i) {
-    got[i] = load_as_f32(out.data(), dtype, i);
-    expected_bits[i] = ring_sum(dtype, count, i, n, slot_elems, one);
-    for (int r = 0; r < n; ++r) {
-      store_from_f32(one.data(), dtype, 0, input(r, i));
-      const double x = load_as_f32(one.data(), dtype, 0);
-      exact[i] += x;
-      magnitude[i] += std::fabs(x);
-    }
-    if (std::memcmp(&got[i], &expected_bits[i], 4) != 0) ++differ;
-  }
-  INFO("rank " << rank << " of " << n << ", " << dtype_name(dtype) << ", " << count << " elements");
-  check_close(got, exact, tolerance_for(dtype, dtype, n), magnitude);
-  CHECK(differ == 0);  // the ring's order, bit for bit
-
-  REQUIRE(ncclCommDestroy(comm) == ncclSuccess);
-  cudaFreeHost(pinned);
-  cudaFree(recv);
-  if (!in_place) cudaFree(send);
-  cudaEventDestroy(done);
-  cudaStreamDestroy(stream);
-}
-
 // The communicator of every rank (MPI carries the unique id), and the rank's place in it.
 struct Ring {
   int rank = 0, n = 1;
@@ -168,6 +99,47 @@ struct Ring {
     return out;
   }
 };
+
+void check_all_reduce(DType dtype, ncclDataType_t nccl_type, size_t count, bool in_place) {
+  Ring ring;
+  const int n = ring.n;
+  const size_t es = dtype_size(dtype);
+  std::vector<char> host(count * es), one(4);
+  for (size_t i = 0; i < count; ++i) store_from_f32(host.data(), dtype, i, input(ring.rank, i));
+  void *send = nullptr, *recv = nullptr;
+  REQUIRE(cudaMalloc(&recv, count * es) == cudaSuccess);
+  send = recv;
+  if (!in_place) REQUIRE(cudaMalloc(&send, count * es) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(send, host.data(), count * es, cudaMemcpyHostToDevice, ring.stream) == cudaSuccess);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclAllReduce(send, recv, count, nccl_type, ncclSum, ring.comm, ring.stream) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  // Polled, as belay waits: the peers' halves arrive while this host thread goes on.
+  const std::vector<char> out = ring.read(recv, count * es);
+  // The slot size of nccl.cpp (64 KiB): a buffer past n slots runs in slices.
+  const size_t slot_elems = (size_t{64} << 10) / es;
+  std::vector<float> got(count), expected_bits(count);
+  std::vector<double> exact(count), magnitude(count);
+  size_t differ = 0;
+  for (size_t i = 0; i < count; ++i) {
+    got[i] = load_as_f32(out.data(), dtype, i);
+    expected_bits[i] = ring_sum(dtype, count, i, n, slot_elems, one);
+    for (int r = 0; r < n; ++r) {
+      store_from_f32(one.data(), dtype, 0, input(r, i));
+      const double x = load_as_f32(one.data(), dtype, 0);
+      exact[i] += x;
+      magnitude[i] += std::fabs(x);
+    }
+    if (std::memcmp(&got[i], &expected_bits[i], 4) != 0) ++differ;
+  }
+  INFO("rank " << ring.rank << " of " << n << ", " << dtype_name(dtype) << ", " << count << " elements");
+  check_close(got, exact, tolerance_for(dtype, dtype, n), magnitude);
+  CHECK(differ == 0);  // the ring's order, bit for bit
+
+  cudaFree(recv);
+  if (!in_place) cudaFree(send);
+}
+
 
 float rounded_to(DType dtype, float x) {
   char one[4];
