@@ -132,18 +132,17 @@ void Var::backward(float seed) const {
   backward(Tensor::full(Shape{1}, seed, DType::F32, node_->value.device()), 1.0f);
 }
 
-void Var::backward(const Tensor& seed, float multiplier, const std::function<void(Node&)>& on_leaf_done) const {
-  if (!node_) throw Error("backward: undefined variable");
-  if (node_->value.numel() != 1)
-    throw Error("backward: needs a one-element (scalar) output, got " + node_->value.describe());
-  if (!node_->requires_grad) throw Error("backward: the output does not depend on anything that requires grad");
+namespace {
 
-  // Reverse topological order by an iterative depth-first search (no recursion limit).
-  // `order` owns its nodes: freeing a node's edges below must not free nodes still to visit.
+// Every node that requires grad, reached from root, each after all of its inputs (a
+// topological order; backward walks it from the end), by an iterative depth-first search (no
+// recursion limit). The vector owns its nodes: freeing a node's edges during backward must not
+// free nodes still to visit.
+std::vector<std::shared_ptr<Node>> inputs_first_order(const std::shared_ptr<Node>& root) {
   std::vector<std::shared_ptr<Node>> order;
   std::unordered_set<Node*> seen;
-  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack{{node_, 0}};
-  seen.insert(node_.get());
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack{{root, 0}};
+  seen.insert(root.get());
   while (!stack.empty()) {
     auto& [n, next] = stack.back();
     if (next < n->inputs.size()) {
@@ -157,6 +156,18 @@ void Var::backward(const Tensor& seed, float multiplier, const std::function<voi
       stack.pop_back();
     }
   }
+  return order;
+}
+
+}  // namespace
+
+void Var::backward(const Tensor& seed, float multiplier, const std::function<void(Node&)>& on_leaf_done) const {
+  if (!node_) throw Error("backward: undefined variable");
+  if (node_->value.numel() != 1)
+    throw Error("backward: needs a one-element (scalar) output, got " + node_->value.describe());
+  if (!node_->requires_grad) throw Error("backward: the output does not depend on anything that requires grad");
+
+  const std::vector<std::shared_ptr<Node>> order = inputs_first_order(node_);
 
   // A graph already used by a backward has freed its edges: going through it again would
   // silently deliver no gradient (PyTorch raises here too). Checked before anything is written.
