@@ -46,8 +46,8 @@ TEST_CASE("a result no backward reads is released when its last Var goes", "[aut
     const size_t after_forward = in_use();
     CHECK(after_forward - before == out_bytes + sizeof(float));  // linear's output (gelu reads it) and the loss
     loss.backward();
-    // Leaf gradients of x, w and z? z takes no part; x and w get theirs. Everything else is gone:
-    // linear's output went with gelu's backward, the loss stays named.
+    // What is left: the loss (still named) and the gradients of x and w (z takes no part here).
+    // linear's output went with gelu's backward.
     CHECK(in_use() - before == sizeof(float) + 64 * 32 * sizeof(float) + 16 * 32 * sizeof(float));
   }
 }
