@@ -36,6 +36,8 @@ std::string format_census_row(int64_t step, const TensorCensus& c, DType format,
          num(scale);
 }
 
+std::string cast_row_name(const std::string& site) { return "cast:" + site; }
+
 CensusLogWriter::CensusLogWriter(const std::string& path, int64_t every, DType format)
     : path_(path), every_(every), format_(format) {
   if (every_ < 1) throw UsageError("--census-every must be >= 1, got " + std::to_string(every_));
@@ -53,6 +55,10 @@ bool CensusLogWriter::write(const StepRow& row, float scale) {
   if (!records(row) || row.census.empty()) return false;
   std::string text;
   for (const TensorCensus& c : row.census) text += format_census_row(row.step, c, format_, row.skipped, scale) + "\n";
+  for (TensorCensus c : row.cast_census) {
+    c.name = cast_row_name(c.name);
+    text += format_census_row(row.step, c, format_, row.skipped, scale) + "\n";
+  }
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0)
     throw Error("writing census file '" + path_ + "' failed: " + std::strerror(errno));
   return true;
@@ -80,6 +86,7 @@ std::string tensor_class(const std::string& name) {
 }
 
 void CensusSummary::observe(const StepRow& row, float scale) {
+  observe_casts(row);
   if (row.skipped || row.census.empty()) return;
   if (first_step_ < 0) first_step_ = row.step;
   last_step_ = row.step;
@@ -99,7 +106,64 @@ void CensusSummary::observe(const StepRow& row, float scale) {
   }
 }
 
+// A cast's loss does not depend on the loss scale: skipped steps count too.
+void CensusSummary::observe_casts(const StepRow& row) {
+  for (const TensorCensus& c : row.cast_census) {
+    const double h = c.headroom_bits(format_);
+    const double u = c.numel > 0 ? static_cast<double>(c.underflow) / static_cast<double>(c.numel) : 0.0;
+    for (CastWorst* w : {&cast_classes_[tensor_class(c.name)], &cast_all_}) {
+      if (h < w->headroom) {
+        w->headroom = h;
+        w->headroom_site = c.name;
+      }
+      if (u > w->underflow) {
+        w->underflow = u;
+        w->underflow_site = c.name;
+      }
+      if (c.nonfinite > w->nonfinite) {
+        w->nonfinite = c.nonfinite;
+        w->nonfinite_site = c.name;
+        w->nonfinite_step = row.step;
+      }
+    }
+  }
+}
+
+// One line per cast class, then one line of advice: an overflow first (the op class to keep
+// in FP32), else the most flushed, else the least headroom.
+std::vector<std::string> CensusSummary::cast_lines() const {
+  std::vector<std::string> out;
+  if (cast_classes_.empty()) return out;
+  const std::string fmt = dtype_name(format_);
+  for (const auto& [cls, w] : cast_classes_)
+    out.push_back("census cast " + cls + ": least headroom " + num(w.headroom, "%.1f") + " bits (" + w.headroom_site +
+                  "); most flushed to zero " + num(100.0 * w.underflow, "%.3g") + "%" +
+                  (w.underflow > 0.0 ? " (" + w.underflow_site + ")" : "") +
+                  (w.nonfinite > 0 ? "; " + std::to_string(w.nonfinite) + " values non-finite after the cast (" +
+                                         w.nonfinite_site + ")"
+                                   : ""));
+  const CastWorst& a = cast_all_;
+  if (a.nonfinite > 0)
+    out.push_back("census cast advice: " + std::to_string(a.nonfinite) + " values of " + a.nonfinite_site +
+                  " were non-finite after the cast to " + fmt + " (step " + std::to_string(a.nonfinite_step) +
+                  "): keep that op class in FP32 (--fp32-ops) or train in bf16");
+  else if (a.underflow > 0.0)
+    out.push_back("census cast advice: " + num(100.0 * a.underflow, "%.3g") + "% of " + a.underflow_site +
+                  " flushes to zero when cast to " + fmt + "; nothing overflowed (least headroom " +
+                  num(a.headroom, "%.1f") + " bits, " + a.headroom_site + ")");
+  else
+    out.push_back("census cast advice: the forward's casts to " + fmt + " flushed nothing and the least headroom was " +
+                  num(a.headroom, "%.1f") + " bits (" + a.headroom_site + ")");
+  return out;
+}
+
 std::vector<std::string> CensusSummary::lines() const {
+  std::vector<std::string> out = grad_lines();
+  for (std::string& line : cast_lines()) out.push_back(std::move(line));
+  return out;
+}
+
+std::vector<std::string> CensusSummary::grad_lines() const {
   std::vector<std::string> out;
   if (first_step_ < 0) return out;
   const std::string fmt = dtype_name(format_);

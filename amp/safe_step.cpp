@@ -1,6 +1,7 @@
 #include "amp/safe_step.h"
 
 #include <cmath>
+#include <optional>
 
 #include "amp/clip.h"
 #include "engine/error.h"
@@ -14,10 +15,8 @@ enum RowValue { kLoss, kNonfiniteLoss, kFoundInf, kNorm, kClipCoef, kLr, kScale,
                 kValueClipRowValues };
 }  // namespace
 
-PendingStep::PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip, Tensor census,
-                         std::shared_ptr<const CensusNames> census_names)
-    : step_(step), values_(std::move(values)), value_clip_(value_clip), census_(std::move(census)),
-      census_names_(std::move(census_names)) {}
+PendingStep::PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip, PendingCensus census)
+    : step_(step), values_(std::move(values)), value_clip_(value_clip), census_(std::move(census)) {}
 
 namespace {
 // The census record as the host reads it, in backward order (the reverse of the parameters'
@@ -30,6 +29,15 @@ std::vector<TensorCensus> read_census(const Tensor& census, const CensusNames& n
   std::vector<TensorCensus> out =
       decode_census(std::vector<uint32_t>(w, w + host.numel()), names.names, names.numels);
   return std::vector<TensorCensus>(out.rbegin(), out.rend());
+}
+
+// With FP16/BF16 gradient buffers the guard sees values already rounded: what the rounding
+// flushed to zero is known only from the casts into the buffers, so that count replaces the
+// guard's (which is 0 there by construction).
+void merge_grad_buffer_roundings(std::vector<TensorCensus>& census, const std::vector<TensorCensus>& roundings) {
+  for (const TensorCensus& r : roundings)
+    for (TensorCensus& c : census)
+      if (c.name == r.name) c.underflow = r.underflow;
 }
 }  // namespace
 
@@ -51,13 +59,18 @@ StepRow PendingStep::row() {
     const double denom = static_cast<double>(v[kNorm]) * static_cast<double>(v[kPostNorm]);
     row.clip_cosine = denom > 0.0 ? static_cast<float>(std::fmin(1.0, std::fmax(-1.0, v[kDot] / denom))) : 1.0f;
   }
-  if (census_.defined()) row.census = read_census(census_, *census_names_);
+  if (census_.guard.defined()) {
+    row.census = read_census(census_.guard, *census_.names);
+    merge_grad_buffer_roundings(row.census, census_.grad_buffers.decode());
+    row.cast_census = census_.forward.decode();
+  }
   return row;
 }
 
 SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, SafeStepOptions options,
                    Communicator* comm)
-    : opt_(opt), scaler_(scaler), options_(options), comm_(comm ? comm : &local_comm_) {
+    : opt_(opt), scaler_(scaler), options_(options), comm_(comm ? comm : &local_comm_),
+      cast_census_(options.census_casts) {
   if (options_.accum_steps < 1) throw UsageError("accum_steps must be >= 1");
   if (std::isnan(options_.max_norm) || options_.max_norm <= 0.0f)
     throw UsageError("max_norm must be > 0 (inf: no clipping)");
@@ -76,6 +89,7 @@ SafeStep::SafeStep(Optimizer& opt, GradScaler& scaler, LrSchedule schedule, Safe
     throw UsageError("the census is taken by the fused guard: drop --unfused and --clip-mode value, or --census");
   if (options_.census && options_.census_format != DType::F16 && options_.census_format != DType::BF16)
     throw UsageError("the census counts against fp16 or bf16");
+  if (options_.census_casts && !options_.census) throw UsageError("the census of the casts (--census-casts) needs --census");
   opt_.set_schedule(schedule);
 }
 
@@ -109,6 +123,12 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   // after the sum would make each rank's gradients N times larger on the way).
   const float backward_factor = per_micro_batch / static_cast<float>(comm_->world_size());
   Tensor loss_mean = Tensor::zeros(Shape{1}, DType::F32, device);
+  // The census counts the step's casts (autograd/cast_census.h) from here to the guard.
+  std::optional<CastCensusScope> cast_scope;
+  if (options_.census) {
+    if (options_.census_casts) cast_census_.census_weights(opt_.params());
+    cast_scope.emplace(&cast_census_);
+  }
   try {
     for (int k = 0; k < options_.accum_steps; ++k) {
       Var loss = loss_fn(k);
@@ -129,8 +149,10 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
   } catch (...) {
     opt_.zero_grad(true);
     scaler_.discard(opt_);
+    take_census({});  // the abandoned step's counts go with it
     throw;
   }
+  cast_scope.reset();
   ++step_;
 
   Tensor norm, clip_coef, census;
@@ -177,7 +199,15 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
     values.push_back(&value_clip.post_norm);
     values.push_back(&value_clip.dot);
   }
-  if (census.defined() && (!census_names_ || static_cast<int64_t>(census_names_->names.size()) != census.dim(0))) {
+  return PendingStep(step, be.read_async(values), by_value, take_census(census));
+}
+
+PendingCensus SafeStep::take_census(const Tensor& guard_census) {
+  PendingCensus out;
+  out.forward = cast_census_.take(CastSite::Forward);
+  out.grad_buffers = cast_census_.take(CastSite::GradBuffer);
+  if (!guard_census.defined()) return out;
+  if (!census_names_ || static_cast<int64_t>(census_names_->names.size()) != guard_census.dim(0)) {
     auto names = std::make_shared<CensusNames>();
     for (const Var& p : opt_.params())
       if (p.grad().defined()) {
@@ -186,7 +216,9 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
       }
     census_names_ = names;
   }
-  return PendingStep(step, be.read_async(values), by_value, census, census_names_);
+  out.guard = guard_census;
+  out.names = census_names_;
+  return out;
 }
 
 }  // namespace belay

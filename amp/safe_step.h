@@ -22,6 +22,7 @@
 #include "amp/dist/communicator.h"
 #include "amp/grad_scaler.h"
 #include "amp/step_log.h"
+#include "autograd/cast_census.h"
 #include "autograd/graph.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -47,6 +48,10 @@ struct SafeStepOptions {
   // census_format (FP16 or BF16) would make of it at this step's scale; each row carries it.
   bool census = false;
   DType census_format = DType::F16;
+  // With census: the census of the forward's casts too (autograd/cast_census.h: the autocast
+  // casts of activations and the weights' working copies), in StepRow::cast_census. The
+  // roundings into FP16/BF16 gradient buffers are counted whenever census is on.
+  bool census_casts = false;
 };
 
 // What a step's census needs besides the guard's record: each gradient's name and size, in
@@ -56,12 +61,19 @@ struct CensusNames {
   std::vector<int64_t> numels;
 };
 
+// A step's census on its way to the host: the guard's records and the casts' (copies on the
+// device, read back with the row).
+struct PendingCensus {
+  Tensor guard;  // FP32 [grads, kCensusFields] words; undefined without a census
+  std::shared_ptr<const CensusNames> names;
+  CastCensus::Taken forward, grad_buffers;
+};
+
 // A step that has been enqueued, and its log row on its way to the host.
 class PendingStep {
  public:
   // value_clip: the values carry the post-clamp norm and the raw . clamped dot product.
-  PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip = false, Tensor census = {},
-              std::shared_ptr<const CensusNames> census_names = nullptr);
+  PendingStep(int64_t step, std::unique_ptr<HostReadback> values, bool value_clip = false, PendingCensus census = {});
   int64_t step() const { return step_; }
   bool ready() const { return values_->ready(); }  // never blocks
   StepRow row();                                   // waits for the values if they are not there yet
@@ -70,8 +82,7 @@ class PendingStep {
   int64_t step_;
   std::unique_ptr<HostReadback> values_;
   bool value_clip_;
-  Tensor census_;  // FP32 [grads, kCensusFields] words, on the device; undefined without a census
-  std::shared_ptr<const CensusNames> census_names_;
+  PendingCensus census_;
 };
 
 class SafeStep {
@@ -104,6 +115,8 @@ class SafeStep {
   int64_t step_ = 0;
   bool running_ = false;  // inside enqueue: a second step from the loss function is refused
   std::shared_ptr<const CensusNames> census_names_;  // the gradients' names, taken once
+  CastCensus cast_census_;                           // its sites persist from step to step
+  PendingCensus take_census(const Tensor& guard_census);
 };
 
 }  // namespace belay

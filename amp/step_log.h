@@ -28,6 +28,9 @@ struct StepRow {
   // Not in the CSV: each gradient's census of this step, when the step was asked for it
   // (SafeStepOptions::census), in backward order (the reverse of the parameters' order).
   std::vector<TensorCensus> census;
+  // Not in the CSV: the census of the forward's casts (SafeStepOptions::census_casts), one
+  // entry per cast site (autograd/cast_census.h) in the order first seen.
+  std::vector<TensorCensus> cast_census;
 };
 
 // The tensors of a census that hold a non-finite value, the first named and the others

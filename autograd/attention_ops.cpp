@@ -56,8 +56,8 @@ Var attention(const Var& q_in, const Var& k_in, const Var& v_in, bool causal, st
   const int64_t d = q_in.shape().dims().back();
   const float scale = scale_in ? *scale_in : 1.0f / std::sqrt(static_cast<float>(d));
   const DType dt = attention_dtype(q_in, k_in, v_in);
-  const Var q = autocast_cast(q_in, dt, OpClass::Attention), k = autocast_cast(k_in, dt, OpClass::Attention),
-            v = autocast_cast(v_in, dt, OpClass::Attention);
+  const Var q = autocast_cast(q_in, dt, OpClass::Attention, "q"), k = autocast_cast(k_in, dt, OpClass::Attention, "k"),
+            v = autocast_cast(v_in, dt, OpClass::Attention, "v");
   const std::vector<int64_t>& dq = q.shape().dims();
   Tensor out = Tensor::empty(q.shape(), dt, q.device());
   Tensor lse = Tensor::empty(Shape(std::vector<int64_t>(dq.begin(), dq.end() - 1)), DType::F32, q.device());

@@ -94,7 +94,7 @@ Var bmm(const Var& a_in, const Var& b_in, bool trans_a, bool trans_b) {
     throw UsageError("bmm: inner sizes differ, " + shapes() + " with trans_a=" + std::to_string(trans_a) +
                      ", trans_b=" + std::to_string(trans_b));
   const DType dt = bmm_dtype(a_in, b_in);
-  const Var a = autocast_cast(a_in, dt, OpClass::Bmm), b = autocast_cast(b_in, dt, OpClass::Bmm);
+  const Var a = autocast_cast(a_in, dt, OpClass::Bmm, "a"), b = autocast_cast(b_in, dt, OpClass::Bmm, "b");
   const Batched bt{dims_product(da, 0, da.size() - 2), false, b_shared};
   if (bt.batch == 0 || m == 0 || n == 0 || k == 0) throw UsageError("bmm: empty operand, " + shapes());
   std::vector<int64_t> dc(da.begin(), da.end() - 2);

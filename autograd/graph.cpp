@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "autograd/anomaly.h"
+#include "autograd/cast_census.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 
@@ -95,11 +96,24 @@ void accumulate_grad(Node& node, const Tensor& g, bool fresh) {
   if (!node.requires_grad) return;
   check_same_shape("accumulate_grad", node.value, g);
   const DType dtype = grad_dtype_of(node);
+  // A leaf's FP16/BF16 gradient buffer (--grad-dtype compute) takes FP32 values: under a cast
+  // census, each rounding into it is counted (autograd/cast_census.h), with the bits it had.
+  CastCensus* census = node.is_leaf ? active_cast_census() : nullptr;
   if (!node.grad.defined()) {
-    node.grad = g.dtype() == dtype ? (fresh ? g : g.clone()) : g.to(dtype);
+    node.grad = g.dtype() == dtype ? (fresh ? g : g.clone())
+                : census      ? cast_counted(census, CastSite::GradBuffer, g, dtype, node.name)
+                              : g.to(dtype);
     return;
   }
-  backend_for(node.grad.device()).accumulate(node.grad, g, 1.0f, nullptr);
+  const Backend& be = backend_for(node.grad.device());
+  if (census && counted_cast(g.dtype(), node.grad.dtype())) {
+    // accumulate's FP32 sum (old + g), rounded once into the buffer, as accumulate rounds it.
+    Tensor sum = node.grad.to(DType::F32);
+    be.accumulate(sum, g, 1.0f, nullptr);
+    census->cast(CastSite::GradBuffer, node.name, sum, node.grad);
+    return;
+  }
+  be.accumulate(node.grad, g, 1.0f, nullptr);
 }
 
 Var make_result(Tensor value, const char* op, std::vector<Var> inputs, std::function<void(Node&)> backward,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/cast_census.h"
 #include "autograd/graph.h"
 #include "engine/backend.h"
 
@@ -34,9 +35,16 @@ class GradTarget {
     if (!n || !n->requires_grad) return;
     node_ = n;
     into_grad_ = n->grad.defined() && n->grad.dtype() == DType::F32;
-    if (!into_grad_)
-      fresh_ = zeroed ? Tensor::zeros(n->value.shape(), fresh_dtype, n->value.device())
-                      : Tensor::empty(n->value.shape(), fresh_dtype, n->value.device());
+    if (into_grad_) return;
+    // A leaf's FP16/BF16 gradient under a cast census: the kernel writes FP32, and finish()
+    // rounds it into fresh_dtype through the census (the bits the kernel's own rounding gives).
+    census_ = n->is_leaf ? active_cast_census() : nullptr;
+    if (census_ && counted_cast(DType::F32, fresh_dtype)) {
+      counted_dtype_ = fresh_dtype;
+      fresh_dtype = DType::F32;
+    }
+    fresh_ = zeroed ? Tensor::zeros(n->value.shape(), fresh_dtype, n->value.device())
+                    : Tensor::empty(n->value.shape(), fresh_dtype, n->value.device());
   }
   // The tensor the kernel writes, or null when no gradient is wanted.
   Tensor* out() { return !node_ ? nullptr : into_grad_ ? &node_->grad : &fresh_; }
@@ -44,13 +52,18 @@ class GradTarget {
   bool accumulate() const { return into_grad_; }
   // After the kernel: a fresh tensor goes to the node (n's own gradient needs nothing more).
   void finish() {
-    if (node_ && !into_grad_) accumulate_grad(*node_, fresh_, true);
+    if (!node_ || into_grad_) return;
+    if (counted_dtype_ != DType::F32)
+      fresh_ = cast_counted(census_, CastSite::GradBuffer, fresh_, counted_dtype_, node_->name);
+    accumulate_grad(*node_, fresh_, true);
   }
 
  private:
   Node* node_ = nullptr;
   bool into_grad_ = false;
   Tensor fresh_;
+  CastCensus* census_ = nullptr;
+  DType counted_dtype_ = DType::F32;  // the dtype fresh_ is rounded into by finish(); F32: none
 };
 
 // A gradient that one kernel call produces: produce(out, accumulate) writes the gradient into

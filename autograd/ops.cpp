@@ -1,9 +1,11 @@
 #include "autograd/ops.h"
 
+#include <cstring>
 #include <string>
 
 #include "amp/autocast.h"
 #include "autograd/autocast_input.h"
+#include "autograd/cast_census.h"
 #include "autograd/op_helpers.h"
 #include "engine/error.h"
 
@@ -69,14 +71,25 @@ DType autocast_dtype(OpClass cls, DType given) {
   }
 }
 
-Var autocast_cast(const Var& x, DType dtype, OpClass cls) {
+// Where a counted cast is (autograd/cast_census.h): a named leaf by its name, any other value
+// by the module it is cast in, the op class and the operand: "blocks.0.mlp.fc.linear.input".
+std::string cast_site(const Var& x, OpClass cls, const char* operand) {
+  if (x.node_ptr()->is_leaf && !x.name().empty()) return x.name();
+  const char* path = current_module_path();
+  const char* op = cast_op_name(cls) + std::strlen("cast for ");
+  return (*path ? std::string(path) + "." : std::string()) + op + "." + operand;
+}
+
+Var autocast_cast(const Var& x, DType dtype, OpClass cls, const char* operand) {
   if (x.dtype() == dtype) return x;
-  Tensor out = x.value().to(dtype);
+  CastCensus* census = active_cast_census();
+  Tensor out = census && census->counts_forward() ? cast_counted(census, CastSite::Forward, x.value(), dtype, cast_site(x, cls, operand))
+                      : x.value().to(dtype);
   return make_result(
       out, cast_op_name(cls), {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); }, kReadsNothing);
 }
 
-Var autocast_input(const Var& x, OpClass cls) { return autocast_cast(x, autocast_dtype(cls, x.dtype()), cls); }
+Var autocast_input(const Var& x, OpClass cls) { return autocast_cast(x, autocast_dtype(cls, x.dtype()), cls, "input"); }
 
 Var cast(const Var& x, DType dtype) {
   Tensor out = x.value().to(dtype);
@@ -91,7 +104,7 @@ Var matmul(const Var& a_in, const Var& b_in) {
   if (a_in.shape()[1] != b_in.shape()[0])
     throw UsageError("matmul: inner sizes differ, " + a_in.value().describe() + " x " + b_in.value().describe());
   const DType dt = matmul_dtype("matmul", OpClass::Matmul, a_in, b_in);
-  const Var a = autocast_cast(a_in, dt, OpClass::Matmul), b = autocast_cast(b_in, dt, OpClass::Matmul);
+  const Var a = autocast_cast(a_in, dt, OpClass::Matmul, "a"), b = autocast_cast(b_in, dt, OpClass::Matmul, "b");
   Tensor out = Tensor::empty(Shape{a.shape()[0], b.shape()[1]}, dt, a.device());
   gemm(a.value(), false, b.value(), false, out, false);
   return make_result(out, "matmul", {a, b}, [](Node& self) {
@@ -116,7 +129,8 @@ Var linear(const Var& x_in, const Var& w_in, const Var& bias) {
       throw UsageError("linear: bias " + bias.value().describe() + " does not match weight " + w_in.value().describe());
   }
   const DType dt = matmul_dtype("linear", OpClass::Linear, x_in, w_in);
-  const Var x = autocast_cast(x_in, dt, OpClass::Linear), w = autocast_cast(w_in, dt, OpClass::Linear);
+  const Var x = autocast_cast(x_in, dt, OpClass::Linear, "input"),
+            w = autocast_cast(w_in, dt, OpClass::Linear, "weight");
   Tensor out = Tensor::empty(Shape{x.shape()[0], w.shape()[0]}, dt, x.device());
   // Y = X W^T + b, the bias added in FP32 before the one rounding.
   gemm(x.value(), false, w.value(), true, out, false, bias.defined() ? &bias.value() : nullptr);

@@ -164,6 +164,13 @@ class Backend {
   // Elementwise. `out` may alias an input (the same storage and dtype). Inputs of mixed
   // dtypes are computed in FP32.
   void cast(const Tensor& src, Tensor& dst) const;
+  // cast from FP32 into FP16 or BF16, and in the same read the cast's census (engine/census.h:
+  // kCensusFields words, FP32 [kCensusFields] read as bits) added into `record`: the values that
+  // became non-finite (inf or NaN given, or rounded to inf), exact zeros, values that rounded
+  // to zero, that landed subnormal, and the largest finite magnitude given (cast_census_class
+  // of kernels/common/census_math.h). dst gets the bits cast() gives. Counts add up over calls:
+  // one record can gather every cast of one site in a step.
+  void cast_census(const Tensor& src, Tensor& dst, Tensor& record) const;
   void fill(Tensor& t, float value) const;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const;
   void scale(const Tensor& x, float s, Tensor& out) const;
@@ -313,6 +320,7 @@ class Backend {
   // have passed engine/backend_checks.cpp: an implementation may rely on every shape, dtype,
   // device and alias rule that file enforces.
   virtual void cast_impl(const Tensor& src, Tensor& dst) const = 0;
+  virtual void cast_census_impl(const Tensor& src, Tensor& dst, Tensor& record) const = 0;
   virtual void fill_impl(Tensor& t, float value) const = 0;
   virtual void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const = 0;
   virtual void scale_impl(const Tensor& x, float s, Tensor& out) const = 0;

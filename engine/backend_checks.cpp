@@ -205,6 +205,23 @@ void cast(DeviceKind kind, const Tensor& src, const Tensor& dst) {
   check_elementwise_alias("cast", dst, {&src});
 }
 
+void cast_census(DeviceKind kind, const Tensor& src, const Tensor& dst, const Tensor& record) {
+  check_on_one_device("cast_census", kind, {&src, &dst, &record});
+  if (src.numel() != dst.numel())
+    throw Error("cast_census: element counts differ, " + src.describe() + " vs " + dst.describe());
+  check_dtype("cast_census", src, DType::F32);
+  if (dst.dtype() != DType::F16 && dst.dtype() != DType::BF16)
+    throw Error("cast_census: casts into FP16 or BF16, not " + std::string(dtype_name(dst.dtype())));
+  if (src.numel() > static_cast<int64_t>(UINT32_MAX))
+    throw Error("cast_census: the census counts in 32 bits; " + src.describe() + " is too large for it");
+  check_dtype("cast_census", record, DType::F32);
+  if (record.rank() != 1 || record.dim(0) != kCensusFields)
+    throw Error("cast_census: the record must be FP32 [" + std::to_string(kCensusFields) + "], got " +
+                record.describe());
+  check_apart("cast_census", dst, {&src, &record});
+  check_apart("cast_census", record, {&src});
+}
+
 void fill(DeviceKind kind, const Tensor& t) { check_on_one_device("fill", kind, {&t}); }
 
 // The elementwise ops: every operand shaped like the first, the output maybe one of the inputs.

@@ -19,6 +19,10 @@ GemmDims check_gemm(const GemmArgs& args);
 namespace checks {
 
 void cast(DeviceKind kind, const Tensor& src, const Tensor& dst);
+// cast_census: an FP32 src into an FP16 or BF16 dst of as many elements (apart from it), at most
+// 2^32 - 1 of them (the counts are 32-bit words), and the record FP32 [kCensusFields] apart
+// from both.
+void cast_census(DeviceKind kind, const Tensor& src, const Tensor& dst, const Tensor& record);
 void fill(DeviceKind kind, const Tensor& t);
 // binary, scale, activation, unary and their backwards: `inputs` and `out` of one shape.
 void elementwise(const char* op, DeviceKind kind, std::initializer_list<const Tensor*> inputs, const Tensor& out);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 
+#include "amp/census_log.h"
 #include "amp/grad_scaler.h"
 #include "amp/safe_step.h"
 #include "amp/step_log.h"
@@ -32,10 +33,16 @@ Var call_loss(const py::function& fn, int micro_batch) {
   return out.cast<Var>();
 }
 
-// A step's census as Python sees it: {parameter name: {count: value}}, in backward order.
-py::dict census_to_py(const std::vector<TensorCensus>& census, DType format) {
+// A step's census as Python sees it: {parameter name: {count: value}}, in backward order, then
+// the forward's cast sites as {"cast:<site>": {...}} when they were counted.
+py::dict census_to_py(const StepRow& row, DType format) {
   py::dict out;
-  for (const TensorCensus& c : census) {
+  std::vector<TensorCensus> all = row.census;
+  for (TensorCensus c : row.cast_census) {
+    c.name = cast_row_name(c.name);
+    all.push_back(std::move(c));
+  }
+  for (const TensorCensus& c : all) {
     py::dict d;
     d["numel"] = c.numel;
     d["nonfinite"] = c.nonfinite;
@@ -55,7 +62,7 @@ py::object run_step(SafeStep& step, const py::function& loss_fn) {
     py::gil_scoped_release nogil;
     row = step.run([&](int k) { return call_loss(loss_fn, k); });
   }
-  if (step.options().census) return py::make_tuple(to_py(row), census_to_py(row.census, step.options().census_format));
+  if (step.options().census) return py::make_tuple(to_py(row), census_to_py(row, step.options().census_format));
   return to_py(row);
 }
 
@@ -93,26 +100,29 @@ void bind_safe_step(py::module_& m) {
   py::class_<SafeStep>(m, "SafeStep")
       .def(py::init([](Optimizer& opt, GradScaler& scaler, std::optional<LrSchedule> schedule, float max_norm,
                        int accum_steps, bool fused, const std::string& clip_mode, bool unscale_grads, bool census,
-                       const std::string& census_dtype) {
+                       const std::string& census_dtype, bool census_casts) {
         SafeStepOptions o{max_norm, accum_steps, fused, parse_clip_mode(clip_mode), unscale_grads};
         o.census = census;
         o.census_format = parse_dtype(census_dtype);
+        o.census_casts = census_casts;
         return std::make_unique<SafeStep>(opt, scaler, schedule.value_or(opt.schedule()), o);
       }), py::arg("optimizer"), py::arg("scaler"), py::arg("schedule") = py::none(),
          py::arg("max_norm") = INFINITY, py::arg("accum_steps") = 1, py::arg("fused") = true,
          py::arg("clip_mode") = "norm", py::arg("unscale_grads") = true, py::arg("census") = false,
-         py::arg("census_dtype") = "fp16",
+         py::arg("census_dtype") = "fp16", py::arg("census_casts") = false,
          py::keep_alive<1, 2>(), py::keep_alive<1, 3>(),
          "The whole mixed-precision step in the right order; max_norm=inf measures without clipping; "
          "clip_mode='value' clamps each element to +-max_norm instead. After run(), p.grad holds the true "
          "gradient (unscaled, and clipped as the step applied it), fused or not, as after PyTorch's scaler.step; "
          "unscale_grads=False leaves a fused step's gradients scaled and saves two passes over them; "
          "census=True: the guard also counts, per gradient as the step holds it (scaled), what census_dtype "
-         "(fp16 or bf16) would make of it")
+         "(fp16 or bf16) would make of it; census_casts=True (with census): also what the forward's casts to "
+         "fp16/bf16 lost, per cast site")
       .def("run", &run_step, py::arg("loss_fn"),
            "One step: loss_fn(k) returns micro-batch k's FP32 loss (a Var). Returns the StepRow; with census=True "
            "the pair (StepRow, census), census a dict {parameter name: {numel, nonfinite, amax, underflow_to_zero, "
-           "subnormal, zeros, headroom_bits}} in backward order")
+           "subnormal, zeros, headroom_bits}} in backward order, then the cast sites as 'cast:<site>' keys with "
+           "census_casts=True")
       .def_property("next_step", &SafeStep::next_step, &SafeStep::set_next_step)
       .def("set_after_backward", [](SafeStep& s, py::object hook) {
         if (hook.is_none()) {

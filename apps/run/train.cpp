@@ -150,6 +150,7 @@ void check_train_config(const TrainConfig& c) {
   if (c.census_every < 1) throw UsageError("--census-every must be >= 1, got " + std::to_string(c.census_every));
   if (!c.census.empty() && (!c.fused || c.clip_mode == ClipMode::Value))
     throw UsageError("--census is taken by the fused guard: drop --unfused and --clip-mode value");
+  if (c.census_casts && c.census.empty()) throw UsageError("--census-casts counts into the census file: add --census FILE");
   validate_sizes(c);
   validate_dist(c);
   validate_model(c);

@@ -79,6 +79,9 @@ struct TrainConfig {
   // log gets the column nonfinite_tensors and the summary the census's advice.
   std::string census;
   int64_t census_every = 1;
+  // --census-casts: the census of the forward's casts too (autograd/cast_census.h), rows
+  // "cast:<site>" of the census file.
+  bool census_casts = false;
   // --tensorboard DIR: the step log's values (and the census's, with --census) as TensorBoard
   // scalars, in an event file of DIR (apps/run/tensorboard_events.h).
   std::string tensorboard;

@@ -100,6 +100,9 @@ std::vector<TrainOption> make_train_options() {
      "headroom in bits in the compute dtype (fp16 unless bf16), as CSV; the step log names the tensors that overflowed"},
     {"census-every", BELAY_FIELD(config.census_every),
      "with --census: record every N-th step (every skipped step is recorded)", kShowDefault},
+    {"census-casts", BELAY_FIELD(config.census_casts),
+     "with --census: also count what the forward's casts to fp16/bf16 lost (activations per op, weights' working "
+     "copies), as rows cast:SITE of the census file"},
     {"tensorboard", BELAY_FIELD(config.tensorboard),
      "write the step log (and the census, per tensor) as TensorBoard scalars into an event file in DIR"},
     // Loss scaling, the skip-rate watch, rollback.

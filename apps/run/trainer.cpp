@@ -232,6 +232,7 @@ void Trainer::build_step() {
   sso.accum_steps = static_cast<int>(c_.accum_steps());
   sso.census = !c_.census.empty();
   sso.census_format = census_format();
+  sso.census_casts = c_.census_casts;
   if (c_.shard_optimizer) shard_optimizer();
   safe_step_ = std::make_unique<SafeStep>(*opt_, *scaler_, parse_schedule(c_.schedule, c_.lr, c_.warmup, c_.steps),
                                           sso, c_.comm);
@@ -576,14 +577,17 @@ void Trainer::write_tensorboard(const StepRow& row, bool census_recorded) {
                                                {"step/grad_l2_post_clip", row.grad_l2_post_clip},
                                                {"step/scaler_scale", row.scaler_scale},
                                                {"step/skipped", row.skipped ? 1.0f : 0.0f}};
-  if (census_recorded)
-    for (const TensorCensus& c : row.census) {
+  if (census_recorded) {
+    const auto add = [&](const TensorCensus& c, const std::string& name) {
       const double n = c.numel > 0 ? static_cast<double>(c.numel) : 1.0;
-      v.emplace_back("census_headroom_bits/" + c.name, static_cast<float>(c.headroom_bits(census_format())));
-      v.emplace_back("census_underflow_fraction/" + c.name, static_cast<float>(static_cast<double>(c.underflow) / n));
-      v.emplace_back("census_subnormal_fraction/" + c.name, static_cast<float>(static_cast<double>(c.subnormal) / n));
-      v.emplace_back("census_nonfinite/" + c.name, static_cast<float>(c.nonfinite));
-    }
+      v.emplace_back("census_headroom_bits/" + name, static_cast<float>(c.headroom_bits(census_format())));
+      v.emplace_back("census_underflow_fraction/" + name, static_cast<float>(static_cast<double>(c.underflow) / n));
+      v.emplace_back("census_subnormal_fraction/" + name, static_cast<float>(static_cast<double>(c.subnormal) / n));
+      v.emplace_back("census_nonfinite/" + name, static_cast<float>(c.nonfinite));
+    };
+    for (const TensorCensus& c : row.census) add(c, c.name);
+    for (const TensorCensus& c : row.cast_census) add(c, cast_row_name(c.name));
+  }
   tensorboard_->scalars(row.step, v);
 }
 

@@ -1,7 +1,10 @@
 // The CPU backend's cast and fill (kernels/cpu/cpu_kernels.h). cast moves (src + dst) bytes
 // per element; fill writes each element once.
+#include "engine/census.h"
+#include "kernels/common/census_math.h"
 #include "kernels/cpu/block_loops.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa/element_blocks.h"  // CensusCounts
 
 namespace belay::cpu {
 
@@ -12,6 +15,34 @@ void cast(const Tensor& src, Tensor& dst) {
     return;
   }
   map_blocks(dst, [](int64_t, int64_t len, float* r, const float* v) { std::memcpy(r, v, len * 4); }, src);
+}
+
+// The cast's blocks (map_blocks: the same conversion, so the same bits as cast), each block's
+// census taken from its FP32 values while they sit in L1: memory is read once. Each block
+// counts into its own slot; the slots are merged after (integer sums and a max: any order
+// gives the same record).
+void cast_census(const Tensor& src, Tensor& dst, Tensor& record) {
+  const CensusBounds bounds = census_bounds(dst.dtype() == DType::BF16);
+  std::vector<CensusCounts> per_block(static_cast<size_t>((src.numel() + kBlock - 1) / kBlock));
+  map_blocks(
+      dst,
+      [&](int64_t i0, int64_t len, float* r, const float* v) {
+        CensusCounts& c = per_block[static_cast<size_t>(i0 / kBlock)];
+        for (int64_t j = 0; j < len; ++j) c.add(cast_census_class(v[j], bounds), v[j]);
+        std::memcpy(r, v, len * 4);
+      },
+      src);
+  CensusCounts sum;
+  for (const CensusCounts& c : per_block) sum.merge(c);
+  uint32_t* w = record.data_as<uint32_t>();  // the counts add up: each < 2^32 (backend_checks)
+  w[kCensusNonfinite] += static_cast<uint32_t>(sum.nonfinite);
+  w[kCensusZeros] += static_cast<uint32_t>(sum.zeros);
+  w[kCensusUnderflow] += static_cast<uint32_t>(sum.underflow);
+  w[kCensusSubnormal] += static_cast<uint32_t>(sum.subnormal);
+  float amax = 0.0f;
+  std::memcpy(&amax, &w[kCensusAmax], sizeof amax);
+  amax = std::max(amax, sum.amax);
+  std::memcpy(&w[kCensusAmax], &amax, sizeof amax);
 }
 
 void fill(Tensor& t, float value) {

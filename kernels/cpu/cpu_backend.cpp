@@ -42,6 +42,9 @@ class CpuBackend final : public Backend {
 
  private:
   void cast_impl(const Tensor& src, Tensor& dst) const override { cpu::cast(src, dst); }
+  void cast_census_impl(const Tensor& src, Tensor& dst, Tensor& record) const override {
+    cpu::cast_census(src, dst, record);
+  }
   void fill_impl(Tensor& t, float value) const override { cpu::fill(t, value); }
   void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const override {
     cpu::binary(op, a, b, out);

@@ -91,15 +91,7 @@ void guard_census(const std::vector<const Tensor*>& grads, const Tensor& inv_sca
           g->numel(),
           [&](int64_t i) {
             const float v = ld<D>(pg, i);
-            CensusCounts& c = groups[static_cast<size_t>(i / kGroupSpan)];
-            switch (census_class(v, bounds)) {
-              case kCensusNonfinite: ++c.nonfinite; break;
-              case kCensusZeros: ++c.zeros; break;
-              case kCensusUnderflow: ++c.underflow; break;
-              case kCensusSubnormal: ++c.subnormal; break;
-              default: break;
-            }
-            c.amax = census_amax(c.amax, v);
+            groups[static_cast<size_t>(i / kGroupSpan)].add(census_class(v, bounds), v);
             const float u = v * inv;
             return (double)u * (double)u;
           },
@@ -112,13 +104,7 @@ void guard_census(const std::vector<const Tensor*>& grads, const Tensor& inv_sca
     if (!std::isfinite(s)) nonfinite = true;
     total += s;
     CensusCounts sum;
-    for (const CensusCounts& c : groups) {
-      sum.nonfinite += c.nonfinite;
-      sum.zeros += c.zeros;
-      sum.underflow += c.underflow;
-      sum.subnormal += c.subnormal;
-      sum.amax = std::max(sum.amax, c.amax);
-    }
+    for (const CensusCounts& c : groups) sum.merge(c);
     uint32_t* w = words + t * kCensusFields;
     w[kCensusNonfinite] = static_cast<uint32_t>(sum.nonfinite);  // each <= numel < 2^32 (backend_checks)
     w[kCensusZeros] = static_cast<uint32_t>(sum.zeros);

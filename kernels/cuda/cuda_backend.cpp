@@ -92,6 +92,10 @@ class CudaBackend final : public Backend {
     launch_cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), nullptr);
     after_launch();
   }
+  void cast_census_impl(const Tensor& src, Tensor& dst, Tensor& record) const override {
+    launch_cast_census(src.data_as<float>(), dst.data(), dst.dtype(), src.numel(), record.data_as<unsigned>());
+    after_launch();
+  }
   void fill_impl(Tensor& t, float value) const override {
     launch_fill(t.data(), t.dtype(), t.numel(), value, nullptr);
     after_launch();

@@ -22,6 +22,7 @@
 
 #include "engine/census.h"
 #include "kernels/common/census_math.h"
+#include "kernels/cuda/census_count.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
 #include "kernels/cuda/device_access.cuh"
@@ -81,16 +82,6 @@ struct CensusRef {
 };
 using CensusBatch = cuda::MultiTensorBatch<CensusRef>;
 
-// One thread's census counts (engine/census.h's classes) and amax.
-struct ThreadCensus {
-  unsigned count[kCensusFields + 1] = {};  // by census_class; the last slot: normal values
-  float amax = 0.0f;
-  __device__ __forceinline__ void add(float v, CensusBounds b) {
-    ++count[census_class(v, b)];
-    amax = census_amax(amax, v);
-  }
-};
-
 __global__ void __launch_bounds__(kBlock) guard_census_partials_kernel(const __grid_constant__ CensusBatch batch,
                                                                        const float* inv_scale, double* partials,
                                                                        CensusBounds bounds) {
@@ -98,11 +89,11 @@ __global__ void __launch_bounds__(kBlock) guard_census_partials_kernel(const __g
   BELAY_SHARED(unsigned, block_census, [kCensusFields]);
   const auto [g, start, end] = cuda::block_chunk(batch, blockIdx.x);
   const float inv = *inv_scale;
-  if (threadIdx.x < kCensusFields) block_census[threadIdx.x] = 0u;
+  cuda::zero_block_census(block_census);
   __syncthreads();
 
   double acc = 0.0;
-  ThreadCensus census;
+  cuda::ThreadCensus census;
   int64_t tail = start;
   if (aligned16(g.data)) {
     const int64_t vec_end = start + (end - start) / cuda::kVecSpan * cuda::kVecSpan;
@@ -111,7 +102,7 @@ __global__ void __launch_bounds__(kBlock) guard_census_partials_kernel(const __g
       load8_f32(g.data, g.dtype, i, x);
       BELAY_UNROLL
       for (int e = 0; e < 8; ++e) {
-        census.add(x[e], bounds);
+        census.add(census_class(x[e], bounds), x[e]);
         const float u = x[e] * inv;
         acc += (double)u * (double)u;
       }
@@ -120,22 +111,13 @@ __global__ void __launch_bounds__(kBlock) guard_census_partials_kernel(const __g
   }
   for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
     const float v = load_f32(g.data, g.dtype, i);
-    census.add(v, bounds);
+    census.add(census_class(v, bounds), v);
     const float u = v * inv;
     acc += (double)u * (double)u;
   }
   const double total = block_sum(acc, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
-  // The amax word takes a finite magnitude's bits: for non-negative floats the integer order
-  // is the numeric order, so an integer max is the float max.
-  for (int f = 0; f < kCensusAmax; ++f)
-    if (census.count[f] != 0u) atomicAdd(&block_census[f], census.count[f]);
-  if (census.amax > 0.0f) atomicMax(reinterpret_cast<int*>(&block_census[kCensusAmax]), static_cast<int>(f32_bits(census.amax)));
-  __syncthreads();
-  if (threadIdx.x < kCensusAmax && block_census[threadIdx.x] != 0u)
-    atomicAdd(&g.record[threadIdx.x], block_census[threadIdx.x]);
-  if (threadIdx.x == kCensusAmax && block_census[kCensusAmax] != 0u)
-    atomicMax(reinterpret_cast<int*>(&g.record[kCensusAmax]), static_cast<int>(block_census[kCensusAmax]));
+  cuda::flush_census(census, block_census, g.record);
 }
 
 __global__ void guard_finish_kernel(const double* partials, int64_t count, float* found_inf, float* norm) {

@@ -157,8 +157,8 @@ belay_planted_bug(swizzle_off FILE kernels/cuda/gemm_layout.h
 belay_planted_bug(chunk_boundary FILE kernels/cuda/multi_tensor.cuh
   RECOMPILE kernels/cuda/guard_kernels.cu kernels/cuda/optimizer_kernels.cu
   FILTER "cuda adamw follows the CPU step by step and is a no-op under found_inf")
-belay_planted_bug(census_lane FILE kernels/cuda/guard_kernels.cu
-  RECOMPILE kernels/cuda/guard_kernels.cu
+belay_planted_bug(census_lane FILE kernels/cuda/census_count.cuh
+  RECOMPILE kernels/cuda/guard_kernels.cu kernels/cuda/cast_kernels.cu
   FILTER "cuda guard census: every count against the reference and the outputs unchanged")
 belay_planted_bug(readback_no_wait FILE kernels/cuda/pinned_transfers.cpp
   RECOMPILE kernels/cuda/pinned_transfers.cpp

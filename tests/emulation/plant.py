@@ -101,7 +101,7 @@ BUGS = {
     # The census's block sum drops the block's last lane: every count of the values that lane
     # read is one lane short (the sums of squares, found_inf and the norm are untouched).
     "census_lane": (
-        "kernels/cuda/guard_kernels.cu",
+        "kernels/cuda/census_count.cuh",
         "    if (census.count[f] != 0u) atomicAdd(&block_census[f], census.count[f]);\n",
         "    if (census.count[f] != 0u && threadIdx.x != blockDim.x - 1) atomicAdd(&block_census[f], census.count[f]);\n",
     ),

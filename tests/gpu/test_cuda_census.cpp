@@ -52,3 +52,35 @@ TEST_CASE("cuda guard census: every count against the reference and the outputs 
       }
     }
 }
+
+TEST_CASE("cuda cast census: every count against the reference and the cast's bits as the CPU's", "[gpu][amp][census]") {
+  BELAY_REQUIRE_GPU();
+  for (const DType format : {DType::F16, DType::BF16}) {
+    INFO("cast to " << dtype_name(format));
+    // Two calls into one record: 300 blocks' worth, then a short one.
+    std::vector<float> a = cast_census_values(format, 5);
+    for (uint64_t rep = 0; rep < 32; ++rep) {
+      const std::vector<float> more = cast_census_values(format, 6 + rep);
+      a.insert(a.end(), more.begin(), more.end());
+    }
+    const std::vector<float> b(a.begin(), a.begin() + 37);
+    Tensor record = Tensor::zeros(Shape{kCensusFields}, DType::F32, Device::cuda());
+    for (const std::vector<float>* v : {&a, &b}) {
+      const Tensor x = Tensor::from_vector(*v, Shape{static_cast<int64_t>(v->size())});
+      Tensor out = Tensor::empty(x.shape(), format, Device::cuda());
+      gpu().cast_census(x.to(Device::cuda()), out, record);
+      const Tensor host = out.to(Device::cpu()), want = x.to(format);
+      CHECK(std::memcmp(host.data(), want.data(), want.nbytes()) == 0);
+    }
+    std::vector<float> both = a;
+    both.insert(both.end(), b.begin(), b.end());
+    const TensorCensus want = cast_census_reference(both, format);
+    const Tensor host = record.to(Device::cpu());
+    const uint32_t* r = host.data_as<const uint32_t>();
+    CHECK(r[kCensusNonfinite] == want.nonfinite);
+    CHECK(r[kCensusZeros] == want.zeros);
+    CHECK(r[kCensusUnderflow] == want.underflow);
+    CHECK(r[kCensusSubnormal] == want.subnormal);
+    CHECK(r[kCensusAmax] == bits(want.amax));
+  }
+}

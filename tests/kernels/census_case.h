@@ -112,4 +112,42 @@ inline TensorCensus census_reference(const Tensor& t, DType format) {
   return c;
 }
 
+// The FP32 values a cast census must classify: the guard's edges, and the overflow edge (the
+// midpoint between the format's largest finite value and the next power of two, which rounds
+// to inf, and its neighbours), among random values of every magnitude from 2^-30 to 2^20. Two
+// whole 1024-value blocks and a tail.
+inline std::vector<float> cast_census_values(DType format, uint64_t seed) {
+  std::vector<float> edges = census_edge_values(format);
+  const float overflow = format == DType::F16 ? 65520.0f : std::ldexp(255.0f / 128.0f + 1.0f / 256.0f, 127);
+  for (const float x : {overflow, std::nextafter(overflow, 0.0f), std::nextafter(overflow, INFINITY)}) {
+    edges.push_back(x);
+    edges.push_back(-x);
+  }
+  Rng rng(seed);
+  std::vector<float> v(2 * 1024 + 333);
+  for (float& e : v) e = std::ldexp(rng.uniform() - 0.5f, static_cast<int>(rng.uniform() * 50.0f) - 30);
+  for (size_t k = 0; k < edges.size(); ++k) {
+    v[(k * 37 + 5) % 2048] = edges[k];
+    v[v.size() - 1 - k] = edges[k];
+  }
+  return v;
+}
+
+// The census of an FP32 tensor cast into `format`, classified one value at a time through the
+// format's own rounding: non-finite when the cast gives inf or NaN.
+inline TensorCensus cast_census_reference(const std::vector<float>& values, DType format) {
+  TensorCensus c;
+  c.numel = static_cast<int64_t>(values.size());
+  const float normal = finfo(format).smallest_normal;
+  for (const float x : values) {
+    const float r = round_to(format, x);
+    if (std::isfinite(x)) c.amax = std::fmax(c.amax, std::fabs(x));
+    if (!std::isfinite(r)) ++c.nonfinite;
+    else if (x == 0.0f) ++c.zeros;
+    else if (r == 0.0f) ++c.underflow;
+    else if (std::fabs(r) < normal) ++c.subnormal;
+  }
+  return c;
+}
+
 }  // namespace belay::test

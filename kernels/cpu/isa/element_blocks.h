@@ -39,6 +39,21 @@ struct SgdBlock {
 struct CensusCounts {
   uint64_t nonfinite = 0, zeros = 0, underflow = 0, subnormal = 0;
   float amax = 0.0f;
+  // One value of class `cls` (census_class or cast_census_class; kCensusFields: normal).
+  void add(int cls, float v) {
+    nonfinite += cls == kCensusNonfinite;
+    zeros += cls == kCensusZeros;
+    underflow += cls == kCensusUnderflow;
+    subnormal += cls == kCensusSubnormal;
+    amax = census_amax(amax, v);
+  }
+  void merge(const CensusCounts& o) {
+    nonfinite += o.nonfinite;
+    zeros += o.zeros;
+    underflow += o.underflow;
+    subnormal += o.subnormal;
+    amax = o.amax > amax ? o.amax : amax;
+  }
 };
 
 struct ElementBlocks {
