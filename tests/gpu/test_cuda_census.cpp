@@ -65,7 +65,7 @@ TEST_CASE("cuda cast census: every count against the reference and the cast's bi
     }
     const std::vector<float> b(a.begin(), a.begin() + 37);
     Tensor record = Tensor::zeros(Shape{kCensusFields}, DType::F32, Device::cuda());
-    for (const std::vector<float>* v : {&a, &b}) {
+    for (const std::vector<float>* v : {static_cast<const std::vector<float>*>(&a), &b}) {
       const Tensor x = Tensor::from_vector(*v, Shape{static_cast<int64_t>(v->size())});
       Tensor out = Tensor::empty(x.shape(), format, Device::cuda());
       gpu().cast_census(x.to(Device::cuda()), out, record);

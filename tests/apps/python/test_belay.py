@@ -402,6 +402,16 @@ def test_safe_step_census_names_every_gradient_and_the_planted_inf():
     assert sorted(c["nonfinite"] for c in census.values()) == [0, 1]
     plain = belay.SafeStep(belay.AdamW(model, lr=5e-2), belay.GradScaler())
     assert isinstance(plain.run(loss_of(model, x, y)), belay.StepRow)  # the census only when asked (a StepRow alone)
+    # census_casts: the weights' fp16 working copies (and any autocast cast) as "cast:" entries.
+    casts = belay.SafeStep(belay.AdamW(model, lr=5e-2), belay.GradScaler(init_scale=1.0), census=True,
+                           census_casts=True)
+    row, census = casts.run(loss_of(model, x, y))
+    cast_sites = {k[len("cast:"):]: c for k, c in census.items() if k.startswith("cast:")}
+    assert set(census) - {"cast:" + k for k in cast_sites} == set(model.state_dict())
+    assert cast_sites["weight"]["numel"] == model.state_dict()["weight"].size  # the working copy
+    assert cast_sites["linear.input"]["numel"] == x.size  # x, cast to fp16 for the product
+    with pytest.raises(belay.UsageError, match=r"census_casts=True\) needs census"):
+        belay.SafeStep(belay.AdamW(model, lr=5e-2), belay.GradScaler(), census_casts=True)
 
 
 def test_train_census_and_tensorboard_events_read_by_tensorboard(tmp_path):

@@ -16,6 +16,7 @@
 #include "apps/run/train.h"
 #include "engine/error.h"
 #include "tests/files.h"
+#include "tolerance.h"
 
 using namespace belay;
 
@@ -182,4 +183,41 @@ TEST_CASE("census: the tensor classes, the advice and bad options", "[apps][trai
   c.census_every = 1;
   c.fused = false;
   CHECK_THROWS_WITH(run(c), Catch::Contains("fused guard"));
+}
+
+TEST_CASE("census: --census-casts writes the casts' rows, advises, and changes no bit of the run", "[apps][train][census]") {
+  const std::string census = test::temp_path("census", "casts.csv");
+  TrainConfig c = census_config(3, 1.0f, census);
+  c.census_casts = true;
+  c.low_precision_grads = true;  // --grad-dtype compute: the guard sees fp16 buffers
+  c.quiet = false;               // the summary
+  std::string printed;
+  const TrainResult with = run(c, &printed);
+  c.quiet = true;
+  c.census_casts = false;
+  c.census = test::temp_path("census", "nocasts.csv");
+  const TrainResult without = run(c);
+  REQUIRE(with.rows.size() == 3);
+  REQUIRE(without.rows.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(test::bits_of(std::vector<float>{with.rows[i].loss, with.rows[i].grad_l2_pre_clip}) ==
+          test::bits_of(std::vector<float>{without.rows[i].loss, without.rows[i].grad_l2_pre_clip}));
+    CHECK(without.rows[i].cast_census.empty());
+    CHECK(!with.rows[i].cast_census.empty());
+  }
+  // With fp16 buffers at scale 1 the rounding into them flushes gradient: counted at the cast
+  // (the guard alone would see 0: the buffer cannot hold what it flushed).
+  CHECK(total_underflow(with) > 0);
+  CHECK(total_underflow(with) == total_underflow(without));  // the buffers' counts need no --census-casts
+  std::map<std::string, int> cast_rows;
+  for (const std::string& line : lines_of(census))
+    if (line.rfind("0,cast:", 0) == 0) ++cast_rows[fields(line)[1]];
+  CHECK(cast_rows.count("cast:wte.weight") == 1);                  // a working copy
+  CHECK(cast_rows.count("cast:blocks.0.mlp.fc.linear.input") == 1);  // an activation
+  CHECK(cast_rows.count("cast:head.linear.input") == 1);
+  CHECK(printed.find("census cast blocks.*.mlp.fc.linear.input: least headroom") != std::string::npos);
+  CHECK(printed.find("census cast advice: ") != std::string::npos);
+  c.census.clear();
+  c.census_casts = true;
+  CHECK_THROWS_WITH(run(c), Catch::Contains("--census-casts counts into the census file"));
 }
