@@ -172,17 +172,26 @@ __attribute__((noinline)) void census_step(const void* x, GemmElem elem, int64_t
   for (int k = 0; k < 8; ++k) census8(load8(x, elem, k * stride + j), to_zero, sub_below, *c);
 }
 
-// The smallest magnitude of step j's 64 values as a lane vector (NaNs pass unseen), and their
-// largest folded into *amax: 3 operations per 8 values.
+// The smallest magnitude of step j's 64 values as a lane vector, and their largest folded into
+// *amax: 3 operations per 8 values (and, min, max), 2 where AVX-512DQ's vrangeps takes the
+// smaller or larger magnitude in one. A NaN passes unseen (min and max return the other
+// operand) or makes the lane NaN (vrangeps): either way the sums are NaN and the caller counts
+// the call again in full.
 inline __m256 step_min_max(const void* x, GemmElem elem, int64_t stride, int64_t j, float inv, __m256 (&r)[8],
                            __m256* amax) {
-  const __m256 vinv = _mm256_set1_ps(inv), abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 vinv = _mm256_set1_ps(inv);
   __m256 lo = _mm256_set1_ps(3.40282347e38f);
   for (int k = 0; k < 8; ++k) {
     const __m256 v = load8(x, elem, k * stride + j);
-    const __m256 a = _mm256_and_ps(v, abs_mask);
+#if defined(BELAY_ISA_avx512)
+    constexpr int kMinMagnitude = 0b1010, kMaxMagnitude = 0b1011;  // sign cleared: |result|
+    lo = _mm256_range_ps(v, lo, kMinMagnitude);
+    *amax = _mm256_range_ps(v, *amax, kMaxMagnitude);
+#else
+    const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
     lo = _mm256_min_ps(a, lo);  // a NaN a returns lo
     *amax = _mm256_max_ps(a, *amax);
+#endif
     r[k] = _mm256_mul_ps(v, vinv);
   }
   return lo;
