@@ -1,0 +1,224 @@
+// The fused attention for BF16 q, k, v on the amx path: the FP32 algorithm of
+// attention_kernels.cpp (same tiles of kAttnKeys keys, same blocks of kQueryRows queries, same
+// online softmax and probabilities: avx512's FP32 tiles) with its products on AMX tiles
+// (kernels/cpu/isa/attention_amx.cpp). Why: the products are the O(T^2 d) work, and
+// TDPBF16PS does them at several times the rate of FP32 FMAs (VDPBF16PS, at half the FMA's
+// rate on the Xeon we measured, would not pay), so the FP32 path spent its time there.
+//
+// What it rounds that the FP32-tile path does not, as FlashAttention-2 does on tensor cores:
+// the probabilities P (forward: exp(s - running max), before the division by l; backward: exp(s -
+// lse)) and dS = P (dP - D) are rounded to BF16 (to nearest even) for the products P V, P^T dO,
+// dS^T Q and dS K. The scores, dP, every sum and the softmax stay FP32; q, k, v and dO are BF16
+// already, so their products are exact. The tiles read a BF16 below 2^-126 as zero and flush
+// an FP32 sum below 2^-126 to zero (amx_tiles.h). docs/attention.md has the error bound.
+//
+// Layouts (AttentionAmx): A operands are BF16 rows; B operands are pair panels, packed once per
+// item for K and V (and Q, dO's transposes for the backward) and once per tile for P and dS. The
+// backward computes dV^T = dO^T P and dK^T = Q^T dS, so P and dS need no transposition (their
+// row pairs are the panels' pairs) and the tile's dK^T, dV^T are transposed once, at the store.
+//
+// Determinism: the same split over threads as attention_kernels.cpp (forward: (item, block);
+// backward: one thread per item), each output summed in a fixed order on one thread.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/attention_parts.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa/attention_amx.h"
+#include "kernels/cpu/isa/attention_tiles.h"
+
+namespace belay::cpu {
+namespace {
+
+using namespace attention_parts;
+
+static_assert(kQueryRows == kAmxBlock && kAttnKeys % kAmxBlock == 0, "blocks and tiles are whole AMX blocks");
+
+const AttentionAmx& products() { return isa_amx::attention_amx; }
+const AttentionTiles& softmax_tiles() { return isa_avx512::attention_tiles; }  // amx has avx512
+
+int64_t up32(int64_t x) { return (x + kAmxBlock - 1) / kAmxBlock * kAmxBlock; }
+const uint16_t* bf16_at(const Tensor& t, int64_t offset) { return t.data_as<const uint16_t>() + offset; }
+
+// n rows of d BF16 from x into rows of dp (zero-padded), rows past n up to rows_to zero.
+void copy_rows(const uint16_t* x, int64_t n, int64_t d, int64_t dp, int64_t rows_to, uint16_t* out) {
+  std::fill(out, out + rows_to * dp, uint16_t{0});
+  for (int64_t r = 0; r < n; ++r) std::copy(x + r * d, x + (r + 1) * d, out + r * dp);
+}
+
+// rows [rows_to, dp] transposed: out[c * rows_to + r].
+void transpose_rows(const uint16_t* rows, int64_t rows_to, int64_t dp, uint16_t* out) {
+  for (int64_t r = 0; r < rows_to; ++r)
+    for (int64_t c = 0; c < dp; ++c) out[c * rows_to + r] = rows[r * dp + c];
+}
+
+// One item's operands as the tiles read them (a thread's buffers, reused). kp, vr: K and V as
+// B with k along the head dim (S = Q K^T, dP = dO V^T); kc, vc: K and V with k along the keys
+// (dS K, P V); q, g: Q and dO rows; qt, gt: their transposes (dK^T = Q^T dS, dV^T = dO^T P).
+struct AmxItem {
+  int64_t item = -1;
+  std::vector<uint32_t> kp, vr, kc, vc;
+  std::vector<uint16_t> q, g, qt, gt;
+};
+
+void pack_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item, bool backward, AmxItem& b) {
+  const AttentionAmx& x = products();
+  const int64_t d = dims.d, dp = up32(d), tk64 = key_tiles(dims.tk) * kAttnKeys, at = item * dims.tk * d;
+  b.kp.resize(static_cast<size_t>(tk64 * dp / 2));
+  b.kc.resize(b.kp.size()), b.vr.resize(b.kp.size()), b.vc.resize(b.kp.size());
+  x.pack_rows(bf16_at(k, at), d, dims.tk, d, tk64, b.kp.data());
+  if (backward) {
+    x.pack_rows(bf16_at(v, at), d, dims.tk, d, tk64, b.vr.data());
+    x.pack_cols(bf16_at(k, at), d, dims.tk, d, tk64, b.kc.data());
+  } else {
+    x.pack_cols(bf16_at(v, at), d, dims.tk, d, tk64, b.vc.data());
+  }
+  b.item = backward ? -1 : item;  // the forward reuses an item's keys across its blocks
+}
+
+// Forward of query rows [i0, i0 + rows) of one item whose keys are packed in b.
+void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale, int64_t item, int64_t i0,
+                   int64_t rows, const AmxItem& b, Tensor& out, Tensor& lse) {
+  const AttentionAmx& x = products();
+  const AttentionTiles& t = softmax_tiles();
+  const int64_t d = dims.d, dp = up32(d), ps_k = 16 * dp, ps_v = 16 * key_tiles(dims.tk) * kAttnKeys;
+  std::vector<uint16_t> qb(static_cast<size_t>(kQueryRows * dp)), p(static_cast<size_t>(kQueryRows * kAttnKeys));
+  std::vector<float> o(static_cast<size_t>(kQueryRows * dp), 0.0f), s(p.size());
+  std::vector<float> m(static_cast<size_t>(kQueryRows), kNegInf), l(static_cast<size_t>(kQueryRows), 0.0f);
+  copy_rows(bf16_at(q, (item * dims.tq + i0) * d), rows, d, dp, kQueryRows, qb.data());
+  const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
+  for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
+    const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
+    x.product(kQueryRows, kAttnKeys, dp, qb.data(), dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k, s.data(),
+              kAttnKeys, false);
+    for (int64_t r = 0; r < kQueryRows; ++r) {
+      float* sr = s.data() + r * kAttnKeys;
+      const int64_t vis = r < rows ? std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys) : 0;
+      if (vis == 0) std::fill(sr, sr + kAttnKeys, 0.0f);  // this row sees none of the tile
+      else t.online_softmax(sr, vis, scale, &m[r], &l[r], o.data() + r * dp, dp);
+    }
+    x.round_rows(s.data(), kQueryRows, kAttnKeys, p.data());
+    x.product(kQueryRows, dp, kAttnKeys, p.data(), kAttnKeys, b.vc.data() + j0 / 2 * kAmxBlock, ps_v, o.data(), dp,
+              true);  // O += P V
+  }
+  finish_rows(o.data(), dp, m.data(), l.data(), dims, item, i0, rows, out, lse);
+}
+
+}  // namespace
+
+bool attention_on_amx_tiles(const Tensor& q) { return q.dtype() == DType::BF16 && active_cpu_isa() == CpuIsa::Amx; }
+
+void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                   const AttentionDims& dims, Tensor& out, Tensor& lse) {
+  const Mask mask{causal, dims.tq, dims.tk};
+  const int64_t blocks = (dims.tq + kQueryRows - 1) / kQueryRows, pairs = dims.items * blocks;
+  const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
+#pragma omp parallel if (work > kParallelThreshold)
+  {
+    AmxItem b;
+    products().begin();  // tile state is per thread
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t item = p / blocks, i0 = p % blocks * kQueryRows;
+      if (b.item != item) pack_keys(k, v, dims, item, false, b);
+      forward_block(q, dims, mask, scale, item, i0, std::min(kQueryRows, dims.tq - i0), b, out, lse);
+    }
+    products().end();
+  }
+}
+
+namespace {
+
+// The backward's per-item operands (b) and D = rowsum(dO O).
+void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const AttentionDims& dims, int64_t item, AmxItem& b, std::vector<float>& dsum) {
+  const int64_t d = dims.d, dp = up32(d), tq32 = up32(dims.tq), at = item * dims.tq * d;
+  pack_keys(k, v, dims, item, true, b);
+  b.q.resize(static_cast<size_t>(tq32 * dp)), b.g.resize(b.q.size());
+  b.qt.resize(b.q.size()), b.gt.resize(b.q.size());
+  copy_rows(bf16_at(q, at), dims.tq, d, dp, tq32, b.q.data());
+  copy_rows(bf16_at(dout, at), dims.tq, d, dp, tq32, b.g.data());
+  transpose_rows(b.q.data(), tq32, dp, b.qt.data());
+  transpose_rows(b.g.data(), tq32, dp, b.gt.data());
+  output_dots(out, dout, dims, item, dsum);
+}
+
+// A tile's per-block scratch: S and dP in FP32, then P and dS in BF16 as the products read them.
+struct TileScratch {
+  std::vector<float> s = std::vector<float>(kQueryRows * kAttnKeys), dpv = s;
+  std::vector<uint32_t> p_pairs = std::vector<uint32_t>(kQueryRows * kAttnKeys / 2), ds_pairs = p_pairs;
+  std::vector<uint16_t> ds_rows = std::vector<uint16_t>(kQueryRows * kAttnKeys);
+};
+
+// dK^T and dV^T ([dp, kAttnKeys]) of one key tile, accumulated over the query blocks that see
+// it, and its share of dQ added into dq (FP32 rows of dp).
+void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, const float* lse,
+                   const std::vector<float>& dsum, const AmxItem& b, TileScratch& w, std::vector<float>& dq, float* dkt,
+                   float* dvt) {
+  const AttentionAmx& x = products();
+  const int64_t dp = up32(dims.d), tq32 = up32(dims.tq), keys = std::min(kAttnKeys, dims.tk - j0);
+  const int64_t ps_k = 16 * dp, ps_kc = 16 * key_tiles(dims.tk) * kAttnKeys, ps_p = 16 * kQueryRows;
+  std::fill(dkt, dkt + dp * kAttnKeys, 0.0f);
+  std::fill(dvt, dvt + dp * kAttnKeys, 0.0f);
+  for (int64_t i0 = mask.first_query(j0) / kQueryRows * kQueryRows; i0 < dims.tq; i0 += kQueryRows) {
+    const int64_t rows = std::min(kQueryRows, dims.tq - i0);
+    x.product(kQueryRows, kAttnKeys, dp, b.q.data() + i0 * dp, dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k,
+              w.s.data(), kAttnKeys, false);  // S = Q K^T
+    x.product(kQueryRows, kAttnKeys, dp, b.g.data() + i0 * dp, dp, b.vr.data() + j0 / kAmxBlock * ps_k, ps_k,
+              w.dpv.data(), kAttnKeys, false);  // dP = dO V^T
+    probabilities_block(w.s.data(), w.dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), softmax_tiles());
+    std::fill(w.s.begin() + rows * kAttnKeys, w.s.end(), 0.0f);  // rows past tq: no P, no dS
+    std::fill(w.dpv.begin() + rows * kAttnKeys, w.dpv.end(), 0.0f);
+    x.round_pairs(w.s.data(), kQueryRows, kAttnKeys, w.p_pairs.data());
+    x.round_pairs(w.dpv.data(), kQueryRows, kAttnKeys, w.ds_pairs.data());
+    x.round_rows(w.dpv.data(), kQueryRows, kAttnKeys, w.ds_rows.data());
+    x.product(dp, kAttnKeys, kQueryRows, b.gt.data() + i0, tq32, w.p_pairs.data(), ps_p, dvt, kAttnKeys, true);
+    x.product(dp, kAttnKeys, kQueryRows, b.qt.data() + i0, tq32, w.ds_pairs.data(), ps_p, dkt, kAttnKeys, true);
+    x.product(kQueryRows, dp, kAttnKeys, w.ds_rows.data(), kAttnKeys, b.kc.data() + j0 / 2 * kAmxBlock, ps_kc,
+              dq.data() + i0 * dp, dp, true);  // dQ += dS K
+  }
+}
+
+// The first n columns of xt ([d, kAttnKeys], column j = key j), times factor, into t's rows
+// from element offset.
+void store_columns(const float* xt, int64_t n, int64_t d, float factor, Tensor& t, int64_t offset) {
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < d; ++c) row[c] = xt[c * kAttnKeys + j] * factor;
+    store_block(t.data(), t.dtype(), offset + j * d, d, row.data());
+  }
+}
+
+}  // namespace
+
+void attention_backward_amx(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                            Tensor& dk, Tensor& dv) {
+  const Mask mask{causal, dims.tq, dims.tk};
+  const int64_t d = dims.d, dp = up32(d);
+  const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
+#pragma omp parallel if (work > kParallelThreshold)
+  {
+    AmxItem b;
+    TileScratch w;
+    std::vector<float> dsum, dqf, dkt(static_cast<size_t>(dp * kAttnKeys)), dvt(dkt.size());
+    products().begin();
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < dims.items; ++item) {
+      load_backward_item(q, k, v, out, dout, dims, item, b, dsum);
+      dqf.assign(static_cast<size_t>(up32(dims.tq) * dp), 0.0f);
+      const float* lse_item = lse.data_as<float>() + item * dims.tq;
+      for (int64_t j0 = 0; j0 < dims.tk; j0 += kAttnKeys) {
+        backward_tile(dims, mask, scale, j0, lse_item, dsum, b, w, dqf, dkt.data(), dvt.data());
+        const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
+        store_columns(dkt.data(), keys, d, scale, dk, (item * dims.tk + j0) * d);
+        store_columns(dvt.data(), keys, d, 1.0f, dv, (item * dims.tk + j0) * d);
+      }
+      store_rows(dqf.data(), dims.tq, d, dp, scale, dq, item * dims.tq * d);
+    }
+    products().end();
+  }
+}
+
+}  // namespace belay::cpu
