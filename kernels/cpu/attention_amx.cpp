@@ -34,6 +34,7 @@ namespace {
 using namespace attention_parts;
 
 static_assert(kQueryRows == kAmxBlock && kAttnKeys % kAmxBlock == 0, "blocks and tiles are whole AMX blocks");
+static_assert(kQueryRows <= kAttnMaxRows, "a block's softmax is one online_softmax_rows");
 
 const AttentionAmx& products() { return isa_amx::attention_amx; }
 const AttentionTiles& softmax_tiles() { return isa_avx512::attention_tiles; }  // amx has avx512
@@ -45,12 +46,6 @@ const uint16_t* bf16_at(const Tensor& t, int64_t offset) { return t.data_as<cons
 void copy_rows(const uint16_t* x, int64_t n, int64_t d, int64_t dp, int64_t rows_to, uint16_t* out) {
   std::fill(out, out + rows_to * dp, uint16_t{0});
   for (int64_t r = 0; r < n; ++r) std::copy(x + r * d, x + (r + 1) * d, out + r * dp);
-}
-
-// rows [rows_to, dp] transposed: out[c * rows_to + r].
-void transpose_rows(const uint16_t* rows, int64_t rows_to, int64_t dp, uint16_t* out) {
-  for (int64_t r = 0; r < rows_to; ++r)
-    for (int64_t c = 0; c < dp; ++c) out[c * rows_to + r] = rows[r * dp + c];
 }
 
 // One item's operands as the tiles read them (a thread's buffers, reused). kp, vr: K and V as
@@ -92,12 +87,9 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
     const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
     x.product(kQueryRows, kAttnKeys, dp, qb.data(), dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k, s.data(),
               kAttnKeys, false);
-    for (int64_t r = 0; r < kQueryRows; ++r) {
-      float* sr = s.data() + r * kAttnKeys;
-      const int64_t vis = r < rows ? std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys) : 0;
-      if (vis == 0) std::fill(sr, sr + kAttnKeys, 0.0f);  // this row sees none of the tile
-      else t.online_softmax(sr, vis, scale, &m[r], &l[r], o.data() + r * dp, dp);
-    }
+    int64_t vis[kQueryRows];  // keys of the tile each row sees (0 for the rows past tq)
+    for (int64_t r = 0; r < kQueryRows; ++r) vis[r] = r < rows ? std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys) : 0;
+    t.online_softmax_rows(s.data(), vis, kQueryRows, scale, m.data(), l.data(), o.data(), dp, dp);
     x.round_rows(s.data(), kQueryRows, kAttnKeys, p.data());
     x.product(kQueryRows, dp, kAttnKeys, p.data(), kAttnKeys, b.vc.data() + j0 / 2 * kAmxBlock, ps_v, o.data(), dp,
               true);  // O += P V
@@ -139,8 +131,8 @@ void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const
   b.qt.resize(b.q.size()), b.gt.resize(b.q.size());
   copy_rows(bf16_at(q, at), dims.tq, d, dp, tq32, b.q.data());
   copy_rows(bf16_at(dout, at), dims.tq, d, dp, tq32, b.g.data());
-  transpose_rows(b.q.data(), tq32, dp, b.qt.data());
-  transpose_rows(b.g.data(), tq32, dp, b.gt.data());
+  products().transpose(b.q.data(), tq32, dp, b.qt.data());
+  products().transpose(b.g.data(), tq32, dp, b.gt.data());
   output_dots(out, dout, dims, item, dsum);
 }
 

@@ -1,5 +1,5 @@
-// The 32 x 32 block product on AMX tiles and the pair-panel layout of its B operand, shared
-// by the amx path's two users of TDPBF16PS: the GEMM (kernels/cpu/isa/gemm_amx.cpp, whose
+// The 32 x 32 block product on AMX tiles, the pair-panel layout of its B operand and an 8 x 8
+// transpose of 16-bit elements, shared by the amx path's two users of TDPBF16PS: the GEMM (kernels/cpu/isa/gemm_amx.cpp, whose
 // header comment explains the tiles and the layout) and the fused attention's BF16 products
 // (kernels/cpu/isa/attention_amx.cpp). Included only by files built once per ISA.
 //
@@ -29,6 +29,26 @@ struct View {
   bool r_contiguous;
   int64_t at(int64_t r, int64_t k) const { return r_contiguous ? k * ld + r : r * ld + k; }
 };
+
+// dst[j * ld_dst + i] = src[i * ld_src + j] for an 8 x 8 block of 16-bit elements: three
+// rounds of SSE2 unpacks (16-, 32-, 64-bit interleaves).
+inline void transpose_8x8_u16(const uint16_t* src, int64_t ld_src, uint16_t* dst, int64_t ld_dst) {
+  __m128i x[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * ld_src));
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm_unpacklo_epi16(x[2 * i], x[2 * i + 1]);      // columns 0-3 of rows 2i, 2i+1
+    t[2 * i + 1] = _mm_unpackhi_epi16(x[2 * i], x[2 * i + 1]);  // columns 4-7
+  }
+  for (int h = 0; h < 2; ++h)    // rows 0-3, then 4-7
+    for (int q = 0; q < 2; ++q) {  // columns 0-3, then 4-7
+      u[4 * h + 2 * q] = _mm_unpacklo_epi32(t[4 * h + q], t[4 * h + 2 + q]);      // two columns
+      u[4 * h + 2 * q + 1] = _mm_unpackhi_epi32(t[4 * h + q], t[4 * h + 2 + q]);  // the next two
+    }
+  for (int c = 0; c < 4; ++c) {  // u[c] holds columns 2c, 2c+1 of rows 0-3; u[4 + c] of rows 4-7
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c) * ld_dst), _mm_unpacklo_epi64(u[c], u[4 + c]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c + 1) * ld_dst), _mm_unpackhi_epi64(u[c], u[4 + c]));
+  }
+}
 
 // Columns [c0, c0 + cols) x k [k0, k0 + kc) of op(B) as one panel of kBlock columns in pair
 // layout: dst[p * kBlock + c] = k 2p in the low half, 2p + 1 in the high half, for

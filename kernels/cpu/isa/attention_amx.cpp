@@ -72,8 +72,14 @@ void round_pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out) {
     }
 }
 
+void transpose(const uint16_t* x, int64_t rows, int64_t cols, uint16_t* out) {
+  for (int64_t r = 0; r < rows; r += 8)
+    for (int64_t c = 0; c < cols; c += 8) transpose_8x8_u16(x + r * cols + c, cols, out + c * rows + r, rows);
+}
+
 }  // namespace
 
-extern const AttentionAmx attention_amx = {begin, end, pack_rows, pack_cols, product, round_rows, round_pairs};
+extern const AttentionAmx attention_amx = {begin,      end,         pack_rows, pack_cols,
+                                           product,    round_rows,  round_pairs, transpose};
 
 }  // namespace belay::BELAY_ISA_NS

@@ -33,6 +33,8 @@ struct AttentionAmx {
   // operand, ps = 16 rows words; rows even).
   void (*round_rows)(const float* x, int64_t rows, int64_t cols, uint16_t* out);
   void (*round_pairs)(const float* x, int64_t rows, int64_t cols, uint32_t* out);
+  // out[c * rows + r] = x[r * cols + c]: rows x cols BF16 transposed (both multiples of 8).
+  void (*transpose)(const uint16_t* x, int64_t rows, int64_t cols, uint16_t* out);
 };
 
 namespace isa_amx { extern const AttentionAmx attention_amx; }

@@ -49,26 +49,6 @@ constexpr int kMC = 128;        // rows of A per block
 constexpr int kNC = 1024;       // columns of B per block
 static_assert(kKC % kTileK == 0 && kMC % kBlock == 0 && kNC % kBlock == 0, "blocks are whole tiles");
 
-// dst[j * ld_dst + i] = src[i * ld_src + j] for an 8 x 8 block of 16-bit elements: three
-// rounds of SSE2 unpacks (16-, 32-, 64-bit interleaves).
-void transpose_8x8_u16(const uint16_t* src, int64_t ld_src, uint16_t* dst, int64_t ld_dst) {
-  __m128i x[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * ld_src));
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm_unpacklo_epi16(x[2 * i], x[2 * i + 1]);      // columns 0-3 of rows 2i, 2i+1
-    t[2 * i + 1] = _mm_unpackhi_epi16(x[2 * i], x[2 * i + 1]);  // columns 4-7
-  }
-  for (int h = 0; h < 2; ++h)    // rows 0-3, then 4-7
-    for (int q = 0; q < 2; ++q) {  // columns 0-3, then 4-7
-      u[4 * h + 2 * q] = _mm_unpacklo_epi32(t[4 * h + q], t[4 * h + 2 + q]);      // two columns
-      u[4 * h + 2 * q + 1] = _mm_unpackhi_epi32(t[4 * h + q], t[4 * h + 2 + q]);  // the next two
-    }
-  for (int c = 0; c < 4; ++c) {  // u[c] holds columns 2c, 2c+1 of rows 0-3; u[4 + c] of rows 4-7
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c) * ld_dst), _mm_unpacklo_epi64(u[c], u[4 + c]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c + 1) * ld_dst), _mm_unpackhi_epi64(u[c], u[4 + c]));
-  }
-}
-
 // Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) into dst[r * depth + k], depth = kc
 // rounded up to whole tiles; rows up to a whole block and k past kc are zero.
 void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, uint16_t* dst) {
