@@ -136,12 +136,41 @@ void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const
   output_dots(out, dout, dims, item, dsum);
 }
 
-// A tile's per-block scratch: S and dP in FP32, then P and dS in BF16 as the products read them.
+// dV^T and dK^T take their query rows kGroupRows at a time (the sum over the rows is the
+// depth of their product): each pass over their C tiles (loaded, added to, stored) then does
+// four blocks' work, not one's.
+constexpr int64_t kGroupRows = 4 * kQueryRows;
+
+// A tile's scratch: S and dP of one block in FP32; P and dS in BF16 as the products read them:
+// dS's rows for dQ (one block), P and dS as pair panels for dV^T and dK^T (a group of blocks).
 struct TileScratch {
   std::vector<float> s = std::vector<float>(kQueryRows * kAttnKeys), dpv = s;
-  std::vector<uint32_t> p_pairs = std::vector<uint32_t>(kQueryRows * kAttnKeys / 2), ds_pairs = p_pairs;
+  std::vector<uint32_t> p_pairs = std::vector<uint32_t>(kGroupRows * kAttnKeys / 2), ds_pairs = p_pairs;
   std::vector<uint16_t> ds_rows = std::vector<uint16_t>(kQueryRows * kAttnKeys);
 };
+
+// Query rows [i0, i0 + rows) against key tile j0: S, dP, then P and dS, rounded into w's panels
+// at the block's place in its group (`slot`), and the block's dQ += dS K.
+void backward_block(const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, int64_t i0, int64_t slot,
+                    const float* lse, const std::vector<float>& dsum, const AmxItem& b, TileScratch& w,
+                    std::vector<float>& dq) {
+  const AttentionAmx& x = products();
+  const int64_t dp = up32(dims.d), rows = std::min(kQueryRows, dims.tq - i0), keys = std::min(kAttnKeys, dims.tk - j0);
+  const int64_t ps_k = 16 * dp, ps_kc = 16 * key_tiles(dims.tk) * kAttnKeys, ps_g = 16 * kGroupRows;
+  x.product(kQueryRows, kAttnKeys, dp, b.q.data() + i0 * dp, dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k,
+            w.s.data(), kAttnKeys, false);  // S = Q K^T
+  x.product(kQueryRows, kAttnKeys, dp, b.g.data() + i0 * dp, dp, b.vr.data() + j0 / kAmxBlock * ps_k, ps_k,
+            w.dpv.data(), kAttnKeys, false);  // dP = dO V^T
+  probabilities_block(w.s.data(), w.dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), softmax_tiles());
+  std::fill(w.s.begin() + rows * kAttnKeys, w.s.end(), 0.0f);  // rows past tq: no P, no dS
+  std::fill(w.dpv.begin() + rows * kAttnKeys, w.dpv.end(), 0.0f);
+  const int64_t at = slot * kQueryRows / 2 * kAmxBlock;  // the block's first pair in each panel
+  x.round_pairs(w.s.data(), kQueryRows, kAttnKeys, ps_g, w.p_pairs.data() + at);
+  x.round_pairs(w.dpv.data(), kQueryRows, kAttnKeys, ps_g, w.ds_pairs.data() + at);
+  x.round_rows(w.dpv.data(), kQueryRows, kAttnKeys, w.ds_rows.data());
+  x.product(kQueryRows, dp, kAttnKeys, w.ds_rows.data(), kAttnKeys, b.kc.data() + j0 / 2 * kAmxBlock, ps_kc,
+            dq.data() + i0 * dp, dp, true);  // dQ += dS K
+}
 
 // dK^T and dV^T ([dp, kAttnKeys]) of one key tile, accumulated over the query blocks that see
 // it, and its share of dQ added into dq (FP32 rows of dp).
@@ -149,26 +178,15 @@ void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int
                    const std::vector<float>& dsum, const AmxItem& b, TileScratch& w, std::vector<float>& dq, float* dkt,
                    float* dvt) {
   const AttentionAmx& x = products();
-  const int64_t dp = up32(dims.d), tq32 = up32(dims.tq), keys = std::min(kAttnKeys, dims.tk - j0);
-  const int64_t ps_k = 16 * dp, ps_kc = 16 * key_tiles(dims.tk) * kAttnKeys, ps_p = 16 * kQueryRows;
+  const int64_t dp = up32(dims.d), tq32 = up32(dims.tq), ps_g = 16 * kGroupRows;
   std::fill(dkt, dkt + dp * kAttnKeys, 0.0f);
   std::fill(dvt, dvt + dp * kAttnKeys, 0.0f);
-  for (int64_t i0 = mask.first_query(j0) / kQueryRows * kQueryRows; i0 < dims.tq; i0 += kQueryRows) {
-    const int64_t rows = std::min(kQueryRows, dims.tq - i0);
-    x.product(kQueryRows, kAttnKeys, dp, b.q.data() + i0 * dp, dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k,
-              w.s.data(), kAttnKeys, false);  // S = Q K^T
-    x.product(kQueryRows, kAttnKeys, dp, b.g.data() + i0 * dp, dp, b.vr.data() + j0 / kAmxBlock * ps_k, ps_k,
-              w.dpv.data(), kAttnKeys, false);  // dP = dO V^T
-    probabilities_block(w.s.data(), w.dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), softmax_tiles());
-    std::fill(w.s.begin() + rows * kAttnKeys, w.s.end(), 0.0f);  // rows past tq: no P, no dS
-    std::fill(w.dpv.begin() + rows * kAttnKeys, w.dpv.end(), 0.0f);
-    x.round_pairs(w.s.data(), kQueryRows, kAttnKeys, w.p_pairs.data());
-    x.round_pairs(w.dpv.data(), kQueryRows, kAttnKeys, w.ds_pairs.data());
-    x.round_rows(w.dpv.data(), kQueryRows, kAttnKeys, w.ds_rows.data());
-    x.product(dp, kAttnKeys, kQueryRows, b.gt.data() + i0, tq32, w.p_pairs.data(), ps_p, dvt, kAttnKeys, true);
-    x.product(dp, kAttnKeys, kQueryRows, b.qt.data() + i0, tq32, w.ds_pairs.data(), ps_p, dkt, kAttnKeys, true);
-    x.product(kQueryRows, dp, kAttnKeys, w.ds_rows.data(), kAttnKeys, b.kc.data() + j0 / 2 * kAmxBlock, ps_kc,
-              dq.data() + i0 * dp, dp, true);  // dQ += dS K
+  for (int64_t g0 = mask.first_query(j0) / kQueryRows * kQueryRows; g0 < dims.tq; g0 += kGroupRows) {
+    const int64_t depth = std::min(kGroupRows, tq32 - g0);  // whole blocks
+    for (int64_t slot = 0; slot * kQueryRows < depth; ++slot)
+      backward_block(dims, mask, scale, j0, g0 + slot * kQueryRows, slot, lse, dsum, b, w, dq);
+    x.product(dp, kAttnKeys, depth, b.gt.data() + g0, tq32, w.p_pairs.data(), ps_g, dvt, kAttnKeys, true);
+    x.product(dp, kAttnKeys, depth, b.qt.data() + g0, tq32, w.ds_pairs.data(), ps_g, dkt, kAttnKeys, true);
   }
 }
 

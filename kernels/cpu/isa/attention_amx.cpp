@@ -61,8 +61,7 @@ void round_rows(const float* x, int64_t rows, int64_t cols, uint16_t* out) {
   for (int64_t i = 0; i < rows * cols; ++i) out[i] = static_cast<uint16_t>(bf16_high(x[i]) >> 16);
 }
 
-void round_pairs(const float* x, int64_t rows, int64_t cols, uint32_t* out) {
-  const int64_t ps = 16 * rows;
+void round_pairs(const float* x, int64_t rows, int64_t cols, int64_t ps, uint32_t* out) {
   for (int64_t t = 0; t * kBlock < cols; ++t)
     for (int64_t p = 0; p < rows / 2; ++p) {
       const float* even = x + 2 * p * cols + t * kBlock;

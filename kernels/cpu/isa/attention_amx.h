@@ -30,9 +30,9 @@ struct AttentionAmx {
                   float* c, int64_t ldc, bool accumulate);
   // rows x cols FP32 (row stride cols) rounded to BF16, to nearest even: as rows (an A
   // operand, row stride cols), and as pair panels of 32 columns with k down the rows (a B
-  // operand, ps = 16 rows words; rows even).
+  // operand; rows even), pair p of panel t at out[t * ps + 32 p].
   void (*round_rows)(const float* x, int64_t rows, int64_t cols, uint16_t* out);
-  void (*round_pairs)(const float* x, int64_t rows, int64_t cols, uint32_t* out);
+  void (*round_pairs)(const float* x, int64_t rows, int64_t cols, int64_t ps, uint32_t* out);
   // out[c * rows + r] = x[r * cols + c]: rows x cols BF16 transposed (both multiples of 8).
   void (*transpose)(const uint16_t* x, int64_t rows, int64_t cols, uint16_t* out);
 };
