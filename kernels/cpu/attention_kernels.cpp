@@ -1,6 +1,8 @@
 // The CPU backend's fused attention, forward and backward (kernels/cpu/cpu_kernels.h):
 // FlashAttention-2's algorithm on tiles of kAttnKeys keys, the tile products on the active ISA
-// path (kernels/cpu/isa/attention_tiles.cpp). docs/attention.md says what is kept and why.
+// path (kernels/cpu/isa/attention_tiles.cpp), in FP32. BF16 inputs on the amx path go to
+// kernels/cpu/attention_amx.cpp instead (the same algorithm, its products on AMX tiles).
+// docs/attention.md says what is kept and why.
 //
 // Memory: the scores exist a tile at a time (kQueryRows x kAttnKeys floats, in L1). Each
 // thread widens the item it works on (K^T, V, and for the backward Q, dO, K rows) into FP32

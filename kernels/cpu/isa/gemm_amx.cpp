@@ -18,6 +18,8 @@
 //     time: two A tiles (4, 5), two B tiles (6, 7), four TDPBF16PS.
 // Edges: packed rows past M, columns past N and k past K are zeros (in both operands, so no
 // NaN can come from padding), and a C block past the edge goes through a local 32 x 32.
+// The microkernel, the B panels' packing and the 8 x 8 transpose are amx_blocks.h's (the fused
+// attention's AMX products use them too).
 //
 // Summation order, for each output: C starts at 0 (or the old C when accumulating), then
 // each K block of kKC adds its pairs in k order, pair by pair (amx_tiles.h: even product,
