@@ -36,8 +36,15 @@ using namespace attention_parts;
 static_assert(kQueryRows == kAmxBlock && kAttnKeys % kAmxBlock == 0, "blocks and tiles are whole AMX blocks");
 static_assert(kQueryRows <= kAttnMaxRows, "a block's softmax is one online_softmax_rows");
 
-const AttentionAmx& products() { return isa_amx::attention_amx; }
-const AttentionTiles& softmax_tiles() { return isa_avx512::attention_tiles; }  // amx has avx512
+// What a run computes with: the AMX tiles and avx512's FP32 softmax (amx has avx512), or, for
+// the tests on any CPU, the tile emulator's copy (amx_tiles.h) and baseline's softmax (the same
+// softmax bits: its steps have no multiply-add to fuse, attention_tiles.h).
+struct Kit {
+  const AttentionAmx& x;
+  const AttentionTiles& t;
+};
+const Kit kTiles{isa_amx::attention_amx, isa_avx512::attention_tiles};
+const Kit kEmulated{isa_amx_emulated::attention_amx, isa_baseline::attention_tiles};
 
 int64_t up32(int64_t x) { return (x + kAmxBlock - 1) / kAmxBlock * kAmxBlock; }
 const uint16_t* bf16_at(const Tensor& t, int64_t offset) { return t.data_as<const uint16_t>() + offset; }
@@ -57,8 +64,8 @@ struct AmxItem {
   std::vector<uint16_t> q, g, qt, gt;
 };
 
-void pack_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item, bool backward, AmxItem& b) {
-  const AttentionAmx& x = products();
+void pack_keys(const AttentionAmx& x, const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item,
+               bool backward, AmxItem& b) {
   const int64_t d = dims.d, dp = up32(d), tk64 = key_tiles(dims.tk) * kAttnKeys, at = item * dims.tk * d;
   b.kp.resize(static_cast<size_t>(tk64 * dp / 2));
   b.kc.resize(b.kp.size()), b.vr.resize(b.kp.size()), b.vc.resize(b.kp.size());
@@ -73,10 +80,10 @@ void pack_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int6
 }
 
 // Forward of query rows [i0, i0 + rows) of one item whose keys are packed in b.
-void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale, int64_t item, int64_t i0,
-                   int64_t rows, const AmxItem& b, Tensor& out, Tensor& lse) {
-  const AttentionAmx& x = products();
-  const AttentionTiles& t = softmax_tiles();
+void forward_block(const Kit& kit, const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale,
+                   int64_t item, int64_t i0, int64_t rows, const AmxItem& b, Tensor& out, Tensor& lse) {
+  const AttentionAmx& x = kit.x;
+  const AttentionTiles& t = kit.t;
   const int64_t d = dims.d, dp = up32(d), ps_k = 16 * dp, ps_v = 16 * key_tiles(dims.tk) * kAttnKeys;
   std::vector<uint16_t> qb(static_cast<size_t>(kQueryRows * dp)), p(static_cast<size_t>(kQueryRows * kAttnKeys));
   std::vector<float> o(static_cast<size_t>(kQueryRows * dp), 0.0f), s(p.size());
@@ -97,42 +104,37 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
   finish_rows(o.data(), dp, m.data(), l.data(), dims, item, i0, rows, out, lse);
 }
 
-}  // namespace
-
-bool attention_on_amx_tiles(const Tensor& q) { return q.dtype() == DType::BF16 && active_cpu_isa() == CpuIsa::Amx; }
-
-void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-                   const AttentionDims& dims, Tensor& out, Tensor& lse) {
+void forward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+             const AttentionDims& dims, Tensor& out, Tensor& lse) {
   const Mask mask{causal, dims.tq, dims.tk};
   const int64_t blocks = (dims.tq + kQueryRows - 1) / kQueryRows, pairs = dims.items * blocks;
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
 #pragma omp parallel if (work > kParallelThreshold)
   {
     AmxItem b;
-    products().begin();  // tile state is per thread
+    kit.x.begin();  // tile state is per thread
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < pairs; ++p) {
       const int64_t item = p / blocks, i0 = p % blocks * kQueryRows;
-      if (b.item != item) pack_keys(k, v, dims, item, false, b);
-      forward_block(q, dims, mask, scale, item, i0, std::min(kQueryRows, dims.tq - i0), b, out, lse);
+      if (b.item != item) pack_keys(kit.x, k, v, dims, item, false, b);
+      forward_block(kit, q, dims, mask, scale, item, i0, std::min(kQueryRows, dims.tq - i0), b, out, lse);
     }
-    products().end();
+    kit.x.end();
   }
 }
 
-namespace {
-
 // The backward's per-item operands (b) and D = rowsum(dO O).
-void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
-                        const AttentionDims& dims, int64_t item, AmxItem& b, std::vector<float>& dsum) {
+void load_backward_item(const AttentionAmx& x, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const AttentionDims& dims, int64_t item, AmxItem& b,
+                        std::vector<float>& dsum) {
   const int64_t d = dims.d, dp = up32(d), tq32 = up32(dims.tq), at = item * dims.tq * d;
-  pack_keys(k, v, dims, item, true, b);
+  pack_keys(x, k, v, dims, item, true, b);
   b.q.resize(static_cast<size_t>(tq32 * dp)), b.g.resize(b.q.size());
   b.qt.resize(b.q.size()), b.gt.resize(b.q.size());
   copy_rows(bf16_at(q, at), dims.tq, d, dp, tq32, b.q.data());
   copy_rows(bf16_at(dout, at), dims.tq, d, dp, tq32, b.g.data());
-  products().transpose(b.q.data(), tq32, dp, b.qt.data());
-  products().transpose(b.g.data(), tq32, dp, b.gt.data());
+  x.transpose(b.q.data(), tq32, dp, b.qt.data());
+  x.transpose(b.g.data(), tq32, dp, b.gt.data());
   output_dots(out, dout, dims, item, dsum);
 }
 
@@ -151,17 +153,17 @@ struct TileScratch {
 
 // Query rows [i0, i0 + rows) against key tile j0: S, dP, then P and dS, rounded into w's panels
 // at the block's place in its group (`slot`), and the block's dQ += dS K.
-void backward_block(const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, int64_t i0, int64_t slot,
-                    const float* lse, const std::vector<float>& dsum, const AmxItem& b, TileScratch& w,
+void backward_block(const Kit& kit, const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, int64_t i0,
+                    int64_t slot, const float* lse, const std::vector<float>& dsum, const AmxItem& b, TileScratch& w,
                     std::vector<float>& dq) {
-  const AttentionAmx& x = products();
+  const AttentionAmx& x = kit.x;
   const int64_t dp = up32(dims.d), rows = std::min(kQueryRows, dims.tq - i0), keys = std::min(kAttnKeys, dims.tk - j0);
   const int64_t ps_k = 16 * dp, ps_kc = 16 * key_tiles(dims.tk) * kAttnKeys, ps_g = 16 * kGroupRows;
   x.product(kQueryRows, kAttnKeys, dp, b.q.data() + i0 * dp, dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k,
             w.s.data(), kAttnKeys, false);  // S = Q K^T
   x.product(kQueryRows, kAttnKeys, dp, b.g.data() + i0 * dp, dp, b.vr.data() + j0 / kAmxBlock * ps_k, ps_k,
             w.dpv.data(), kAttnKeys, false);  // dP = dO V^T
-  probabilities_block(w.s.data(), w.dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), softmax_tiles());
+  probabilities_block(w.s.data(), w.dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), kit.t);
   std::fill(w.s.begin() + rows * kAttnKeys, w.s.end(), 0.0f);  // rows past tq: no P, no dS
   std::fill(w.dpv.begin() + rows * kAttnKeys, w.dpv.end(), 0.0f);
   const int64_t at = slot * kQueryRows / 2 * kAmxBlock;  // the block's first pair in each panel
@@ -174,17 +176,17 @@ void backward_block(const AttentionDims& dims, const Mask& mask, float scale, in
 
 // dK^T and dV^T ([dp, kAttnKeys]) of one key tile, accumulated over the query blocks that see
 // it, and its share of dQ added into dq (FP32 rows of dp).
-void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, const float* lse,
-                   const std::vector<float>& dsum, const AmxItem& b, TileScratch& w, std::vector<float>& dq, float* dkt,
-                   float* dvt) {
-  const AttentionAmx& x = products();
+void backward_tile(const Kit& kit, const AttentionDims& dims, const Mask& mask, float scale, int64_t j0,
+                   const float* lse, const std::vector<float>& dsum, const AmxItem& b, TileScratch& w,
+                   std::vector<float>& dq, float* dkt, float* dvt) {
+  const AttentionAmx& x = kit.x;
   const int64_t dp = up32(dims.d), tq32 = up32(dims.tq), ps_g = 16 * kGroupRows;
   std::fill(dkt, dkt + dp * kAttnKeys, 0.0f);
   std::fill(dvt, dvt + dp * kAttnKeys, 0.0f);
   for (int64_t g0 = mask.first_query(j0) / kQueryRows * kQueryRows; g0 < dims.tq; g0 += kGroupRows) {
     const int64_t depth = std::min(kGroupRows, tq32 - g0);  // whole blocks
     for (int64_t slot = 0; slot * kQueryRows < depth; ++slot)
-      backward_block(dims, mask, scale, j0, g0 + slot * kQueryRows, slot, lse, dsum, b, w, dq);
+      backward_block(kit, dims, mask, scale, j0, g0 + slot * kQueryRows, slot, lse, dsum, b, w, dq);
     x.product(dp, kAttnKeys, depth, b.gt.data() + g0, tq32, w.p_pairs.data(), ps_g, dvt, kAttnKeys, true);
     x.product(dp, kAttnKeys, depth, b.qt.data() + g0, tq32, w.ds_pairs.data(), ps_g, dkt, kAttnKeys, true);
   }
@@ -200,11 +202,9 @@ void store_columns(const float* xt, int64_t n, int64_t d, float factor, Tensor& 
   }
 }
 
-}  // namespace
-
-void attention_backward_amx(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                            const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
-                            Tensor& dk, Tensor& dv) {
+void backward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+              const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq, Tensor& dk,
+              Tensor& dv) {
   const Mask mask{causal, dims.tq, dims.tk};
   const int64_t d = dims.d, dp = up32(d);
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
@@ -213,22 +213,46 @@ void attention_backward_amx(const Tensor& q, const Tensor& k, const Tensor& v, c
     AmxItem b;
     TileScratch w;
     std::vector<float> dsum, dqf, dkt(static_cast<size_t>(dp * kAttnKeys)), dvt(dkt.size());
-    products().begin();
+    kit.x.begin();
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < dims.items; ++item) {
-      load_backward_item(q, k, v, out, dout, dims, item, b, dsum);
+      load_backward_item(kit.x, q, k, v, out, dout, dims, item, b, dsum);
       dqf.assign(static_cast<size_t>(up32(dims.tq) * dp), 0.0f);
       const float* lse_item = lse.data_as<float>() + item * dims.tq;
       for (int64_t j0 = 0; j0 < dims.tk; j0 += kAttnKeys) {
-        backward_tile(dims, mask, scale, j0, lse_item, dsum, b, w, dqf, dkt.data(), dvt.data());
+        backward_tile(kit, dims, mask, scale, j0, lse_item, dsum, b, w, dqf, dkt.data(), dvt.data());
         const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
         store_columns(dkt.data(), keys, d, scale, dk, (item * dims.tk + j0) * d);
         store_columns(dvt.data(), keys, d, 1.0f, dv, (item * dims.tk + j0) * d);
       }
       store_rows(dqf.data(), dims.tq, d, dp, scale, dq, item * dims.tq * d);
     }
-    products().end();
+    kit.x.end();
   }
+}
+
+}  // namespace
+
+bool attention_on_amx_tiles(const Tensor& q) { return q.dtype() == DType::BF16 && active_cpu_isa() == CpuIsa::Amx; }
+
+void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                   const AttentionDims& dims, Tensor& out, Tensor& lse) {
+  forward(kTiles, q, k, v, causal, scale, dims, out, lse);
+}
+void attention_backward_amx(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                            Tensor& dk, Tensor& dv) {
+  backward(kTiles, q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
+}
+
+void attention_amx_emulated(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                            const AttentionDims& dims, Tensor& out, Tensor& lse) {
+  forward(kEmulated, q, k, v, causal, scale, dims, out, lse);
+}
+void attention_backward_amx_emulated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, const Tensor& dout, bool causal, float scale,
+                                     const AttentionDims& dims, Tensor& dq, Tensor& dk, Tensor& dv) {
+  backward(kEmulated, q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
 }
 
 }  // namespace belay::cpu

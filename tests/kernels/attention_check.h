@@ -29,6 +29,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -184,9 +185,15 @@ inline Outputs run(const Backend& be, const Case& c, DType dt, DType grad_dt, De
 // One case in one dtype: forward and backward against the reference. Returns what it got, for
 // the callers that compare bits across runs.
 // grads: the gradients' dtype, dt unless given (FP32; the rounding allowance follows it).
-// flush: the backend's tiles flush (reference()'s `flush`: the CPU's AMX path).
+// What computes a case's outputs when not the device's backend (run): the same arguments.
+using Runner = std::function<Outputs(const Case& c, DType dt, DType grad_dt, const std::vector<float>& q,
+                                     const std::vector<float>& k, const std::vector<float>& v,
+                                     const std::vector<float>& dout, float scale)>;
+
+// flush: the backend's tiles flush (reference()'s `flush`: the CPU's AMX path). runner: computes
+// the outputs instead of dev's backend (the CPU's AMX code on the tile emulator).
 inline Outputs check_case(Device dev, const Case& c, DType dt, DType p_dtype = DType::F32,
-                          std::optional<DType> grads = std::nullopt, bool flush = false) {
+                          std::optional<DType> grads = std::nullopt, bool flush = false, const Runner& runner = {}) {
   const DType grad_dt = grads.value_or(dt);
   INFO("attention items " << c.items << " Tq " << c.tq << " Tk " << c.tk << " d " << c.d
                           << (c.causal ? " causal" : "") << " in " << dtype_name(dt) << ", gradients in "
@@ -195,7 +202,8 @@ inline Outputs check_case(Device dev, const Case& c, DType dt, DType p_dtype = D
   const std::vector<float> qv = values(c.items * c.tq * c.d, seed, dt), kv = values(c.items * c.tk * c.d, seed + 1, dt);
   const std::vector<float> vv = values(c.items * c.tk * c.d, seed + 2, dt), gv = values(c.items * c.tq * c.d, seed + 3, dt);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  const Outputs got = run(backend_for(dev), c, dt, grad_dt, dev, qv, kv, vv, gv, scale);
+  const Outputs got = runner ? runner(c, dt, grad_dt, qv, kv, vv, gv, scale)
+                             : run(backend_for(dev), c, dt, grad_dt, dev, qv, kv, vv, gv, scale);
   const Reference r = reference(c, qv, kv, vv, gv, got.out, scale, dt, p_dtype, flush);
   check_within("out", got.out, r.out, r.out_err, dt);
   check_lse(got.lse, r);

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "tests/kernels/attention_check.h"
 
 using namespace belay;
@@ -133,6 +135,37 @@ TEST_CASE("attention amx: the same bits on every run and at every thread count",
     INFO("at " << threads << " threads");
     CHECK(at::same_bits(first, at::run(be, c, DType::BF16, DType::F32, Device::cpu(), q, k, v, g, 0.15f)));
   }
+}
+
+// The amx path's own code (kernels/cpu/attention_amx.cpp: the packing into tiles, the block
+// products, the roundings, the edges) on the emulator of the tile instructions, on every CPU,
+// against the same bound. The emulator counts anything the hardware would fault on; none may happen.
+TEST_CASE("attention amx (emulated tiles): bf16 against FP64, P and dS rounded to BF16", "[attention][amx]") {
+  const at::Runner emulated = [](const at::Case& c, DType dt, DType grad_dt, const std::vector<float>& qv,
+                                 const std::vector<float>& kv, const std::vector<float>& vv,
+                                 const std::vector<float>& gv, float scale) {
+    const Device cpu = Device::cpu();
+    const Shape sq{c.items, c.tq, c.d}, sk{c.items, c.tk, c.d};
+    const Tensor q = at::make(qv, sq, dt, cpu), k = at::make(kv, sk, dt, cpu), v = at::make(vv, sk, dt, cpu);
+    const Tensor g = at::make(gv, sq, dt, cpu);
+    Tensor out = Tensor::empty(sq, dt, cpu), lse = Tensor::empty(Shape{c.items, c.tq}, DType::F32, cpu);
+    Tensor dq = Tensor::empty(sq, grad_dt, cpu), dk = Tensor::empty(sk, grad_dt, cpu);
+    Tensor dv = Tensor::empty(sk, grad_dt, cpu);
+    const AttentionDims dims{c.items, c.tq, c.tk, c.d};
+    cpu::attention_amx_emulated(q, k, v, c.causal, scale, dims, out, lse);
+    cpu::attention_backward_amx_emulated(q, k, v, out, lse, g, c.causal, scale, dims, dq, dk, dv);
+    return at::Outputs{at::host(out), at::host(lse), at::host(dq), at::host(dk), at::host(dv)};
+  };
+  amx_emulator_reset_faults();
+  for (bool causal : {false, true}) {
+    const at::Case cases[] = {{3, 7, 7, 16, causal}, {3, 65, 65, 32, causal}, {2, 70, 9, 40, causal},
+                              {1, 1, 65, 64, causal}, {2, 100, 100, 128, causal}};
+    for (const at::Case& c : cases)
+      at::check_case(Device::cpu(), c, DType::BF16, DType::BF16, std::nullopt, true, emulated);
+    at::check_case(Device::cpu(), {2, 130, 130, 64, causal}, DType::BF16, DType::BF16, DType::F32, true, emulated);
+  }
+  INFO("first fault: " << amx_emulator_first_fault());
+  CHECK(amx_emulator_faults() == 0);
 }
 
 // Not a test (hidden: run it by its tag): the worst error against the FP64 reference of the

@@ -1,6 +1,7 @@
 // The fused attention's products on AMX tiles (TDPBF16PS: BF16 operands, FP32 sums), for the
 // amx path when q, k and v are BF16: kernels/cpu/attention_amx.cpp runs them, between the FP32
-// softmax of avx512's tiles (attention_tiles.h). Built for the amx copy only (isa.cmake).
+// softmax of avx512's tiles (attention_tiles.h). Built for the amx copy and, on the emulator of the tile
+// instructions (amx_tiles.h), for baseline x86-64: the tests run the latter on any CPU (isa.cmake).
 //
 // Every product is C (+)= A B on whole 32 x 32 blocks (kernels/cpu/isa/amx_blocks.h): A is
 // BF16 rows (k along a row), B is in pair panels of kAmxBlock columns (32-bit words, the pair
@@ -38,5 +39,6 @@ struct AttentionAmx {
 };
 
 namespace isa_amx { extern const AttentionAmx attention_amx; }
+namespace isa_amx_emulated { extern const AttentionAmx attention_amx; }  // amx_tiles.h's emulator
 
 }  // namespace belay

@@ -20,7 +20,7 @@ set(BELAY_ISA_WARN_avx512bf16 ${BELAY_ISA_WARN_avx512})
 # amx is avx512bf16 plus the tile instructions: only gemm_amx.cpp (its BF16 x BF16 products),
 # attention_amx.cpp (the fused attention's BF16 products) and the bench's tile peak loop.
 # amx_emulated is the same two files on the emulator of kernels/cpu/isa/amx_tiles.h, for
-# baseline x86-64: it runs on every CPU (tests; the attention's copy is compiled, not yet run).
+# baseline x86-64: it runs on every CPU (tests).
 set(BELAY_ISA_FLAGS_amx ${BELAY_ISA_FLAGS_avx512bf16} -mamx-tile -mamx-bf16)
 set(BELAY_ISA_WARN_amx ${BELAY_ISA_WARN_avx512})
 set(BELAY_ISA_FLAGS_amx_emulated "")
