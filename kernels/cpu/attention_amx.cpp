@@ -1,9 +1,10 @@
-// The fused attention for BF16 q, k, v on the amx path: the FP32 algorithm of
-// attention_kernels.cpp (same tiles of kAttnKeys keys, same blocks of kQueryRows queries, same
-// online softmax and probabilities: avx512's FP32 tiles) with its products on AMX tiles
-// (kernels/cpu/isa/attention_amx.cpp). Why: the products are the O(T^2 d) work, and
-// TDPBF16PS does them at several times the rate of FP32 FMAs (VDPBF16PS, at half the FMA's
-// rate on the Xeon we measured, would not pay), so the FP32 path spent its time there.
+// The fused attention for BF16 q, k, v on the amx path: the algorithm of attention_kernels.cpp
+// (the same tiles of kAttnKeys keys, blocks of kQueryRows queries and thread split; its FP32
+// softmax steps from avx512's tiles, the forward's a block at a time: online_softmax_rows) with
+// the products on AMX tiles (kernels/cpu/isa/attention_amx.cpp). Why: the products are the
+// O(T^2 d) work, and TDPBF16PS does them several times faster than FP32 FMAs (the BF16 GEMM:
+// 3.6-4.3x, docs/cpu-kernels.md); VDPBF16PS, at half the FMA's rate on the Xeon we measured,
+// would not pay.
 //
 // What it rounds that the FP32-tile path does not, as FlashAttention-2 does on tensor cores:
 // the probabilities P (forward: exp(s - running max), before the division by l; backward: exp(s -
@@ -67,13 +68,15 @@ struct AmxItem {
 void pack_keys(const AttentionAmx& x, const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item,
                bool backward, AmxItem& b) {
   const int64_t d = dims.d, dp = up32(d), tk64 = key_tiles(dims.tk) * kAttnKeys, at = item * dims.tk * d;
-  b.kp.resize(static_cast<size_t>(tk64 * dp / 2));
-  b.kc.resize(b.kp.size()), b.vr.resize(b.kp.size()), b.vc.resize(b.kp.size());
+  const size_t words = static_cast<size_t>(tk64 * dp / 2);  // each packing of K or V
+  b.kp.resize(words);
   x.pack_rows(bf16_at(k, at), d, dims.tk, d, tk64, b.kp.data());
   if (backward) {
+    b.vr.resize(words), b.kc.resize(words);
     x.pack_rows(bf16_at(v, at), d, dims.tk, d, tk64, b.vr.data());
     x.pack_cols(bf16_at(k, at), d, dims.tk, d, tk64, b.kc.data());
   } else {
+    b.vc.resize(words);
     x.pack_cols(bf16_at(v, at), d, dims.tk, d, tk64, b.vc.data());
   }
   b.item = backward ? -1 : item;  // the forward reuses an item's keys across its blocks
@@ -95,7 +98,8 @@ void forward_block(const Kit& kit, const Tensor& q, const AttentionDims& dims, c
     x.product(kQueryRows, kAttnKeys, dp, qb.data(), dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k, s.data(),
               kAttnKeys, false);
     int64_t vis[kQueryRows];  // keys of the tile each row sees (0 for the rows past tq)
-    for (int64_t r = 0; r < kQueryRows; ++r) vis[r] = r < rows ? std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys) : 0;
+    for (int64_t r = 0; r < kQueryRows; ++r)
+      vis[r] = r < rows ? std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys) : 0;
     t.online_softmax_rows(s.data(), vis, kQueryRows, scale, m.data(), l.data(), o.data(), dp, dp);
     x.round_rows(s.data(), kQueryRows, kAttnKeys, p.data());
     x.product(kQueryRows, dp, kAttnKeys, p.data(), kAttnKeys, b.vc.data() + j0 / 2 * kAmxBlock, ps_v, o.data(), dp,

@@ -64,7 +64,8 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
                            float scale, DType dtype, DType p_dtype, bool flush = false) {
   const double u = unit_roundoff(DType::F32), u_p = p_dtype == DType::F32 ? 0.0 : unit_roundoff(p_dtype);
   const double t = flush ? static_cast<double>(finfo(DType::F32).smallest_normal) : 0.0;
-  const double eta_p = flush ? t : p_dtype == DType::F32 ? 0.0 : 0.5 * static_cast<double>(finfo(p_dtype).smallest_subnormal);
+  const double eta_p =
+      flush ? t : p_dtype == DType::F32 ? 0.0 : 0.5 * static_cast<double>(finfo(p_dtype).smallest_subnormal);
   const double u_out = dtype == DType::F32 ? 0.0 : unit_roundoff(dtype);
   const int64_t d = c.d, nq = c.items * c.tq * d, nk = c.items * c.tk * d;
   Reference r;
@@ -137,7 +138,8 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
           r.dk[kx] += scale * ds * qi[x];
           r.dk_err[kx] += scale * (ds_err * std::fabs(qi[x]) + (c.tq + 2) * u * std::fabs(ds * qi[x]) + term_flush);
           r.dv[kx] += p[j] * gi[x];
-          r.dv_err[kx] += p[j] * std::fabs(gi[x]) * (perr_bwd + (c.tq + 2) * u) + eta_p * std::fabs(gi[x]) + t * (p[j] + 1.0);
+          r.dv_err[kx] += p[j] * std::fabs(gi[x]) * (perr_bwd + (c.tq + 2) * u) + eta_p * std::fabs(gi[x]) +
+                          t * (p[j] + 1.0);  // (flush: DAZ of dO, FTZ of the sum)
         }
       }
     }

@@ -1,7 +1,8 @@
 // The 32 x 32 block product on AMX tiles, the pair-panel layout of its B operand and an 8 x 8
-// transpose of 16-bit elements, shared by the amx path's two users of TDPBF16PS: the GEMM (kernels/cpu/isa/gemm_amx.cpp, whose
-// header comment explains the tiles and the layout) and the fused attention's BF16 products
-// (kernels/cpu/isa/attention_amx.cpp). Included only by files built once per ISA.
+// transpose of 16-bit elements, shared by the amx path's two users of TDPBF16PS: the GEMM
+// (kernels/cpu/isa/gemm_amx.cpp, whose header comment explains the tiles and the layout) and the
+// fused attention's BF16 products (kernels/cpu/isa/attention_amx.cpp). Included only by files
+// built once per ISA.
 //
 // A tile is 16 rows x 64 bytes: 16 x 16 FP32 of C, or 16 rows x 16 BF16 pairs of A or B.
 // B is kept in panels kBlock columns wide, pair p (k = 2p, 2p + 1) of the kBlock columns at
