@@ -18,6 +18,12 @@
 // backward computes dV^T = dO^T P and dK^T = Q^T dS, so P and dS need no transposition (their
 // row pairs are the panels' pairs) and the tile's dK^T, dV^T are transposed once, at the store.
 //
+// Work: per item 4 Tq Tk d flops forward (S and P V; about half of it past a causal mask,
+// skipped a key tile at a time) and 10 Tq Tk d backward (S again, dP, dV, dK, dQ: bench/attention.cpp
+// counts the useful part), on whole 32 x 32 blocks, d rounded up to 32. Bytes: q, k, v (and dO,
+// O) read once per item and thread, packed into O(T d) BF16 buffers; out, lse, dq, dk, dv written
+// once; S, P, dP, dS live a block at a time in L1.
+//
 // Determinism: the same split over threads as attention_kernels.cpp (forward: (item, block);
 // backward: one thread per item), each output summed in a fixed order on one thread.
 #include <algorithm>
