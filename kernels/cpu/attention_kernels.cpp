@@ -1,6 +1,8 @@
 // The CPU backend's fused attention, forward and backward (kernels/cpu/cpu_kernels.h):
 // FlashAttention-2's algorithm on tiles of kAttnKeys keys, the tile products on the active ISA
-// path (kernels/cpu/isa/attention_tiles.cpp). docs/attention.md says what is kept and why.
+// path (kernels/cpu/isa/attention_tiles.cpp), in FP32. BF16 inputs on the amx path go to
+// kernels/cpu/attention_amx.cpp instead (the same algorithm, its products on AMX tiles).
+// docs/attention.md says what is kept and why.
 //
 // Memory: the scores exist a tile at a time (kQueryRows x kAttnKeys floats, in L1). Each
 // thread widens the item it works on (K^T, V, and for the backward Q, dO, K rows) into FP32
@@ -16,7 +18,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/block_loops.h"
+#include "kernels/cpu/attention_parts.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa/attention_tiles.h"
@@ -24,32 +26,20 @@
 namespace belay::cpu {
 namespace {
 
-constexpr int64_t kQueryRows = 32;  // query rows per block: a tile of scores is 8 KiB
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using namespace attention_parts;
 
 const AttentionTiles& attention_tiles() {
   switch (active_cpu_isa()) {
     case CpuIsa::Avx2: return isa_avx2::attention_tiles;
     case CpuIsa::Avx512:
     case CpuIsa::Avx512Bf16:
-    case CpuIsa::Amx: return isa_avx512::attention_tiles;  // no VDPBF16PS path yet: FP32 tiles
+    case CpuIsa::Amx: return isa_avx512::attention_tiles;  // (amx: BF16 inputs go to attention_amx.cpp)
     case CpuIsa::Baseline: break;
   }
   return isa_baseline::attention_tiles;
 }
 
 int64_t padded(int64_t d) { return (d + kAttnPad - 1) / kAttnPad * kAttnPad; }
-int64_t key_tiles(int64_t tk) { return (tk + kAttnKeys - 1) / kAttnKeys; }
-
-// Which keys a query sees: [0, visible(i)). Causal aligns the mask at the end of the keys, so
-// query i of tq sees the keys up to i + tk - tq (a KV cache's new query sees them all).
-struct Mask {
-  bool causal;
-  int64_t tq, tk;
-  int64_t visible(int64_t i) const { return causal ? std::clamp<int64_t>(i + tk - tq + 1, 0, tk) : tk; }
-  // The first query that sees key j.
-  int64_t first_query(int64_t j) const { return causal ? std::max<int64_t>(0, j - (tk - tq)) : 0; }
-};
 
 // rows x d elements of a tensor from element `offset` as FP32 rows of dp floats, zero-padded.
 void widen_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_t dp, float* out) {
@@ -76,7 +66,7 @@ void transpose_tiles(const float* rows, int64_t n, int64_t d, int64_t dp, float*
 // One item's operands in FP32 as the tiles read them (a thread's buffers, reused).
 struct ItemBuffers {
   int64_t item = -1;
-  std::vector<float> q, dout, out, k, v, kt, vt;
+  std::vector<float> q, dout, k, v, kt, vt;
 };
 
 // Forward of query rows [i0, i0 + rows) of one item whose K^T and V are in b.
@@ -100,14 +90,7 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
     }
     t.weigh_rows(s.data(), rows, keys, b.v.data() + j0 * dp, dp, dp, o.data(), dp);
   }
-  float* lse_out = lse.data_as<float>() + item * dims.tq + i0;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* orow = o.data() + r * dp;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no key seen: out 0, lse -inf
-    for (int64_t c = 0; c < d; ++c) orow[c] *= inv;
-    lse_out[r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
-    store_block(out.data(), out.dtype(), (item * dims.tq + i0 + r) * d, d, orow);
-  }
+  finish_rows(o.data(), dp, m.data(), l.data(), dims, item, i0, rows, out, lse);
 }
 
 // K^T and V of one item into b (once per item a thread meets).
@@ -126,6 +109,7 @@ void load_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int6
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, const AttentionDims& dims,
                Tensor& out, Tensor& lse) {
+  if (attention_on_amx_tiles(q)) return attention_amx(q, k, v, causal, scale, dims, out, lse);
   const Mask mask{causal, dims.tq, dims.tk};
   const int64_t blocks = (dims.tq + kQueryRows - 1) / kQueryRows, pairs = dims.items * blocks;
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
@@ -155,31 +139,7 @@ void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const
   b.dout.resize(static_cast<size_t>(dims.tq * dp));
   widen_rows(q, item * dims.tq * d, dims.tq, d, dp, b.q.data());
   widen_rows(dout, item * dims.tq * d, dims.tq, d, dp, b.dout.data());
-  b.out.resize(static_cast<size_t>(dims.tq * dp));
-  widen_rows(out, item * dims.tq * d, dims.tq, d, dp, b.out.data());
-  dsum.resize(static_cast<size_t>(dims.tq));
-  for (int64_t i = 0; i < dims.tq; ++i) {
-    float acc = 0.0f;
-    for (int64_t c = 0; c < d; ++c) acc += b.dout[i * dp + c] * b.out[i * dp + c];
-    dsum[i] = acc;
-  }
-}
-
-// P and dS of one block of query rows against one key tile: p = exp(scale s - lse) where the
-// row sees the key (0 elsewhere), ds = p (dp - D). s and dpv hold the raw products on entry.
-void probabilities_block(float* s, float* dpv, int64_t i0, int64_t rows, int64_t j0, int64_t keys, float scale,
-                         const Mask& mask, const float* lse, const float* dsum, const AttentionTiles& t) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* sr = s + r * kAttnKeys;
-    float* dr = dpv + r * kAttnKeys;
-    const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
-    if (vis > 0) {
-      t.probabilities(sr, dr, vis, scale, lse[i0 + r], dsum[i0 + r]);
-    } else {  // the row sees none of the tile
-      std::fill(sr, sr + kAttnKeys, 0.0f);
-      std::fill(dr, dr + kAttnKeys, 0.0f);
-    }
-  }
+  output_dots(out, dout, dims, item, dsum);
 }
 
 // dK and dV of one key tile (accumulated over the query blocks that see it), and its share of
@@ -205,20 +165,12 @@ void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int
   }
 }
 
-// rows [n, dp] of FP32 (times `factor`) into t's elements from `offset` as rows of d.
-void store_rows(float* rows, int64_t n, int64_t d, int64_t dp, float factor, Tensor& t, int64_t offset) {
-  for (int64_t r = 0; r < n; ++r) {
-    float* row = rows + r * dp;
-    for (int64_t c = 0; c < d; ++c) row[c] *= factor;
-    store_block(t.data(), t.dtype(), offset + r * d, d, row);
-  }
-}
-
 }  // namespace
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
                         Tensor& dk, Tensor& dv) {
+  if (attention_on_amx_tiles(q)) return attention_backward_amx(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
   const Mask mask{causal, dims.tq, dims.tk};
   const int64_t d = dims.d, dp = padded(d);
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;

@@ -45,6 +45,22 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
                         Tensor& dk, Tensor& dv);
 
+// ---- attention_amx.cpp (the same two on AMX tiles: attention() and attention_backward() send
+// BF16 inputs there on the amx path, attention_on_amx_tiles; docs/attention.md)
+bool attention_on_amx_tiles(const Tensor& q);
+void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                   const AttentionDims& dims, Tensor& out, Tensor& lse);
+void attention_backward_amx(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                            Tensor& dk, Tensor& dv);
+// The same on the emulator of the tile instructions (kernels/cpu/isa/amx_tiles.h) with baseline's
+// softmax: runs on any x86-64 CPU (tests; amx_emulator_faults() in cpu_gemm.h counts the faults).
+void attention_amx_emulated(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                            const AttentionDims& dims, Tensor& out, Tensor& lse);
+void attention_backward_amx_emulated(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, const Tensor& dout, bool causal, float scale,
+                                     const AttentionDims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
+
 // ---- embedding_kernels.cpp (an id that is not a row of the table: UsageError)
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dtable);

@@ -20,11 +20,16 @@
 //    rounding is off by u_p |x| (in perr and in dS's bound) plus, below p_dtype's smallest
 //    normal, up to half its smallest subnormal (eta_p: FP16's 2^-25, an absolute error that a
 //    16-bit output's own tolerance hides but an FP32 gradient's does not).
+//  - `flush` (the CPU's AMX tiles, TDPBF16PS): an input below FP32's smallest normal t = 2^-126
+//    reads as zero and a running sum below t is flushed to zero, so each product term a b of a
+//    tile sum may be off by t (|a| + |b| + 1) more; and a rounded P or dS below t reads as zero,
+//    so eta_p becomes t.
 #pragma once
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -56,9 +61,11 @@ struct Reference {
 
 inline Reference reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
                            const std::vector<float>& v, const std::vector<float>& dout, const std::vector<float>& o_stored,
-                           float scale, DType dtype, DType p_dtype) {
+                           float scale, DType dtype, DType p_dtype, bool flush = false) {
   const double u = unit_roundoff(DType::F32), u_p = p_dtype == DType::F32 ? 0.0 : unit_roundoff(p_dtype);
-  const double eta_p = p_dtype == DType::F32 ? 0.0 : 0.5 * static_cast<double>(finfo(p_dtype).smallest_subnormal);
+  const double t = flush ? static_cast<double>(finfo(DType::F32).smallest_normal) : 0.0;
+  const double eta_p =
+      flush ? t : p_dtype == DType::F32 ? 0.0 : 0.5 * static_cast<double>(finfo(p_dtype).smallest_subnormal);
   const double u_out = dtype == DType::F32 ? 0.0 : unit_roundoff(dtype);
   const int64_t d = c.d, nq = c.items * c.tq * d, nk = c.items * c.tk * d;
   Reference r;
@@ -75,10 +82,13 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
       double mx = -INFINITY, emax = 0.0;
       for (int64_t j = 0; j < c.tk; ++j) {
         const float* kj = &k[(it * c.tk + j) * d];
-        double s = 0.0, a = 0.0;
-        for (int64_t x = 0; x < d; ++x) s += double(qi[x]) * kj[x], a += std::fabs(double(qi[x]) * kj[x]);
+        double s = 0.0, a = 0.0, f = 0.0;
+        for (int64_t x = 0; x < d; ++x) {
+          s += double(qi[x]) * kj[x], a += std::fabs(double(qi[x]) * kj[x]);
+          f += t * (std::fabs(qi[x]) + std::fabs(kj[x]) + 1.0);
+        }
         p[j] = s * scale;
-        e[j] = (d + 1) * u * scale * a;
+        e[j] = (d + 1) * u * scale * a + scale * f;
         if (sees(c, i, j)) mx = std::max(mx, p[j]), emax = std::max(emax, e[j]);
       }
       double l = 0.0;
@@ -101,29 +111,35 @@ inline Reference reference(const Case& c, const std::vector<float>& q, const std
           mag += p[j] * std::fabs(v[(it * c.tk + j) * d + x]);
           if (sees(c, i, j)) sub += eta_p * std::fabs(v[(it * c.tk + j) * d + x]);
         }
+        // (flush: each seen term's p_j (<= 1) v_j before the division by l >= 1)
         r.out[row * d + x] = o;
-        r.out_err[row * d + x] = mag * (perr + (c.tk + 2) * u) + sub + u_out * std::fabs(o);
+        r.out_err[row * d + x] = mag * (perr + (c.tk + 2) * u) + sub + 2 * t * c.tk + u_out * std::fabs(o);
       }
       // D's error: its d products in FP32, and O's own rounding into its dtype.
       const double dsum_err = (d + 1) * u * dsum_mag + 2 * u_out * dsum_mag;
       for (int64_t j = 0; j < c.tk; ++j) {
         if (p[j] == 0.0) continue;
         const float* vj = &v[(it * c.tk + j) * d];
-        double dp = 0.0, dmag = 0.0;
-        for (int64_t x = 0; x < d; ++x) dp += double(gi[x]) * vj[x], dmag += std::fabs(double(gi[x]) * vj[x]);
+        double dp = 0.0, dmag = 0.0, dflush = 0.0;
+        for (int64_t x = 0; x < d; ++x) {
+          dp += double(gi[x]) * vj[x], dmag += std::fabs(double(gi[x]) * vj[x]);
+          dflush += t * (std::fabs(gi[x]) + std::fabs(vj[x]) + 1.0);
+        }
         const double ds = p[j] * (dp - dsum);
         // (the exact D equals dsum: sum_j p_ij dP_ij = dO_i . O_i)
-        const double ds_err = p[j] * (perr_bwd * std::fabs(dp - dsum) + (d + 1) * u * dmag + dsum_err) +
+        const double ds_err = p[j] * (perr_bwd * std::fabs(dp - dsum) + (d + 1) * u * dmag + dflush + dsum_err) +
                               (u + u_p) * std::fabs(ds) + eta_p;
         const float* kj = &k[(it * c.tk + j) * d];
         for (int64_t x = 0; x < d; ++x) {
           const int64_t qx = row * d + x, kx = (it * c.tk + j) * d + x;
           r.dq[qx] += scale * ds * kj[x];
-          r.dq_err[qx] += scale * (ds_err * std::fabs(kj[x]) + (c.tk + 2) * u * std::fabs(ds * kj[x]));
+          const double term_flush = t * (std::fabs(ds) + ds_err + 1.0);  // DAZ of k or q, FTZ of the sum
+          r.dq_err[qx] += scale * (ds_err * std::fabs(kj[x]) + (c.tk + 2) * u * std::fabs(ds * kj[x]) + term_flush);
           r.dk[kx] += scale * ds * qi[x];
-          r.dk_err[kx] += scale * (ds_err * std::fabs(qi[x]) + (c.tq + 2) * u * std::fabs(ds * qi[x]));
+          r.dk_err[kx] += scale * (ds_err * std::fabs(qi[x]) + (c.tq + 2) * u * std::fabs(ds * qi[x]) + term_flush);
           r.dv[kx] += p[j] * gi[x];
-          r.dv_err[kx] += p[j] * std::fabs(gi[x]) * (perr_bwd + (c.tq + 2) * u) + eta_p * std::fabs(gi[x]);
+          r.dv_err[kx] += p[j] * std::fabs(gi[x]) * (perr_bwd + (c.tq + 2) * u) + eta_p * std::fabs(gi[x]) +
+                          t * (p[j] + 1.0);  // (flush: DAZ of dO, FTZ of the sum)
         }
       }
     }
@@ -171,8 +187,15 @@ inline Outputs run(const Backend& be, const Case& c, DType dt, DType grad_dt, De
 // One case in one dtype: forward and backward against the reference. Returns what it got, for
 // the callers that compare bits across runs.
 // grads: the gradients' dtype, dt unless given (FP32; the rounding allowance follows it).
+// What computes a case's outputs when not the device's backend (run): the same arguments.
+using Runner = std::function<Outputs(const Case& c, DType dt, DType grad_dt, const std::vector<float>& q,
+                                     const std::vector<float>& k, const std::vector<float>& v,
+                                     const std::vector<float>& dout, float scale)>;
+
+// flush: the backend's tiles flush (reference()'s `flush`: the CPU's AMX path). runner: computes
+// the outputs instead of dev's backend (the CPU's AMX code on the tile emulator).
 inline Outputs check_case(Device dev, const Case& c, DType dt, DType p_dtype = DType::F32,
-                          std::optional<DType> grads = std::nullopt) {
+                          std::optional<DType> grads = std::nullopt, bool flush = false, const Runner& runner = {}) {
   const DType grad_dt = grads.value_or(dt);
   INFO("attention items " << c.items << " Tq " << c.tq << " Tk " << c.tk << " d " << c.d
                           << (c.causal ? " causal" : "") << " in " << dtype_name(dt) << ", gradients in "
@@ -181,8 +204,9 @@ inline Outputs check_case(Device dev, const Case& c, DType dt, DType p_dtype = D
   const std::vector<float> qv = values(c.items * c.tq * c.d, seed, dt), kv = values(c.items * c.tk * c.d, seed + 1, dt);
   const std::vector<float> vv = values(c.items * c.tk * c.d, seed + 2, dt), gv = values(c.items * c.tq * c.d, seed + 3, dt);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-  const Outputs got = run(backend_for(dev), c, dt, grad_dt, dev, qv, kv, vv, gv, scale);
-  const Reference r = reference(c, qv, kv, vv, gv, got.out, scale, dt, p_dtype);
+  const Outputs got = runner ? runner(c, dt, grad_dt, qv, kv, vv, gv, scale)
+                             : run(backend_for(dev), c, dt, grad_dt, dev, qv, kv, vv, gv, scale);
+  const Reference r = reference(c, qv, kv, vv, gv, got.out, scale, dt, p_dtype, flush);
   check_within("out", got.out, r.out, r.out_err, dt);
   check_lse(got.lse, r);
   check_within("dq", got.dq, r.dq, r.dq_err, grad_dt);

@@ -180,6 +180,57 @@ void online_softmax(float* s, int64_t vis, float scale, float* m, float* l, floa
   *m = mx;
 }
 
+// tile_max and tile_sum with the same results on avx512 in a few vector steps (the scalar
+// tails are chains of 15 dependent operations per row): a maximum is the same in any order,
+// and _mm512_reduce_add_ps folds halves (8, 4, 2, 1 apart), tile_sum's own tree.
+inline float fast_tile_max(const float* s, float start) {
+#if defined(BELAY_ISA_avx512)
+  const __m512 a = _mm512_max_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16));
+  const __m512 b = _mm512_max_ps(_mm512_loadu_ps(s + 32), _mm512_loadu_ps(s + 48));
+  const float m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));
+  return start > m ? start : m;
+#else
+  return tile_max(s, start);
+#endif
+}
+inline float fast_tile_sum(const float* p) {
+#if defined(BELAY_ISA_avx512)
+  static_assert(kAttnKeys == 4 * kAttnPad && kAttnPad == 16, "four vectors of 16 partial sums");
+  __m512 part = _mm512_add_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p));
+  for (int64_t j0 = kAttnPad; j0 < kAttnKeys; j0 += kAttnPad) part = _mm512_add_ps(part, _mm512_loadu_ps(p + j0));
+  return _mm512_reduce_add_ps(part);
+#else
+  return tile_sum(p);
+#endif
+}
+
+void online_softmax_rows(float* s, const int64_t* vis, int64_t rows, float scale, float* m, float* l, float* o,
+                         int64_t ldo, int64_t dp) {
+  float mx[kAttnMaxRows], correction[kAttnMaxRows];
+  for (int64_t r = 0; r < rows; ++r) {
+    mx[r] = m[r];
+    if (vis[r] == 0) continue;
+    scale_and_mask(s + r * kAttnKeys, vis[r], scale);
+    mx[r] = fast_tile_max(s + r * kAttnKeys, m[r]);
+  }
+  // m - mx is NaN only for a row that has seen no key yet and none now (-inf - -inf): a
+  // correction of 1 there (nothing to rescale); exp_or_zero gives 0 for a first tile's -inf.
+  for (int64_t r = 0; r < rows; ++r)
+    correction[r] = cpu_math::select_f32(mx[r] == m[r], 1.0f, exp_or_zero(m[r] - mx[r]));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * kAttnKeys;
+    if (vis[r] == 0) {
+      for (int64_t j = 0; j < kAttnKeys; ++j) sr[j] = 0.0f;
+      continue;
+    }
+    for (int64_t j = 0; j < kAttnKeys; ++j) sr[j] = exp_or_zero(sr[j] - mx[r]);
+    l[r] = l[r] * correction[r] + fast_tile_sum(sr);
+    if (correction[r] != 1.0f)
+      for (int64_t c = 0; c < dp; ++c) o[r * ldo + c] *= correction[r];
+    m[r] = mx[r];
+  }
+}
+
 void probabilities(float* s, float* dp, int64_t vis, float scale, float lse, float dsum) {
   scale_and_mask(s, vis, scale);
   for (int64_t j = 0; j < kAttnKeys; ++j) {
@@ -190,6 +241,7 @@ void probabilities(float* s, float* dp, int64_t vis, float scale, float lse, flo
 
 }  // namespace
 
-extern const AttentionTiles attention_tiles = {dot_tile, weigh_rows, weigh_cols, online_softmax, probabilities};
+extern const AttentionTiles attention_tiles = {dot_tile,       weigh_rows,          weigh_cols,
+                                               online_softmax, online_softmax_rows, probabilities};
 
 }  // namespace belay::BELAY_ISA_NS

@@ -13,7 +13,9 @@
 // exp is erf_exp.h's exp_f32 on every path; arguments below -87 give 0 (see attention_tiles.cpp). The paths with FMA
 // (avx2, avx512; avx512bf16 and amx run avx512's tiles) fuse each multiply-add, so they agree with each other bit for
 // bit; baseline rounds the product first, so its bits differ from theirs by a rounding per
-// term (the same bits on every run and thread count on each path).
+// term (the same bits on every run and thread count on each path). The amx path's BF16
+// attention (kernels/cpu/attention_amx.cpp) uses only the softmax steps of avx512's tiles
+// (online_softmax_rows, probabilities); its products run on AMX (attention_amx.h).
 #pragma once
 #include <cstdint>
 
@@ -21,6 +23,7 @@ namespace belay {
 
 constexpr int64_t kAttnKeys = 64;  // keys per tile (a multiple of every path's vector width)
 constexpr int64_t kAttnPad = 16;   // FP32 rows are padded to a multiple of this many floats
+constexpr int64_t kAttnMaxRows = 32;  // rows of one online_softmax_rows call, at most
 
 struct AttentionTiles {
   // s[r * kAttnKeys + j] = sum over c < d of a[r * lda + c] * bt[c * ldb + j], for r < rows
@@ -40,6 +43,13 @@ struct AttentionTiles {
   // row's output accumulator o (dp floats) rescaled by exp(old max - new max); s left holding
   // the tile's probabilities exp(scale s - new max) (0 where masked), for P V.
   void (*online_softmax)(float* s, int64_t vis, float scale, float* m, float* l, float* o, int64_t dp);
+  // online_softmax on the `rows` rows of a block (row r: s + r kAttnKeys, its m[r], l[r] and
+  // o + r ldo, vis[r] keys seen; 0: s's row zeroed, the rest untouched), each row's arithmetic
+  // the same, the rows interleaved: their short serial steps (a maximum, a sum, the
+  // correction's exp) overlap, and the corrections' exps run as one vector loop. Where a row's
+  // correction is 1 its o is left as it is (o * 1 = o).
+  void (*online_softmax_rows)(float* s, const int64_t* vis, int64_t rows, float scale, float* m, float* l, float* o,
+                              int64_t ldo, int64_t dp);
   // The backward's row: s (raw scores) becomes P = exp(scale s - lse) for its first `vis` keys
   // (0 past them) and dp (dO.v) becomes dS = P (dp - dsum).
   void (*probabilities)(float* s, float* dp, int64_t vis, float scale, float lse, float dsum);

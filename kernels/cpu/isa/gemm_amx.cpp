@@ -18,6 +18,8 @@
 //     time: two A tiles (4, 5), two B tiles (6, 7), four TDPBF16PS.
 // Edges: packed rows past M, columns past N and k past K are zeros (in both operands, so no
 // NaN can come from padding), and a C block past the edge goes through a local 32 x 32.
+// The microkernel, the B panels' packing and the 8 x 8 transpose are amx_blocks.h's (the fused
+// attention's AMX products use them too).
 //
 // Summation order, for each output: C starts at 0 (or the old C when accumulating), then
 // each K block of kKC adds its pairs in k order, pair by pair (amx_tiles.h: even product,
@@ -37,49 +39,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/isa/amx_tiles.h"
+#include "kernels/cpu/isa/amx_blocks.h"
 #include "kernels/cpu/isa/gemm_f32.h"
 #include "kernels/cpu/isa/gemm_slices.h"
 
 namespace belay::BELAY_ISA_NS {
 namespace {
 
-constexpr int kBlock = 32;      // the microkernel's C block: 2 x 2 tiles of 16 x 16
-constexpr int kTileK = 32;      // BF16 k per tile row (16 pairs)
 constexpr int kKC = 512;        // k per K block (a multiple of kTileK)
 constexpr int kMC = 128;        // rows of A per block
 constexpr int kNC = 1024;       // columns of B per block
 static_assert(kKC % kTileK == 0 && kMC % kBlock == 0 && kNC % kBlock == 0, "blocks are whole tiles");
-
-
-// A view of op(X) as R x K of BF16: element (r, k). `r_contiguous`: consecutive r are
-// adjacent in memory (op(A) of a transposed A; op(B) of an untransposed B).
-struct View {
-  const uint16_t* data;
-  int64_t ld;
-  bool r_contiguous;
-  int64_t at(int64_t r, int64_t k) const { return r_contiguous ? k * ld + r : r * ld + k; }
-};
-
-// dst[j * ld_dst + i] = src[i * ld_src + j] for an 8 x 8 block of 16-bit elements: three
-// rounds of SSE2 unpacks (16-, 32-, 64-bit interleaves).
-void transpose_8x8_u16(const uint16_t* src, int64_t ld_src, uint16_t* dst, int64_t ld_dst) {
-  __m128i x[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * ld_src));
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm_unpacklo_epi16(x[2 * i], x[2 * i + 1]);      // columns 0-3 of rows 2i, 2i+1
-    t[2 * i + 1] = _mm_unpackhi_epi16(x[2 * i], x[2 * i + 1]);  // columns 4-7
-  }
-  for (int h = 0; h < 2; ++h)    // rows 0-3, then 4-7
-    for (int q = 0; q < 2; ++q) {  // columns 0-3, then 4-7
-      u[4 * h + 2 * q] = _mm_unpacklo_epi32(t[4 * h + q], t[4 * h + 2 + q]);      // two columns
-      u[4 * h + 2 * q + 1] = _mm_unpackhi_epi32(t[4 * h + q], t[4 * h + 2 + q]);  // the next two
-    }
-  for (int c = 0; c < 4; ++c) {  // u[c] holds columns 2c, 2c+1 of rows 0-3; u[4 + c] of rows 4-7
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c) * ld_dst), _mm_unpacklo_epi64(u[c], u[4 + c]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c + 1) * ld_dst), _mm_unpackhi_epi64(u[c], u[4 + c]));
-  }
-}
 
 // Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) into dst[r * depth + k], depth = kc
 // rounded up to whole tiles; rows up to a whole block and k past kc are zero.
@@ -105,54 +75,6 @@ void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, 
   }
 }
 
-// Columns [c0, c0 + cols) x k [k0, k0 + kc) of op(B) as one panel of kBlock columns in pair
-// layout: dst[p * kBlock + c] = k 2p in the low half, 2p + 1 in the high half, for
-// p < depth / 2; columns past `cols` and k past kc are zero.
-void pack_b_panel(const View& v, int64_t c0, int cols, int64_t k0, int kc, int depth, uint32_t* dst) {
-  const int pairs = depth / 2;
-  auto element = [&](int c, int k) -> uint32_t { return c < cols && k < kc ? v.data[v.at(c0 + c, k0 + k)] : 0u; };
-  int p_fast = 0;
-  if (cols == kBlock && v.r_contiguous) {
-    // Each k is a run of the 32 columns: interleave the runs of k = 2p and 2p + 1 (SSE2
-    // unpack: low halves from the first, high halves from the second).
-    p_fast = kc / 2;
-    for (int p = 0; p < p_fast; ++p) {
-      const uint16_t* lo = v.data + v.at(c0, k0 + 2 * p);
-      const uint16_t* hi = v.data + v.at(c0, k0 + 2 * p + 1);
-      uint32_t* d = dst + static_cast<int64_t>(p) * kBlock;
-      for (int c = 0; c < kBlock; c += 8) {
-        const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + c));
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + c));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c), _mm_unpacklo_epi16(l, h));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c + 4), _mm_unpackhi_epi16(l, h));
-      }
-    }
-  } else if (cols == kBlock) {
-    // Each column is a run along k, so its pairs are consecutive 32-bit words already: the
-    // panel is that matrix of words transposed, 4 x 4 at a time through SSE registers.
-    p_fast = kc / 8 * 4;
-    for (int c = 0; c < kBlock; c += 4) {
-      const uint16_t* col[4];
-      for (int q = 0; q < 4; ++q) col[q] = v.data + v.at(c0 + c + q, k0);
-      for (int p = 0; p < p_fast; p += 4) {
-        __m128 w0 = _mm_loadu_ps(reinterpret_cast<const float*>(col[0] + 2 * p));
-        __m128 w1 = _mm_loadu_ps(reinterpret_cast<const float*>(col[1] + 2 * p));
-        __m128 w2 = _mm_loadu_ps(reinterpret_cast<const float*>(col[2] + 2 * p));
-        __m128 w3 = _mm_loadu_ps(reinterpret_cast<const float*>(col[3] + 2 * p));
-        _MM_TRANSPOSE4_PS(w0, w1, w2, w3);
-        float* d = reinterpret_cast<float*>(dst + static_cast<int64_t>(p) * kBlock + c);
-        _mm_storeu_ps(d, w0);
-        _mm_storeu_ps(d + kBlock, w1);
-        _mm_storeu_ps(d + 2 * kBlock, w2);
-        _mm_storeu_ps(d + 3 * kBlock, w3);
-      }
-    }
-  }
-  for (int p = p_fast; p < pairs; ++p)  // the edges, element by element
-    for (int c = 0; c < kBlock; ++c)
-      dst[static_cast<int64_t>(p) * kBlock + c] = element(c, 2 * p) | element(c, 2 * p + 1) << 16;
-}
-
 // Per-thread packing buffers, kept between calls (grown never; sized for whole blocks).
 struct Buffers {
   uint16_t* a = nullptr;  // kMC x kKC BF16
@@ -173,49 +95,6 @@ Buffers& buffers() {
     b.b = static_cast<uint32_t*>(aligned_bytes(static_cast<size_t>(kKC / 2) * kNC * 4));
   }
   return b;
-}
-
-// Every tile 16 rows x 64 bytes: C (0-3) 16 x 16 FP32, A (4, 5) 16 rows x 16 pairs, B (6, 7)
-// 16 pairs x 16 columns. So each TDPBF16PS chains: C rows = A rows, A pairs = B rows.
-amx::TileConfig tile_config() {
-  amx::TileConfig cfg;
-  for (int t = 0; t < amx::kTiles; ++t) {
-    cfg.rows[t] = amx::kMaxRows;
-    cfg.colsb[t] = amx::kMaxColsb;
-  }
-  return cfg;
-}
-
-// C[0:32, 0:32] (ldc floats) = (overwrite ? 0 : C) + the packed A block rows (32 x depth,
-// row stride depth) times the packed B panel (depth / 2 pairs x 32).
-void microkernel(int depth, const uint16_t* a, const uint32_t* b, float* c, int64_t ldc, bool overwrite) {
-  const int64_t c_stride = ldc * 4, a_stride = static_cast<int64_t>(depth) * 2, b_stride = kBlock * 4;
-  if (overwrite) {
-    amx::zero<0>();
-    amx::zero<1>();
-    amx::zero<2>();
-    amx::zero<3>();
-  } else {
-    amx::load<0>(c, c_stride);
-    amx::load<1>(c + 16, c_stride);
-    amx::load<2>(c + 16 * ldc, c_stride);
-    amx::load<3>(c + 16 * ldc + 16, c_stride);
-  }
-  for (int k = 0; k < depth; k += kTileK) {
-    const uint32_t* bp = b + static_cast<int64_t>(k / 2) * kBlock;  // pair k / 2, column 0
-    amx::load<4>(a + k, a_stride);
-    amx::load<5>(a + 16 * static_cast<int64_t>(depth) + k, a_stride);
-    amx::load<6>(bp, b_stride);
-    amx::load<7>(bp + 16, b_stride);
-    amx::dot_bf16<0, 4, 6>();
-    amx::dot_bf16<1, 4, 7>();
-    amx::dot_bf16<2, 5, 6>();
-    amx::dot_bf16<3, 5, 7>();
-  }
-  amx::store<0>(c, c_stride);
-  amx::store<1>(c + 16, c_stride);
-  amx::store<2>(c + 16 * ldc, c_stride);
-  amx::store<3>(c + 16 * ldc + 16, c_stride);
 }
 
 // The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
@@ -243,13 +122,13 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
             const uint16_t* a = buf.a + ir * depth;
             const uint32_t* b = buf.b + jr / 2 * depth;
             if (rows == kBlock && cols == kBlock) {
-              microkernel(depth, a, b, c, n_total, overwrite);
+              microkernel(depth, a, depth, b, c, n_total, overwrite);
               continue;
             }
             if (!overwrite)
               for (int i = 0; i < kBlock; ++i)
                 for (int j = 0; j < kBlock; ++j) edge[i * kBlock + j] = i < rows && j < cols ? c[i * n_total + j] : 0.0f;
-            microkernel(depth, a, b, edge, kBlock, overwrite);
+            microkernel(depth, a, depth, b, edge, kBlock, overwrite);
             for (int i = 0; i < rows; ++i) memcpy(c + i * n_total, edge + i * kBlock, static_cast<size_t>(cols) * 4);
           }
         }

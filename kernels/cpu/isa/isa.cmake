@@ -17,9 +17,10 @@ set(BELAY_ISA_FLAGS_avx512bf16 ${BELAY_ISA_FLAGS_avx512} -mavx512bf16)
 # idiom, inlined into Eigen's packet code): noise from the system headers, not our code.
 set(BELAY_ISA_WARN_avx512 $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
 set(BELAY_ISA_WARN_avx512bf16 ${BELAY_ISA_WARN_avx512})
-# amx is avx512bf16 plus the tile instructions: only gemm_amx.cpp (its BF16 x BF16 products)
-# and the bench's tile peak loop. amx_emulated is the same gemm_amx.cpp on the emulator of
-# kernels/cpu/isa/amx_tiles.h, for baseline x86-64: it runs on every CPU (tests).
+# amx is avx512bf16 plus the tile instructions: only gemm_amx.cpp (its BF16 x BF16 products),
+# attention_amx.cpp (the fused attention's BF16 products) and the bench's tile peak loop.
+# amx_emulated is the same two files on the emulator of kernels/cpu/isa/amx_tiles.h, for
+# baseline x86-64: it runs on every CPU (tests).
 set(BELAY_ISA_FLAGS_amx ${BELAY_ISA_FLAGS_avx512bf16} -mamx-tile -mamx-bf16)
 set(BELAY_ISA_WARN_amx ${BELAY_ISA_WARN_avx512})
 set(BELAY_ISA_FLAGS_amx_emulated "")
@@ -56,6 +57,7 @@ belay_add_isa_objects(belay_cpu_isa SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/is
 target_sources(belay_core PRIVATE ${belay_cpu_isa_OBJECTS})
 belay_add_isa_objects(belay_cpu_isa_gemm ISAS avx512bf16 SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_gemm_OBJECTS})
-belay_add_isa_objects(belay_cpu_isa_amx ISAS amx amx_emulated SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_amx.cpp)
+belay_add_isa_objects(belay_cpu_isa_amx ISAS amx amx_emulated SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_amx.cpp
+                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/attention_amx.cpp)
 target_compile_definitions(belay_cpu_isa_amx_amx_emulated PRIVATE BELAY_AMX_EMULATED=1)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_amx_OBJECTS})

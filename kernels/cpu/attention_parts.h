@@ -1,0 +1,89 @@
+// What the fused attention's two CPU implementations share (kernels/cpu/attention_kernels.cpp,
+// FP32 tiles on every path; kernels/cpu/attention_amx.cpp, AMX tiles for BF16 on the amx
+// path): the causal mask, the per-row softmax steps on FP32 tiles, and the rows in and out.
+// Both run one (item, query block) per forward task and one item per backward task.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/block_loops.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa/attention_tiles.h"
+
+namespace belay::cpu::attention_parts {
+
+constexpr int64_t kQueryRows = 32;  // query rows per block: a tile of scores is 8 KiB
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline int64_t key_tiles(int64_t tk) { return (tk + kAttnKeys - 1) / kAttnKeys; }
+
+// Which keys a query sees: [0, visible(i)). Causal aligns the mask at the end of the keys, so
+// query i of tq sees the keys up to i + tk - tq (a KV cache's new query sees them all).
+struct Mask {
+  bool causal;
+  int64_t tq, tk;
+  int64_t visible(int64_t i) const { return causal ? std::clamp<int64_t>(i + tk - tq + 1, 0, tk) : tk; }
+  // The first query that sees key j.
+  int64_t first_query(int64_t j) const { return causal ? std::max<int64_t>(0, j - (tk - tq)) : 0; }
+};
+
+// The forward's last step for rows [i0, i0 + rows) of one item: o (rows of dp floats) divided
+// by l into out, and lse = m + log l (a row that saw no key: out 0, lse -inf).
+inline void finish_rows(float* o, int64_t dp, const float* m, const float* l, const AttentionDims& dims, int64_t item,
+                        int64_t i0, int64_t rows, Tensor& out, Tensor& lse) {
+  float* lse_out = lse.data_as<float>() + item * dims.tq + i0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* orow = o + r * dp;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (int64_t c = 0; c < dims.d; ++c) orow[c] *= inv;
+    lse_out[r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+    store_block(out.data(), out.dtype(), (item * dims.tq + i0 + r) * dims.d, dims.d, orow);
+  }
+}
+
+// D = rowsum(dO O) of one item's query rows, in FP32, each over the head dim in order.
+inline void output_dots(const Tensor& out, const Tensor& dout, const AttentionDims& dims, int64_t item,
+                        std::vector<float>& dsum) {
+  const int64_t d = dims.d;
+  std::vector<float> gbuf(static_cast<size_t>(d)), obuf(gbuf.size());
+  dsum.resize(static_cast<size_t>(dims.tq));
+  for (int64_t i = 0; i < dims.tq; ++i) {
+    const int64_t at = (item * dims.tq + i) * d;
+    const float* g = load_block(dout.data(), dout.dtype(), at, d, gbuf.data());
+    const float* o = load_block(out.data(), out.dtype(), at, d, obuf.data());
+    float acc = 0.0f;
+    for (int64_t c = 0; c < d; ++c) acc += g[c] * o[c];
+    dsum[i] = acc;
+  }
+}
+
+// P and dS of one block of query rows against one key tile: p = exp(scale s - lse) where the
+// row sees the key (0 elsewhere), ds = p (dp - D). s and dpv hold the raw products on entry.
+inline void probabilities_block(float* s, float* dpv, int64_t i0, int64_t rows, int64_t j0, int64_t keys, float scale,
+                                const Mask& mask, const float* lse, const float* dsum, const AttentionTiles& t) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * kAttnKeys;
+    float* dr = dpv + r * kAttnKeys;
+    const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
+    if (vis > 0) {
+      t.probabilities(sr, dr, vis, scale, lse[i0 + r], dsum[i0 + r]);
+    } else {  // the row sees none of the tile
+      std::fill(sr, sr + kAttnKeys, 0.0f);
+      std::fill(dr, dr + kAttnKeys, 0.0f);
+    }
+  }
+}
+
+// rows [n, dp] of FP32 (times `factor`) into t's elements from `offset` as rows of d.
+inline void store_rows(float* rows, int64_t n, int64_t d, int64_t dp, float factor, Tensor& t, int64_t offset) {
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = rows + r * dp;
+    for (int64_t c = 0; c < d; ++c) row[c] *= factor;
+    store_block(t.data(), t.dtype(), offset + r * d, d, row);
+  }
+}
+
+}  // namespace belay::cpu::attention_parts
