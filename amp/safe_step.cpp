@@ -106,16 +106,39 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
     ~Running() { flag = false; }
   } running{running_};
   const int64_t step = step_;
+  const Backend& be = backend_for(opt_.device());
+  const Tensor loss_mean = forward_backward(loss_fn, step);
+  ++step_;
+
+  const StepMeasures m = measure_and_clip();
+  const Tensor found_inf = scaler_.found_inf_tensor(opt_);
+  const Tensor nonfinite_loss = scaler_.nonfinite_loss_tensor(opt_);
+  scaler_.step(opt_);  // a no-op under found_inf, decided on the device
+  // Sharded: each rank updated what it owns; every rank gets every updated parameter.
+  if (comm_->sharded()) comm_->all_gather_params(opt_.params());
+  const bool by_value = options_.clip_mode == ClipMode::Value;
+  if (options_.unscale_grads && options_.fused && !by_value) leave_grads_unscaled(m.clip_coef);
+  scaler_.update();
+
+  std::vector<const Tensor*> values{&loss_mean, &nonfinite_loss, &found_inf, &m.norm,
+                                    &m.clip_coef, &opt_.lr_tensor(), &scaler_.scale_tensor()};
+  if (by_value) {
+    values.push_back(&m.value_clip.post_norm);
+    values.push_back(&m.value_clip.dot);
+  }
+  return PendingStep(step, be.read_async(values), by_value, take_census(m.census));
+}
+
+// Forward and backward, micro-batch by micro-batch; returns the mean loss (on the device). Each
+// loss is checked on the device (a non-finite one marks the step as an overflow) and averaged
+// there for the log. d(objective)/d(loss) = scale / accum_steps, from the scale in device
+// memory. A loss function may throw (a Python one, a shape error): then the step never
+// happened. Nothing of the optimizer or the scale has been written yet; the gradients, the
+// scaler's loss checks and the casts' census are dropped, and the step index does not advance.
+Tensor SafeStep::forward_backward(const std::function<Var(int)>& loss_fn, int64_t step) {
   const Device device = opt_.device();
   const Backend& be = backend_for(device);
   opt_.zero_grad(true);
-
-  // Forward and backward, micro-batch by micro-batch. Each loss is checked on the device
-  // (a non-finite one marks the step as an overflow) and averaged there for the log.
-  // d(objective)/d(loss) = scale / accum_steps, from the scale in device memory.
-  // A loss function may throw (a Python one, a shape error): then the step never happened.
-  // Nothing of the optimizer or the scale has been written yet; the gradients and the
-  // scaler's loss checks are dropped, and the step index does not advance.
   const float per_micro_batch = 1.0f / static_cast<float>(options_.accum_steps);
   // With N ranks each backward is also divided by N and the all-reduce sums: every micro-batch's
   // backward then computes the same numbers as in one process accumulating accum x N of them,
@@ -152,54 +175,47 @@ PendingStep SafeStep::enqueue(const std::function<Var(int)>& loss_fn) {
     take_census({});  // the abandoned step's counts go with it
     throw;
   }
-  cast_scope.reset();
-  ++step_;
+  return loss_mean;
+}
 
-  Tensor norm, clip_coef, census;
-  DeviceValueClip value_clip;
-  const bool by_value = options_.clip_mode == ClipMode::Value;
-  if (by_value) {
-    // Clamping needs the unscaled values in memory: unscale in place first (PyTorch's order).
+// The norm, the clip coefficient (and the census) of the step's gradients, by the path the
+// options name: clamping by value (after an in-place unscale, PyTorch's order), the fused
+// guard, or the unfused unscale then clip.
+SafeStep::StepMeasures SafeStep::measure_and_clip() {
+  StepMeasures m;
+  if (options_.clip_mode == ClipMode::Value) {
     scaler_.unscale_(opt_);
-    value_clip = clip_grad_value_on_device(opt_.mutable_grads(), options_.max_norm);
-    norm = value_clip.norm;
-    clip_coef = Tensor::full(Shape{1}, 1.0f, DType::F32, device);  // the step applies the clamped gradients as they are
+    m.value_clip = clip_grad_value_on_device(opt_.mutable_grads(), options_.max_norm);
+    m.norm = m.value_clip.norm;
+    // The step applies the clamped gradients as they are.
+    m.clip_coef = Tensor::full(Shape{1}, 1.0f, DType::F32, opt_.device());
   } else if (options_.fused) {
     const GuardResult g = scaler_.guard(opt_, options_.max_norm, comm_,
                                         options_.census ? std::optional<DType>(options_.census_format) : std::nullopt);
-    norm = g.norm;
-    clip_coef = g.clip_coef;
-    census = g.census;
+    m.norm = g.norm;
+    m.clip_coef = g.clip_coef;
+    m.census = g.census;
   } else {
     scaler_.unscale_(opt_);
     const DeviceClip c = clip_grad_norm_on_device(opt_.mutable_grads(), options_.max_norm);
-    norm = c.norm;
-    clip_coef = c.clip_coef;
+    m.norm = c.norm;
+    m.clip_coef = c.clip_coef;
   }
-  const Tensor found_inf = scaler_.found_inf_tensor(opt_);
-  const Tensor nonfinite_loss = scaler_.nonfinite_loss_tensor(opt_);
-  scaler_.step(opt_);  // a no-op under found_inf, decided on the device
-  // Sharded: each rank updated what it owns; every rank gets every updated parameter.
-  if (comm_->sharded()) comm_->all_gather_params(opt_.params());
-  if (options_.unscale_grads && options_.fused && !by_value) {
-    // The unfused step's passes, with this step's scale (update() has not changed it yet) and
-    // clip coefficient: the same numbers as unscale_ then clip_grad_norm_ in place.
-    const Tensor one = Tensor::full(Shape{1}, 1.0f, DType::F32, device);
-    Tensor inv_scale = Tensor::empty(Shape{1}, DType::F32, device), ignored = Tensor::zeros(Shape{1}, DType::F32, device);
-    if (scaler_.enabled()) be.binary(BinaryOp::Div, one, scaler_.scale_tensor(), inv_scale);
-    else inv_scale.fill(1.0f);
-    be.unscale_inplace(opt_.mutable_grads(), inv_scale, ignored);
-    if (!std::isinf(options_.max_norm)) be.scale_inplace(opt_.mutable_grads(), clip_coef);
-  }
-  scaler_.update();
+  return m;
+}
 
-  std::vector<const Tensor*> values{&loss_mean, &nonfinite_loss, &found_inf, &norm,
-                                    &clip_coef, &opt_.lr_tensor(), &scaler_.scale_tensor()};
-  if (by_value) {
-    values.push_back(&value_clip.post_norm);
-    values.push_back(&value_clip.dot);
-  }
-  return PendingStep(step, be.read_async(values), by_value, take_census(census));
+// The unfused step's passes, with this step's scale (update() has not changed it yet) and clip
+// coefficient: the fused step's gradients then hold the same numbers as after unscale_ and
+// clip_grad_norm_ in place.
+void SafeStep::leave_grads_unscaled(const Tensor& clip_coef) {
+  const Device device = opt_.device();
+  const Backend& be = backend_for(device);
+  const Tensor one = Tensor::full(Shape{1}, 1.0f, DType::F32, device);
+  Tensor inv_scale = Tensor::empty(Shape{1}, DType::F32, device), ignored = Tensor::zeros(Shape{1}, DType::F32, device);
+  if (scaler_.enabled()) be.binary(BinaryOp::Div, one, scaler_.scale_tensor(), inv_scale);
+  else inv_scale.fill(1.0f);
+  be.unscale_inplace(opt_.mutable_grads(), inv_scale, ignored);
+  if (!std::isinf(options_.max_norm)) be.scale_inplace(opt_.mutable_grads(), clip_coef);
 }
 
 PendingCensus SafeStep::take_census(const Tensor& guard_census) {

@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 
+#include "amp/clip.h"
 #include "amp/dist/communicator.h"
 #include "amp/grad_scaler.h"
 #include "amp/step_log.h"
@@ -116,6 +117,15 @@ class SafeStep {
   bool running_ = false;  // inside enqueue: a second step from the loss function is refused
   std::shared_ptr<const CensusNames> census_names_;  // the gradients' names, taken once
   CastCensus cast_census_;                           // its sites persist from step to step
+
+  // The phases of enqueue.
+  struct StepMeasures {
+    Tensor norm, clip_coef, census;
+    DeviceValueClip value_clip;
+  };
+  Tensor forward_backward(const std::function<Var(int)>& loss_fn, int64_t step);
+  StepMeasures measure_and_clip();
+  void leave_grads_unscaled(const Tensor& clip_coef);
   PendingCensus take_census(const Tensor& guard_census);
 };
 
