@@ -10,25 +10,16 @@
 #include "engine/backend.h"
 #include "engine/census.h"
 #include "engine/error.h"
+#include "engine/half_bits.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "tests/kernels/isa_restore.h"
 #include "tests/kernels/census_case.h"
 
 using namespace belay;
 using namespace belay::test;
 
 namespace {
-
-struct IsaRestore {
-  CpuIsa saved = active_cpu_isa();
-  ~IsaRestore() { force_cpu_isa(saved); }
-};
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 std::vector<uint16_t> halves(const Tensor& t) {
   const uint16_t* p = t.data_as<const uint16_t>();
@@ -66,7 +57,7 @@ TEST_CASE("cast census: every count against the reference, the cast's bits, two 
       CHECK(w[kCensusZeros] == want.zeros);
       CHECK(w[kCensusUnderflow] == want.underflow);
       CHECK(w[kCensusSubnormal] == want.subnormal);
-      CHECK(w[kCensusAmax] == bits(want.amax));
+      CHECK(w[kCensusAmax] == f32_bits(want.amax));
     }
   }
 }

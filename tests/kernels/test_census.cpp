@@ -16,20 +16,17 @@
 #include "engine/random.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "tests/kernels/isa_restore.h"
 #include "tests/kernels/census_case.h"
 
 using namespace belay;
+using belay::test::IsaRestore;
 using belay::test::census_reference;
 using belay::test::census_tensors;
 
 namespace {
 
 const Backend& cpu() { return cpu_backend(); }
-
-struct IsaRestore {
-  CpuIsa saved = active_cpu_isa();
-  ~IsaRestore() { force_cpu_isa(saved); }
-};
 
 uint32_t bits(float f) {
   uint32_t u;

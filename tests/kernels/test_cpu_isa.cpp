@@ -22,6 +22,7 @@
 #include "kernels/cpu/cpu_convert.h"
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "tests/kernels/isa_restore.h"
 #include "kernels/cpu/isa/element_blocks.h"
 #include "kernels/cpu/isa/erf_exp.h"
 #include "tests/kernels/gemm_case.h"
@@ -29,6 +30,7 @@
 #include "tests/tolerance.h"
 
 using namespace belay;
+using belay::test::IsaRestore;
 using belay::test::bits_of;
 using belay::test::GemmCase;
 
@@ -49,11 +51,6 @@ bool runs_here(CpuIsa isa) {
 }
 
 // Restores the active path when a test that forces one ends.
-struct IsaRestore {
-  CpuIsa saved = active_cpu_isa();
-  ~IsaRestore() { force_cpu_isa(saved); }
-};
-
 // The odd-shape suite through `gemm`, for inputs of the given dtypes.
 void gemm_cases(const std::function<void(const GemmArgs&)>& gemm, const std::vector<DType>& dtypes) {
   // 1, 7, 129, 1000 in every role; K never a multiple of 32.

@@ -14,10 +14,12 @@
 #include "engine/random.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "tests/kernels/isa_restore.h"
 #include "kernels/cpu/isa/classifier_rows.h"
 #include "tests/tolerance.h"
 
 using namespace belay;
+using belay::test::IsaRestore;
 using belay::test::bits_of;
 using belay::test::check_close;
 using belay::test::tolerance_for;
@@ -25,11 +27,6 @@ using belay::test::tolerance_for;
 namespace {
 
 const Backend& cpu() { return cpu_backend(); }
-
-struct IsaRestore {
-  CpuIsa saved = active_cpu_isa();
-  ~IsaRestore() { force_cpu_isa(saved); }
-};
 
 struct Threads {
   int saved = omp_get_max_threads();
