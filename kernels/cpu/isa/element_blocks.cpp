@@ -46,6 +46,20 @@ int unscale(const float* v, float* r, int64_t n, float inv) {
 }
 
 // ---- The guard's sums of squares ------------------------------------------------------------
+// The smallest 16-bit magnitude pattern of elem (FP16 or BF16) whose value is at least t, so
+// that |x| < t exactly when (bits & 0x7fff) is below it.
+uint16_t first_bits_at_least(float t, GemmElem elem) {
+  uint32_t lo = 0, hi = elem == GemmElem::F16 ? 0x7c00u : 0x7f80u;  // +inf: at least any t
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    const float v = elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<uint16_t>(mid))
+                                          : bf16_bits_to_f32(static_cast<uint16_t>(mid));
+    if (v >= t) hi = mid;
+    else lo = mid + 1;
+  }
+  return static_cast<uint16_t>(lo);
+}
+
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
 inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
@@ -270,20 +284,6 @@ void census_sparse(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
 // patterns of magnitudes order as the values do. Fewer operations per value than the fused
 // 8-wide min and max of step_min_max.
 
-// The smallest 16-bit magnitude pattern of elem (FP16 or BF16) whose value is at least t, so
-// that |x| < t exactly when (bits & 0x7fff) is below it.
-uint16_t first_bits_at_least(float t, GemmElem elem) {
-  uint32_t lo = 0, hi = elem == GemmElem::F16 ? 0x7c00u : 0x7f80u;  // +inf: at least any t
-  while (lo < hi) {
-    const uint32_t mid = (lo + hi) / 2;
-    const float v = elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<uint16_t>(mid))
-                                          : bf16_bits_to_f32(static_cast<uint16_t>(mid));
-    if (v >= t) hi = mid;
-    else lo = mid + 1;
-  }
-  return static_cast<uint16_t>(lo);
-}
-
 // The 16-bit values as magnitudes: kSteps steps per scan, the largest pattern seen kept.
 struct ScanHalves {
 #if defined(BELAY_ISA_avx512)
@@ -471,12 +471,11 @@ struct CensusLaneCounts {
   }
 };
 
-// Every value classified where it is summed, in lane counters the vectorizer widens. (The AVX
-// paths' sparse loop, a min and max per step, measured slower here than this: on SSE2 the
-// min, max and their reduction cost more than the comparisons they skip.)
+// Every value classified where it is summed, in lane counters the vectorizer widens: the
+// dense loop, and the sparse loop's recount.
 template <GemmElem Elem>
-void sum_squares_census_8_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
-                             CensusCounts* counts) {
+void census_dense_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                     CensusCounts* counts) {
   double acc[8] = {};
   CensusLaneCounts c;
   for (int64_t j = 0; j < len; ++j)
@@ -488,6 +487,103 @@ void sum_squares_census_8_of(const void* x, int64_t stride, int64_t len, float i
     }
   for (int k = 0; k < 8; ++k) out[k] = acc[k];
   c.into(static_cast<uint64_t>(len) * 8, counts);
+}
+
+// The sparse loop's scan on SSE2 (every x86-64 CPU has it): whether a step of kStepValues
+// values of each of the 8 chunks holds a magnitude below the normal range, by a min and max
+// per vector (4 FP32 values, or 8 stored 16-bit values taken as integer magnitudes, whose
+// patterns order as their values: SSE2's signed 16-bit min and max suffice below 0x8000).
+// NaNs and infs pass it (the sums then are not finite: the call is counted again in full).
+constexpr int64_t kStepValues = 8;
+
+struct ScanStepSse2 {
+  GemmElem elem;
+  float bound;
+  __m128i bound16, hi16 = _mm_setzero_si128();
+  __m128 hi32 = _mm_setzero_ps();
+  ScanStepSse2(CensusBounds b, GemmElem e)
+      : elem(e), bound(b.subnormal_below),
+        bound16(_mm_set1_epi16(static_cast<short>(e == GemmElem::F32 ? 0 : first_bits_at_least(bound, e)))) {}
+
+  bool below(const void* x, int64_t stride, int64_t j) {
+    if (elem == GemmElem::F32) {
+      const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+      __m128 lo = _mm_set1_ps(3.40282347e38f);
+      for (int k = 0; k < 8; ++k)
+        for (int q = 0; q < kStepValues; q += 4) {
+          const __m128 a = _mm_and_ps(_mm_loadu_ps(static_cast<const float*>(x) + k * stride + j + q), abs_mask);
+          lo = _mm_min_ps(a, lo);
+          hi32 = _mm_max_ps(a, hi32);
+        }
+      return _mm_movemask_ps(_mm_cmplt_ps(lo, _mm_set1_ps(bound))) != 0;
+    }
+    const __m128i mask = _mm_set1_epi16(0x7fff);
+    __m128i lo = mask;
+    for (int k = 0; k < 8; ++k) {
+      const __m128i a = _mm_and_si128(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + k * stride + j)), mask);
+      lo = _mm_min_epi16(lo, a);
+      hi16 = _mm_max_epi16(hi16, a);
+    }
+    return _mm_movemask_epi8(_mm_cmplt_epi16(lo, bound16)) != 0;
+  }
+  // The largest magnitude scanned, as FP32 (meaningful where the sums are finite).
+  float amax() const {
+    float top = 0.0f;
+    if (elem == GemmElem::F32) {
+      alignas(16) float l[4];
+      _mm_store_ps(l, hi32);
+      for (const float v : l) top = v > top ? v : top;
+      return top;
+    }
+    alignas(16) uint16_t l[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(l), hi16);
+    uint16_t h = 0;
+    for (const uint16_t v : l) h = v > h ? v : h;
+    return elem == GemmElem::F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
+  }
+};
+
+// Sparse: the guard's sums as sum_squares_8_of adds them (the same bits), a step's values
+// classified only where its scan saw a magnitude below the normal range.
+template <GemmElem Elem>
+void census_sparse_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                      CensusCounts* counts) {
+  double acc[8] = {};
+  CensusLaneCounts dirty;
+  uint64_t dirty_values = 0;
+  ScanStepSse2 scan(b, Elem);
+  for (int64_t j0 = 0; j0 < len; j0 += kStepValues) {
+    const bool below = scan.below(x, stride, j0);
+    for (int64_t j = j0; j < j0 + kStepValues; ++j)
+      for (int k = 0; k < 8; ++k) {
+        const float u = grad_at(x, Elem, k * stride + j) * inv;
+        acc[k] += (double)u * (double)u;
+      }
+    if (!below) continue;
+    for (int64_t j = j0; j < j0 + kStepValues; ++j)
+      for (int k = 0; k < 8; ++k) dirty.add(k, grad_at(x, Elem, k * stride + j), b);
+    dirty_values += 8 * kStepValues;
+  }
+  bool finite = true;
+  for (int k = 0; k < 8; ++k) finite = finite && std::isfinite(acc[k]);
+  if (!finite) return census_dense_of<Elem>(x, stride, len, inv, b, out, counts);  // the same sums again
+  for (int k = 0; k < 8; ++k) out[k] = acc[k];
+  dirty.into(dirty_values, counts);
+  counts->amax = std::max(counts->amax, scan.amax());
+}
+
+// Sparse where the call's first steps are mostly plain (as on the AVX paths), dense otherwise.
+template <GemmElem Elem>
+void sum_squares_census_8_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                             CensusCounts* counts) {
+  if (len % kStepValues != 0) return census_dense_of<Elem>(x, stride, len, inv, b, out, counts);
+  ScanStepSse2 probe(b, Elem);
+  int flagged = 0;
+  for (int64_t j = 0; j < std::min<int64_t>(len, 8 * kStepValues); j += kStepValues)
+    flagged += probe.below(x, stride, j) ? 1 : 0;
+  if (flagged <= 2) census_sparse_of<Elem>(x, stride, len, inv, b, out, counts);
+  else census_dense_of<Elem>(x, stride, len, inv, b, out, counts);
 }
 
 void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
