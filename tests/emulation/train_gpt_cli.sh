@@ -5,7 +5,7 @@
 # step costs about a second under the sanitizers; the bf16 kernels run in tests/gpu.) Every step must be in the CSV, skipped where the CPU run skips
 # with the same scale, each loss within 2e-2 of the CPU's (the bound of train_cli.sh: the
 # two devices' kernels sum in different orders, and bf16/fp16 round those sums), and the
-# held-out losses likewise.
+# held-out losses likewise; the census (--census --census-casts) has the CPU's rows.
 #   usage: train_gpt_cli.sh BELAY_BINARY SOURCE_DIR
 set -euo pipefail
 belay=$1
@@ -24,12 +24,23 @@ PY
 for dtype in fp16; do
   args=(--model gpt --data "$dir/text.safetensors" --layers 1 --width 16 --heads 2 --context 8 --batch 4
         --micro-batch 2 --steps 4 --eval-every 2 --eval-windows 2 --dtype "$dtype" --inject-inf 1 --seed 3)
-  "$belay" train "${args[@]}" --device cuda --csv "$dir/cuda.csv" >"$dir/cuda.out"
-  "$belay" train "${args[@]}" --device cpu --csv "$dir/cpu.csv" >"$dir/cpu.out"
-  python3 - "$dir/cuda.csv" "$dir/cpu.csv" "$dtype" <<'PY'
+  "$belay" train "${args[@]}" --device cuda --csv "$dir/cuda.csv" --census "$dir/cuda_census.csv" --census-casts \
+    >"$dir/cuda.out"
+  "$belay" train "${args[@]}" --device cpu --csv "$dir/cpu.csv" --census "$dir/cpu_census.csv" --census-casts \
+    >"$dir/cpu.out"
+  python3 - "$dir/cuda.csv" "$dir/cpu.csv" "$dtype" "$dir/cuda_census.csv" "$dir/cpu_census.csv" <<'PY'
 import csv, math, sys
 g = list(csv.DictReader(open(sys.argv[1])))
 c = list(csv.DictReader(open(sys.argv[2])))
+# The census (the guard's and the casts', counted by the CUDA kernels): the same rows as the
+# CPU's, the same sizes, the planted inf in the same tensor, the skipped step named alike.
+gc = list(csv.DictReader(open(sys.argv[4])))
+cc = list(csv.DictReader(open(sys.argv[5])))
+assert [(r["step"], r["tensor"], r["numel"]) for r in gc] == [(r["step"], r["tensor"], r["numel"]) for r in cc]
+assert any(r["tensor"].startswith("cast:") for r in gc), "no cast rows"
+for a, b in zip(gc, cc):
+    assert (a["nonfinite"] == "0") == (b["nonfinite"] == "0"), (a, b)
+assert [r["nonfinite_tensors"] for r in g] == [r["nonfinite_tensors"] for r in c], "nonfinite_tensors"
 assert len(g) == 4 and len(c) == 4, (len(g), len(c))
 for a, b in zip(g, c):
     assert a["skipped"] == b["skipped"] and a["skip_reason"] == b["skip_reason"], (a, b)
@@ -42,6 +53,6 @@ for a, b in zip(g, c):
         assert abs(la - lb) <= 2e-2 * max(1.0, abs(lb)), (a["step"], col, la, lb)
 assert g[1]["skipped"] == "1", g[1]
 print(f"train_gpt_cli {sys.argv[3]}: 4 GPT steps on the emulated GPU, skipped step 1 as on the CPU, "
-      "losses and held-out losses within 2e-2")
+      f"losses and held-out losses within 2e-2, {len(gc)} census rows as the CPU's")
 PY
 done
