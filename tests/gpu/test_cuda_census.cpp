@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/census.h"
+#include "tests/amp/two_layers.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/kernels/census_case.h"
 
@@ -82,5 +83,23 @@ TEST_CASE("cuda cast census: every count against the reference and the cast's bi
     CHECK(r[kCensusUnderflow] == want.underflow);
     CHECK(r[kCensusSubnormal] == want.subnormal);
     CHECK(r[kCensusAmax] == bits(want.amax));
+  }
+}
+
+TEST_CASE("cuda cast census: a step that takes it keeps every bit, fp16 gradient buffers included", "[gpu][amp][census]") {
+  BELAY_REQUIRE_GPU();
+  // The CUDA products write FP32 and the counted cast rounds them where, without the census,
+  // they round into the FP16 buffer themselves: the same bits, and two micro-batches add alike.
+  for (const DType grads : {DType::F32, DType::F16}) {
+    INFO("gradients " << dtype_name(grads));
+    TwoLayers with(DType::F16, grads, 2, true, 1.0f, 1024.0f, Device::cuda());
+    TwoLayers without(DType::F16, grads, 2, false, 1.0f, 1024.0f, Device::cuda());
+    for (int s = 0; s < 2; ++s) {
+      const StepRow a = with.run(), b = without.run();
+      CHECK(bits(a.loss) == bits(b.loss));
+      CHECK(bits(a.grad_l2_pre_clip) == bits(b.grad_l2_pre_clip));
+      CHECK(!a.cast_census.empty());
+    }
+    CHECK(with.state_bits() == without.state_bits());
   }
 }
