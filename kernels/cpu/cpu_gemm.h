@@ -37,6 +37,6 @@ void cpu_gemm_packed_direct(CpuIsa isa, const GemmF32Args& args);
 // The amx path's is avx512bf16's (its FP32 and FP16 products run that code).
 GemmBlocking cpu_gemm_blocking(CpuIsa isa);
 std::string cpu_caches_report();                  // "L1d 48 KiB 12-way, L2 2 MiB 16-way, ..."
-std::string cpu_gemm_blocking_report(CpuIsa isa);  // "avx512: MR 12 NR 32 KC 192 MC 1020 NC 4096"
+std::string cpu_gemm_blocking_report(CpuIsa isa);  // "avx512: MR 12 NR 32 KC 192 MC 288 NC 4096"
 
 }  // namespace belay

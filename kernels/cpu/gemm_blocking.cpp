@@ -9,6 +9,11 @@
 namespace belay {
 namespace {
 
+// The most rows of A per block: larger measured no better. On this Xeon (2 MiB L2), MC 1020 ran
+// the GPT-2 small products 0-7% slower than 288 (bench/results/cpu-2026-12-04-xeon-gemm-blocking.md),
+// and 144-576 were alike; on Zen 3 (512 KiB L2) 288 beat 72 and 144.
+constexpr int64_t kMcMax = 288;
+
 int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 int64_t round_down(int64_t x, int64_t to) { return x / to * to; }
 
@@ -124,7 +129,7 @@ GemmBlocking gemm_blocking(const CpuCaches& c, const MicroTile& t) {
   b.nr = static_cast<int>(nr);
   const int64_t kc_max = t.kc_max >= 16 ? t.kc_max / 16 * 16 : 16;
   b.kc = static_cast<int>(clamp64(round_down(l1 / 2 / (nr * f), 16), 16, kc_max));
-  const int64_t mc_max = 1024 / mr * mr > 0 ? 1024 / mr * mr : mr;
+  const int64_t mc_max = kMcMax / mr * mr > 0 ? kMcMax / mr * mr : mr;
   b.mc = static_cast<int>(clamp64(round_down(l2 / 2 / (b.kc * f), mr), mr, mc_max));
   const int64_t nc_max = 4096 / nr * nr > 0 ? 4096 / nr * nr : nr;
   b.nc = static_cast<int>(clamp64(round_down((l3 > 0 ? l3 : l2) / 2 / (b.kc * f), nr), nr, nc_max));
