@@ -11,6 +11,7 @@
 // Then GPT-2 small's step shapes (`gpt2_small`): the three products of each of its linear
 // layers (attention qkv 768 -> 2304, attention projection 768 -> 768, MLP 768 -> 3072 and
 // 3072 -> 768, the tied head 768 -> 50304) at M = 1024 and 4096 tokens (--quick: 1024, no head),
+// and the 4096 x 4096 x 4096 squares (a Linear(4096) at 4096 tokens; not under --quick),
 // fp32 through the backend, each as GFLOP/s and as a fraction of the FMA peak loop of the
 // active path measured in the same run on the same threads (bench/fma_peak.cpp). The blocking
 // the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them.
@@ -83,7 +84,8 @@ constexpr GptLinear kGpt2Small[] = {{"attn.qkv", 768, 2304},
                                     {"attn.proj", 768, 768},
                                     {"mlp.fc", 768, 3072},
                                     {"mlp.proj", 3072, 768},
-                                    {"head", 768, 50304}};
+                                    {"head", 768, 50304},
+                                    {"square 4096", 4096, 4096}};  // at 4096 tokens: the 4096 squares
 
 Json bench_gpt2_shapes(const Options& o, double peak) {
   const Backend& be = backend_for(Device::cpu());
@@ -94,6 +96,7 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
   for (const int64_t m : tokens) {
     for (const GptLinear& l : kGpt2Small) {
       if (o.quick && l.out > 4096) continue;
+      if (l.in == 4096 && m != 4096) continue;  // the squares only
       const double flops = 2.0 * static_cast<double>(m) * l.in * l.out;
       const int reps = flops > 1e11 ? 3 : flops > 1e10 ? 5 : 9, warm = 1;
       Rng rng(static_cast<uint64_t>(m * 131 + l.out));

@@ -162,9 +162,9 @@ def bench_gemm(quick):
 
 
 # GPT-2 small's linear layers (name, in, out), as bench/gemm.cpp's gpt2_small rows: the three
-# products of each at 1024 and 4096 tokens (--quick: 1024, no head), fp32, no bias.
+# products of each at 1024 and 4096 tokens (--quick: 1024, no head), and the 4096 squares, fp32, no bias.
 GPT2_SMALL = (("attn.qkv", 768, 2304), ("attn.proj", 768, 768), ("mlp.fc", 768, 3072),
-              ("mlp.proj", 3072, 768), ("head", 768, 50304))
+              ("mlp.proj", 3072, 768), ("head", 768, 50304), ("square 4096", 4096, 4096))
 
 
 def bench_gpt2_shapes(quick):
@@ -172,6 +172,8 @@ def bench_gpt2_shapes(quick):
     for m in ((1024,) if quick else (1024, 4096)):
         for name, fin, fout in GPT2_SMALL:
             if quick and fout > 4096:
+                continue
+            if fin == 4096 and m != 4096:  # the 4096 x 4096 x 4096 squares only
                 continue
             flops = 2.0 * m * fin * fout
             reps = 3 if flops > 1e11 else 5 if flops > 1e10 else 9
