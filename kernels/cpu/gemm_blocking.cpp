@@ -9,9 +9,10 @@
 namespace belay {
 namespace {
 
-// The most rows of A per block: larger measured no better. On this Xeon (2 MiB L2), MC 1020 ran
-// the GPT-2 small products 0-7% slower than 288 (bench/results/cpu-2026-12-04-xeon-gemm-blocking.md),
-// and 144-576 were alike; on Zen 3 (512 KiB L2) 288 beat 72 and 144.
+// The most rows of A per block: larger measured no better. On the 2026-12-04 Xeon (2 MiB L2),
+// MC 1020 ran the GPT-2 small products at 0.91-1.07x the speed of MC 288 (median 0.98x, slower on
+// 46 of 60; bench/results/cpu-2026-12-04-xeon-gemm-blocking.md), and 144-576 were alike; on
+// Zen 3 (512 KiB L2) 288 beat 72 and 144.
 constexpr int64_t kMcMax = 288;
 
 int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
@@ -122,7 +123,10 @@ GemmBlocking gemm_blocking(const CpuCaches& c, const MicroTile& t) {
   const int64_t f = 4;  // bytes per packed entry (an FP32 value or a BF16 pair)
   const int64_t mr = t.mr > 0 ? t.mr : 1, nr = t.nr > 0 ? t.nr : 1;
   const int64_t l1 = c.l1d > 0 ? c.l1d : int64_t{32} << 10;
-  const int64_t l2 = (c.l2 > 0 ? c.l2 : int64_t{512} << 10) / (c.l2_shared_by > 1 ? c.l2_shared_by : 1);
+  // L2 counts whole even where hyperthreads share it: halving it would take Zen 3 (512 KiB per
+  // core, two threads) from MC 252 to 120, and 144 measured slower than 288 there. The L3 is
+  // shared by many cores, so a thread counts its share.
+  const int64_t l2 = c.l2 > 0 ? c.l2 : int64_t{512} << 10;
   const int64_t l3 = c.l3 > 0 ? c.l3 / (c.l3_shared_by > 1 ? c.l3_shared_by : 1) : 0;
   GemmBlocking b;
   b.mr = static_cast<int>(mr);

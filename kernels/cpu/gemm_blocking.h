@@ -50,14 +50,14 @@ struct GemmBlocking {
 
 // The blocking for the caches `c` and the microkernel `t` (pure: no I/O):
 //   KC: one B panel in half of L1d (KC x NR x 4 <= L1d / 2), a multiple of 16, in [16, kc_max];
-//   MC: the A block in half of the thread's L2 (MC x KC x 4 <= L2 / 2), a multiple of MR, in
+//   MC: the A block in half of L2 (MC x KC x 4 <= L2 / 2), a multiple of MR, in
 //       [MR, 288]: the other half holds the B panels and C lines streaming through; 288 rows
 //       (the measured best on Zen 3) is also the most, as more measured no better on this
 //       Xeon (gemm_blocking.cpp);
 //   NC: the B block in half of the thread's L3 share (L2 without an L3), a multiple of NR, in
 //       [NR, 4096] (4096: the widest measured; wider only grows the buffer).
-// Missing sizes fall back to 32 KiB L1d, 512 KiB L2, no L3; a cache shared by several logical
-// CPUs (hyperthreads, a cluster of cores) counts as its size over their number.
+// Missing sizes fall back to 32 KiB L1d, 512 KiB L2, no L3. The L3 counts as its size over the
+// logical CPUs sharing it; L1d and L2 count whole, even where hyperthreads share them.
 GemmBlocking gemm_blocking(const CpuCaches& c, const MicroTile& t);
 
 // The caches of CPU 0: sysfs (/sys/devices/system/cpu/cpu0/cache/index*/), else cpuid (leaf 4

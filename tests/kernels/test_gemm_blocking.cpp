@@ -59,7 +59,7 @@ void check_invariants(const CpuCaches& c, const MicroTile& t) {
   INFO("L1d " << c.l1d << " L2 " << c.l2 << " L3 " << c.l3 << " / MR " << t.mr << " NR " << t.nr << " -> KC " << b.kc
               << " MC " << b.mc << " NC " << b.nc);
   const int64_t l1 = c.l1d > 0 ? c.l1d : 32 * KiB;
-  const int64_t l2 = (c.l2 > 0 ? c.l2 : 512 * KiB) / c.l2_shared_by;
+  const int64_t l2 = c.l2 > 0 ? c.l2 : 512 * KiB;  // whole, even when hyperthreads share it
   const int64_t l3 = c.l3 > 0 ? c.l3 / c.l3_shared_by : 0;
   CHECK(b.mr == t.mr);
   CHECK(b.nr == t.nr);
@@ -104,6 +104,10 @@ TEST_CASE("gemm blocking: the values on the machines measured, KC as before (the
   CHECK(b.mc == 252);
   CHECK(b.nc == 1024);
   CHECK(gemm_blocking(zen3, kBaseline).kc == 256);
+  // The same with its hyperthreads visible (L2 shared by 2): L2 counts whole, MC stays 252.
+  CpuCaches zen3_smt = zen3;
+  zen3_smt.l2_shared_by = 2;
+  CHECK(gemm_blocking(zen3_smt, kAvx2).mc == 252);
   // Zen 5 (avx512): KC 192 as before; MC at its cap of 288 rows; NC 1344 (half of 2 MiB).
   b = gemm_blocking(zen5, kAvx512);
   CHECK(b.kc == 192);
