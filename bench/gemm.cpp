@@ -7,8 +7,17 @@
 //
 // Check: 16 sampled outputs of every product against an FP64 dot product of the operands
 // as stored, within 2k*2^-24*sum|a*b| plus the output rounding.
+//
+// Then GPT-2 small's step shapes (`gpt2_small`): the three products of each of its linear
+// layers (attention qkv 768 -> 2304, attention projection 768 -> 768, MLP 768 -> 3072 and
+// 3072 -> 768, the tied head 768 -> 50304) at M = 1024 and 4096 tokens (--quick: 1024, no head),
+// and the 4096 x 4096 x 4096 squares (a Linear(4096) at 4096 tokens; not under --quick),
+// fp32 through the backend, each as GFLOP/s and as a fraction of the FMA peak loop of the
+// active path measured in the same run on the same threads (bench/fma_peak.cpp). The blocking
+// the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them.
 #include <cmath>
 
+#include "bench/fma_peak.h"
 #include "bench/sections.h"
 #include "engine/backend.h"
 #include "engine/random.h"
@@ -50,11 +59,80 @@ namespace {
 
 constexpr const char* kProducts[3] = {"forward", "dX", "dW"};
 
+// The active path's FP32 FMA peak loop on all threads, GFLOP/s (median of `reps`); every lane
+// must end at exactly 1, or the loop did not run as written.
+double fma_peak_gflops(CpuIsa isa, int reps) {
+  const int64_t iters = 50'000'000;
+  PeakRun run;
+  const Timing t = time_it(1, reps, [&] {
+    switch (isa) {
+      case CpuIsa::Baseline: run = isa_baseline::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
+      case CpuIsa::Avx2: run = isa_avx2::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
+      default: run = isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;  // the same FP32 FMAs
+    }
+  });
+  require(run.sum == static_cast<double>(run.lanes_total), "fma peak: the lanes did not end at 1");
+  return run.flops / (t.median_ms * 1e6);
+}
+
+// GPT-2 small's linear layers: (name, in, out).
+struct GptLinear {
+  const char* name;
+  int64_t in, out;
+};
+constexpr GptLinear kGpt2Small[] = {{"attn.qkv", 768, 2304},
+                                    {"attn.proj", 768, 768},
+                                    {"mlp.fc", 768, 3072},
+                                    {"mlp.proj", 3072, 768},
+                                    {"head", 768, 50304},
+                                    {"square 4096", 4096, 4096}};  // at 4096 tokens: the 4096 squares
+
+Json bench_gpt2_shapes(const Options& o, double peak) {
+  const Backend& be = backend_for(Device::cpu());
+  const CpuIsa isa = active_cpu_isa();
+  const GemmBlocking bl = cpu_gemm_blocking(isa);
+  Json rows = Json::array();
+  const std::vector<int64_t> tokens = o.quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096};
+  for (const int64_t m : tokens) {
+    for (const GptLinear& l : kGpt2Small) {
+      if (o.quick && l.out > 4096) continue;
+      if (l.in == 4096 && m != 4096) continue;  // the squares only
+      const double flops = 2.0 * static_cast<double>(m) * l.in * l.out;
+      const int reps = flops > 1e11 ? 3 : flops > 1e10 ? 5 : 9, warm = 1;
+      Rng rng(static_cast<uint64_t>(m * 131 + l.out));
+      const Tensor x = random_matrix(m, l.in, 1.0f, rng), w = random_matrix(l.out, l.in, 1.0f / std::sqrt((float)l.in), rng);
+      const Tensor dy = random_matrix(m, l.out, 1e-2f, rng);
+      Tensor y = Tensor::empty(Shape{m, l.out}), dx = Tensor::empty(Shape{m, l.in}), dw = Tensor::empty(Shape{l.out, l.in});
+      const GemmArgs ops[3] = {{&x, false, &w, true, &y, 0.0f, nullptr},
+                               {&dy, false, &w, false, &dx, 0.0f, nullptr},
+                               {&dy, true, &x, false, &dw, 0.0f, nullptr}};
+      // (M, N, K) of each product, as op(A) op(B) is M x K times K x N.
+      const int64_t shapes[3][3] = {{m, l.out, l.in}, {m, l.in, l.out}, {l.out, l.in, m}};
+      Json entry{{"layer", l.name}, {"tokens", m}, {"in", l.in}, {"out", l.out}, {"flops", flops}};
+      for (int i = 0; i < 3; ++i) {
+        const Timing t = time_it(warm, reps, [&] { be.gemm(ops[i]); });
+        const double g = flops / (t.median_ms * 1e6);
+        entry[kProducts[i]] = Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)},
+                                   {"gflops", g}, {"fraction_of_peak", g / peak}};
+      }
+      check_product(x, false, w, true, y, std::string("gpt2 forward ") + l.name);
+      check_product(dy, false, w, false, dx, std::string("gpt2 dX ") + l.name);
+      check_product(dy, true, x, false, dw, std::string("gpt2 dW ") + l.name);
+      rows.push_back(entry);
+    }
+  }
+  return Json{{"isa", cpu_isa_name(isa)}, {"fma_peak_gflops", peak}, {"threads", max_threads()},
+              {"blocking", Json{{"mr", bl.mr}, {"nr", bl.nr}, {"kc", bl.kc}, {"mc", bl.mc}, {"nc", bl.nc},
+                                {"report", cpu_gemm_blocking_report(isa)}}},
+              {"caches", cpu_caches_report()}, {"rows", rows}};
+}
+
 }  // namespace
 
 Json bench_gemm(const Options& o) {
   const Backend& be = backend_for(Device::cpu());
   const int64_t batch = 256;
+  const double peak = fma_peak_gflops(active_cpu_isa(), o.quick ? 3 : 5);  // fp32 rows: fraction of it
   Json rows = Json::array();
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{256, 1024, 4096};
   for (const int64_t n : widths) {
@@ -124,7 +202,11 @@ Json bench_gemm(const Options& o) {
       check_product(dyd, false, wd, false, dx, std::string("belay dX ") + dtype_name(dt));
       check_product(dyd, true, xd, false, dw, std::string("belay dW ") + dtype_name(dt));
       Json e;
-      for (int i = 0; i < 3; ++i) e[kProducts[i]] = Json{{"time", to_json(t[i])}, {"gflops", flops / (t[i].median_ms * 1e6)}};
+      for (int i = 0; i < 3; ++i) {
+        const double g = flops / (t[i].median_ms * 1e6);
+        e[kProducts[i]] = Json{{"time", to_json(t[i])}, {"gflops", g}};
+        if (dt == DType::F32) e[kProducts[i]]["fraction_of_peak"] = g / peak;
+      }
       entry[std::string("belay_") + dtype_name(dt)] = e;
     }
     for (const char* op : {"forward", "dX", "dW"})
@@ -132,7 +214,8 @@ Json bench_gemm(const Options& o) {
           entry["belay_fp32"][op]["gflops"].get<double>() / entry["eigen_fp32"][op]["gflops"].get<double>();
     rows.push_back(entry);
   }
-  return Json{{"threads", max_threads()}, {"sizes", rows}};
+  return Json{{"threads", max_threads()}, {"fma_peak_gflops", peak}, {"sizes", rows},
+              {"gpt2_small", bench_gpt2_shapes(o, peak)}};
 }
 
 }  // namespace belay::bench

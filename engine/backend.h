@@ -392,5 +392,8 @@ void require_device(Device device);  // throws UsageError with a clear reason if
 void select_cpu_isa(const std::string& name);
 std::string cpu_isa_line();
 std::string active_cpu_isa_name();  // "avx2": the path in use (checkpoints record it)
+// The `cpu gemm:` line: the active path's GEMM blocking and the caches it was derived from
+// (kernels/cpu/gemm_blocking.h).
+std::string cpu_gemm_line();
 
 }  // namespace belay

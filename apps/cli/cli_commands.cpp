@@ -102,6 +102,7 @@ void add_finfo_info_commands(CLI::App& app, SmallCommands& s) {
 int run_info_command(const std::string& isa_line) {
   std::cout << version_string() << "\n";
   std::cout << "cpu isa: " << isa_line << "\n";
+  std::cout << "cpu gemm: " << cpu_gemm_line() << "\n";
   return 0;
 }
 

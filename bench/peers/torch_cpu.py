@@ -158,7 +158,47 @@ def bench_gemm(quick):
             check_product(dyt, xd, dw, f"torch dW {name}")
             entry[name] = e
         rows.append(entry)
-    return {"sizes": rows}
+    return {"sizes": rows, "gpt2_small": bench_gpt2_shapes(quick)}
+
+
+# GPT-2 small's linear layers (name, in, out), as bench/gemm.cpp's gpt2_small rows: the three
+# products of each at 1024 and 4096 tokens (--quick: 1024, no head), and the 4096 squares, fp32, no bias.
+GPT2_SMALL = (("attn.qkv", 768, 2304), ("attn.proj", 768, 768), ("mlp.fc", 768, 3072),
+              ("mlp.proj", 3072, 768), ("head", 768, 50304), ("square 4096", 4096, 4096))
+
+
+def bench_gpt2_shapes(quick):
+    rows = []
+    for m in ((1024,) if quick else (1024, 4096)):
+        for name, fin, fout in GPT2_SMALL:
+            if quick and fout > 4096:
+                continue
+            if fin == 4096 and m != 4096:  # the 4096 x 4096 x 4096 squares only
+                continue
+            flops = 2.0 * m * fin * fout
+            reps = 3 if flops > 1e11 else 5 if flops > 1e10 else 9
+            g = torch.Generator().manual_seed(m * 131 + fout)
+            x = torch.rand(m, fin, generator=g) * 2 - 1
+            w = (torch.rand(fout, fin, generator=g) * 2 - 1) / math.sqrt(fin)
+            dy = (torch.rand(m, fout, generator=g) * 2 - 1) * 1e-2
+            y = torch.empty(m, fout)
+            dx = torch.empty(m, fin)
+            dw = torch.empty(fout, fin)
+            wt, dyt = w.t(), dy.t()
+            ops = {"forward": lambda: torch.mm(x, wt, out=y),
+                   "dX": lambda: torch.mm(dy, w, out=dx),
+                   "dW": lambda: torch.mm(dyt, x, out=dw)}
+            shapes = {"forward": (m, fout, fin), "dX": (m, fin, fout), "dW": (fout, fin, m)}
+            entry = {"layer": name, "tokens": m, "in": fin, "out": fout, "flops": flops}
+            for op in PRODUCTS:
+                t = time_it(1, reps, ops[op])
+                mm, nn, kk = shapes[op]
+                entry[op] = {"m": mm, "n": nn, "k": kk, "time": t, "gflops": flops / (t["median_ms"] * 1e6)}
+            check_product(x, wt, y, f"torch gpt2 forward {name}")
+            check_product(dy, w, dx, f"torch gpt2 dX {name}")
+            check_product(dyt, x, dw, f"torch gpt2 dW {name}")
+            rows.append(entry)
+    return {"rows": rows}
 
 
 # --- train ----------------------------------------------------------------------------

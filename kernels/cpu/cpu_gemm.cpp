@@ -1,5 +1,9 @@
 #include "kernels/cpu/cpu_gemm.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+
 #include "engine/backend_checks.h"
 #include "engine/error.h"
 #include "kernels/cpu/isa/gemm_f32.h"
@@ -23,7 +27,42 @@ void run_eigen(CpuIsa isa, const GemmF32Args& g) {
 
 bool both_bf16(const GemmF32Args& g) { return g.a_type == GemmElem::BF16 && g.b_type == GemmElem::BF16; }
 
-void run_packed(CpuIsa isa, const GemmF32Args& g) {
+// The path whose packed FP32 product runs on `isa` (amx runs avx512bf16's for all but BF16 x BF16).
+CpuIsa packed_path(CpuIsa isa) { return isa == CpuIsa::Amx ? CpuIsa::Avx512Bf16 : isa; }
+
+MicroTile micro_tile(CpuIsa isa) {
+  switch (packed_path(isa)) {
+    case CpuIsa::Baseline: return isa_baseline::gemm_micro_tile();
+    case CpuIsa::Avx2: return isa_avx2::gemm_micro_tile();
+    case CpuIsa::Avx512: return isa_avx512::gemm_micro_tile();
+    default: return isa_avx512bf16::gemm_micro_tile();
+  }
+}
+
+GemmBlocking default_blocking(CpuIsa isa) {
+  switch (packed_path(isa)) {
+    case CpuIsa::Baseline: return isa_baseline::gemm_default_blocking();
+    case CpuIsa::Avx2: return isa_avx2::gemm_default_blocking();
+    case CpuIsa::Avx512: return isa_avx512::gemm_default_blocking();
+    default: return isa_avx512bf16::gemm_default_blocking();
+  }
+}
+
+// BELAY_GEMM_BLOCKING=fixed: the compiled-in blocking of before the caches were read (the bench
+// compares both in one run); unset or "caches": the blocking of the caches read at start.
+bool fixed_blocking() {
+  static const bool fixed = [] {
+    const char* v = std::getenv("BELAY_GEMM_BLOCKING");
+    if (!v || !*v || std::strcmp(v, "caches") == 0) return false;
+    if (std::strcmp(v, "fixed") == 0) return true;
+    throw UsageError(std::string("BELAY_GEMM_BLOCKING=") + v + ": expected caches or fixed");
+  }();
+  return fixed;
+}
+
+void run_packed(CpuIsa isa, const GemmF32Args& args) {
+  GemmF32Args g = args;
+  g.blocking = cpu_gemm_blocking(isa);
   switch (isa) {
     case CpuIsa::Baseline: isa_baseline::gemm_packed(g); break;
     case CpuIsa::Avx2: isa_avx2::gemm_packed(g); break;
@@ -107,6 +146,45 @@ void cpu_gemm(const GemmArgs& args) {
 void cpu_gemm_on(CpuIsa isa, const GemmArgs& args) {
   require_path(isa);
   run_gemm(args, [isa](const GemmF32Args& g) { run_packed(isa, g); });
+}
+
+GemmBlocking cpu_gemm_blocking(CpuIsa isa) {
+  require_path(isa);  // micro_tile() runs the path's own code
+  struct Table {
+    GemmBlocking of[std::size(kAllCpuIsas)];
+    Table() {
+      for (const CpuIsa p : kAllCpuIsas)
+        if (cpu_isa_available(p)) of[static_cast<int>(p)] = gemm_blocking(cpu_caches(), micro_tile(p));
+    }
+  };
+  static const Table from_caches;
+  return fixed_blocking() ? default_blocking(isa) : from_caches.of[static_cast<int>(isa)];
+}
+
+std::string cpu_caches_report() {
+  const CpuCaches& c = cpu_caches();
+  auto size = [](int64_t b) {
+    if (b <= 0) return std::string("none");
+    if (b % (1 << 20) == 0) return std::to_string(b >> 20) + " MiB";
+    return std::to_string(b >> 10) + " KiB";
+  };
+  auto ways = [](int w) { return w > 0 ? " " + std::to_string(w) + "-way" : std::string(); };
+  auto shared = [](int n) { return n > 1 ? " shared by " + std::to_string(n) : std::string(); };
+  return "L1d " + size(c.l1d) + ways(c.l1d_ways) + ", L2 " + size(c.l2) + ways(c.l2_ways) + shared(c.l2_shared_by) +
+         ", L3 " + size(c.l3) + shared(c.l3_shared_by) + ", " + std::to_string(c.cores) + " CPUs (" + c.source + ")";
+}
+
+std::string cpu_gemm_blocking_report(CpuIsa isa) {
+  const GemmBlocking b = cpu_gemm_blocking(isa);
+  // amx: its BF16 x BF16 products run on tiles (gemm_amx.cpp, blocked on its own); this is the
+  // blocking of its other products, on avx512bf16's panels.
+  return std::string(cpu_isa_name(isa)) + (isa == CpuIsa::Amx ? " (fp32/fp16 products)" : "") + ": MR " + std::to_string(b.mr) + " NR " + std::to_string(b.nr) + " KC " +
+         std::to_string(b.kc) + " MC " + std::to_string(b.mc) + " NC " + std::to_string(b.nc) +
+         (fixed_blocking() ? " (fixed: BELAY_GEMM_BLOCKING)" : "");
+}
+
+std::string cpu_gemm_line() {
+  return cpu_gemm_blocking_report(active_cpu_isa()) + "; caches " + cpu_caches_report();
 }
 
 void cpu_gemm_amx_emulated(const GemmArgs& args) { run_gemm(args, run_amx_emulated); }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/backend.h"
+#include "kernels/cpu/gemm_blocking.h"
 #include "kernels/cpu/cpu_isa.h"
 
 namespace belay {
@@ -28,7 +29,14 @@ GemmElem gemm_elem_of(DType dtype);
 // The path's FP32 Eigen product on raw pointers, no checks or widening: what belay's wrapper
 // adds is measured against it (bench/gemm.cpp). Error if the path cannot run here.
 void cpu_gemm_f32_direct(CpuIsa isa, const GemmF32Args& args);
-// The path's packed product on raw pointers (any GemmElem inputs), no checks.
+// The path's packed product on raw pointers (any GemmElem inputs), no checks. Runs with the
+// path's blocking (cpu_gemm_blocking), whatever args.blocking says.
 void cpu_gemm_packed_direct(CpuIsa isa, const GemmF32Args& args);
+// The blocking of the path's packed product (kernels/cpu/gemm_blocking.h): from the caches read
+// at start (computed once per path), or the compiled-in one under BELAY_GEMM_BLOCKING=fixed.
+// The amx path's is avx512bf16's (its FP32 and FP16 products run that code).
+GemmBlocking cpu_gemm_blocking(CpuIsa isa);
+std::string cpu_caches_report();                  // "L1d 48 KiB 12-way, L2 2 MiB 16-way, ..."
+std::string cpu_gemm_blocking_report(CpuIsa isa);  // "avx512: MR 12 NR 32 KC 192 MC 288 NC 4096"
 
 }  // namespace belay

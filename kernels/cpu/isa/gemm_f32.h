@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/gemm_blocking.h"
+
 namespace belay {
 
 // The element type of an input as stored. The packed product widens FP16/BF16 to FP32 while
@@ -25,6 +27,9 @@ struct GemmF32Args {
   float* c = nullptr;        // row-major M x N
   bool accumulate = false;   // C += product; else C = product
   const float* bias = nullptr;  // [N] added to every row, or null
+  // The packed product's blocking (kernels/cpu/gemm_blocking.h; cpu_gemm.cpp fills it from the
+  // caches read at start); kc = 0: the path's compiled-in defaults. The Eigen product ignores it.
+  GemmBlocking blocking;
 };
 
 // Eigen's product (FP32 inputs only): the comparison the bench measures the packed one against.
@@ -38,6 +43,11 @@ namespace isa_avx2 { void gemm_packed(const GemmF32Args& args); }
 namespace isa_avx512 { void gemm_packed(const GemmF32Args& args); }
 // avx512 plus VDPBF16PS for BF16 x BF16 (other inputs: the avx512 FP32 panels).
 namespace isa_avx512bf16 { void gemm_packed(const GemmF32Args& args); }
+// The path's microkernel (MR x NR, largest KC) and the blocking it uses when given none.
+namespace isa_baseline { MicroTile gemm_micro_tile(); GemmBlocking gemm_default_blocking(); }
+namespace isa_avx2 { MicroTile gemm_micro_tile(); GemmBlocking gemm_default_blocking(); }
+namespace isa_avx512 { MicroTile gemm_micro_tile(); GemmBlocking gemm_default_blocking(); }
+namespace isa_avx512bf16 { MicroTile gemm_micro_tile(); GemmBlocking gemm_default_blocking(); }
 // BF16 x BF16 only, on AMX tiles (gemm_amx.cpp): the real instructions, and the same source
 // on kernels/cpu/isa/amx_tiles.h's emulator (any x86-64 CPU; tests).
 namespace isa_amx { void gemm_amx(const GemmF32Args& args); }

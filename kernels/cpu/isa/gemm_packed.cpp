@@ -16,6 +16,9 @@
 // time (k ascending inside a block), each block's sum added to C. Accumulation (beta = 1)
 // starts from the old C; the bias is added once, after the last block.
 //
+// Blocking: KC, MC and NC come from the caches read at start (kernels/cpu/gemm_blocking.h:
+// what each level keeps where, and why only KC touches the bits).
+//
 // Threads: the larger of the M and N ranges is cut into one slice per OpenMP thread (in
 // whole panels), and each thread packs and multiplies its slice alone: no barrier, no
 // shared buffer. Packing buffers are per thread and kept (grown, never shrunk), so a
@@ -43,10 +46,11 @@ namespace {
 // ---- The vector of this path, and the shape of its microkernel ---------------------------
 // MR x NR accumulators (NR = two vectors) stay in registers: AVX2 has 16 ymm, so 6 x 2 = 12
 // accumulators + 2 B vectors + 1 broadcast; AVX-512 has 32 zmm: 12 x 2 = 24 + 3; SSE2 has
-// 16 xmm: 6 x 2 + 3. KC sizes one A panel + one B panel to stay within the L1 cache.
+// 16 xmm: 6 x 2 + 3. kKCMax: the largest KC (the buffers' depth); gemm_blocking takes KC
+// from the L1 size up to it (one B panel in half of L1d: 192 for AVX-512 with 48 KiB).
 #if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
 using Vec = __m512;
-constexpr int kW = 16, kMR = 12, kKC = 192;
+constexpr int kW = 16, kMR = 12, kKCMax = 192;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_load_ps(p); }  // packed panels are 64-byte aligned
 inline Vec vloadu(const float* p) { return _mm512_loadu_ps(p); }
@@ -56,7 +60,7 @@ inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 #elif defined(BELAY_ISA_avx2)
 using Vec = __m256;
-constexpr int kW = 8, kMR = 6, kKC = 256;
+constexpr int kW = 8, kMR = 6, kKCMax = 256;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_load_ps(p); }
 inline Vec vloadu(const float* p) { return _mm256_loadu_ps(p); }
@@ -66,7 +70,7 @@ inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 #else  // baseline x86-64: SSE2, no FMA (a multiply, then an add: two roundings)
 using Vec = __m128;
-constexpr int kW = 4, kMR = 6, kKC = 256;
+constexpr int kW = 4, kMR = 6, kKCMax = 256;
 inline Vec vzero() { return _mm_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm_load_ps(p); }
 inline Vec vloadu(const float* p) { return _mm_loadu_ps(p); }
@@ -77,13 +81,14 @@ inline Vec vadd(Vec a, Vec b) { return _mm_add_ps(a, b); }
 #endif
 constexpr int kNV = 2;  // vectors across a tile
 constexpr int kNR = kNV * kW;
-// Rows of A per block: 288 x KC floats, 220-290 KB, in L2 (Zen 3 has 512 KB, Xeons 1-2 MB).
-// Measured on Zen 3 (AVX2, one thread, Linear(4096) products at batch 256): MC = 72 or 144
-// rows gave 0.64-0.77 of the FMA peak on the forward product, 288 rows 0.76-0.80; KC = 192
-// or 320 did no better than 256. A software prefetch of the A panel changed nothing.
-constexpr int kMC = 288;
-constexpr int kNC = 4096;  // columns of B per block: KC x NC floats, 3-4 MB, in L3
-static_assert(kMC % kMR == 0 && kNC % kNR == 0, "blocks are whole panels");
+// The blocking used when the caller gives none (GemmF32Args::blocking.kc == 0): the fixed
+// one of before the caches were read. Measured on Zen 3 (AVX2, one thread, Linear(4096)
+// products at batch 256): MC = 72 or 144 rows gave 0.64-0.77 of the FMA peak on the forward
+// product, 288 rows 0.76-0.80; KC = 192 or 320 did no better than 256. A software prefetch of
+// the A panel changed nothing.
+constexpr int kMCDefault = 288;
+constexpr int kNCDefault = 4096;
+static_assert(kMCDefault % kMR == 0 && kNCDefault % kNR == 0, "blocks are whole panels");
 
 
 // ---- Reading the inputs: any layout, any dtype, widened to FP32 --------------------------
@@ -156,7 +161,7 @@ struct View {
 
 // Packs rows [r0, r0 + rows) x k in [k0, k0 + kc) of v as one panel P rows tall:
 // dst[k * P + r], rows past `rows` zero (so edge tiles run the full microkernel).
-// `scratch` holds P x kKC floats.
+// `scratch` holds P x kKCMax floats.
 template <int P>
 void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* dst, float* scratch) {
   if (v.r_contiguous) {  // each k is a contiguous run of the panel's rows
@@ -182,7 +187,7 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
   // Each row is a contiguous run along k: read FP32 rows in place (others widened into
   // scratch first), then transpose 4 x 4 blocks of SSE registers (every path has SSE) into
   // the panel; rows past `rows` read zeros.
-  alignas(64) static const float zeros[kKC] = {};
+  alignas(64) static const float zeros[kKCMax] = {};
   const float* row[P];
   for (int r = 0; r < P; ++r) {
     if (r >= rows) {
@@ -190,8 +195,8 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
     } else if (v.type == GemmElem::F32) {
       row[r] = static_cast<const float*>(v.data) + v.at(r0 + r, k0);
     } else {
-      widen_run(v.data, v.type, v.at(r0 + r, k0), kc, scratch + r * kKC);
-      row[r] = scratch + r * kKC;
+      widen_run(v.data, v.type, v.at(r0 + r, k0), kc, scratch + r * kKCMax);
+      row[r] = scratch + r * kKCMax;
     }
   }
   // Four rows at a time down the whole of kc, not four k across all P rows: the rows of a
@@ -379,7 +384,7 @@ void pack_b(const View& bv, int64_t jc, int64_t nc, int64_t pc, int kc, float* d
 // FP32 sum, so the tests hold it to the same bound on the FP64 reference, and one test
 // shows the flush. An odd K gets a zero high half in its last pair, in both panels.
 #if defined(BELAY_ISA_avx512bf16)
-constexpr int kKP = kKC;  // pairs per K block: 2 x 192 k, the FP32 panels' bytes
+constexpr int kKP = kKCMax;  // the most pairs per K block: 2 x 192 k, the FP32 panels' bytes
 
 // Packs rows [r0, r0 + rows) x k in [k0, k0 + kc) of a BF16 view as one panel P rows tall:
 // dst[p * P + r] = the pair (2p, 2p + 1) of row r; rows past `rows` and the high half past
@@ -479,9 +484,10 @@ struct PairStep {
 
 // ---- Per-thread packing buffers, kept between calls ----------------------------------------
 struct Buffers {
-  float* a = nullptr;  // kMC x kKC
-  float* b = nullptr;  // kKC x kNC
-  float* scratch = nullptr;  // kNR x kKC: rows widened before a transposing pack
+  float* a = nullptr;  // MC x KC
+  float* b = nullptr;  // KC x NC
+  float* scratch = nullptr;  // kNR x kKCMax: rows widened before a transposing pack
+  size_t a_size = 0, b_size = 0;  // floats
 };
 thread_local Buffers tls_buffers;
 
@@ -491,14 +497,33 @@ float* aligned_floats(size_t n) {
   return static_cast<float*>(p);
 }
 
-Buffers& buffers() {
+// This thread's buffers, grown (never shrunk) to the blocking's sizes.
+Buffers& buffers(const GemmBlocking& bl) {
   Buffers& b = tls_buffers;
-  if (!b.a) {
-    b.a = aligned_floats(static_cast<size_t>(kMC) * kKC);
-    b.b = aligned_floats(static_cast<size_t>(kKC) * kNC);
-    b.scratch = aligned_floats(static_cast<size_t>(kNR) * kKC);
+  const size_t a_size = static_cast<size_t>(bl.mc) * bl.kc;
+  const size_t b_size = static_cast<size_t>(bl.kc) * bl.nc;
+  if (b.a_size < a_size) {
+    free(b.a);
+    b.a = aligned_floats(a_size);
+    b.a_size = a_size;
   }
+  if (b.b_size < b_size) {
+    free(b.b);
+    b.b = aligned_floats(b_size);
+    b.b_size = b_size;
+  }
+  if (!b.scratch) b.scratch = aligned_floats(static_cast<size_t>(kNR) * kKCMax);
   return b;
+}
+
+GemmBlocking default_blocking() { return GemmBlocking{kMR, kNR, kKCMax, kMCDefault, kNCDefault}; }
+
+// The caller's blocking if it fits this path (whole panels, KC within the buffers' depth),
+// else the default.
+GemmBlocking checked_blocking(const GemmBlocking& b) {
+  const bool ok = b.mr == kMR && b.nr == kNR && b.kc >= 1 && b.kc <= kKCMax && b.mc >= kMR && b.mc % kMR == 0 &&
+                  b.nc >= kNR && b.nc % kNR == 0;
+  return ok ? b : default_blocking();
 }
 
 
@@ -520,7 +545,7 @@ Ahead rows_ahead(const View& v, int64_t r0, int64_t lo, int64_t hi, int64_t k0, 
 // avx512bf16 path, BF16 pairs (two k per 32-bit entry). `depth`: entries per panel row.
 struct F32Panels {
   using Entry = float;
-  static constexpr int kBlockK = kKC;
+  static int64_t block_k(int kc) { return kc; }  // k per block
   static int depth(int kc) { return kc; }
   static void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* dst, float* scratch) {
     pack_panel<kMR>(v, r0, rows, k0, kc, dst, scratch);
@@ -539,7 +564,7 @@ struct F32Panels {
 #if defined(BELAY_ISA_avx512bf16)
 struct PairPanels {
   using Entry = uint32_t;
-  static constexpr int kBlockK = 2 * kKP;
+  static int64_t block_k(int kc) { return 2 * static_cast<int64_t>(kc); }  // kc pairs
   static int depth(int kc) { return (kc + 1) / 2; }
   static void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, uint32_t* dst, float*) {
     pack_pairs<kMR>(v, r0, rows, k0, kc, dst);
@@ -559,28 +584,29 @@ struct PairPanels {
 
 // The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
 template <class Panels>
-void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_total, int64_t n_total, int64_t m0,
-                int64_t m1, int64_t n0, int64_t n1) {
+void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, const View& bv, int64_t k_total,
+                int64_t n_total, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   using Entry = typename Panels::Entry;
   static_assert(sizeof(Entry) == sizeof(float), "both kinds of panel fill the same buffers");
-  Buffers& buf = buffers();
+  Buffers& buf = buffers(bl);
   Entry* a_buf = reinterpret_cast<Entry*>(buf.a);
   Entry* b_buf = reinterpret_cast<Entry*>(buf.b);
+  const int64_t block_k = Panels::block_k(bl.kc);
   // A k-contiguous op(B) (the row-major weight of the forward product, transposed) is packed
   // a panel at a time, just before the first block of A uses it, and the microkernel calls
   // on the panel before prefetch its rows. Packing the whole block first, the thread waited
   // on DRAM with no FMA to overlap: 12-16% of the forward product's time. (An untransposed
   // B is still packed a block at a time, its rows read across all panels: see pack_b.)
   const bool by_panel = !bv.r_contiguous;
-  for (int64_t jc = n0; jc < n1; jc += kNC) {
-    const int64_t nc = min64(kNC, n1 - jc);
-    for (int64_t pc = 0; pc < k_total; pc += Panels::kBlockK) {
-      const int kc = static_cast<int>(min64(Panels::kBlockK, k_total - pc));
+  for (int64_t jc = n0; jc < n1; jc += bl.nc) {
+    const int64_t nc = min64(bl.nc, n1 - jc);
+    for (int64_t pc = 0; pc < k_total; pc += block_k) {
+      const int kc = static_cast<int>(min64(block_k, k_total - pc));
       const int64_t depth = Panels::depth(kc);
       const bool first = pc == 0, last = pc + kc == k_total;
       if (!by_panel) Panels::pack_b(bv, jc, nc, pc, kc, b_buf, buf.scratch);
-      for (int64_t ic = m0; ic < m1; ic += kMC) {
-        const int64_t mc = min64(kMC, m1 - ic);
+      for (int64_t ic = m0; ic < m1; ic += bl.mc) {
+        const int64_t mc = min64(bl.mc, m1 - ic);
         for (int64_t ir = 0; ir < mc; ir += kMR)
           Panels::pack_a(av, ic + ir, static_cast<int>(min64(kMR, mc - ir)), pc, kc, a_buf + ir * depth, buf.scratch);
         const int64_t tiles = (mc + kMR - 1) / kMR;
@@ -613,6 +639,7 @@ void gemm_packed(const GemmF32Args& g) {
 #if defined(BELAY_ISA_avx512bf16)
   const bool pairs = g.a_type == GemmElem::BF16 && g.b_type == GemmElem::BF16;  // else the FP32 panels
 #endif
+  const GemmBlocking bl = checked_blocking(g.blocking);
   const ThreadSlices slices = thread_slices(shape, kMR, kNR);  // in whole panels
 #pragma omp parallel for num_threads(static_cast<int>(slices.threads)) schedule(static, 1) if (slices.threads > 1)
   for (int64_t t = 0; t < slices.threads; ++t) {
@@ -620,12 +647,15 @@ void gemm_packed(const GemmF32Args& g) {
     if (!slices.slice(t, m0, m1, n0, n1)) continue;
 #if defined(BELAY_ISA_avx512bf16)
     if (pairs) {
-      gemm_slice<PairPanels>(g, av, bv, shape.k, shape.n, m0, m1, n0, n1);
+      gemm_slice<PairPanels>(g, bl, av, bv, shape.k, shape.n, m0, m1, n0, n1);
       continue;
     }
 #endif
-    gemm_slice<F32Panels>(g, av, bv, shape.k, shape.n, m0, m1, n0, n1);
+    gemm_slice<F32Panels>(g, bl, av, bv, shape.k, shape.n, m0, m1, n0, n1);
   }
 }
+
+MicroTile gemm_micro_tile() { return MicroTile{kMR, kNR, kKCMax}; }
+GemmBlocking gemm_default_blocking() { return default_blocking(); }
 
 }  // namespace belay::BELAY_ISA_NS

@@ -64,6 +64,14 @@ isa_line=$("$belay" info | grep '^cpu isa: ')
   fail "--cpu-isa baseline"
 BELAY_CPU_ISA=baseline "$belay" info | grep -q '^cpu isa: baseline ' && pass "BELAY_CPU_ISA=baseline" ||
   fail "BELAY_CPU_ISA=baseline"
+# The GEMM blocking of the path in use and the caches it came from (kernels/cpu/gemm_blocking.h).
+"$belay" info | grep -q '^cpu gemm: .*: MR [0-9]* NR [0-9]* KC [0-9]* MC [0-9]* NC [0-9]*; caches L1d ' &&
+  pass "info prints the gemm blocking" || fail "info has no 'cpu gemm:' line with the blocking and caches"
+"$belay" --cpu-isa baseline info | grep -q '^cpu gemm: baseline: MR 6 NR 8 KC ' && pass "gemm blocking of baseline" ||
+  fail "--cpu-isa baseline: the gemm line names another path"
+BELAY_GEMM_BLOCKING=fixed "$belay" info | grep -q '^cpu gemm: .*(fixed: BELAY_GEMM_BLOCKING)' &&
+  pass "BELAY_GEMM_BLOCKING=fixed" || fail "BELAY_GEMM_BLOCKING=fixed not reported"
+BELAY_GEMM_BLOCKING=sideways expect_error "unknown BELAY_GEMM_BLOCKING" 2 info
 if ! grep -q 'avx512f' <<<"$isa_line"; then
   expect_error "avx512 on a CPU without it" 2 --cpu-isa avx512 info
   BELAY_CPU_ISA=avx512 expect_error "BELAY_CPU_ISA=avx512 on a CPU without it" 2 train --steps 1
