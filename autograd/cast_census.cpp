@@ -1,7 +1,5 @@
 #include "autograd/cast_census.h"
 
-#include <cstring>
-
 #include "engine/backend.h"
 #include "engine/error.h"
 
