@@ -6,8 +6,8 @@
 // roundings in both). Why: the products are the O(T^2 d) work; TDPBF16PS does them several
 // times faster than FP32 FMAs (the BF16 GEMM: 3.6-4.3x, docs/cpu-kernels.md), and VDPBF16PS
 // does twice an FMA's work per instruction (the Zen 5's GEMM: 174-178 vs 87-89 GFLOP/s on a
-// core). On the AMX Xeon VDPBF16PS issues at half the FMA's rate, so there the avx512bf16 path
-// is slower than the FP32 tiles (docs/attention.md has the measurement); the path is the
+// core). On the AMX Xeon VDPBF16PS gives only half the FMA's flops, so there the avx512bf16
+// path is slower than the FP32 tiles (docs/attention.md has the measurement); the path is the
 // default only where a CPU has AVX512-BF16 and no AMX.
 //
 // What it rounds that the FP32-tile path does not, as FlashAttention-2 does on tensor cores:
