@@ -171,7 +171,8 @@ void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
                         Tensor& dk, Tensor& dv) {
-  if (attention_on_bf16_pairs(q)) return attention_backward_bf16(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
+  if (attention_on_bf16_pairs(q))
+    return attention_backward_bf16(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
   const Mask mask{causal, dims.tq, dims.tk};
   const int64_t d = dims.d, dp = padded(d);
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;

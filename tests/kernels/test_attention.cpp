@@ -200,7 +200,8 @@ TEST_CASE("attention avx512bf16: VDPBF16PS products equal the AMX tiles' where n
 
 // The amx path's own code (kernels/cpu/attention_bf16.cpp, kernels/cpu/isa/attention_amx.cpp:
 // the packing into tiles, the block products, the roundings, the edges) on the emulator of the
-// tile instructions, on every CPU, against the same bound. The emulator counts anything the hardware would fault on; none may happen.
+// tile instructions, on every CPU, against the same bound. The emulator counts anything the
+// hardware would fault on; none may happen.
 TEST_CASE("attention amx (emulated tiles): bf16 against FP64, P and dS rounded to BF16", "[attention][amx]") {
   const at::Runner emulated = [](const at::Case& c, DType dt, DType grad_dt, const std::vector<float>& qv,
                                  const std::vector<float>& kv, const std::vector<float>& vv,
