@@ -1,7 +1,8 @@
 // The CPU backend's fused attention, forward and backward (kernels/cpu/cpu_kernels.h):
 // FlashAttention-2's algorithm on tiles of kAttnKeys keys, the tile products on the active ISA
-// path (kernels/cpu/isa/attention_tiles.cpp), in FP32. BF16 inputs on the amx path go to
-// kernels/cpu/attention_amx.cpp instead (the same algorithm, its products on AMX tiles).
+// path (kernels/cpu/isa/attention_tiles.cpp), in FP32. BF16 inputs on the amx and avx512bf16
+// paths go to kernels/cpu/attention_bf16.cpp instead (the same algorithm, its products on BF16
+// pairs: AMX tiles, VDPBF16PS).
 // docs/attention.md says what is kept and why.
 //
 // Memory: the scores exist a tile at a time (kQueryRows x kAttnKeys floats, in L1). Each
@@ -33,7 +34,7 @@ const AttentionTiles& attention_tiles() {
     case CpuIsa::Avx2: return isa_avx2::attention_tiles;
     case CpuIsa::Avx512:
     case CpuIsa::Avx512Bf16:
-    case CpuIsa::Amx: return isa_avx512::attention_tiles;  // (amx: BF16 inputs go to attention_amx.cpp)
+    case CpuIsa::Amx: return isa_avx512::attention_tiles;  // (BF16 inputs go to attention_bf16.cpp)
     case CpuIsa::Baseline: break;
   }
   return isa_baseline::attention_tiles;
@@ -109,7 +110,7 @@ void load_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int6
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, const AttentionDims& dims,
                Tensor& out, Tensor& lse) {
-  if (attention_on_amx_tiles(q)) return attention_amx(q, k, v, causal, scale, dims, out, lse);
+  if (attention_on_bf16_pairs(q)) return attention_bf16(q, k, v, causal, scale, dims, out, lse);
   const Mask mask{causal, dims.tq, dims.tk};
   const int64_t blocks = (dims.tq + kQueryRows - 1) / kQueryRows, pairs = dims.items * blocks;
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
@@ -170,7 +171,8 @@ void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
                         Tensor& dk, Tensor& dv) {
-  if (attention_on_amx_tiles(q)) return attention_backward_amx(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
+  if (attention_on_bf16_pairs(q))
+    return attention_backward_bf16(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
   const Mask mask{causal, dims.tq, dims.tk};
   const int64_t d = dims.d, dp = padded(d);
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;

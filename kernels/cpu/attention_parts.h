@@ -1,6 +1,6 @@
 // What the fused attention's two CPU implementations share (kernels/cpu/attention_kernels.cpp,
-// FP32 tiles on every path; kernels/cpu/attention_amx.cpp, AMX tiles for BF16 on the amx
-// path): the causal mask, the per-row softmax steps on FP32 tiles, and the rows in and out.
+// FP32 tiles on every path; kernels/cpu/attention_bf16.cpp, BF16 pair products for BF16 on the
+// amx and avx512bf16 paths): the causal mask, the per-row softmax steps on FP32 tiles, and the rows in and out.
 // Both run one (item, query block) per forward task and one item per backward task.
 #pragma once
 #include <algorithm>

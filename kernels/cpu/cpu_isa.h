@@ -13,9 +13,10 @@
 namespace belay {
 
 // Ordered: a path needs everything the paths before it need. Avx512Bf16 is Avx512 whose
-// BF16 x BF16 products run VDPBF16PS (kernels/cpu/isa/gemm_packed.cpp); everything else
-// on it is the Avx512 code. Amx is Avx512Bf16 whose BF16 x BF16 products run on AMX tiles
-// (TDPBF16PS, kernels/cpu/isa/gemm_amx.cpp).
+// BF16 x BF16 products run VDPBF16PS (kernels/cpu/isa/gemm_packed.cpp; the BF16 attention's:
+// kernels/cpu/isa/attention_vdpbf16.cpp); everything else on it is the Avx512 code. Amx is
+// Avx512Bf16 whose BF16 x BF16 products run on AMX tiles (TDPBF16PS, kernels/cpu/isa/gemm_amx.cpp,
+// kernels/cpu/isa/attention_amx.cpp).
 enum class CpuIsa { Baseline = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Amx = 4 };
 inline constexpr CpuIsa kAllCpuIsas[] = {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512, CpuIsa::Avx512Bf16,
                                          CpuIsa::Amx};

@@ -45,15 +45,16 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
                         Tensor& dk, Tensor& dv);
 
-// ---- attention_amx.cpp (the same two on AMX tiles: attention() and attention_backward() send
-// BF16 inputs there on the amx path, attention_on_amx_tiles; docs/attention.md)
-bool attention_on_amx_tiles(const Tensor& q);
-void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-                   const AttentionDims& dims, Tensor& out, Tensor& lse);
-void attention_backward_amx(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                            const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
-                            Tensor& dk, Tensor& dv);
-// The same on the emulator of the tile instructions (kernels/cpu/isa/amx_tiles.h) with baseline's
+// ---- attention_bf16.cpp (the same two with the products on BF16 pairs: attention() and
+// attention_backward() send BF16 inputs there on the amx path (AMX tiles) and the avx512bf16
+// path (VDPBF16PS), attention_on_bf16_pairs; docs/attention.md)
+bool attention_on_bf16_pairs(const Tensor& q);
+void attention_bf16(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                    const AttentionDims& dims, Tensor& out, Tensor& lse);
+void attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                             Tensor& dk, Tensor& dv);
+// The amx path's code on the emulator of the tile instructions (kernels/cpu/isa/amx_tiles.h) with baseline's
 // softmax: runs on any x86-64 CPU (tests; amx_emulator_faults() in cpu_gemm.h counts the faults).
 void attention_amx_emulated(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
                             const AttentionDims& dims, Tensor& out, Tensor& lse);

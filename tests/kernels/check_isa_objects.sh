@@ -11,7 +11,7 @@
 #      an unoptimised sanitizer build), listed as a note;
 #   2. the instructions are the ISA's: baseline has no VEX/EVEX instruction at all, avx2
 #      has FMAs on ymm and no zmm or opmask register, avx512 has FMAs on zmm, avx512bf16
-#      has VDPBF16PS on zmm (its GEMM's BF16 pairs; the bench's peak loop), amx has
+#      has VDPBF16PS on zmm (its GEMM's and the attention's BF16 pairs; the bench's peak loop), amx has
 #      TDPBF16PS (its GEMM's tiles; the bench's tile loop), amx_emulated (the same GEMM on
 #      the tile emulator, for any x86-64 CPU) has no VEX/EVEX and no tile instruction; the element
 #      kernels (element_blocks*) and the classifier's rows (classifier_rows*) have no FMA at

@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "engine/error.h"
+#include "engine/half_bits.h"
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa/attention_bf16.h"
 #include "tests/kernels/attention_check.h"
 
 using namespace belay;
@@ -25,7 +28,8 @@ struct IsaRestore {
   ~IsaRestore() { force_cpu_isa(saved); }
 };
 
-// The paths whose tiles differ (avx512bf16 and amx run avx512's), those this CPU can run.
+// The paths whose tiles differ (avx512bf16 and amx run avx512's, but for BF16 inputs: the pair
+// products' tests below), those this CPU can run.
 std::vector<CpuIsa> runnable_paths() {
   std::vector<CpuIsa> out;
   for (CpuIsa isa : {CpuIsa::Baseline, CpuIsa::Avx2, CpuIsa::Avx512}) {
@@ -74,24 +78,26 @@ TEST_CASE("attention: the same bits on every run and at every thread count", "[a
   }
 }
 
-// The amx path's BF16 attention (kernels/cpu/attention_amx.cpp) runs its products on AMX
-// tiles, P and dS rounded to BF16 for them and the tiles flushing below 2^-126: the reference's
-// bound is told both (p_dtype BF16, flush), nothing else. False, with the CTEST_SKIP warning,
-// where the CPU lacks AMX or Linux did not grant the tile data.
+// The BF16 attention of the paths that multiply BF16 pairs (kernels/cpu/attention_bf16.cpp): amx
+// on AMX tiles, avx512bf16 on VDPBF16PS, both rounding P and dS to BF16 for their products and
+// reading inputs (and flushing sums) below 2^-126 as zero: the reference's bound is told both
+// (p_dtype BF16, flush), nothing else. One check per concern, run on each path.
 namespace {
 
-bool amx_runs_here() {
-  if (cpu_isa_available(CpuIsa::Amx)) return true;
+// False, with the CTEST_SKIP warning, where this machine cannot run the path (no AVX512-BF16;
+// for amx also no AMX, or Linux did not grant the tile data).
+bool runs_here(CpuIsa isa) {
+  if (cpu_isa_available(isa)) return true;
   std::string missing;
-  for (const std::string& m : cpu_isa_missing(CpuIsa::Amx)) missing += (missing.empty() ? "" : ", ") + m;
-  WARN("CTEST_SKIP: the amx path needs " << missing << ", which this machine lacks (it has: " << cpu_features_string()
-                                        << ")");
+  for (const std::string& m : cpu_isa_missing(isa)) missing += (missing.empty() ? "" : ", ") + m;
+  WARN("CTEST_SKIP: the " << cpu_isa_name(isa) << " path needs " << missing << ", which this machine lacks (it has: "
+                          << cpu_features_string() << ")");
   return false;
 }
 
 // T in {1, 7, 64, 65, 200} x d in {16, 32, 64, 128}, 3 items (not a multiple of a block), causal
 // and not; and Tq != Tk both ways (the first rows of a causal 70 x 9 see nothing).
-std::vector<at::Case> amx_cases() {
+std::vector<at::Case> pair_cases() {
   std::vector<at::Case> out;
   for (bool causal : {false, true}) {
     for (int64_t t : {1, 7, 64, 65, 200})
@@ -102,24 +108,22 @@ std::vector<at::Case> amx_cases() {
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("attention amx: bf16 on AMX tiles against FP64, P and dS rounded to BF16", "[attention][amx]") {
-  if (!amx_runs_here()) return;
+// Every case of pair_cases() on the path against FP64, with BF16 gradients; and two with FP32
+// gradients: no BF16 rounding of dq, dk, dv to hide the products' own error.
+void check_against_fp64(CpuIsa isa) {
   IsaRestore restore;
-  force_cpu_isa(CpuIsa::Amx);
-  for (const at::Case& c : amx_cases()) at::check_case(Device::cpu(), c, DType::BF16, DType::BF16, std::nullopt, true);
-  // FP32 gradients: no BF16 rounding of dq, dk, dv to hide the tiles' own error.
+  force_cpu_isa(isa);
+  INFO("ISA path " << cpu_isa_name(isa));
+  for (const at::Case& c : pair_cases()) at::check_case(Device::cpu(), c, DType::BF16, DType::BF16, std::nullopt, true);
   for (const at::Case& c : {at::Case{3, 65, 65, 64, true}, at::Case{2, 200, 200, 32, false}})
     at::check_case(Device::cpu(), c, DType::BF16, DType::BF16, DType::F32, true);
 }
 
-TEST_CASE("attention amx: the same bits on every run and at every thread count", "[attention][amx]") {
-  if (!amx_runs_here()) return;
+// 5 items x 4 query blocks of an odd head dim: the forward's (item, block) pairs and the
+// backward's items split differently over 1, 2 and 3 threads.
+void check_repeats(CpuIsa isa) {
   IsaRestore restore;
-  force_cpu_isa(CpuIsa::Amx);
-  // 5 items x 4 query blocks of an odd head dim: the forward's (item, block) pairs and the
-  // backward's items split differently over 1, 2 and 3 threads.
+  force_cpu_isa(isa);
   const at::Case c{5, 100, 100, 48, true};
   const int64_t n = 5 * 100 * 48;
   const std::vector<float> q = at::values(n, 31, DType::BF16), k = at::values(n, 32, DType::BF16);
@@ -132,14 +136,72 @@ TEST_CASE("attention amx: the same bits on every run and at every thread count",
   }
   for (int threads : {2, 3, 1, 2}) {
     Threads t(threads);
-    INFO("at " << threads << " threads");
+    INFO(cpu_isa_name(isa) << " at " << threads << " threads");
     CHECK(at::same_bits(first, at::run(be, c, DType::BF16, DType::F32, Device::cpu(), q, k, v, g, 0.15f)));
   }
 }
 
-// The amx path's own code (kernels/cpu/attention_amx.cpp: the packing into tiles, the block
-// products, the roundings, the edges) on the emulator of the tile instructions, on every CPU,
-// against the same bound. The emulator counts anything the hardware would fault on; none may happen.
+}  // namespace
+
+TEST_CASE("attention amx: bf16 on AMX tiles against FP64, P and dS rounded to BF16", "[attention][amx]") {
+  if (runs_here(CpuIsa::Amx)) check_against_fp64(CpuIsa::Amx);
+}
+
+TEST_CASE("attention amx: the same bits on every run and at every thread count", "[attention][amx]") {
+  if (runs_here(CpuIsa::Amx)) check_repeats(CpuIsa::Amx);
+}
+
+TEST_CASE("attention avx512bf16: bf16 on VDPBF16PS against FP64, P and dS rounded to BF16",
+          "[attention][avx512bf16]") {
+  if (runs_here(CpuIsa::Avx512Bf16)) check_against_fp64(CpuIsa::Avx512Bf16);
+}
+
+TEST_CASE("attention avx512bf16: the same bits on every run and at every thread count", "[attention][avx512bf16]") {
+  if (runs_here(CpuIsa::Avx512Bf16)) check_repeats(CpuIsa::Avx512Bf16);
+}
+
+// The two tables of BF16 pair products (kernels/cpu/isa/attention_bf16.h) where no sum rounds:
+// small integers, so every product and partial sum is exact and VDPBF16PS (odd product of a pair
+// first) must give the tile emulator's bits (even first), operand layouts and edges included.
+// The attention tests above cannot tell a misplaced pair from the rounding they allow for.
+TEST_CASE("attention avx512bf16: VDPBF16PS products equal the AMX tiles' where no sum rounds",
+          "[attention][avx512bf16]") {
+  if (!runs_here(CpuIsa::Avx512Bf16)) return;
+  const AttentionBf16& vdp = isa_avx512bf16::attention_vdpbf16;
+  const AttentionBf16& amx = isa_amx_emulated::attention_amx;
+  // x: 50 rows of d = 40 BF16 (integers in [-8, 8]), padded as the attention pads: rows to 64,
+  // d to 64. A: 64 rows of depth 64 (the same values, zero past them).
+  const int64_t n = 50, d = 40, rows_to = 64, dp = 64;
+  std::vector<uint16_t> x(static_cast<size_t>(n * d)), a(static_cast<size_t>(rows_to * dp), 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float f = static_cast<float>(static_cast<int>((i * 7919) % 17) - 8);
+    x[i] = f32_to_bf16_bits(f);
+    a[(i / d) * dp + i % d] = x[i];
+  }
+  std::vector<uint32_t> kp(static_cast<size_t>(rows_to * dp / 2)), kc(kp.size());
+  vdp.pack_rows(x.data(), d, n, d, rows_to, kp.data());  // the same code in both tables
+  vdp.pack_cols(x.data(), d, n, d, rows_to, kc.data());
+  amx_emulator_reset_faults();
+  amx.begin();
+  for (bool accumulate : {false, true}) {
+    for (const auto& [b, ps, m, cols, depth] : {std::tuple{kp.data(), 16 * dp, rows_to, rows_to, dp},  // A x^T
+                                                std::tuple{kc.data(), 16 * rows_to, rows_to, dp, rows_to}}) {  // A x
+      std::vector<float> got(static_cast<size_t>(m * cols), 1.0f), want(got);
+      vdp.product(m, cols, depth, a.data(), dp, b, ps, got.data(), cols, accumulate);
+      amx.product(m, cols, depth, a.data(), dp, b, ps, want.data(), cols, accumulate);
+      INFO((accumulate ? "accumulate" : "overwrite") << ", depth " << depth);
+      CHECK(at::same_bits(got, want));
+      CHECK(std::any_of(got.begin(), got.end(), [](float f) { return std::fabs(f) > 64.0f; }));  // not all zero
+    }
+  }
+  amx.end();
+  CHECK(amx_emulator_faults() == 0);
+}
+
+// The amx path's own code (kernels/cpu/attention_bf16.cpp, kernels/cpu/isa/attention_amx.cpp:
+// the packing into tiles, the block products, the roundings, the edges) on the emulator of the
+// tile instructions, on every CPU, against the same bound. The emulator counts anything the
+// hardware would fault on; none may happen.
 TEST_CASE("attention amx (emulated tiles): bf16 against FP64, P and dS rounded to BF16", "[attention][amx]") {
   const at::Runner emulated = [](const at::Case& c, DType dt, DType grad_dt, const std::vector<float>& qv,
                                  const std::vector<float>& kv, const std::vector<float>& vv,
@@ -169,10 +231,10 @@ TEST_CASE("attention amx (emulated tiles): bf16 against FP64, P and dS rounded t
 }
 
 // Not a test (hidden: run it by its tag): the worst error against the FP64 reference of the
-// amx path's BF16 attention and of the FP32-tile path's (avx512), in units of the reference's
-// magnitude, at a GPT-2-like head (d 64, causal); docs/attention.md quotes it.
-TEST_CASE("attention amx: error against FP64, AMX tiles vs FP32 tiles (prints)", "[.][attention-error]") {
-  if (!amx_runs_here()) return;
+// BF16 attention on the FP32 tiles (avx512), on VDPBF16PS (avx512bf16) and on AMX tiles (amx),
+// those this machine has, in units of the reference's magnitude, at a GPT-2-like head (d 64,
+// causal); docs/attention.md quotes it.
+TEST_CASE("attention bf16: error against FP64, FP32 tiles vs BF16 pair products (prints)", "[.][attention-error]") {
   IsaRestore restore;
   const at::Case c{4, 512, 512, 64, true};
   const int64_t n = 4 * 512 * 64;
@@ -187,7 +249,8 @@ TEST_CASE("attention amx: error against FP64, AMX tiles vs FP32 tiles (prints)",
     }
     return err / mag;
   };
-  for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Amx}) {
+  for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx512Bf16, CpuIsa::Amx}) {
+    if (!runs_here(isa)) continue;
     force_cpu_isa(isa);
     const at::Outputs o =
         at::run(backend_for(Device::cpu()), c, DType::BF16, DType::F32, Device::cpu(), q, k, v, g, scale);

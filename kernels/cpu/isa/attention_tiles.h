@@ -13,9 +13,10 @@
 // exp is erf_exp.h's exp_f32 on every path; arguments below -87 give 0 (see attention_tiles.cpp). The paths with FMA
 // (avx2, avx512; avx512bf16 and amx run avx512's tiles) fuse each multiply-add, so they agree with each other bit for
 // bit; baseline rounds the product first, so its bits differ from theirs by a rounding per
-// term (the same bits on every run and thread count on each path). The amx path's BF16
-// attention (kernels/cpu/attention_amx.cpp) uses only the softmax steps of avx512's tiles
-// (online_softmax_rows, probabilities); its products run on AMX (attention_amx.h).
+// term (the same bits on every run and thread count on each path). The BF16 attention of the
+// amx and avx512bf16 paths (kernels/cpu/attention_bf16.cpp) uses only the softmax steps of
+// avx512's tiles (online_softmax_rows, probabilities); its products run on BF16 pairs
+// (attention_bf16.h).
 #pragma once
 #include <cstdint>
 

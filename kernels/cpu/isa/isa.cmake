@@ -5,8 +5,9 @@
 # template is shared between copies (docs/toolchain.md: the linker keeps one copy of a
 # weak symbol, which would run AVX-512 code on an AVX2 CPU, or baseline code everywhere).
 #
-# avx512bf16 is avx512 plus VDPBF16PS: only the GEMM (its BF16 x BF16 products) and the
-# bench's peak loop differ, so only those files get that copy; the element kernels and the
+# avx512bf16 is avx512 plus VDPBF16PS: only the GEMM (its BF16 x BF16 products), the fused
+# attention's BF16 products (attention_vdpbf16.cpp) and the bench's peak loop differ, so only
+# those files get that copy; the element kernels and the
 # Eigen comparison of that path are the avx512 ones (kernels/cpu/cpu_gemm.cpp, cpu_convert.cpp).
 set(BELAY_CPU_ISAS baseline avx2 avx512)
 set(BELAY_ISA_FLAGS_baseline "")
@@ -55,8 +56,9 @@ belay_add_isa_objects(belay_cpu_isa SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/is
                       ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/attention_tiles.cpp
                       ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/classifier_rows.cpp)
 target_sources(belay_core PRIVATE ${belay_cpu_isa_OBJECTS})
-belay_add_isa_objects(belay_cpu_isa_gemm ISAS avx512bf16 SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp)
-target_sources(belay_core PRIVATE ${belay_cpu_isa_gemm_OBJECTS})
+belay_add_isa_objects(belay_cpu_isa_bf16 ISAS avx512bf16 SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_packed.cpp
+                      ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/attention_vdpbf16.cpp)
+target_sources(belay_core PRIVATE ${belay_cpu_isa_bf16_OBJECTS})
 belay_add_isa_objects(belay_cpu_isa_amx ISAS amx amx_emulated SOURCES ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/gemm_amx.cpp
                       ${PROJECT_SOURCE_DIR}/kernels/cpu/isa/attention_amx.cpp)
 target_compile_definitions(belay_cpu_isa_amx_amx_emulated PRIVATE BELAY_AMX_EMULATED=1)

@@ -1,19 +1,23 @@
-// The fused attention for BF16 q, k, v on the amx path: the algorithm of attention_kernels.cpp
-// (the same tiles of kAttnKeys keys, blocks of kQueryRows queries and thread split; its FP32
-// softmax steps from avx512's tiles, the forward's a block at a time: online_softmax_rows) with
-// the products on AMX tiles (kernels/cpu/isa/attention_amx.cpp). Why: the products are the
-// O(T^2 d) work, and TDPBF16PS does them several times faster than FP32 FMAs (the BF16 GEMM:
-// 3.6-4.3x, docs/cpu-kernels.md); VDPBF16PS, at half the FMA's rate on the Xeon we measured,
-// would not pay.
+// The fused attention for BF16 q, k, v on the paths that multiply BF16 pairs: amx (TDPBF16PS on
+// AMX tiles) and avx512bf16 (VDPBF16PS). The algorithm of attention_kernels.cpp (the same tiles
+// of kAttnKeys keys, blocks of kQueryRows queries and thread split; its FP32 softmax steps from
+// avx512's tiles, the forward's a block at a time: online_softmax_rows) with the products on BF16
+// pairs (kernels/cpu/isa/attention_bf16.h: one table per instruction, the same packing and
+// roundings in both). Why: the products are the O(T^2 d) work; TDPBF16PS does them several
+// times faster than FP32 FMAs (the BF16 GEMM: 3.6-4.3x, docs/cpu-kernels.md), and VDPBF16PS
+// does twice an FMA's work per instruction (the Zen 5's GEMM: 174-178 vs 87-89 GFLOP/s on a
+// core). On the AMX Xeon VDPBF16PS gives only half the FMA's flops, so there the avx512bf16
+// path is slower than the FP32 tiles (docs/attention.md has the measurement); the path is the
+// default only where a CPU has AVX512-BF16 and no AMX.
 //
 // What it rounds that the FP32-tile path does not, as FlashAttention-2 does on tensor cores:
 // the probabilities P (forward: exp(s - running max), before the division by l; backward: exp(s -
 // lse)) and dS = P (dP - D) are rounded to BF16 (to nearest even) for the products P V, P^T dO,
 // dS^T Q and dS K. The scores, dP, every sum and the softmax stay FP32; q, k, v and dO are BF16
-// already, so their products are exact. The tiles read a BF16 below 2^-126 as zero and flush
-// an FP32 sum below 2^-126 to zero (amx_tiles.h). docs/attention.md has the error bound.
+// already, so their products are exact. Both instructions read a BF16 below 2^-126 as zero and
+// flush an FP32 sum below 2^-126 to zero. docs/attention.md has the error bound.
 //
-// Layouts (AttentionAmx): A operands are BF16 rows; B operands are pair panels, packed once per
+// Layouts (AttentionBf16): A operands are BF16 rows; B operands are pair panels, packed once per
 // item for K and V (and Q, dO's transposes for the backward) and once per tile for P and dS. The
 // backward computes dV^T = dO^T P and dK^T = Q^T dS, so P and dS need no transposition (their
 // row pairs are the panels' pairs) and the tile's dK^T, dV^T are transposed once, at the store.
@@ -32,7 +36,7 @@
 #include "kernels/cpu/attention_parts.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/isa/attention_amx.h"
+#include "kernels/cpu/isa/attention_bf16.h"
 #include "kernels/cpu/isa/attention_tiles.h"
 
 namespace belay::cpu {
@@ -40,20 +44,24 @@ namespace {
 
 using namespace attention_parts;
 
-static_assert(kQueryRows == kAmxBlock && kAttnKeys % kAmxBlock == 0, "blocks and tiles are whole AMX blocks");
+static_assert(kQueryRows == kBf16Block && kAttnKeys % kBf16Block == 0, "blocks and tiles are whole product blocks");
 static_assert(kQueryRows <= kAttnMaxRows, "a block's softmax is one online_softmax_rows");
 
-// What a run computes with: the AMX tiles and avx512's FP32 softmax (amx has avx512), or, for
-// the tests on any CPU, the tile emulator's copy (amx_tiles.h) and baseline's softmax (the same
-// softmax bits: its steps have no multiply-add to fuse, attention_tiles.h).
+// What a run computes with: the pair products of the path (AMX tiles or VDPBF16PS) and
+// avx512's FP32 softmax (both paths have avx512), or, for the tests on any CPU, the tile
+// emulator's copy (amx_tiles.h) and baseline's softmax (the same softmax bits: its steps have
+// no multiply-add to fuse, attention_tiles.h).
 struct Kit {
-  const AttentionAmx& x;
+  const AttentionBf16& x;
   const AttentionTiles& t;
 };
 const Kit kTiles{isa_amx::attention_amx, isa_avx512::attention_tiles};
+const Kit kVdpbf16{isa_avx512bf16::attention_vdpbf16, isa_avx512::attention_tiles};
 const Kit kEmulated{isa_amx_emulated::attention_amx, isa_baseline::attention_tiles};
 
-int64_t up32(int64_t x) { return (x + kAmxBlock - 1) / kAmxBlock * kAmxBlock; }
+const Kit& active_kit() { return active_cpu_isa() == CpuIsa::Amx ? kTiles : kVdpbf16; }
+
+int64_t up32(int64_t x) { return (x + kBf16Block - 1) / kBf16Block * kBf16Block; }
 const uint16_t* bf16_at(const Tensor& t, int64_t offset) { return t.data_as<const uint16_t>() + offset; }
 
 // n rows of d BF16 from x into rows of dp (zero-padded), rows past n up to rows_to zero.
@@ -65,14 +73,14 @@ void copy_rows(const uint16_t* x, int64_t n, int64_t d, int64_t dp, int64_t rows
 // One item's operands as the tiles read them (a thread's buffers, reused). kp, vr: K and V as
 // B with k along the head dim (S = Q K^T, dP = dO V^T); kc, vc: K and V with k along the keys
 // (dS K, P V); q, g: Q and dO rows; qt, gt: their transposes (dK^T = Q^T dS, dV^T = dO^T P).
-struct AmxItem {
+struct PairItem {
   int64_t item = -1;
   std::vector<uint32_t> kp, vr, kc, vc;
   std::vector<uint16_t> q, g, qt, gt;
 };
 
-void pack_keys(const AttentionAmx& x, const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item,
-               bool backward, AmxItem& b) {
+void pack_keys(const AttentionBf16& x, const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item,
+               bool backward, PairItem& b) {
   const int64_t d = dims.d, dp = up32(d), tk64 = key_tiles(dims.tk) * kAttnKeys, at = item * dims.tk * d;
   const size_t words = static_cast<size_t>(tk64 * dp / 2);  // each packing of K or V
   b.kp.resize(words);
@@ -90,8 +98,8 @@ void pack_keys(const AttentionAmx& x, const Tensor& k, const Tensor& v, const At
 
 // Forward of query rows [i0, i0 + rows) of one item whose keys are packed in b.
 void forward_block(const Kit& kit, const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale,
-                   int64_t item, int64_t i0, int64_t rows, const AmxItem& b, Tensor& out, Tensor& lse) {
-  const AttentionAmx& x = kit.x;
+                   int64_t item, int64_t i0, int64_t rows, const PairItem& b, Tensor& out, Tensor& lse) {
+  const AttentionBf16& x = kit.x;
   const AttentionTiles& t = kit.t;
   const int64_t d = dims.d, dp = up32(d), ps_k = 16 * dp, ps_v = 16 * key_tiles(dims.tk) * kAttnKeys;
   std::vector<uint16_t> qb(static_cast<size_t>(kQueryRows * dp)), p(static_cast<size_t>(kQueryRows * kAttnKeys));
@@ -101,14 +109,14 @@ void forward_block(const Kit& kit, const Tensor& q, const AttentionDims& dims, c
   const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
     const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
-    x.product(kQueryRows, kAttnKeys, dp, qb.data(), dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k, s.data(),
+    x.product(kQueryRows, kAttnKeys, dp, qb.data(), dp, b.kp.data() + j0 / kBf16Block * ps_k, ps_k, s.data(),
               kAttnKeys, false);
     int64_t vis[kQueryRows];  // keys of the tile each row sees (0 for the rows past tq)
     for (int64_t r = 0; r < kQueryRows; ++r)
       vis[r] = r < rows ? std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys) : 0;
     t.online_softmax_rows(s.data(), vis, kQueryRows, scale, m.data(), l.data(), o.data(), dp, dp);
     x.round_rows(s.data(), kQueryRows, kAttnKeys, p.data());
-    x.product(kQueryRows, dp, kAttnKeys, p.data(), kAttnKeys, b.vc.data() + j0 / 2 * kAmxBlock, ps_v, o.data(), dp,
+    x.product(kQueryRows, dp, kAttnKeys, p.data(), kAttnKeys, b.vc.data() + j0 / 2 * kBf16Block, ps_v, o.data(), dp,
               true);  // O += P V
   }
   finish_rows(o.data(), dp, m.data(), l.data(), dims, item, i0, rows, out, lse);
@@ -121,7 +129,7 @@ void forward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v, 
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
 #pragma omp parallel if (work > kParallelThreshold)
   {
-    AmxItem b;
+    PairItem b;
     kit.x.begin();  // tile state is per thread
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < pairs; ++p) {
@@ -134,8 +142,8 @@ void forward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v, 
 }
 
 // The backward's per-item operands (b) and D = rowsum(dO O).
-void load_backward_item(const AttentionAmx& x, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& dout, const AttentionDims& dims, int64_t item, AmxItem& b,
+void load_backward_item(const AttentionBf16& x, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const AttentionDims& dims, int64_t item, PairItem& b,
                         std::vector<float>& dsum) {
   const int64_t d = dims.d, dp = up32(d), tq32 = up32(dims.tq), at = item * dims.tq * d;
   pack_keys(x, k, v, dims, item, true, b);
@@ -164,32 +172,32 @@ struct TileScratch {
 // Query rows [i0, i0 + rows) against key tile j0: S, dP, then P and dS, rounded into w's panels
 // at the block's place in its group (`slot`), and the block's dQ += dS K.
 void backward_block(const Kit& kit, const AttentionDims& dims, const Mask& mask, float scale, int64_t j0, int64_t i0,
-                    int64_t slot, const float* lse, const std::vector<float>& dsum, const AmxItem& b, TileScratch& w,
+                    int64_t slot, const float* lse, const std::vector<float>& dsum, const PairItem& b, TileScratch& w,
                     std::vector<float>& dq) {
-  const AttentionAmx& x = kit.x;
+  const AttentionBf16& x = kit.x;
   const int64_t dp = up32(dims.d), rows = std::min(kQueryRows, dims.tq - i0), keys = std::min(kAttnKeys, dims.tk - j0);
   const int64_t ps_k = 16 * dp, ps_kc = 16 * key_tiles(dims.tk) * kAttnKeys, ps_g = 16 * kGroupRows;
-  x.product(kQueryRows, kAttnKeys, dp, b.q.data() + i0 * dp, dp, b.kp.data() + j0 / kAmxBlock * ps_k, ps_k,
+  x.product(kQueryRows, kAttnKeys, dp, b.q.data() + i0 * dp, dp, b.kp.data() + j0 / kBf16Block * ps_k, ps_k,
             w.s.data(), kAttnKeys, false);  // S = Q K^T
-  x.product(kQueryRows, kAttnKeys, dp, b.g.data() + i0 * dp, dp, b.vr.data() + j0 / kAmxBlock * ps_k, ps_k,
+  x.product(kQueryRows, kAttnKeys, dp, b.g.data() + i0 * dp, dp, b.vr.data() + j0 / kBf16Block * ps_k, ps_k,
             w.dpv.data(), kAttnKeys, false);  // dP = dO V^T
   probabilities_block(w.s.data(), w.dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), kit.t);
   std::fill(w.s.begin() + rows * kAttnKeys, w.s.end(), 0.0f);  // rows past tq: no P, no dS
   std::fill(w.dpv.begin() + rows * kAttnKeys, w.dpv.end(), 0.0f);
-  const int64_t at = slot * kQueryRows / 2 * kAmxBlock;  // the block's first pair in each panel
+  const int64_t at = slot * kQueryRows / 2 * kBf16Block;  // the block's first pair in each panel
   x.round_pairs(w.s.data(), kQueryRows, kAttnKeys, ps_g, w.p_pairs.data() + at);
   x.round_pairs(w.dpv.data(), kQueryRows, kAttnKeys, ps_g, w.ds_pairs.data() + at);
   x.round_rows(w.dpv.data(), kQueryRows, kAttnKeys, w.ds_rows.data());
-  x.product(kQueryRows, dp, kAttnKeys, w.ds_rows.data(), kAttnKeys, b.kc.data() + j0 / 2 * kAmxBlock, ps_kc,
+  x.product(kQueryRows, dp, kAttnKeys, w.ds_rows.data(), kAttnKeys, b.kc.data() + j0 / 2 * kBf16Block, ps_kc,
             dq.data() + i0 * dp, dp, true);  // dQ += dS K
 }
 
 // dK^T and dV^T ([dp, kAttnKeys]) of one key tile, accumulated over the query blocks that see
 // it, and its share of dQ added into dq (FP32 rows of dp).
 void backward_tile(const Kit& kit, const AttentionDims& dims, const Mask& mask, float scale, int64_t j0,
-                   const float* lse, const std::vector<float>& dsum, const AmxItem& b, TileScratch& w,
+                   const float* lse, const std::vector<float>& dsum, const PairItem& b, TileScratch& w,
                    std::vector<float>& dq, float* dkt, float* dvt) {
-  const AttentionAmx& x = kit.x;
+  const AttentionBf16& x = kit.x;
   const int64_t dp = up32(dims.d), tq32 = up32(dims.tq), ps_g = 16 * kGroupRows;
   std::fill(dkt, dkt + dp * kAttnKeys, 0.0f);
   std::fill(dvt, dvt + dp * kAttnKeys, 0.0f);
@@ -220,7 +228,7 @@ void backward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v,
   const double work = static_cast<double>(dims.items) * dims.tq * dims.tk * dims.d;
 #pragma omp parallel if (work > kParallelThreshold)
   {
-    AmxItem b;
+    PairItem b;
     TileScratch w;
     std::vector<float> dsum, dqf, dkt(static_cast<size_t>(dp * kAttnKeys)), dvt(dkt.size());
     kit.x.begin();
@@ -243,16 +251,19 @@ void backward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v,
 
 }  // namespace
 
-bool attention_on_amx_tiles(const Tensor& q) { return q.dtype() == DType::BF16 && active_cpu_isa() == CpuIsa::Amx; }
-
-void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-                   const AttentionDims& dims, Tensor& out, Tensor& lse) {
-  forward(kTiles, q, k, v, causal, scale, dims, out, lse);
+bool attention_on_bf16_pairs(const Tensor& q) {
+  const CpuIsa isa = active_cpu_isa();
+  return q.dtype() == DType::BF16 && (isa == CpuIsa::Amx || isa == CpuIsa::Avx512Bf16);
 }
-void attention_backward_amx(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                            const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
-                            Tensor& dk, Tensor& dv) {
-  backward(kTiles, q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
+
+void attention_bf16(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
+                    const AttentionDims& dims, Tensor& out, Tensor& lse) {
+  forward(active_kit(), q, k, v, causal, scale, dims, out, lse);
+}
+void attention_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const Tensor& dout, bool causal, float scale, const AttentionDims& dims, Tensor& dq,
+                             Tensor& dk, Tensor& dv) {
+  backward(active_kit(), q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
 }
 
 void attention_amx_emulated(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,

@@ -1,0 +1,95 @@
+// The pair-panel layout of a BF16 B operand, shared by the two ways the CPU multiplies BF16 pairs
+// (TDPBF16PS on AMX tiles, kernels/cpu/isa/amx_blocks.h; VDPBF16PS on AVX512-BF16,
+// kernels/cpu/isa/attention_vdpbf16.cpp): both add, per output, the products of one pair of k
+// (2p, 2p + 1) at a time, so both read B as panels of kBlock columns, pair p of the kBlock columns
+// at [p][kBlock] as one 32-bit word each (low half: k = 2p). Also an 8 x 8 transpose of 16-bit
+// elements. SSE2 only; included only by files built once per ISA.
+#pragma once
+#if !defined(BELAY_ISA_NS)
+#error "kernels/cpu/isa/pair_panels.h belongs to a per-ISA copy (BELAY_ISA_NS)"
+#endif
+#include <emmintrin.h>
+#include <stdint.h>
+
+namespace belay::BELAY_ISA_NS {
+
+constexpr int kBlock = 32;  // a panel's columns (and the AMX microkernel's C block: 2 x 2 tiles of 16 x 16)
+
+// A view of op(X) as R x K of BF16: element (r, k). `r_contiguous`: consecutive r are
+// adjacent in memory (op(A) of a transposed A; op(B) of an untransposed B).
+struct View {
+  const uint16_t* data;
+  int64_t ld;
+  bool r_contiguous;
+  int64_t at(int64_t r, int64_t k) const { return r_contiguous ? k * ld + r : r * ld + k; }
+};
+
+// dst[j * ld_dst + i] = src[i * ld_src + j] for an 8 x 8 block of 16-bit elements: three
+// rounds of SSE2 unpacks (16-, 32-, 64-bit interleaves).
+inline void transpose_8x8_u16(const uint16_t* src, int64_t ld_src, uint16_t* dst, int64_t ld_dst) {
+  __m128i x[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * ld_src));
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm_unpacklo_epi16(x[2 * i], x[2 * i + 1]);      // columns 0-3 of rows 2i, 2i+1
+    t[2 * i + 1] = _mm_unpackhi_epi16(x[2 * i], x[2 * i + 1]);  // columns 4-7
+  }
+  for (int h = 0; h < 2; ++h)    // rows 0-3, then 4-7
+    for (int q = 0; q < 2; ++q) {  // columns 0-3, then 4-7
+      u[4 * h + 2 * q] = _mm_unpacklo_epi32(t[4 * h + q], t[4 * h + 2 + q]);      // two columns
+      u[4 * h + 2 * q + 1] = _mm_unpackhi_epi32(t[4 * h + q], t[4 * h + 2 + q]);  // the next two
+    }
+  for (int c = 0; c < 4; ++c) {  // u[c] holds columns 2c, 2c+1 of rows 0-3; u[4 + c] of rows 4-7
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c) * ld_dst), _mm_unpacklo_epi64(u[c], u[4 + c]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * c + 1) * ld_dst), _mm_unpackhi_epi64(u[c], u[4 + c]));
+  }
+}
+
+// Columns [c0, c0 + cols) x k [k0, k0 + kc) of op(B) as one panel of kBlock columns in pair
+// layout: dst[p * kBlock + c] = k 2p in the low half, 2p + 1 in the high half, for
+// p < depth / 2; columns past `cols` and k past kc are zero.
+inline void pack_b_panel(const View& v, int64_t c0, int cols, int64_t k0, int kc, int depth, uint32_t* dst) {
+  const int pairs = depth / 2;
+  auto element = [&](int c, int k) -> uint32_t { return c < cols && k < kc ? v.data[v.at(c0 + c, k0 + k)] : 0u; };
+  int p_fast = 0;
+  if (cols == kBlock && v.r_contiguous) {
+    // Each k is a run of the 32 columns: interleave the runs of k = 2p and 2p + 1 (SSE2
+    // unpack: low halves from the first, high halves from the second).
+    p_fast = kc / 2;
+    for (int p = 0; p < p_fast; ++p) {
+      const uint16_t* lo = v.data + v.at(c0, k0 + 2 * p);
+      const uint16_t* hi = v.data + v.at(c0, k0 + 2 * p + 1);
+      uint32_t* d = dst + static_cast<int64_t>(p) * kBlock;
+      for (int c = 0; c < kBlock; c += 8) {
+        const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + c));
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + c));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c), _mm_unpacklo_epi16(l, h));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c + 4), _mm_unpackhi_epi16(l, h));
+      }
+    }
+  } else if (cols == kBlock) {
+    // Each column is a run along k, so its pairs are consecutive 32-bit words already: the
+    // panel is that matrix of words transposed, 4 x 4 at a time through SSE registers.
+    p_fast = kc / 8 * 4;
+    for (int c = 0; c < kBlock; c += 4) {
+      const uint16_t* col[4];
+      for (int q = 0; q < 4; ++q) col[q] = v.data + v.at(c0 + c + q, k0);
+      for (int p = 0; p < p_fast; p += 4) {
+        __m128 w0 = _mm_loadu_ps(reinterpret_cast<const float*>(col[0] + 2 * p));
+        __m128 w1 = _mm_loadu_ps(reinterpret_cast<const float*>(col[1] + 2 * p));
+        __m128 w2 = _mm_loadu_ps(reinterpret_cast<const float*>(col[2] + 2 * p));
+        __m128 w3 = _mm_loadu_ps(reinterpret_cast<const float*>(col[3] + 2 * p));
+        _MM_TRANSPOSE4_PS(w0, w1, w2, w3);
+        float* d = reinterpret_cast<float*>(dst + static_cast<int64_t>(p) * kBlock + c);
+        _mm_storeu_ps(d, w0);
+        _mm_storeu_ps(d + kBlock, w1);
+        _mm_storeu_ps(d + 2 * kBlock, w2);
+        _mm_storeu_ps(d + 3 * kBlock, w3);
+      }
+    }
+  }
+  for (int p = p_fast; p < pairs; ++p)  // the edges, element by element
+    for (int c = 0; c < kBlock; ++c)
+      dst[static_cast<int64_t>(p) * kBlock + c] = element(c, 2 * p) | element(c, 2 * p + 1) << 16;
+}
+
+}  // namespace belay::BELAY_ISA_NS
