@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "engine/census.h"
 #include "engine/dtype.h"
+#include "engine/half_bits.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
 
@@ -148,6 +150,22 @@ inline TensorCensus cast_census_reference(const std::vector<float>& values, DTyp
     else if (std::fabs(r) < normal) ++c.subnormal;
   }
   return c;
+}
+
+// "" when a record (kCensusFields words, engine/census.h) holds exactly `want`'s counts and
+// amax bits, else what differs: CHECK(record_differences(r, want).empty()) prints it.
+inline std::string record_differences(const uint32_t* r, const TensorCensus& want) {
+  std::string out;
+  const auto field = [&](const char* name, uint64_t got, uint64_t expected) {
+    if (got != expected)
+      out += std::string(name) + " " + std::to_string(got) + " (want " + std::to_string(expected) + ") ";
+  };
+  field("nonfinite", r[kCensusNonfinite], want.nonfinite);
+  field("zeros", r[kCensusZeros], want.zeros);
+  field("underflow", r[kCensusUnderflow], want.underflow);
+  field("subnormal", r[kCensusSubnormal], want.subnormal);
+  field("amax bits", r[kCensusAmax], f32_bits(want.amax));
+  return out;
 }
 
 }  // namespace belay::test

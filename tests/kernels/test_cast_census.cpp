@@ -10,7 +10,6 @@
 #include "engine/backend.h"
 #include "engine/census.h"
 #include "engine/error.h"
-#include "engine/half_bits.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "tests/kernels/isa_restore.h"
@@ -53,11 +52,7 @@ TEST_CASE("cast census: every count against the reference, the cast's bits, two 
       CHECK(want.nonfinite >= 2 * (3 + 4));  // inf, -inf, NaN and the 4 that overflow, in each call
       CHECK(want.underflow > 0);
       CHECK(want.subnormal > 0);
-      CHECK(w[kCensusNonfinite] == want.nonfinite);
-      CHECK(w[kCensusZeros] == want.zeros);
-      CHECK(w[kCensusUnderflow] == want.underflow);
-      CHECK(w[kCensusSubnormal] == want.subnormal);
-      CHECK(w[kCensusAmax] == f32_bits(want.amax));
+      CHECK(record_differences(w, want).empty());
     }
   }
 }
