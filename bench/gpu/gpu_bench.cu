@@ -196,6 +196,17 @@ std::vector<int64_t> step_sizes() {
   return s;
 }
 
+// The guard's norm of one (the 129-element) tensor against an FP64 sum on the host.
+bool guard_norm_right(const Tensor& probe, const Tensor& inv) {
+  const Backend& be = backend_for(probe.device());
+  Tensor found = Tensor::scalar(0.0f, DType::F32, probe.device()), norm = Tensor::scalar(0.0f, DType::F32, probe.device());
+  be.guard({&probe}, inv, found, norm);
+  double want = 0;
+  for (float g : probe.to_vector()) want += (double)(g / 65536.0f) * (g / 65536.0f);
+  want = std::sqrt(want);
+  return std::fabs(norm.item() - want) <= 1e-5 * want + 1e-30;
+}
+
 std::string step_bench() {
   const Device dev = Device::cuda();
   const Backend& be = backend_for(dev);
@@ -244,13 +255,7 @@ std::string step_bench() {
   // Checks: nothing non-finite, the norm of the 129-element tensor right, and
   // the masters moved (the step was not skipped).
   const bool finite = found.item() == 0.0f;
-  Tensor one_found = Tensor::scalar(0.0f, DType::F32, dev), one_norm = Tensor::scalar(0.0f, DType::F32, dev);
-  const Tensor& probe = grad[grad.size() - 2];
-  be.guard({&probe}, inv, one_found, one_norm);
-  double want = 0;
-  for (float g : probe.to_vector()) want += (double)(g / 65536.0f) * (g / 65536.0f);
-  want = std::sqrt(want);
-  const bool norm_ok = std::fabs(one_norm.item() - want) <= 1e-5 * want + 1e-30;
+  const bool norm_ok = guard_norm_right(grad[grad.size() - 2], inv);
   const bool moved = master[0].to_vector()[0] != 0.5f;
   // Scale 2^16 stays put (no growth for 2000 steps) so every timed step is a real update.
   scale.fill(65536.0f);
