@@ -70,6 +70,8 @@ struct ItemBuffers {
   std::vector<float> q, dout, k, v, kt, vt;
 };
 
+static_assert(kQueryRows <= kAttnMaxRows, "a block's softmax is one online_softmax_rows");
+
 // Forward of query rows [i0, i0 + rows) of one item whose K^T and V are in b.
 void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale, int64_t item, int64_t i0,
                    int64_t rows, ItemBuffers& b, Tensor& out, Tensor& lse) {
@@ -83,12 +85,11 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
     const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
     t.dot_tile(qf.data(), dp, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      float* sr = s.data() + r * kAttnKeys;
-      const int64_t vis = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
-      if (vis == 0) std::fill(sr, sr + kAttnKeys, 0.0f);  // this row sees none of the tile
-      else t.online_softmax(sr, vis, scale, &m[r], &l[r], o.data() + r * dp, dp);
-    }
+    int64_t vis[kQueryRows];  // keys of the tile each row sees (0: none, its scores become 0)
+    for (int64_t r = 0; r < rows; ++r) vis[r] = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
+    // The block's rows in one call: on avx512 the tile's max and sum take a few vector steps
+    // where a row at a time ran a chain of dependent scalar operations (the same results).
+    t.online_softmax_rows(s.data(), vis, rows, scale, m.data(), l.data(), o.data(), dp, dp);
     t.weigh_rows(s.data(), rows, keys, b.v.data() + j0 * dp, dp, dp, o.data(), dp);
   }
   finish_rows(o.data(), dp, m.data(), l.data(), dims, item, i0, rows, out, lse);
