@@ -17,16 +17,14 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa/attention_bf16.h"
 #include "tests/kernels/attention_check.h"
+#include "tests/kernels/cpu_guards.h"
 
 using namespace belay;
+using belay::test::IsaRestore;
+using belay::test::Threads;
 namespace at = belay::test::attention;
 
 namespace {
-
-struct IsaRestore {
-  CpuIsa saved = active_cpu_isa();
-  ~IsaRestore() { force_cpu_isa(saved); }
-};
 
 // The paths whose tiles differ (avx512bf16 and amx run avx512's, but for BF16 inputs: the pair
 // products' tests below), those this CPU can run.
@@ -38,12 +36,6 @@ std::vector<CpuIsa> runnable_paths() {
   }
   return out;
 }
-
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
 
 }  // namespace
 

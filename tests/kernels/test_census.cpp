@@ -16,7 +16,7 @@
 #include "engine/random.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "tests/kernels/isa_restore.h"
+#include "tests/kernels/cpu_guards.h"
 #include "tests/kernels/census_case.h"
 
 using namespace belay;

@@ -14,12 +14,13 @@
 #include "engine/random.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "tests/kernels/isa_restore.h"
 #include "kernels/cpu/isa/classifier_rows.h"
+#include "tests/kernels/cpu_guards.h"
 #include "tests/tolerance.h"
 
 using namespace belay;
 using belay::test::IsaRestore;
+using belay::test::Threads;
 using belay::test::bits_of;
 using belay::test::check_close;
 using belay::test::tolerance_for;
@@ -27,12 +28,6 @@ using belay::test::tolerance_for;
 namespace {
 
 const Backend& cpu() { return cpu_backend(); }
-
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
 
 // Every path this CPU can run (avx512bf16 and amx run avx512's rows, and are run too: the
 // dispatch is what is tested there).
