@@ -45,14 +45,16 @@ double peak_gflops(const std::string& what, const Timing& t, const PeakRun& run)
   return run.flops / (t.median_ms * 1e6);
 }
 
-// GELU inputs over the range where erf is neither +-1 nor linear, and a random dy.
+// GELU inputs and a random dy, of two kinds: "wide", uniform over (-5, 5), where erf is
+// neither +-1 nor linear (three in four values take erf's long polynomial, |x| > 1.24); and
+// "normal", N(0, 1) as a pre-activation after LayerNorm (one in five takes it).
 struct GeluData {
   static constexpr int64_t n = 1 << 20;
   std::vector<float> x, dy, y, dx;
-  GeluData() : x(n), dy(n), y(n), dx(n) {
+  explicit GeluData(bool normal) : x(n), dy(n), y(n), dx(n) {
     Rng rng(1 << 20);
     for (int64_t i = 0; i < n; ++i) {
-      x[i] = rng.uniform(-5.0f, 5.0f);
+      x[i] = normal ? rng.normal() : rng.uniform(-5.0f, 5.0f);
       dy[i] = rng.uniform(-1.0f, 1.0f);
     }
   }
@@ -89,7 +91,7 @@ Json bench_isa(const Options& o) {
   const Tensor x16 = x.to(DType::BF16), w16 = w.to(DType::BF16), dy16 = dy.to(DType::BF16);
   const Tensor low[3][2] = {{x16, w16}, {dy16, w16}, {dy16, x16}};  // each product's inputs in BF16
 
-  GeluData gd;
+  GeluData gd(false), gd_normal(true);
   const int gelu_reps = o.quick ? 5 : 11;
   const Json gelu_glibc = gd.time("gelu glibc", gelu_reps, [&] {
     for (int64_t i = 0; i < gd.n; ++i) gd.y[i] = gelu_f32(gd.x[i]);
@@ -155,6 +157,10 @@ Json bench_isa(const Options& o) {
       blocks.gelu_grad(gd.x.data(), gd.dy.data(), gd.dx.data(), gd.n);
     });
     p["gelu_1m"]["vs_glibc"] = gelu_glibc["time"]["median_ms"].get<double>() / p["gelu_1m"]["time"]["median_ms"].get<double>();
+    p["gelu_1m_normal"] = gd_normal.time(std::string("gelu normal ") + cpu_isa_name(isa), gelu_reps, [&] {
+      blocks.gelu(gd_normal.x.data(), gd_normal.y.data(), gd_normal.n);
+      blocks.gelu_grad(gd_normal.x.data(), gd_normal.dy.data(), gd_normal.dx.data(), gd_normal.n);
+    });
     paths.push_back(p);
   }
   for (Json& p : paths)

@@ -460,8 +460,12 @@ void element_suite(CpuIsa isa) {
   base.relu_grad(x.data(), dy.data(), yb.data(), n);
   wide.relu_grad(x.data(), dy.data(), yw.data(), n);
   CHECK(bits_of(yb) == bits_of(yw));
-  // Odd lengths: the vector bodies and the scalar tails.
-  for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{33}}) {
+  // Odd lengths: the vector bodies and the scalar tails (GELU's erf block: 16 at a time on
+  // AVX-512, the rest plainly; 512 per block).
+  for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{529}, int64_t{1040}}) {
+    base.gelu(x.data() + 5, yb.data(), m);
+    wide.gelu(x.data() + 5, yw.data(), m);
+    CHECK(std::memcmp(yb.data(), yw.data(), static_cast<size_t>(m) * 4) == 0);
     base.gelu_grad(x.data() + 5, dy.data(), yb.data(), m);
     wide.gelu_grad(x.data() + 5, dy.data(), yw.data(), m);
     CHECK(std::memcmp(yb.data(), yw.data(), static_cast<size_t>(m) * 4) == 0);

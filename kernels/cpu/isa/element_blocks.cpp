@@ -594,18 +594,89 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
 }
 #endif
 
-// The activations: plain loops the vectorizer widens (erf_exp.h has no call and no branch).
+// ---- GELU ----------------------------------------------------------------------------------
+// erf_f32 takes a short polynomial below |x| = 0.875 and a long one (degree 15) above, and a
+// plain vector loop computes both on every lane. GELU's erf runs a block at a time instead:
+// the short one on every value, the long one only on the values that need it, gathered
+// together. The same operations on each value: every path and either way gives the same bits.
+constexpr int64_t kErfBlock = 512;
+
+#if defined(BELAY_ISA_avx512)
+// The values that take the long branch (or are NaN), 16 at a time: packed to the front of
+// `large` (vcompressps into a register, then a plain store: the memory form is slow on some
+// CPUs), their masks kept for the way back. Returns how many.
+int64_t gather_large(const float* z, int64_t n, float* large, __mmask16* masks) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(z + i);
+    const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(0.875f), _CMP_NLT_UQ);
+    masks[i / 16] = m;
+    _mm512_storeu_ps(large + count, _mm512_maskz_compress_ps(m, v));
+    count += __builtin_popcount(m);
+  }
+  return count;
+}
+
+// Puts the long branch's results back in their places in e, which holds the short one's.
+void scatter_large(const float* large_e, const __mmask16* masks, int64_t n, float* e) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = masks[i / 16];
+    const __m512 packed = _mm512_loadu_ps(large_e + count);
+    _mm512_storeu_ps(e + i, _mm512_mask_expand_ps(_mm512_loadu_ps(e + i), m, packed));
+    count += __builtin_popcount(m);
+  }
+}
+
+// e = erf_f32(z) for n <= kErfBlock values: the whole 16s as above, the tail plainly.
+void erf_block(const float* z, float* e, int64_t n) {
+  alignas(64) float large[kErfBlock + 16], large_e[kErfBlock + 16];
+  __mmask16 masks[kErfBlock / 16];
+  const int64_t whole = n - n % 16;
+  const int64_t count = gather_large(z, whole, large, masks);
+  for (int64_t i = 0; i < whole; ++i) e[i] = cpu_math::erf_small(z[i]);
+  for (int64_t i = 0; i < count; ++i) large_e[i] = cpu_math::erf_large(large[i]);
+  scatter_large(large_e, masks, whole, e);
+  for (int64_t i = whole; i < n; ++i) e[i] = cpu_math::erf_f32(z[i]);
+}
+#else
+// Narrower paths: both branches on every lane (no compress instruction to gather with).
+void erf_block(const float* z, float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = cpu_math::erf_f32(z[i]);
+}
+#endif
+
+// GELU a block at a time: erf of x / sqrt 2 into a buffer, then the rest of the formula. x
+// is read again after erf_block, and y[i] written only after x[i] is read: y may be x.
 void gelu(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = cpu_math::gelu(x[i]);
+  alignas(64) float z[kErfBlock], e[kErfBlock];
+  for (int64_t at = 0; at < n; at += kErfBlock) {
+    const int64_t len = std::min(kErfBlock, n - at);
+    const float* xb = x + at;
+    for (int64_t i = 0; i < len; ++i) z[i] = cpu_math::gelu_erf_arg(xb[i]);
+    erf_block(z, e, len);
+    for (int64_t i = 0; i < len; ++i) y[at + i] = cpu_math::gelu_from_erf(xb[i], e[i]);
+  }
 }
 
 // dx = dy * gelu'(x); a NaN x passes through as it is. (When x and dy are both NaN, which
 // one a product returns depends on which operand sits in which register, and that differs
-// between the SSE and AVX code: the select keeps every path's bits the baseline's.)
+// between the SSE and AVX code: the select keeps every path's bits the baseline's.) dx may
+// be dy.
 void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = cpu_math::select_f32(x[i] != x[i], x[i], dy[i] * cpu_math::gelu_grad(x[i]));
+  alignas(64) float z[kErfBlock], e[kErfBlock];
+  for (int64_t at = 0; at < n; at += kErfBlock) {
+    const int64_t len = std::min(kErfBlock, n - at);
+    const float *xb = x + at, *dyb = dy + at;
+    for (int64_t i = 0; i < len; ++i) z[i] = cpu_math::gelu_erf_arg(xb[i]);
+    erf_block(z, e, len);
+    for (int64_t i = 0; i < len; ++i)
+      dx[at + i] = cpu_math::select_f32(xb[i] != xb[i], xb[i], dyb[i] * cpu_math::gelu_grad_from_erf(xb[i], e[i]));
+  }
 }
 
+// The other activations: plain loops the vectorizer widens (erf_exp.h has no call and no
+// branch).
 void gelu_tanh(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = cpu_math::gelu_tanh(x[i]);
 }

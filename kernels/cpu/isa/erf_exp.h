@@ -81,8 +81,10 @@ static inline float exp_f32(float x) {
 //   |x| >= 4:          +-1 (erfc(4) = 1.5e-8, a quarter of an ulp below 1).
 // NaN propagates through the polynomial (every comparison with it is false), +-inf gives
 // +-1, -0 gives -0, subnormals give x * 1.128... (the first branch).
-static inline float erf_f32(float x) {
-  const float ax = abs_f32(x);
+// The two branches are separate functions so that a caller may evaluate the second only on
+// the values that need it (element_blocks.cpp's erf_block on AVX-512); erf_f32 takes both and
+// selects, so every caller gets the same bits.
+static inline float erf_small(float x) {  // |x| < 0.875
   const float s = x * x;
   float ps = -6.218503113e-04f;
   ps = ps * s + 5.035122391e-03f;
@@ -90,8 +92,11 @@ static inline float erf_f32(float x) {
   ps = ps * s + 1.128251031e-01f;
   ps = ps * s + -3.761255443e-01f;
   ps = ps * s + 1.128379107e+00f;
-  const float small = x * ps;
+  return x * ps;
+}
 
+static inline float erf_large(float x) {  // |x| >= 0.875, and NaN
+  const float ax = abs_f32(x);
   const float t = ax - 2.4375f;
   float q = 3.037208103e-07f;
   q = q * t + -1.164749506e-06f;
@@ -111,32 +116,44 @@ static inline float erf_f32(float x) {
   q = q * t + 5.665420904e-04f;
   float big = 1.0f - q;
   big = select_f32(ax >= 4.0f, 1.0f, big);
-  big = f32_from_bits(f32_bits(big) | (f32_bits(x) & 0x80000000u));  // big >= 0: OR in x's sign
-  return select_f32(ax < 0.875f, small, big);
+  return f32_from_bits(f32_bits(big) | (f32_bits(x) & 0x80000000u));  // big >= 0: OR in x's sign
 }
+
+// Which branch erf_f32 takes for x: the small one exactly where |x| < 0.875 (a NaN takes the
+// large one, where it propagates).
+static inline bool erf_takes_small(float x) { return abs_f32(x) < 0.875f; }
+
+static inline float erf_f32(float x) { return select_f32(erf_takes_small(x), erf_small(x), erf_large(x)); }
+
+// GELU's and its gradient's argument of erf: x / sqrt 2.
+static inline float gelu_erf_arg(float x) { return x * 0.70710678118654752f; }
 
 // GELU, the exact form PyTorch uses by default (approximate='none'), in the order of
 // kernels/common/element_math.h: 0.5 x (1 + erf(x / sqrt 2)). Below x = -8, erf is -1
 // exactly, so the product is already -0 for every finite x; the select only changes
 // x = -inf, where the formula gives -inf * 0 = NaN, to its limit -0 (PyTorch returns NaN
 // there, an open bug on their side; +inf gives +inf here as the formula does).
-static inline float gelu(float x) {
-  const float y = 0.5f * x * (1.0f + erf_f32(x * 0.70710678118654752f));
+// gelu_from_erf takes e = erf_f32(gelu_erf_arg(x)), however the caller computed it.
+static inline float gelu_from_erf(float x, float e) {
+  const float y = 0.5f * x * (1.0f + e);
   return select_f32(x < -8.0f, -0.0f, y);
 }
+static inline float gelu(float x) { return gelu_from_erf(x, erf_f32(gelu_erf_arg(x))); }
 
 // GELU's derivative cdf(x) + x pdf(x), pdf(x) = e^(-x^2/2) / sqrt(2 pi). For |x| > 16 the
 // pdf underflows to 0 and the formula already gives 1 (x > 0) or 0 (x < 0) for every finite
 // x; the select makes x = +-inf the same (inf * 0 would be NaN). A NaN x is returned as it
 // is: inside, -0.5 x and x are NaNs of opposite signs, and which one a product keeps depends
 // on the operands' registers, which differ between the SSE and AVX code.
-static inline float gelu_grad(float x) {
-  const float cdf = 0.5f * (1.0f + erf_f32(x * 0.70710678118654752f));
+// gelu_grad_from_erf takes e = erf_f32(gelu_erf_arg(x)), as gelu_from_erf.
+static inline float gelu_grad_from_erf(float x, float e) {
+  const float cdf = 0.5f * (1.0f + e);
   const float pdf = 0.39894228040143268f * exp_f32(-0.5f * x * x);
   const float g = cdf + x * pdf;
   const float limit = select_f32(x > 0.0f, 1.0f, 0.0f);
   return select_f32(x != x, x, select_f32(abs_f32(x) > 16.0f, limit, g));
 }
+static inline float gelu_grad(float x) { return gelu_grad_from_erf(x, erf_f32(gelu_erf_arg(x))); }
 
 // GELU's tanh form, in the order of kernels/common/element_math.h's gelu_tanh_f32: x s, s
 // the logistic function of 2u, u = sqrt(2 / pi) (x + 0.044715 x^3), through e = e^(-2|u|) in
