@@ -596,21 +596,24 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
 
 // ---- GELU ----------------------------------------------------------------------------------
 // erf_f32 takes a short polynomial below |x| = 0.875 and a long one (degree 15) above, and a
-// plain vector loop computes both on every lane. GELU's erf runs a block at a time instead:
-// the short one on every value, the long one only on the values that need it, gathered
-// together. The same operations on each value: every path and either way gives the same bits.
+// plain vector loop computes both on every lane. GELU's erf runs a block at a time instead
+// (AVX2, AVX-512): the short one on every value, the long one only on the values that need
+// it, gathered together. The same operations on each value: every path and either way gives the same bits.
 constexpr int64_t kErfBlock = 512;
 
 #if defined(BELAY_ISA_avx512)
 // The values that take the long branch (or are NaN), 16 at a time: packed to the front of
 // `large` (vcompressps into a register, then a plain store: the memory form is slow on some
 // CPUs), their masks kept for the way back. Returns how many.
-int64_t gather_large(const float* z, int64_t n, float* large, __mmask16* masks) {
+constexpr int64_t kErfLanes = 16;
+using LaneMask = __mmask16;
+
+int64_t gather_large(const float* z, int64_t n, float* large, LaneMask* masks) {
   int64_t count = 0;
-  for (int64_t i = 0; i < n; i += 16) {
+  for (int64_t i = 0; i < n; i += kErfLanes) {
     const __m512 v = _mm512_loadu_ps(z + i);
     const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(0.875f), _CMP_NLT_UQ);
-    masks[i / 16] = m;
+    masks[i / kErfLanes] = m;
     _mm512_storeu_ps(large + count, _mm512_maskz_compress_ps(m, v));
     count += __builtin_popcount(m);
   }
@@ -618,21 +621,78 @@ int64_t gather_large(const float* z, int64_t n, float* large, __mmask16* masks) 
 }
 
 // Puts the long branch's results back in their places in e, which holds the short one's.
-void scatter_large(const float* large_e, const __mmask16* masks, int64_t n, float* e) {
+void scatter_large(const float* large_e, const LaneMask* masks, int64_t n, float* e) {
   int64_t count = 0;
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = masks[i / 16];
+  for (int64_t i = 0; i < n; i += kErfLanes) {
+    const __mmask16 m = masks[i / kErfLanes];
     const __m512 packed = _mm512_loadu_ps(large_e + count);
     _mm512_storeu_ps(e + i, _mm512_mask_expand_ps(_mm512_loadu_ps(e + i), m, packed));
     count += __builtin_popcount(m);
   }
 }
+#elif defined(BELAY_ISA_avx2)
+// AVX2 has no compress: a table gives, for each mask of 8 lanes, the permutation that packs
+// the set lanes to the front (`pack`) and the one that spreads them back (`unpack`), as 8
+// lane numbers of 4 bits each, for vpermps.
+constexpr int64_t kErfLanes = 8;
+using LaneMask = uint8_t;
 
-// e = erf_f32(z) for n <= kErfBlock values: the whole 16s as above, the tail plainly.
+struct LanePermutations {
+  uint32_t pack[256], unpack[256];
+};
+constexpr LanePermutations make_lane_permutations() {
+  LanePermutations t{};
+  for (int m = 0; m < 256; ++m) {
+    int k = 0;
+    for (int lane = 0; lane < 8; ++lane)
+      if ((m >> lane) & 1) {
+        t.pack[m] |= static_cast<uint32_t>(lane) << (4 * k);  // output k takes input `lane`
+        t.unpack[m] |= static_cast<uint32_t>(k) << (4 * lane);  // and lane `lane` takes it back
+        ++k;
+      }
+  }
+  return t;
+}
+constexpr LanePermutations kLanePermutations = make_lane_permutations();
+
+inline __m256i lane_numbers(uint32_t nibbles) {
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(nibbles)), shifts),
+                          _mm256_set1_epi32(7));
+}
+
+int64_t gather_large(const float* z, int64_t n, float* large, LaneMask* masks) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i += kErfLanes) {
+    const __m256 v = _mm256_loadu_ps(z + i);
+    const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), _mm256_set1_ps(0.875f), _CMP_NLT_UQ));
+    masks[i / kErfLanes] = static_cast<LaneMask>(m);
+    _mm256_storeu_ps(large + count, _mm256_permutevar8x32_ps(v, lane_numbers(kLanePermutations.pack[m])));
+    count += __builtin_popcount(static_cast<unsigned>(m));
+  }
+  return count;
+}
+
+void scatter_large(const float* large_e, const LaneMask* masks, int64_t n, float* e) {
+  const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i += kErfLanes) {
+    const int m = masks[i / kErfLanes];
+    const __m256 spread = _mm256_permutevar8x32_ps(_mm256_loadu_ps(large_e + count), lane_numbers(kLanePermutations.unpack[m]));
+    const __m256i taken = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(m), lane_bits), lane_bits);
+    _mm256_storeu_ps(e + i, _mm256_blendv_ps(_mm256_loadu_ps(e + i), spread, _mm256_castsi256_ps(taken)));
+    count += __builtin_popcount(static_cast<unsigned>(m));
+  }
+}
+#endif
+
+#if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx2)
+// e = erf_f32(z) for n <= kErfBlock values: the whole vectors as above, the tail plainly.
 void erf_block(const float* z, float* e, int64_t n) {
-  alignas(64) float large[kErfBlock + 16], large_e[kErfBlock + 16];
-  __mmask16 masks[kErfBlock / 16];
-  const int64_t whole = n - n % 16;
+  alignas(64) float large[kErfBlock + kErfLanes], large_e[kErfBlock + kErfLanes];
+  LaneMask masks[kErfBlock / kErfLanes];
+  const int64_t whole = n - n % kErfLanes;
   const int64_t count = gather_large(z, whole, large, masks);
   for (int64_t i = 0; i < whole; ++i) e[i] = cpu_math::erf_small(z[i]);
   for (int64_t i = 0; i < count; ++i) large_e[i] = cpu_math::erf_large(large[i]);
@@ -640,7 +700,7 @@ void erf_block(const float* z, float* e, int64_t n) {
   for (int64_t i = whole; i < n; ++i) e[i] = cpu_math::erf_f32(z[i]);
 }
 #else
-// Narrower paths: both branches on every lane (no compress instruction to gather with).
+// The baseline: both branches on every lane (SSE2 has no lane permutation to gather with).
 void erf_block(const float* z, float* e, int64_t n) {
   for (int64_t i = 0; i < n; ++i) e[i] = cpu_math::erf_f32(z[i]);
 }
