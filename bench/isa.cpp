@@ -71,6 +71,14 @@ struct GeluData {
     }
     return Json{{"time", to_json(t)}, {"ns_per_element", t.median_ms * 1e6 / static_cast<double>(n)}};
   }
+  // Forward then backward on `isa`'s element kernels.
+  Json time_path(CpuIsa isa, const std::string& what, int reps) {
+    const ElementBlocks& blocks = cpu_element_blocks(isa);
+    return time(what + cpu_isa_name(isa), reps, [&] {
+      blocks.gelu(x.data(), y.data(), n);
+      blocks.gelu_grad(x.data(), dy.data(), dx.data(), n);
+    });
+  }
 };
 
 }  // namespace
@@ -151,16 +159,9 @@ Json bench_isa(const Options& o) {
       cpu_gemm_on(isa, op);
       check_product(low[i][0], op.trans_a, low[i][1], op.trans_b, *op.c, std::string("isa bf16 ") + names[i] + tag);
     }
-    const ElementBlocks& blocks = cpu_element_blocks(isa);
-    p["gelu_1m"] = gd.time(std::string("gelu ") + cpu_isa_name(isa), gelu_reps, [&] {
-      blocks.gelu(gd.x.data(), gd.y.data(), gd.n);
-      blocks.gelu_grad(gd.x.data(), gd.dy.data(), gd.dx.data(), gd.n);
-    });
+    p["gelu_1m"] = gd.time_path(isa, "gelu ", gelu_reps);
     p["gelu_1m"]["vs_glibc"] = gelu_glibc["time"]["median_ms"].get<double>() / p["gelu_1m"]["time"]["median_ms"].get<double>();
-    p["gelu_1m_normal"] = gd_normal.time(std::string("gelu normal ") + cpu_isa_name(isa), gelu_reps, [&] {
-      blocks.gelu(gd_normal.x.data(), gd_normal.y.data(), gd_normal.n);
-      blocks.gelu_grad(gd_normal.x.data(), gd_normal.dy.data(), gd_normal.dx.data(), gd_normal.n);
-    });
+    p["gelu_1m_normal"] = gd_normal.time_path(isa, "gelu normal ", gelu_reps);
     paths.push_back(p);
   }
   for (Json& p : paths)
