@@ -72,46 +72,49 @@ void dot_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_
   for (; r < rows; ++r) dot_block<1>(a + r * lda, lda, bt, ldb, d, s + r * kAttnKeys);
 }
 
-// out[i] += sum over t < terms of w[i wi + t wt] x[t] for R output rows i (rows of dp floats),
-// the terms in order: weigh_rows (w indexed [i, t]) and weigh_cols ([t, i]) both.
+// out[i] += sum over t < terms of w[i wi + t wt] x[t] for R output rows i, over V vectors of
+// columns: R x V accumulators, each x vector loaded once for the R rows.
+template <int R, int V>
+void weigh_vectors(const float* w, int64_t wi, int64_t wt, int64_t terms, const float* x, int64_t ldx, float* out,
+                   int64_t ldo) {
+  Vec acc[R][V];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[r][v] = vload(out + r * ldo + v * kLanes);
+  for (int64_t t = 0; t < terms; ++t) {
+    const float* xr = x + t * ldx;
+    Vec xv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) xv[v] = vload(xr + v * kLanes);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const Vec p = vsplat(w[r * wi + t * wt]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = vfma(p, xv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) vstore(out + r * ldo + v * kLanes, acc[r][v]);
+}
+
+// The R output rows of dp floats (a whole number of vectors), the terms in order: weigh_rows
+// (w indexed [i, t]) and weigh_cols ([t, i]) both. Whole chunks of kColVecs vectors, then the
+// 1 to kColVecs - 1 vectors left in one pass (a head of 32 on avx512 is two vectors: 8
+// accumulators for 4 rows, where a vector at a time kept 4 and read w twice). Each element's
+// sum is the same in either shape: the blocking changes no bit.
 template <int R>
 void weigh_block(const float* w, int64_t wi, int64_t wt, int64_t terms, const float* x, int64_t ldx, int64_t dp,
                  float* out, int64_t ldo) {
   int64_t c = 0;
-  for (; c + kColChunk <= dp; c += kColChunk) {
-    Vec acc[R][kColVecs];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < kColVecs; ++v) acc[r][v] = vload(out + r * ldo + c + v * kLanes);
-    for (int64_t t = 0; t < terms; ++t) {
-      const float* xr = x + t * ldx + c;
-      Vec xv[kColVecs];
-#pragma GCC unroll 4
-      for (int v = 0; v < kColVecs; ++v) xv[v] = vload(xr + v * kLanes);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const Vec p = vsplat(w[r * wi + t * wt]);
-#pragma GCC unroll 4
-        for (int v = 0; v < kColVecs; ++v) acc[r][v] = vfma(p, xv[v], acc[r][v]);
-      }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < kColVecs; ++v) vstore(out + r * ldo + c + v * kLanes, acc[r][v]);
-  }
-  for (; c < dp; c += kLanes) {  // dp not a whole number of chunks: a vector at a time
-    Vec acc[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) acc[r] = vload(out + r * ldo + c);
-    for (int64_t t = 0; t < terms; ++t) {
-      const Vec xv = vload(x + t * ldx + c);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r] = vfma(vsplat(w[r * wi + t * wt]), xv, acc[r]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) vstore(out + r * ldo + c, acc[r]);
+  for (; c + kColChunk <= dp; c += kColChunk) weigh_vectors<R, kColVecs>(w, wi, wt, terms, x + c, ldx, out + c, ldo);
+  switch ((dp - c) / kLanes) {
+    case 3: weigh_vectors<R, 3>(w, wi, wt, terms, x + c, ldx, out + c, ldo); break;
+    case 2: weigh_vectors<R, 2>(w, wi, wt, terms, x + c, ldx, out + c, ldo); break;
+    case 1: weigh_vectors<R, 1>(w, wi, wt, terms, x + c, ldx, out + c, ldo); break;
+    default: break;
   }
 }
 
