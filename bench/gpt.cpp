@@ -5,7 +5,8 @@
 //   step:  the whole training step of `belay train --model gpt`'s default model (2 layers,
 //          width 128, 4 heads, context 64, vocab 256) at batch 16 and 32: zero_grad, forward
 //          under autocast, cross-entropy, backward, SafeStep (guard, clip at 1.0, AdamW);
-//          reported as ms and tokens/s;
+//          reported as ms and tokens/s; and (not with --quick) the same step of GPT-2 small
+//          (12 layers, width 768, 12 heads, vocab 50304, the head tied) at batch 4 x 256;
 //   parts: the same blocks and steps again with bench/timed_backend.h installed: the time of every
 //          backend call by part of the step, and the rest (the autograd graph, allocation).
 // fp16 is not run: this section's rows are compared with PyTorch (bench/peers/torch_gpt.py),
@@ -92,8 +93,9 @@ Json block_row(const BlockShape& s, DType dt, int warm, int reps) {
               {"time", to_json(t)}, {"tokens_per_s", tokens / (t.median_ms * 1e-3)}};
 }
 
-// The default GPT, AdamW (PyTorch's defaults: lr 1e-3, weight decay 0.01 on every parameter)
-// and SafeStep with clipping at 1.0, stepped on one fixed batch of random tokens.
+// A GPT (the default one, or GPT-2 small's shape), AdamW (PyTorch's defaults: lr 1e-3, weight
+// decay 0.01 on every parameter) and SafeStep with clipping at 1.0, stepped on one fixed
+// batch of random tokens.
 struct GptStep {
   GptConfig config;
   int64_t batch;
@@ -106,7 +108,7 @@ struct GptStep {
   Tensor ids, labels;
   std::vector<float> losses;
 
-  GptStep(int64_t b, DType dt) : batch(b), dtype(dt) {
+  GptStep(const GptConfig& c, int64_t b, DType dt) : config(c), batch(b), dtype(dt) {
     model.set_working_dtype(dtype);
     model.set_grad_dtype(DType::F32);
     AdamWOptions ao;
@@ -139,12 +141,25 @@ struct GptStep {
   }
 };
 
-Json step_row(int64_t batch, DType dt, int warm, int reps) {
-  GptStep s(batch, dt);
+// The model of a step row: `belay train --model gpt`'s default, or GPT-2 small (124M
+// parameters with its 50304-token vocabulary) at context 256.
+struct StepModel {
+  const char* name;
+  GptConfig config;
+};
+StepModel default_model() { return StepModel{"default", GptConfig{}}; }
+StepModel gpt2_small() {
+  GptConfig c;
+  c.vocab = 50304, c.context = 256, c.width = 768, c.layers = 12, c.heads = 12;
+  return StepModel{"gpt2-small", c};
+}
+
+Json step_row(const StepModel& m, int64_t batch, DType dt, int warm, int reps) {
+  GptStep s(m.config, batch, dt);
   const Timing t = time_it(warm, reps, [&] { s.one_step(); });
   s.check();
   const double tokens = static_cast<double>(batch * s.config.context);
-  return Json{{"batch", batch},       {"context", s.config.context}, {"dtype", dtype_name(dt)},
+  return Json{{"model", m.name}, {"batch", batch}, {"context", s.config.context}, {"dtype", dtype_name(dt)},
               {"params", s.model.parameter_count()}, {"time", to_json(t)},
               {"tokens_per_s", tokens / (t.median_ms * 1e-3)}, {"first_loss", s.losses.front()},
               {"last_loss", s.losses.back()}};
@@ -178,7 +193,7 @@ Json parts_of(const std::function<void()>& run, int reps, PartTimer& timer) {
 
 Json step_parts(int64_t batch, DType dt, int reps) {
   PartTimer timer(now_ms);  // installed until the end of this scope
-  GptStep s(batch, dt);
+  GptStep s(GptConfig{}, batch, dt);
   Json out = parts_of([&] { s.one_step(); }, reps, timer);
   s.check();
   out["batch"] = batch;
@@ -209,7 +224,9 @@ Json bench_gpt(const Options& o) {
   for (const BlockShape& s : shapes)
     for (DType dt : {DType::F32, DType::BF16}) bparts.push_back(block_parts(s, dt, reps));
   for (int64_t batch : {int64_t{16}, int64_t{32}})
-    for (DType dt : {DType::F32, DType::BF16}) steps.push_back(step_row(batch, dt, 2, reps));
+    for (DType dt : {DType::F32, DType::BF16}) steps.push_back(step_row(default_model(), batch, dt, 2, reps));
+  if (!o.quick)  // seconds per step: one warm-up and 3 timed
+    for (DType dt : {DType::F32, DType::BF16}) steps.push_back(step_row(gpt2_small(), 4, dt, 1, 3));
   for (int64_t batch : {int64_t{16}, int64_t{32}})
     for (DType dt : {DType::F32, DType::BF16}) parts.push_back(step_parts(batch, dt, reps));
   return Json{{"threads", max_threads()}, {"block", blocks}, {"step", steps}, {"step_parts", parts},

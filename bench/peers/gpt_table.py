@@ -76,13 +76,14 @@ def markdown(doc):
         lines.append(f"| {r['shape']} B{r['batch']} T{r['tokens']} D{r['width']} H{r['heads']} | {r['dtype']} | "
                      f"{f(r['belay_ms'])} | {f(r['torch_explicit_ms'])} | {r['ratio_vs_explicit']:.2f} | "
                      f"{f(r['torch_sdpa_ms'])} | {r['ratio_vs_sdpa']:.2f} |")
-    lines += ["", "| GPT step (default model) | dtype | belay ms | belay tokens/s | torch ms (explicit) | "
+    lines += ["", "| GPT step (default model unless named) | dtype | belay ms | belay tokens/s | torch ms (explicit) | "
               "torch tokens/s | ratio | torch ms (sdpa) | ratio |", "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["step"]:
-        lines.append(f"| batch {r['batch']} x {r['context']} | {r['dtype']} | {f(r['belay_ms'])} | "
-                     f"{r['belay_tokens_per_s']:.0f} | {f(r['torch_explicit_ms'])} | "
-                     f"{r['torch_explicit_tokens_per_s']:.0f} | {r['ratio_vs_explicit']:.2f} | "
-                     f"{f(r['torch_sdpa_ms'])} | {r['ratio_vs_sdpa']:.2f} |")
+        model = "" if r["model"] == "default" else f"{r['model']}, "
+        explicit = (f"{f(r['torch_explicit_ms'])} | {r['torch_explicit_tokens_per_s']:.0f} | "
+                    f"{r['ratio_vs_explicit']:.2f}") if "torch_explicit_ms" in r else "- | - | -"
+        lines.append(f"| {model}batch {r['batch']} x {r['context']} | {r['dtype']} | {f(r['belay_ms'])} | "
+                     f"{r['belay_tokens_per_s']:.0f} | {explicit} | {f(r['torch_sdpa_ms'])} | {r['ratio_vs_sdpa']:.2f} |")
     note = ("(ms per run, median over the rounds of each part's mean; in brackets its fraction of the run; every "
             "backend call timed, bench/timed_backend.h; `rest` = the run minus the parts: autograd graph, "
             "allocation, host work. The runs with the timer are separate from the timed rows above and, on a "
@@ -109,7 +110,7 @@ def main():
            "torch_optimizer": torch_[0]["step"][0]["optimizer"],
            "load_start": a.load_start.strip(), "load_end": a.load_end.strip(),
            "block": rows_of(belay, torch_, "block", ("shape", "batch", "tokens", "width", "heads", "dtype")),
-           "step": rows_of(belay, torch_, "step", ("batch", "context", "dtype")),
+           "step": rows_of(belay, torch_, "step", ("model", "batch", "context", "dtype")),
            "block_parts": parts_of(belay, "block_parts", lambda r: r["shape"]),
            "step_parts": parts_of(belay, "step_parts", lambda r: f"batch {r['batch']}"), "belay_rounds": belay, "torch_rounds": torch_}
     with open(a.out + ".json", "w") as f:

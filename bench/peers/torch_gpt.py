@@ -10,7 +10,9 @@ block and the same training step, the same shapes, repetitions and statistics.
          (scores = q k^T / sqrt(d), masked_fill, softmax, @ v), and `sdpa`,
          F.scaled_dot_product_attention(is_causal=True), PyTorch's fused kernel.
   step   the default GPT of `belay train --model gpt` (2 layers, width 128, 4 heads,
-         context 64, vocab 256, head tied to wte) at batch 16 and 32: zero_grad, autocast,
+         context 64, vocab 256, head tied to wte) at batch 16 and 32, and (not with --quick;
+         SDPA only) GPT-2 small (12 layers, width 768, 12 heads, vocab 50304) at batch 4 x 256:
+         zero_grad, autocast,
          cross_entropy, backward, clip_grad_norm_(1.0), AdamW (torch's defaults: lr 1e-3,
          weight decay 0.01; fused=True where this PyTorch has it, as bench/peers/torch_cpu.py),
          loss.item() every step, one fixed batch of random tokens.
@@ -35,6 +37,9 @@ from torch_cpu import require, time_it  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BLOCKS = [("gpt-default", 16, 64, 128, 4), ("gpt2-small", 1, 128, 768, 12)]
+# The step's models, as bench/gpt.cpp's StepModel: belay train's default GPT, and GPT-2 small.
+MODELS = {"default": dict(vocab=256, context=64, width=128, layers=2, heads=4),
+          "gpt2-small": dict(vocab=50304, context=256, width=768, layers=12, heads=12)}
 QUICK_BLOCKS = [("gpt-default", 4, 32, 64, 4)]
 
 
@@ -110,14 +115,16 @@ def block_row(shape, dtype_name, attn, warmup, reps):
             "attn": attn, "time": tm, "tokens_per_s": b * t / (tm["median_ms"] * 1e-3)}
 
 
-def step_row(batch, dtype_name, attn, warmup, reps):
+def step_row(model_name, batch, dtype_name, attn, warmup, reps):
     torch.manual_seed(42)
-    model = Gpt(attn=attn)
+    shape = MODELS[model_name]
+    vocab, context = shape["vocab"], shape["context"]
+    model = Gpt(attn=attn, **shape)
     opt, impl = torch_cpu.make_adamw(model.parameters(), lr=1e-3, weight_decay=0.01)
     params = list(model.parameters())
     g = torch.Generator().manual_seed(42)
-    ids = torch.randint(0, 256, (batch, 64), generator=g)
-    labels = torch.randint(0, 256, (batch * 64,), generator=g)
+    ids = torch.randint(0, vocab, (batch, context), generator=g)
+    labels = torch.randint(0, vocab, (batch * context,), generator=g)
     losses = []
 
     def step():
@@ -130,12 +137,13 @@ def step_row(batch, dtype_name, attn, warmup, reps):
         losses.append(loss.item())
 
     tm = time_it(warmup, reps, step)
-    what = f"torch gpt step {dtype_name} batch {batch} {attn}"
+    what = f"torch gpt step {model_name} {dtype_name} batch {batch} {attn}"
     require(all(math.isfinite(v) for v in losses), what + ": a non-finite loss")
     require(losses[-1] < losses[0], what + ": the loss did not go down")
-    return {"batch": batch, "context": 64, "dtype": dtype_name, "attn": attn, "optimizer": impl,
-            "params": sum(p.numel() for p in params), "time": tm,
-            "tokens_per_s": batch * 64 / (tm["median_ms"] * 1e-3), "first_loss": losses[0], "last_loss": losses[-1]}
+    return {"model": model_name, "batch": batch, "context": context, "dtype": dtype_name, "attn": attn,
+            "optimizer": impl, "params": sum(p.numel() for p in params), "time": tm,
+            "tokens_per_s": batch * context / (tm["median_ms"] * 1e-3), "first_loss": losses[0],
+            "last_loss": losses[-1]}
 
 
 def main():
@@ -165,7 +173,10 @@ def main():
         for batch in (16, 32):
             for dt in DTYPES:
                 for attn in ("explicit", "sdpa"):
-                    steps.append(step_row(batch, dt, attn, 2, 5 if dt == "bf16" else reps))
+                    steps.append(step_row("default", batch, dt, attn, 2, 5 if dt == "bf16" else reps))
+        if not args.quick:  # seconds per step: one warm-up and 3 timed, SDPA only
+            for dt in DTYPES:
+                steps.append(step_row("gpt2-small", 4, dt, "sdpa", 1, 3))
     except torch_cpu.CheckFailure as e:
         print(f"torch_gpt: {e}", file=sys.stderr)
         return 1
