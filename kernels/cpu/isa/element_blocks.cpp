@@ -308,11 +308,24 @@ struct WideFloats {  // 8 FP32 values
 };
 #endif
 
-// Lane counters of magnitudes below 1 (exact zeros), below the first pattern above to_zero
-// (tiny), and below the first at or above subnormal_below (sub), and the largest magnitude.
-// A lane gains at most 8 per group (one vector per chunk), so 16-bit lanes are added into
-// 64-bit totals every kFlushGroups groups, before they can wrap.
-template <class W>
+// The census's bounds as magnitude patterns: a value is an exact zero below 1, rounds to zero
+// below `tiny`, and is a subnormal (or less) below `sub`. For 16-bit data in its own format
+// no pattern lies between zero and the first subnormal (tiny == 1), and FP16 data has no
+// subnormal in BF16 (sub == 1 too): such a bound is not compared again.
+struct WideBounds {
+  uint32_t tiny, sub;
+  WideBounds(CensusBounds b, GemmElem e)
+      : tiny(e == GemmElem::F32 ? f32_bits(b.to_zero) + 1 : first_bits_at_least(std::nextafter(b.to_zero, INFINITY), e)),
+        sub(e == GemmElem::F32 ? f32_bits(b.subnormal_below) : first_bits_at_least(b.subnormal_below, e)) {}
+  // How many distinct bounds, 1 <= tiny <= sub: 1, 2 or 3.
+  int distinct() const { return 1 + (tiny != 1 ? 1 : 0) + (sub != tiny ? 1 : 0); }
+};
+
+// Lane counters of magnitudes below each of the kBounds distinct bounds (1, then tiny and sub
+// where they differ from the one before), and the largest magnitude. A lane gains at most 8
+// per group (one vector per chunk), so 16-bit lanes are added into 64-bit totals every
+// kFlushGroups groups, before they can wrap.
+template <class W, int kBounds>
 struct WideCensus {
   using Vec = typename W::Vec;
   using Lane = typename W::Lane;
@@ -320,54 +333,44 @@ struct WideCensus {
   static constexpr int kSteps = kLanes / 8;  // the guard's steps per group
   static constexpr int kFlushGroups = 4096;  // 8 x 4096 < 2^16
   GemmElem elem;
-  Vec mask, tiny_bound, sub_bound, zero_n = W::set1(0), tiny_n = W::set1(0), sub_n = W::set1(0), hi = W::set1(0);
-  uint64_t zeros = 0, tiny = 0, sub = 0;
+  Vec mask, bound[kBounds], n[kBounds], hi = W::set1(0);
+  uint64_t below[kBounds] = {};
+  int tiny_at, sub_at;  // which bound is tiny's, sub's
   int groups = 0;
 
-  WideCensus(CensusBounds b, GemmElem e) : elem(e) {
-    if (e == GemmElem::F32) {
-      mask = W::set1(0x7fffffffu);
-      tiny_bound = W::set1(f32_bits(b.to_zero) + 1);
-      sub_bound = W::set1(f32_bits(b.subnormal_below));
-    } else {
-      mask = W::set1(0x7fffu);
-      tiny_bound = W::set1(first_bits_at_least(std::nextafter(b.to_zero, INFINITY), e));
-      sub_bound = W::set1(first_bits_at_least(b.subnormal_below, e));
-    }
+  WideCensus(WideBounds wb, GemmElem e) : elem(e), mask(W::set1(e == GemmElem::F32 ? 0x7fffffffu : 0x7fffu)) {
+    tiny_at = wb.tiny != 1 ? 1 : 0;
+    sub_at = tiny_at + (wb.sub != wb.tiny ? 1 : 0);
+    const uint32_t bounds[3] = {1, wb.tiny, wb.sub};
+    for (int i = 0, at = 0; i < 3; ++i)
+      if (i == 0 || bounds[i] != bounds[i - 1]) bound[at++] = W::set1(bounds[i]);
+    for (Vec& v : n) v = W::set1(0);
   }
   // The census of the group's kLanes values of each of the 8 chunks, from element j on.
   void add(const void* x, int64_t stride, int64_t j) {
     const Lane* p = static_cast<const Lane*>(x);
-    const Vec one = W::set1(1);
     for (int k = 0; k < 8; ++k) {
       const Vec a = W::load(p + k * stride + j) & mask;
-      zero_n = W::add_below(zero_n, a, one);
-      tiny_n = W::add_below(tiny_n, a, tiny_bound);
-      sub_n = W::add_below(sub_n, a, sub_bound);
+      for (int i = 0; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
       hi = W::max(hi, a);
     }
     if (++groups == kFlushGroups) flush();
   }
-  static uint64_t total(Vec v) {
-    Lane l[kLanes];
-    std::memcpy(l, &v, sizeof v);
-    uint64_t t = 0;
-    for (const Lane n : l) t += n;
-    return t;
-  }
   void flush() {
-    zeros += total(zero_n);
-    tiny += total(tiny_n);
-    sub += total(sub_n);
-    zero_n = tiny_n = sub_n = W::set1(0);
+    for (int i = 0; i < kBounds; ++i) {
+      Lane l[kLanes];
+      std::memcpy(l, &n[i], sizeof n[i]);
+      for (const Lane c : l) below[i] += c;
+      n[i] = W::set1(0);
+    }
     groups = 0;
   }
   // The counts, into *counts (the values all finite).
   void into(CensusCounts* counts) {
     flush();
-    counts->zeros += zeros;
-    counts->underflow += tiny - zeros;
-    counts->subnormal += sub - tiny;
+    counts->zeros += below[0];
+    counts->underflow += below[tiny_at] - below[0];
+    counts->subnormal += below[sub_at] - below[tiny_at];
     Lane l[kLanes];
     std::memcpy(l, &hi, sizeof hi);
     Lane top = 0;
@@ -380,11 +383,11 @@ struct WideCensus {
 };
 
 // Dense, wide: the guard's steps as in census_dense, the census taken by WideCensus once
-// per group of its kSteps steps. len: a multiple of 8 kSteps.
-template <class W>
+// per group of its kSteps steps.
+template <class W, int kBounds>
 void census_dense_wide(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                        double* out, CensusCounts* counts) {
-  WideCensus<W> census(b, elem);
+  WideCensus<W, kBounds> census(WideBounds(b, elem), elem);
   SquareSums sums;
   const __m256 vinv = _mm256_set1_ps(inv);
   for (int64_t j = 0; j < len; j += 8 * census.kSteps) {
@@ -399,13 +402,22 @@ void census_dense_wide(const void* x, GemmElem elem, int64_t stride, int64_t len
   census.into(counts);
 }
 
-// The widest dense loop this path has for elem.
+template <class W>
+void census_dense_bounds(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+                         double* out, CensusCounts* counts) {
+  const int distinct = WideBounds(b, elem).distinct();
+  if (distinct == 1) census_dense_wide<W, 1>(x, elem, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_dense_wide<W, 2>(x, elem, stride, len, inv, b, out, counts);
+  else census_dense_wide<W, 3>(x, elem, stride, len, inv, b, out, counts);
+}
+
+// The widest dense loop this path has for elem (len: a multiple of its group's values).
 void census_dense_widest(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                          double* out, CensusCounts* counts) {
-  if (elem != GemmElem::F32 && len % (8 * WideCensus<WideHalves>::kSteps) == 0)
-    return census_dense_wide<WideHalves>(x, elem, stride, len, inv, b, out, counts);
-  if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats>::kSteps) == 0)
-    return census_dense_wide<WideFloats>(x, elem, stride, len, inv, b, out, counts);
+  if (elem != GemmElem::F32 && len % (8 * WideCensus<WideHalves, 1>::kSteps) == 0)
+    return census_dense_bounds<WideHalves>(x, elem, stride, len, inv, b, out, counts);
+  if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats, 1>::kSteps) == 0)
+    return census_dense_bounds<WideFloats>(x, elem, stride, len, inv, b, out, counts);
   census_dense(x, elem, stride, len, inv, b, out, counts);
 }
 
