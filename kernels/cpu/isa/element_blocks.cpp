@@ -157,16 +157,6 @@ inline void census8(__m256 x, __m256 to_zero, __m256 sub_below, CensusLanes& c) 
   c.amax = _mm256_max_ps(c.amax, _mm256_and_ps(a, finite));
 }
 
-// census8 for values known finite (no inf, no NaN: the caller checks its sums), so without
-// the finiteness compare: the class compares on the magnitude, and the amax its plain max.
-inline void census8_finite(__m256 x, __m256 to_zero, __m256 sub_below, CensusLanes& c) {
-  const __m256 a = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-  c.tiny = _mm256_sub_epi32(c.tiny, _mm256_castps_si256(_mm256_cmp_ps(a, to_zero, _CMP_LE_OQ)));
-  c.sub = _mm256_sub_epi32(c.sub, _mm256_castps_si256(_mm256_cmp_ps(a, sub_below, _CMP_LT_OQ)));
-  c.zero = _mm256_sub_epi32(c.zero, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ)));
-  c.amax = _mm256_max_ps(c.amax, a);
-}
-
 inline uint64_t lane_total(__m256i v) {
   alignas(32) int32_t l[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(l), v);
@@ -235,39 +225,18 @@ void census_all(const void* x, GemmElem elem, int64_t stride, int64_t len, Censu
   add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
 }
 
-// Dense: every value classified in the loop that sums it (~7 more operations per 8 values),
-// taken as finite (census8_finite); an inf or NaN makes the sums non-finite, and the call
-// is counted again in full.
-void census_dense(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
-                  CensusCounts* counts) {
-  const __m256 vinv = _mm256_set1_ps(inv);
-  const __m256 to_zero = _mm256_set1_ps(b.to_zero), sub_below = _mm256_set1_ps(b.subnormal_below);
-  CensusLanes c;
-  SquareSums sums;
-  for (int64_t j = 0; j < len; j += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) {
-      const __m256 v = load8(x, elem, k * stride + j);
-      census8_finite(v, to_zero, sub_below, c);  // the census of the value as stored, from the same load
-      r[k] = _mm256_mul_ps(v, vinv);
-    }
-    sums.add(r);
-  }
-  if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
-  c.finite = _mm256_set1_epi32(static_cast<int32_t>(len));  // every lane saw len values, all finite
-  add_census_lanes(c, static_cast<uint64_t>(len) * 8, counts);
-}
-
-// ---- The dense census, wide ------------------------------------------------------------------
+// ---- The census, wide ------------------------------------------------------------------------
 // The guard's loads are 8 values wide (its transposition keeps each chunk's sum in order).
 // After it has summed a group of steps, the census reads those steps of every chunk again,
 // from L1, as wide integer vectors of magnitudes (the bits with the sign cleared, whose
-// patterns order as the values do) and counts each class by one compare against a threshold
-// pattern and one subtract (avx2) or masked add (AVX-512): 8 operations per vector of 8 FP32
-// values (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values
-// (avx512 16-bit). The values are taken as finite: an inf or NaN makes the sums non-finite,
-// and the call is counted again in full (census_all); with none, the amax is the largest
-// magnitude pattern.
+// patterns order as the values do) and counts each class by one compare against a bound
+// pattern and one subtract (avx2) or masked add (AVX-512): an and, a max and 2 operations per
+// distinct bound (8 at most, 6 for 16-bit data in its own format) per vector of 8 FP32 values
+// (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values (avx512),
+// where census8 took 11 per 8 values (and its finiteness compare). The values are taken as
+// finite: an inf or NaN makes the sums non-finite, and the call is counted again in full
+// (census_all); with none, nothing is non-finite and the amax is the largest pattern. Used by
+// the dense loop on every group and by the wider sparse loops on the groups their scan flags.
 #if defined(BELAY_ISA_avx512)
 struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
   using Vec = __m512i;
@@ -331,7 +300,7 @@ struct WideCensus {
   using Lane = typename W::Lane;
   static constexpr int kLanes = sizeof(Vec) / sizeof(Lane);
   static constexpr int kSteps = kLanes / 8;  // the guard's steps per group
-  static constexpr int kFlushGroups = 4096;  // 8 x 4096 < 2^16
+  static constexpr int kFlushGroups = 256;  // 8 x 256 < 2^16; every call of kReduceChunk flushes
   GemmElem elem;
   Vec mask, bound[kBounds], n[kBounds], hi = W::set1(0);
   uint64_t below[kBounds] = {};
@@ -382,8 +351,8 @@ struct WideCensus {
   }
 };
 
-// Dense, wide: the guard's steps as in census_dense, the census taken by WideCensus once
-// per group of its kSteps steps.
+// Dense: the guard's steps as sum_squares_8 takes them (the same bits), and every group of
+// WideCensus's kSteps steps counted by it after they are summed.
 template <class W, int kBounds>
 void census_dense_wide(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                        double* out, CensusCounts* counts) {
@@ -418,7 +387,9 @@ void census_dense_widest(const void* x, GemmElem elem, int64_t stride, int64_t l
     return census_dense_bounds<WideHalves>(x, elem, stride, len, inv, b, out, counts);
   if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats, 1>::kSteps) == 0)
     return census_dense_bounds<WideFloats>(x, elem, stride, len, inv, b, out, counts);
-  census_dense(x, elem, stride, len, inv, b, out, counts);
+  // Another len (the guard's calls all take kReduceChunk): the sums, then every value classified.
+  sum_squares_8(x, elem, stride, len, inv, out);
+  census_all(x, elem, stride, len, b, counts);
 }
 
 // What a sparse loop found, counted: the dirty steps' lane counts and the plain steps' amax,
@@ -542,13 +513,15 @@ struct ScanFloats {
 #endif
 
 // The sparse loop on a wider scan: the guard's steps as in census_sparse, the census's
-// min and max taken by Scan once per Scan::kSteps steps. len: a multiple of 8 Scan::kSteps.
-template <class Scan>
+// min and max taken by Scan once per group of Scan::kSteps steps, and a group that holds a
+// value below the normal range classified whole by WideCensus (the same group of steps:
+// fewer operations than census_step on each of its dirty steps, and no call).
+template <class Scan, class W, int kBounds>
 void census_sparse_scanned(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                            double* out, CensusCounts* counts) {
+  static_assert(Scan::kSteps == WideCensus<W, kBounds>::kSteps, "a scan's group is the census's");
   Scan scan(b, elem);
-  CensusLanes dirty;
-  uint64_t dirty_values = 0;
+  WideCensus<W, kBounds> dirty(WideBounds(b, elem), elem);
   SquareSums sums;
   const __m256 vinv = _mm256_set1_ps(inv);
   for (int64_t j = 0; j < len; j += 8 * Scan::kSteps) {
@@ -557,23 +530,34 @@ void census_sparse_scanned(const void* x, GemmElem elem, int64_t stride, int64_t
       __m256 r[8];
       for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j + 8 * s), vinv);
       sums.add(r);
-      if (below >> s & 1u) {
-        census_step(x, elem, stride, j + 8 * s, b, &dirty);
-        dirty_values += 64;
-      }
     }
+    if (below != 0) dirty.add(x, stride, j);
   }
-  finish_sparse(x, elem, stride, len, b, sums.store(out), dirty, dirty_values, scan.amax(), counts);
+  if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
+  // No inf and no NaN: the plain groups' values are all normal, so only the dirty groups add
+  // counts, and the amax is the scan's (every value's).
+  dirty.into(counts);
+  const float amax = _mm256_cvtss_f32(scan.amax());
+  counts->amax = amax > counts->amax ? amax : counts->amax;
+}
+
+template <class Scan, class W>
+void census_sparse_bounds(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+                          double* out, CensusCounts* counts) {
+  const int distinct = WideBounds(b, elem).distinct();
+  if (distinct == 1) census_sparse_scanned<Scan, W, 1>(x, elem, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_sparse_scanned<Scan, W, 2>(x, elem, stride, len, inv, b, out, counts);
+  else census_sparse_scanned<Scan, W, 3>(x, elem, stride, len, inv, b, out, counts);
 }
 
 // The widest sparse loop this path has for elem.
 void census_sparse_widest(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                           double* out, CensusCounts* counts) {
   if (elem != GemmElem::F32 && len % (8 * ScanHalves::kSteps) == 0)
-    return census_sparse_scanned<ScanHalves>(x, elem, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanHalves, WideHalves>(x, elem, stride, len, inv, b, out, counts);
 #if defined(BELAY_ISA_avx512)
   if (elem == GemmElem::F32 && len % (8 * ScanFloats::kSteps) == 0)
-    return census_sparse_scanned<ScanFloats>(x, elem, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanFloats, WideFloats>(x, elem, stride, len, inv, b, out, counts);
 #endif
   census_sparse(x, elem, stride, len, inv, b, out, counts);
 }
