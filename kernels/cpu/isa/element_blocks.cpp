@@ -246,6 +246,7 @@ struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
   static Vec add_below(Vec n, Vec a, Vec bound) {
     return _mm512_mask_add_epi16(n, _mm512_cmplt_epu16_mask(a, bound), n, set1(1));
   }
+  static Vec add_zero(Vec n, Vec a) { return _mm512_mask_add_epi16(n, _mm512_testn_epi16_mask(a, a), n, set1(1)); }
   static Vec max(Vec a, Vec b) { return _mm512_max_epu16(a, b); }
 };
 struct WideFloats {  // 16 FP32 values
@@ -256,6 +257,7 @@ struct WideFloats {  // 16 FP32 values
   static Vec add_below(Vec n, Vec a, Vec bound) {
     return _mm512_mask_add_epi32(n, _mm512_cmplt_epu32_mask(a, bound), n, set1(1));
   }
+  static Vec add_zero(Vec n, Vec a) { return _mm512_mask_add_epi32(n, _mm512_testn_epi32_mask(a, a), n, set1(1)); }
   static Vec max(Vec a, Vec b) { return _mm512_max_epu32(a, b); }
 };
 #else
@@ -265,6 +267,7 @@ struct WideHalves {  // 16 stored FP16 or BF16 values; magnitudes fit a signed c
   static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec set1(uint32_t v) { return _mm256_set1_epi16(static_cast<short>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi16(n, _mm256_cmpgt_epi16(bound, a)); }
+  static Vec add_zero(Vec n, Vec a) { return _mm256_sub_epi16(n, _mm256_cmpeq_epi16(a, _mm256_setzero_si256())); }
   static Vec max(Vec a, Vec b) { return _mm256_max_epu16(a, b); }
 };
 struct WideFloats {  // 8 FP32 values
@@ -273,6 +276,7 @@ struct WideFloats {  // 8 FP32 values
   static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi32(n, _mm256_cmpgt_epi32(bound, a)); }
+  static Vec add_zero(Vec n, Vec a) { return _mm256_sub_epi32(n, _mm256_cmpeq_epi32(a, _mm256_setzero_si256())); }
   static Vec max(Vec a, Vec b) { return _mm256_max_epu32(a, b); }
 };
 #endif
@@ -320,7 +324,8 @@ struct WideCensus {
     const Lane* p = static_cast<const Lane*>(x);
     for (int k = 0; k < 8; ++k) {
       const Vec a = W::load(p + k * stride + j) & mask;
-      for (int i = 0; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
+      n[0] = W::add_zero(n[0], a);  // below 1, as one compare (a compiler may turn a < 1 into two)
+      for (int i = 1; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
       hi = W::max(hi, a);
     }
     if (++groups == kFlushGroups) flush();
