@@ -449,9 +449,7 @@ struct ScanHalves {
   static Vec magnitude(Vec v) { return _mm512_and_si512(v, set1(0x7fff)); }
   static Vec min(Vec a, Vec b) { return _mm512_min_epu16(a, b); }
   static Vec max(Vec a, Vec b) { return _mm512_max_epu16(a, b); }
-  // Bit 8s + i: lane i of step s is below `bound`.
-  static uint64_t below(Vec lo, Vec bound) { return _mm512_cmplt_epu16_mask(lo, bound); }
-  static constexpr int kBitsPerValue = 1;
+  static bool any_below(Vec lo, Vec bound) { return _mm512_cmplt_epu16_mask(lo, bound) != 0; }
 #else
   static constexpr int kSteps = 2;
   using Vec = __m256i;
@@ -460,18 +458,16 @@ struct ScanHalves {
   static Vec magnitude(Vec v) { return _mm256_and_si256(v, set1(0x7fff)); }
   static Vec min(Vec a, Vec b) { return _mm256_min_epu16(a, b); }
   static Vec max(Vec a, Vec b) { return _mm256_max_epu16(a, b); }
-  // Magnitudes fit a signed 16-bit compare; 2 mask bits per value.
-  static uint64_t below(Vec lo, Vec bound) {
-    return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi16(bound, lo)));
-  }
-  static constexpr int kBitsPerValue = 2;
+  // Magnitudes fit a signed 16-bit compare.
+  static bool any_below(Vec lo, Vec bound) { return _mm256_movemask_epi8(_mm256_cmpgt_epi16(bound, lo)) != 0; }
 #endif
   GemmElem elem;
   Vec bound, hi = set1(0);
   ScanHalves(CensusBounds b, GemmElem e) : elem(e), bound(set1(first_bits_at_least(b.subnormal_below, e))) {}
 
-  // Bit s: step j + 8 s holds a value below the normal range (or a NaN or inf: caught by the sums).
-  unsigned next(const void* x, int64_t stride, int64_t j) {
+  // Whether the group from j on holds a value below the normal range (a NaN or inf: caught by
+  // the sums).
+  bool next(const void* x, int64_t stride, int64_t j) {
     const uint16_t* p = static_cast<const uint16_t*>(x);
     Vec lo = set1(0x7fff);
     for (int k = 0; k < 8; ++k) {
@@ -479,11 +475,7 @@ struct ScanHalves {
       lo = min(lo, a);
       hi = max(hi, a);
     }
-    const uint64_t m = below(lo, bound);
-    constexpr int kStepBits = 8 * kBitsPerValue;
-    unsigned steps = 0;
-    for (int s = 0; s < kSteps; ++s) steps |= ((m >> (s * kStepBits)) & ((uint64_t{1} << kStepBits) - 1)) != 0 ? 1u << s : 0u;
-    return steps;
+    return any_below(lo, bound);
   }
   // The largest magnitude seen, as FP32 (an inf or NaN pattern only where the sums are not finite).
   __m256 amax() const {
@@ -501,7 +493,7 @@ struct ScanFloats {
   static constexpr int kSteps = 2;
   __m512 bound, hi = _mm512_setzero_ps();
   ScanFloats(CensusBounds b, GemmElem) : bound(_mm512_set1_ps(b.subnormal_below)) {}
-  unsigned next(const void* x, int64_t stride, int64_t j) {
+  bool next(const void* x, int64_t stride, int64_t j) {
     constexpr int kMinMagnitude = 0b1010, kMaxMagnitude = 0b1011;  // sign cleared: |result|
     const float* p = static_cast<const float*>(x);
     __m512 lo = _mm512_set1_ps(3.40282347e38f);
@@ -510,8 +502,7 @@ struct ScanFloats {
       lo = _mm512_range_ps(v, lo, kMinMagnitude);
       hi = _mm512_range_ps(v, hi, kMaxMagnitude);
     }
-    const unsigned m = _mm512_cmp_ps_mask(lo, bound, _CMP_LT_OQ);
-    return ((m & 0xffu) != 0 ? 1u : 0u) | ((m >> 8) != 0 ? 2u : 0u);
+    return _mm512_cmp_ps_mask(lo, bound, _CMP_LT_OQ) != 0;
   }
   __m256 amax() const { return _mm256_set1_ps(_mm512_reduce_max_ps(hi)); }
 };
@@ -530,13 +521,14 @@ void census_sparse_scanned(const void* x, GemmElem elem, int64_t stride, int64_t
   SquareSums sums;
   const __m256 vinv = _mm256_set1_ps(inv);
   for (int64_t j = 0; j < len; j += 8 * Scan::kSteps) {
-    const unsigned below = scan.next(x, stride, j);
+    // A flagged group counted before the guard's steps, while the scan's vectors are still in
+    // registers (after them, a compiler kept every group's vectors on the stack for it).
+    if (scan.next(x, stride, j)) dirty.add(x, stride, j);
     for (int s = 0; s < Scan::kSteps; ++s) {
       __m256 r[8];
       for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j + 8 * s), vinv);
       sums.add(r);
     }
-    if (below != 0) dirty.add(x, stride, j);
   }
   if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
   // No inf and no NaN: the plain groups' values are all normal, so only the dirty groups add
