@@ -356,11 +356,22 @@ struct WideCensus {
   }
 };
 
+// The element type the wide loops load: E as a constant for 16-bit data (load8 without a
+// branch on it per step; with the census taken out, the loop with a run-time type ran 4-8%
+// slower than the plain guard on avx2, and the constant took 3-4% off those rows), the
+// run-time elem for FP32 (as a constant, GCC 12 built avx2's dense FP32 loop that ran at
+// 1.4-1.8x the guard's time against 1.2x).
+template <GemmElem E>
+GemmElem loaded(GemmElem elem) {
+  return E == GemmElem::F32 ? elem : E;
+}
+
 // Dense: the guard's steps as sum_squares_8 takes them (the same bits), and every group of
 // WideCensus's kSteps steps counted by it after they are summed.
-template <class W, int kBounds>
-void census_dense_wide(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+template <class W, GemmElem E, int kBounds>
+void census_dense_wide(const void* x, GemmElem run_elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                        double* out, CensusCounts* counts) {
+  const GemmElem elem = loaded<E>(run_elem);
   WideCensus<W, kBounds> census(WideBounds(b, elem), elem);
   SquareSums sums;
   const __m256 vinv = _mm256_set1_ps(inv);
@@ -376,22 +387,25 @@ void census_dense_wide(const void* x, GemmElem elem, int64_t stride, int64_t len
   census.into(counts);
 }
 
-template <class W>
+template <class W, GemmElem E>
 void census_dense_bounds(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                          double* out, CensusCounts* counts) {
   const int distinct = WideBounds(b, elem).distinct();
-  if (distinct == 1) census_dense_wide<W, 1>(x, elem, stride, len, inv, b, out, counts);
-  else if (distinct == 2) census_dense_wide<W, 2>(x, elem, stride, len, inv, b, out, counts);
-  else census_dense_wide<W, 3>(x, elem, stride, len, inv, b, out, counts);
+  if (distinct == 1) census_dense_wide<W, E, 1>(x, elem, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_dense_wide<W, E, 2>(x, elem, stride, len, inv, b, out, counts);
+  else census_dense_wide<W, E, 3>(x, elem, stride, len, inv, b, out, counts);
 }
 
 // The widest dense loop this path has for elem (len: a multiple of its group's values).
 void census_dense_widest(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                          double* out, CensusCounts* counts) {
-  if (elem != GemmElem::F32 && len % (8 * WideCensus<WideHalves, 1>::kSteps) == 0)
-    return census_dense_bounds<WideHalves>(x, elem, stride, len, inv, b, out, counts);
+  if (elem != GemmElem::F32 && len % (8 * WideCensus<WideHalves, 1>::kSteps) == 0) {
+    if (elem == GemmElem::F16)
+      return census_dense_bounds<WideHalves, GemmElem::F16>(x, elem, stride, len, inv, b, out, counts);
+    return census_dense_bounds<WideHalves, GemmElem::BF16>(x, elem, stride, len, inv, b, out, counts);
+  }
   if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats, 1>::kSteps) == 0)
-    return census_dense_bounds<WideFloats>(x, elem, stride, len, inv, b, out, counts);
+    return census_dense_bounds<WideFloats, GemmElem::F32>(x, elem, stride, len, inv, b, out, counts);
   // Another len (the guard's calls all take kReduceChunk): the sums, then every value classified.
   sum_squares_8(x, elem, stride, len, inv, out);
   census_all(x, elem, stride, len, b, counts);
@@ -512,9 +526,10 @@ struct ScanFloats {
 // min and max taken by Scan once per group of Scan::kSteps steps, and a group that holds a
 // value below the normal range classified whole by WideCensus (the same group of steps:
 // fewer operations than census_step on each of its dirty steps, and no call).
-template <class Scan, class W, int kBounds>
-void census_sparse_scanned(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+template <class Scan, class W, GemmElem E, int kBounds>
+void census_sparse_scanned(const void* x, GemmElem run_elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                            double* out, CensusCounts* counts) {
+  const GemmElem elem = loaded<E>(run_elem);
   static_assert(Scan::kSteps == WideCensus<W, kBounds>::kSteps, "a scan's group is the census's");
   Scan scan(b, elem);
   WideCensus<W, kBounds> dirty(WideBounds(b, elem), elem);
@@ -538,23 +553,26 @@ void census_sparse_scanned(const void* x, GemmElem elem, int64_t stride, int64_t
   counts->amax = amax > counts->amax ? amax : counts->amax;
 }
 
-template <class Scan, class W>
+template <class Scan, class W, GemmElem E>
 void census_sparse_bounds(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                           double* out, CensusCounts* counts) {
   const int distinct = WideBounds(b, elem).distinct();
-  if (distinct == 1) census_sparse_scanned<Scan, W, 1>(x, elem, stride, len, inv, b, out, counts);
-  else if (distinct == 2) census_sparse_scanned<Scan, W, 2>(x, elem, stride, len, inv, b, out, counts);
-  else census_sparse_scanned<Scan, W, 3>(x, elem, stride, len, inv, b, out, counts);
+  if (distinct == 1) census_sparse_scanned<Scan, W, E, 1>(x, elem, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_sparse_scanned<Scan, W, E, 2>(x, elem, stride, len, inv, b, out, counts);
+  else census_sparse_scanned<Scan, W, E, 3>(x, elem, stride, len, inv, b, out, counts);
 }
 
 // The widest sparse loop this path has for elem.
 void census_sparse_widest(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                           double* out, CensusCounts* counts) {
-  if (elem != GemmElem::F32 && len % (8 * ScanHalves::kSteps) == 0)
-    return census_sparse_bounds<ScanHalves, WideHalves>(x, elem, stride, len, inv, b, out, counts);
+  if (elem != GemmElem::F32 && len % (8 * ScanHalves::kSteps) == 0) {
+    if (elem == GemmElem::F16)
+      return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::F16>(x, elem, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::BF16>(x, elem, stride, len, inv, b, out, counts);
+  }
 #if defined(BELAY_ISA_avx512)
   if (elem == GemmElem::F32 && len % (8 * ScanFloats::kSteps) == 0)
-    return census_sparse_bounds<ScanFloats, WideFloats>(x, elem, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanFloats, WideFloats, GemmElem::F32>(x, elem, stride, len, inv, b, out, counts);
 #endif
   census_sparse(x, elem, stride, len, inv, b, out, counts);
 }
