@@ -241,6 +241,7 @@ void census_all(const void* x, GemmElem elem, int64_t stride, int64_t len, Censu
 struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
   using Vec = __m512i;
   using Lane = uint16_t;
+  static constexpr int kDenseVecs = 1;  // vectors per chunk per dense group (census_dense_wide)
   static Vec load(const Lane* p) { return _mm512_loadu_si512(p); }
   static Vec set1(uint32_t v) { return _mm512_set1_epi16(static_cast<short>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) {
@@ -252,6 +253,7 @@ struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
 struct WideFloats {  // 16 FP32 values
   using Vec = __m512i;
   using Lane = uint32_t;
+  static constexpr int kDenseVecs = 2;
   static Vec load(const Lane* p) { return _mm512_loadu_si512(p); }
   static Vec set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) {
@@ -264,6 +266,7 @@ struct WideFloats {  // 16 FP32 values
 struct WideHalves {  // 16 stored FP16 or BF16 values; magnitudes fit a signed compare
   using Vec = __m256i;
   using Lane = uint16_t;
+  static constexpr int kDenseVecs = 2;
   static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec set1(uint32_t v) { return _mm256_set1_epi16(static_cast<short>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi16(n, _mm256_cmpgt_epi16(bound, a)); }
@@ -273,6 +276,7 @@ struct WideHalves {  // 16 stored FP16 or BF16 values; magnitudes fit a signed c
 struct WideFloats {  // 8 FP32 values
   using Vec = __m256i;
   using Lane = uint32_t;
+  static constexpr int kDenseVecs = 1;
   static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi32(n, _mm256_cmpgt_epi32(bound, a)); }
@@ -295,16 +299,17 @@ struct WideBounds {
 };
 
 // Lane counters of magnitudes below each of the kBounds distinct bounds (1, then tiny and sub
-// where they differ from the one before), and the largest magnitude. A lane gains at most 8
-// per group (one vector per chunk), so 16-bit lanes are added into 64-bit totals every
-// kFlushGroups groups, before they can wrap.
-template <class W, int kBounds>
+// where they differ from the one before), and the largest magnitude, over groups of kVecs
+// vectors of each chunk. A lane gains at most 16 per group (kVecs <= 2 vectors per chunk), so
+// 16-bit lanes are added into 64-bit totals every kFlushGroups groups, before they can wrap.
+template <class W, int kBounds, int kVecs = 1>
 struct WideCensus {
   using Vec = typename W::Vec;
   using Lane = typename W::Lane;
   static constexpr int kLanes = sizeof(Vec) / sizeof(Lane);
-  static constexpr int kSteps = kLanes / 8;  // the guard's steps per group
-  static constexpr int kFlushGroups = 256;  // 8 x 256 < 2^16; every call of kReduceChunk flushes
+  static constexpr int kSteps = kVecs * kLanes / 8;  // the guard's steps per group
+  static constexpr int kFlushGroups = 256;  // 16 x 256 < 2^16; every dense call of kReduceChunk flushes
+  static_assert(kVecs <= 2, "16-bit lanes flushed before they wrap");
   GemmElem elem;
   Vec mask, bound[kBounds], n[kBounds], hi = W::set1(0);
   uint64_t below[kBounds] = {};
@@ -319,15 +324,16 @@ struct WideCensus {
       if (i == 0 || bounds[i] != bounds[i - 1]) bound[at++] = W::set1(bounds[i]);
     for (Vec& v : n) v = W::set1(0);
   }
-  // The census of the group's kLanes values of each of the 8 chunks, from element j on.
+  // The census of the group's kVecs x kLanes values of each of the 8 chunks, from element j on.
   void add(const void* x, int64_t stride, int64_t j) {
     const Lane* p = static_cast<const Lane*>(x);
-    for (int k = 0; k < 8; ++k) {
-      const Vec a = W::load(p + k * stride + j) & mask;
-      n[0] = W::add_zero(n[0], a);  // below 1, as one compare (a compiler may turn a < 1 into two)
-      for (int i = 1; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
-      hi = W::max(hi, a);
-    }
+    for (int k = 0; k < 8; ++k)
+      for (int v = 0; v < kVecs; ++v) {
+        const Vec a = W::load(p + k * stride + j + v * kLanes) & mask;
+        n[0] = W::add_zero(n[0], a);  // below 1, as one compare (a compiler may turn a < 1 into two)
+        for (int i = 1; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
+        hi = W::max(hi, a);
+      }
     if (++groups == kFlushGroups) flush();
   }
   void flush() {
@@ -356,23 +362,19 @@ struct WideCensus {
   }
 };
 
-// The element type the wide loops load: E as a constant for 16-bit data (load8 without a
-// branch on it per step; with the census taken out, the loop with a run-time type ran 4-8%
-// slower than the plain guard on avx2, and the constant took 3-4% off those rows), the
-// run-time elem for FP32 (as a constant, GCC 12 built avx2's dense FP32 loop that ran at
-// 1.4-1.8x the guard's time against 1.2x).
-template <GemmElem E>
-GemmElem loaded(GemmElem elem) {
-  return E == GemmElem::F32 ? elem : E;
-}
-
 // Dense: the guard's steps as sum_squares_8 takes them (the same bits), and every group of
-// WideCensus's kSteps steps counted by it after they are summed.
+// WideCensus's kSteps steps counted by it after they are summed. A group of 4 steps (32 values
+// of each chunk) measured best but on avx2's FP32 (1 step; 2 took the flagged row from 1.18x to
+// 1.25x): from 2 to 4 steps took avx512's FP32 row from 1.21x to 1.13x, avx2's FP16 one from
+// 1.21x to 1.18x (means of 4 runs under load). The element type E is a constant (load8 without
+// a branch on it per step: 3-4% off the FP16 rows). Not inlined: inlined into its caller, the
+// same avx2 FP32 loop ran at 1.2x or 1.4-1.6x the guard's time from one unrelated change to
+// another.
 template <class W, GemmElem E, int kBounds>
-void census_dense_wide(const void* x, GemmElem run_elem, int64_t stride, int64_t len, float inv, CensusBounds b,
-                       double* out, CensusCounts* counts) {
-  const GemmElem elem = loaded<E>(run_elem);
-  WideCensus<W, kBounds> census(WideBounds(b, elem), elem);
+__attribute__((noinline)) void census_dense_wide(const void* x, int64_t stride, int64_t len, float inv,
+                                                 CensusBounds b, double* out, CensusCounts* counts) {
+  constexpr GemmElem elem = E;
+  WideCensus<W, kBounds, W::kDenseVecs> census(WideBounds(b, elem), elem);
   SquareSums sums;
   const __m256 vinv = _mm256_set1_ps(inv);
   for (int64_t j = 0; j < len; j += 8 * census.kSteps) {
@@ -388,24 +390,24 @@ void census_dense_wide(const void* x, GemmElem run_elem, int64_t stride, int64_t
 }
 
 template <class W, GemmElem E>
-void census_dense_bounds(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
-                         double* out, CensusCounts* counts) {
-  const int distinct = WideBounds(b, elem).distinct();
-  if (distinct == 1) census_dense_wide<W, E, 1>(x, elem, stride, len, inv, b, out, counts);
-  else if (distinct == 2) census_dense_wide<W, E, 2>(x, elem, stride, len, inv, b, out, counts);
-  else census_dense_wide<W, E, 3>(x, elem, stride, len, inv, b, out, counts);
+void census_dense_bounds(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                         CensusCounts* counts) {
+  const int distinct = WideBounds(b, E).distinct();
+  if (distinct == 1) census_dense_wide<W, E, 1>(x, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_dense_wide<W, E, 2>(x, stride, len, inv, b, out, counts);
+  else census_dense_wide<W, E, 3>(x, stride, len, inv, b, out, counts);
 }
 
 // The widest dense loop this path has for elem (len: a multiple of its group's values).
 void census_dense_widest(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                          double* out, CensusCounts* counts) {
-  if (elem != GemmElem::F32 && len % (8 * WideCensus<WideHalves, 1>::kSteps) == 0) {
+  if (elem != GemmElem::F32 && len % (8 * WideCensus<WideHalves, 1, WideHalves::kDenseVecs>::kSteps) == 0) {
     if (elem == GemmElem::F16)
-      return census_dense_bounds<WideHalves, GemmElem::F16>(x, elem, stride, len, inv, b, out, counts);
-    return census_dense_bounds<WideHalves, GemmElem::BF16>(x, elem, stride, len, inv, b, out, counts);
+      return census_dense_bounds<WideHalves, GemmElem::F16>(x, stride, len, inv, b, out, counts);
+    return census_dense_bounds<WideHalves, GemmElem::BF16>(x, stride, len, inv, b, out, counts);
   }
-  if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats, 1>::kSteps) == 0)
-    return census_dense_bounds<WideFloats, GemmElem::F32>(x, elem, stride, len, inv, b, out, counts);
+  if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats, 1, WideFloats::kDenseVecs>::kSteps) == 0)
+    return census_dense_bounds<WideFloats, GemmElem::F32>(x, stride, len, inv, b, out, counts);
   // Another len (the guard's calls all take kReduceChunk): the sums, then every value classified.
   sum_squares_8(x, elem, stride, len, inv, out);
   census_all(x, elem, stride, len, b, counts);
@@ -525,11 +527,12 @@ struct ScanFloats {
 // The sparse loop on a wider scan: the guard's steps as in census_sparse, the census's
 // min and max taken by Scan once per group of Scan::kSteps steps, and a group that holds a
 // value below the normal range classified whole by WideCensus (the same group of steps:
-// fewer operations than census_step on each of its dirty steps, and no call).
+// fewer operations than census_step on each of its dirty steps, and no call). E: a constant,
+// as in census_dense_wide.
 template <class Scan, class W, GemmElem E, int kBounds>
-void census_sparse_scanned(const void* x, GemmElem run_elem, int64_t stride, int64_t len, float inv, CensusBounds b,
-                           double* out, CensusCounts* counts) {
-  const GemmElem elem = loaded<E>(run_elem);
+void census_sparse_scanned(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                           CensusCounts* counts) {
+  constexpr GemmElem elem = E;
   static_assert(Scan::kSteps == WideCensus<W, kBounds>::kSteps, "a scan's group is the census's");
   Scan scan(b, elem);
   WideCensus<W, kBounds> dirty(WideBounds(b, elem), elem);
@@ -554,12 +557,12 @@ void census_sparse_scanned(const void* x, GemmElem run_elem, int64_t stride, int
 }
 
 template <class Scan, class W, GemmElem E>
-void census_sparse_bounds(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
-                          double* out, CensusCounts* counts) {
-  const int distinct = WideBounds(b, elem).distinct();
-  if (distinct == 1) census_sparse_scanned<Scan, W, E, 1>(x, elem, stride, len, inv, b, out, counts);
-  else if (distinct == 2) census_sparse_scanned<Scan, W, E, 2>(x, elem, stride, len, inv, b, out, counts);
-  else census_sparse_scanned<Scan, W, E, 3>(x, elem, stride, len, inv, b, out, counts);
+void census_sparse_bounds(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                          CensusCounts* counts) {
+  const int distinct = WideBounds(b, E).distinct();
+  if (distinct == 1) census_sparse_scanned<Scan, W, E, 1>(x, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_sparse_scanned<Scan, W, E, 2>(x, stride, len, inv, b, out, counts);
+  else census_sparse_scanned<Scan, W, E, 3>(x, stride, len, inv, b, out, counts);
 }
 
 // The widest sparse loop this path has for elem.
@@ -567,12 +570,12 @@ void census_sparse_widest(const void* x, GemmElem elem, int64_t stride, int64_t 
                           double* out, CensusCounts* counts) {
   if (elem != GemmElem::F32 && len % (8 * ScanHalves::kSteps) == 0) {
     if (elem == GemmElem::F16)
-      return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::F16>(x, elem, stride, len, inv, b, out, counts);
-    return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::BF16>(x, elem, stride, len, inv, b, out, counts);
+      return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::F16>(x, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::BF16>(x, stride, len, inv, b, out, counts);
   }
 #if defined(BELAY_ISA_avx512)
   if (elem == GemmElem::F32 && len % (8 * ScanFloats::kSteps) == 0)
-    return census_sparse_bounds<ScanFloats, WideFloats, GemmElem::F32>(x, elem, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanFloats, WideFloats, GemmElem::F32>(x, stride, len, inv, b, out, counts);
 #endif
   census_sparse(x, elem, stride, len, inv, b, out, counts);
 }
