@@ -2,11 +2,12 @@
 // of every gradient (4 or 2 bytes per element) and no more memory traffic. Gradients of 32M
 // elements (128 MB FP32, past any cache), as FP32 and FP16 buffers, of two kinds:
 // - "plain": magnitudes 2^-11 to 2^10 (normal in FP16), an exact zero every 1021 values: the
-//   census's fast steps (the min and max of 64 values' magnitudes, 3 operations per 8 values)
-//   carry 15 of every 16 steps, the others are classified in full;
+//   census's fast steps (the min and max of 64 values' magnitudes, 3 operations per 8 values,
+//   fewer in the wider scans) carry 15 of every 16 steps, the others are classified in full;
 // - "flagged": magnitudes 2^-30 to 2^10, so every step holds a value below FP16's normal range
-//   and is classified in full (~10 more operations per 8 values), and one inf, so the group
-//   that holds it is counted twice: the census's worst case.
+//   and every value is classified (the dense loop: on avx512 8 more operations per 16 FP32
+//   values or 6 per 32 FP16 values, on avx2 per 8 and 16), and one inf, so the call that
+//   holds it is counted twice: the census's worst case.
 // The target: at most 10% over the plain guard's time.
 //
 // Checks: the census run's found_inf and norm are the plain run's bits, and its counts add up

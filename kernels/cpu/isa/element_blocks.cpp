@@ -216,38 +216,209 @@ inline bool any_below(__m256 lo, CensusBounds b) {
   return _mm256_movemask_ps(_mm256_cmp_ps(lo, _mm256_set1_ps(b.subnormal_below), _CMP_LT_OQ)) != 0;
 }
 
-// Dense: every value classified in the loop that sums it (~10 more operations per 8 values).
-void census_dense(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
-                  CensusCounts* counts) {
-  const __m256 vinv = _mm256_set1_ps(inv);
-  const __m256 to_zero = _mm256_set1_ps(b.to_zero), sub_below = _mm256_set1_ps(b.subnormal_below);
-  CensusLanes c;
-  SquareSums sums;
-  for (int64_t j = 0; j < len; j += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) {
-      const __m256 v = load8(x, elem, k * stride + j);
-      census8(v, to_zero, sub_below, c);  // the census of the value as stored, from the same load
-      r[k] = _mm256_mul_ps(v, vinv);
-    }
-    sums.add(r);
+// The census of every value of the call, classified in full (census_step): where the sums
+// are not finite, an inf or a NaN passed a loop that assumed none (a second read, of data
+// the first left in the cache, and only for a call that overflowed).
+void census_all(const void* x, GemmElem elem, int64_t stride, int64_t len, CensusBounds b, CensusCounts* counts) {
+  CensusLanes all;
+  for (int64_t j = 0; j < len; j += 8) census_step(x, elem, stride, j, b, &all);
+  add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
+}
+
+// ---- The census, wide ------------------------------------------------------------------------
+// The guard's loads are 8 values wide (its transposition keeps each chunk's sum in order).
+// After it has summed a group of steps, the census reads those steps of every chunk again,
+// from L1, as wide integer vectors of magnitudes (the bits with the sign cleared, whose
+// patterns order as the values do) and counts each class by one compare against a bound
+// pattern and one subtract (avx2) or masked add (AVX-512): an and, a max and 2 operations per
+// distinct bound (8 at most, 6 for 16-bit data in its own format) per vector of 8 FP32 values
+// (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values (avx512),
+// where census8 took 11 per 8 values (and its finiteness compare). The values are taken as
+// finite: an inf or NaN makes the sums non-finite, and the call is counted again in full
+// (census_all); with none, nothing is non-finite and the amax is the largest pattern. Used by
+// the dense loop on every group and by the wider sparse loops on the groups their scan flags.
+#if defined(BELAY_ISA_avx512)
+struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
+  using Vec = __m512i;
+  using Lane = uint16_t;
+  static constexpr int kDenseVecs = 1;  // vectors per chunk per dense group (census_dense_wide)
+  static Vec load(const Lane* p) { return _mm512_loadu_si512(p); }
+  static Vec set1(uint32_t v) { return _mm512_set1_epi16(static_cast<short>(v)); }
+  static Vec add_below(Vec n, Vec a, Vec bound) {
+    return _mm512_mask_add_epi16(n, _mm512_cmplt_epu16_mask(a, bound), n, set1(1));
   }
-  sums.store(out);
-  add_census_lanes(c, static_cast<uint64_t>(len) * 8, counts);
+  static Vec add_zero(Vec n, Vec a) { return _mm512_mask_add_epi16(n, _mm512_testn_epi16_mask(a, a), n, set1(1)); }
+  static Vec max(Vec a, Vec b) { return _mm512_max_epu16(a, b); }
+};
+struct WideFloats {  // 16 FP32 values
+  using Vec = __m512i;
+  using Lane = uint32_t;
+  static constexpr int kDenseVecs = 2;
+  static Vec load(const Lane* p) { return _mm512_loadu_si512(p); }
+  static Vec set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
+  static Vec add_below(Vec n, Vec a, Vec bound) {
+    return _mm512_mask_add_epi32(n, _mm512_cmplt_epu32_mask(a, bound), n, set1(1));
+  }
+  static Vec add_zero(Vec n, Vec a) { return _mm512_mask_add_epi32(n, _mm512_testn_epi32_mask(a, a), n, set1(1)); }
+  static Vec max(Vec a, Vec b) { return _mm512_max_epu32(a, b); }
+};
+#else
+struct WideHalves {  // 16 stored FP16 or BF16 values; magnitudes fit a signed compare
+  using Vec = __m256i;
+  using Lane = uint16_t;
+  static constexpr int kDenseVecs = 2;
+  static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Vec set1(uint32_t v) { return _mm256_set1_epi16(static_cast<short>(v)); }
+  static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi16(n, _mm256_cmpgt_epi16(bound, a)); }
+  static Vec add_zero(Vec n, Vec a) { return _mm256_sub_epi16(n, _mm256_cmpeq_epi16(a, _mm256_setzero_si256())); }
+  static Vec max(Vec a, Vec b) { return _mm256_max_epu16(a, b); }
+};
+struct WideFloats {  // 8 FP32 values
+  using Vec = __m256i;
+  using Lane = uint32_t;
+  static constexpr int kDenseVecs = 1;
+  static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Vec set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
+  static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi32(n, _mm256_cmpgt_epi32(bound, a)); }
+  static Vec add_zero(Vec n, Vec a) { return _mm256_sub_epi32(n, _mm256_cmpeq_epi32(a, _mm256_setzero_si256())); }
+  static Vec max(Vec a, Vec b) { return _mm256_max_epu32(a, b); }
+};
+#endif
+
+// The census's bounds as magnitude patterns: a value is an exact zero below 1, rounds to zero
+// below `tiny`, and is a subnormal (or less) below `sub`. For 16-bit data in its own format
+// no pattern lies between zero and the first subnormal (tiny == 1), and FP16 data has no
+// subnormal in BF16 (sub == 1 too): such a bound is not compared again.
+struct WideBounds {
+  uint32_t tiny, sub;
+  WideBounds(CensusBounds b, GemmElem e)
+      : tiny(e == GemmElem::F32 ? f32_bits(b.to_zero) + 1 : first_bits_at_least(std::nextafter(b.to_zero, INFINITY), e)),
+        sub(e == GemmElem::F32 ? f32_bits(b.subnormal_below) : first_bits_at_least(b.subnormal_below, e)) {}
+  // How many distinct bounds, 1 <= tiny <= sub: 1, 2 or 3.
+  int distinct() const { return 1 + (tiny != 1 ? 1 : 0) + (sub != tiny ? 1 : 0); }
+};
+
+// Lane counters of magnitudes below each of the kBounds distinct bounds (1, then tiny and sub
+// where they differ from the one before), and the largest magnitude, over groups of kVecs
+// vectors of each chunk. A lane gains at most 16 per group (kVecs <= 2 vectors per chunk), so
+// 16-bit lanes are added into 64-bit totals every kFlushGroups groups, before they can wrap.
+template <class W, int kBounds, int kVecs = 1>
+struct WideCensus {
+  using Vec = typename W::Vec;
+  using Lane = typename W::Lane;
+  static constexpr int kLanes = sizeof(Vec) / sizeof(Lane);
+  static constexpr int kSteps = kVecs * kLanes / 8;  // the guard's steps per group
+  static constexpr int kFlushGroups = 256;  // 16 x 256 < 2^16; every dense call of kReduceChunk flushes
+  static_assert(kVecs <= 2, "16-bit lanes flushed before they wrap");
+  GemmElem elem;
+  Vec mask, bound[kBounds], n[kBounds], hi = W::set1(0);
+  uint64_t below[kBounds] = {};
+  int tiny_at, sub_at;  // which bound is tiny's, sub's
+  int groups = 0;
+
+  WideCensus(WideBounds wb, GemmElem e) : elem(e), mask(W::set1(e == GemmElem::F32 ? 0x7fffffffu : 0x7fffu)) {
+    tiny_at = wb.tiny != 1 ? 1 : 0;
+    sub_at = tiny_at + (wb.sub != wb.tiny ? 1 : 0);
+    const uint32_t bounds[3] = {1, wb.tiny, wb.sub};
+    for (int i = 0, at = 0; i < 3; ++i)
+      if (i == 0 || bounds[i] != bounds[i - 1]) bound[at++] = W::set1(bounds[i]);
+    for (Vec& v : n) v = W::set1(0);
+  }
+  // The census of the group's kVecs x kLanes values of each of the 8 chunks, from element j on.
+  void add(const void* x, int64_t stride, int64_t j) {
+    const Lane* p = static_cast<const Lane*>(x);
+    for (int k = 0; k < 8; ++k)
+      for (int v = 0; v < kVecs; ++v) {
+        const Vec a = W::load(p + k * stride + j + v * kLanes) & mask;
+        n[0] = W::add_zero(n[0], a);  // below 1, as one compare (a compiler may turn a < 1 into two)
+        for (int i = 1; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
+        hi = W::max(hi, a);
+      }
+    if (++groups == kFlushGroups) flush();
+  }
+  void flush() {
+    for (int i = 0; i < kBounds; ++i) {
+      Lane l[kLanes];
+      std::memcpy(l, &n[i], sizeof n[i]);
+      for (const Lane c : l) below[i] += c;
+      n[i] = W::set1(0);
+    }
+    groups = 0;
+  }
+  // The counts, into *counts (the values all finite).
+  void into(CensusCounts* counts) {
+    flush();
+    counts->zeros += below[0];
+    counts->underflow += below[tiny_at] - below[0];
+    counts->subnormal += below[sub_at] - below[tiny_at];
+    Lane l[kLanes];
+    std::memcpy(l, &hi, sizeof hi);
+    Lane top = 0;
+    for (const Lane h : l) top = h > top ? h : top;
+    const float amax = elem == GemmElem::F32   ? f32_from_bits(top)
+                       : elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<uint16_t>(top))
+                                               : bf16_bits_to_f32(static_cast<uint16_t>(top));
+    counts->amax = amax > counts->amax ? amax : counts->amax;
+  }
+};
+
+// Dense: the guard's steps as sum_squares_8 takes them (the same bits), and every group of
+// WideCensus's kSteps steps counted by it after they are summed. A group of 4 steps (32 values
+// of each chunk) measured best but on avx2's FP32 (1 step; 2 took the flagged row from 1.18x to
+// 1.25x): from 2 to 4 steps took avx512's FP32 row from 1.21x to 1.13x, avx2's FP16 one from
+// 1.21x to 1.18x (means of 4 runs under load). The element type E is a constant (load8 without
+// a branch on it per step: 3-4% off the FP16 rows). Not inlined: inlined into its caller, the
+// same avx2 FP32 loop ran at 1.2x or 1.4-1.6x the guard's time from one unrelated change to
+// another.
+template <class W, GemmElem E, int kBounds>
+__attribute__((noinline)) void census_dense_wide(const void* x, int64_t stride, int64_t len, float inv,
+                                                 CensusBounds b, double* out, CensusCounts* counts) {
+  constexpr GemmElem elem = E;
+  WideCensus<W, kBounds, W::kDenseVecs> census(WideBounds(b, elem), elem);
+  SquareSums sums;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (int64_t j = 0; j < len; j += 8 * census.kSteps) {
+    for (int s = 0; s < census.kSteps; ++s) {
+      __m256 r[8];
+      for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j + 8 * s), vinv);
+      sums.add(r);
+    }
+    census.add(x, stride, j);
+  }
+  if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
+  census.into(counts);
+}
+
+template <class W, GemmElem E>
+void census_dense_bounds(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                         CensusCounts* counts) {
+  const int distinct = WideBounds(b, E).distinct();
+  if (distinct == 1) census_dense_wide<W, E, 1>(x, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_dense_wide<W, E, 2>(x, stride, len, inv, b, out, counts);
+  else census_dense_wide<W, E, 3>(x, stride, len, inv, b, out, counts);
+}
+
+// The widest dense loop this path has for elem (len: a multiple of its group's values).
+void census_dense_widest(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
+                         double* out, CensusCounts* counts) {
+  if (elem != GemmElem::F32 && len % (8 * WideCensus<WideHalves, 1, WideHalves::kDenseVecs>::kSteps) == 0) {
+    if (elem == GemmElem::F16)
+      return census_dense_bounds<WideHalves, GemmElem::F16>(x, stride, len, inv, b, out, counts);
+    return census_dense_bounds<WideHalves, GemmElem::BF16>(x, stride, len, inv, b, out, counts);
+  }
+  if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats, 1, WideFloats::kDenseVecs>::kSteps) == 0)
+    return census_dense_bounds<WideFloats, GemmElem::F32>(x, stride, len, inv, b, out, counts);
+  // Another len (the guard's calls all take kReduceChunk): the sums, then every value classified.
+  sum_squares_8(x, elem, stride, len, inv, out);
+  census_all(x, elem, stride, len, b, counts);
 }
 
 // What a sparse loop found, counted: the dirty steps' lane counts and the plain steps' amax,
 // or, where the sums are not finite (an inf or NaN passed the scans unseen), the whole call
-// counted again in full (a second read, of data the first left in the cache, and only on a
-// step that overflowed).
+// counted again in full (census_all).
 void finish_sparse(const void* x, GemmElem elem, int64_t stride, int64_t len, CensusBounds b, bool finite,
                    CensusLanes& dirty, uint64_t dirty_values, __m256 amax, CensusCounts* counts) {
-  if (!finite) {
-    CensusLanes all;
-    for (int64_t j = 0; j < len; j += 8) census_step(x, elem, stride, j, b, &all);
-    add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
-    return;
-  }
+  if (!finite) return census_all(x, elem, stride, len, b, counts);
   // No inf and no NaN: the plain steps' values are all normal and finite, so only the dirty
   // steps add counts, and the amax is the larger of the two maxima.
   dirty.amax = _mm256_max_ps(dirty.amax, amax);
@@ -294,9 +465,7 @@ struct ScanHalves {
   static Vec magnitude(Vec v) { return _mm512_and_si512(v, set1(0x7fff)); }
   static Vec min(Vec a, Vec b) { return _mm512_min_epu16(a, b); }
   static Vec max(Vec a, Vec b) { return _mm512_max_epu16(a, b); }
-  // Bit 8s + i: lane i of step s is below `bound`.
-  static uint64_t below(Vec lo, Vec bound) { return _mm512_cmplt_epu16_mask(lo, bound); }
-  static constexpr int kBitsPerValue = 1;
+  static bool any_below(Vec lo, Vec bound) { return _mm512_cmplt_epu16_mask(lo, bound) != 0; }
 #else
   static constexpr int kSteps = 2;
   using Vec = __m256i;
@@ -305,18 +474,16 @@ struct ScanHalves {
   static Vec magnitude(Vec v) { return _mm256_and_si256(v, set1(0x7fff)); }
   static Vec min(Vec a, Vec b) { return _mm256_min_epu16(a, b); }
   static Vec max(Vec a, Vec b) { return _mm256_max_epu16(a, b); }
-  // Magnitudes fit a signed 16-bit compare; 2 mask bits per value.
-  static uint64_t below(Vec lo, Vec bound) {
-    return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi16(bound, lo)));
-  }
-  static constexpr int kBitsPerValue = 2;
+  // Magnitudes fit a signed 16-bit compare.
+  static bool any_below(Vec lo, Vec bound) { return _mm256_movemask_epi8(_mm256_cmpgt_epi16(bound, lo)) != 0; }
 #endif
   GemmElem elem;
   Vec bound, hi = set1(0);
   ScanHalves(CensusBounds b, GemmElem e) : elem(e), bound(set1(first_bits_at_least(b.subnormal_below, e))) {}
 
-  // Bit s: step j + 8 s holds a value below the normal range (or a NaN or inf: caught by the sums).
-  unsigned next(const void* x, int64_t stride, int64_t j) {
+  // Whether the group from j on holds a value below the normal range (a NaN or inf: caught by
+  // the sums).
+  bool next(const void* x, int64_t stride, int64_t j) {
     const uint16_t* p = static_cast<const uint16_t*>(x);
     Vec lo = set1(0x7fff);
     for (int k = 0; k < 8; ++k) {
@@ -324,11 +491,7 @@ struct ScanHalves {
       lo = min(lo, a);
       hi = max(hi, a);
     }
-    const uint64_t m = below(lo, bound);
-    constexpr int kStepBits = 8 * kBitsPerValue;
-    unsigned steps = 0;
-    for (int s = 0; s < kSteps; ++s) steps |= ((m >> (s * kStepBits)) & ((uint64_t{1} << kStepBits) - 1)) != 0 ? 1u << s : 0u;
-    return steps;
+    return any_below(lo, bound);
   }
   // The largest magnitude seen, as FP32 (an inf or NaN pattern only where the sums are not finite).
   __m256 amax() const {
@@ -346,7 +509,7 @@ struct ScanFloats {
   static constexpr int kSteps = 2;
   __m512 bound, hi = _mm512_setzero_ps();
   ScanFloats(CensusBounds b, GemmElem) : bound(_mm512_set1_ps(b.subnormal_below)) {}
-  unsigned next(const void* x, int64_t stride, int64_t j) {
+  bool next(const void* x, int64_t stride, int64_t j) {
     constexpr int kMinMagnitude = 0b1010, kMaxMagnitude = 0b1011;  // sign cleared: |result|
     const float* p = static_cast<const float*>(x);
     __m512 lo = _mm512_set1_ps(3.40282347e38f);
@@ -355,46 +518,64 @@ struct ScanFloats {
       lo = _mm512_range_ps(v, lo, kMinMagnitude);
       hi = _mm512_range_ps(v, hi, kMaxMagnitude);
     }
-    const unsigned m = _mm512_cmp_ps_mask(lo, bound, _CMP_LT_OQ);
-    return ((m & 0xffu) != 0 ? 1u : 0u) | ((m >> 8) != 0 ? 2u : 0u);
+    return _mm512_cmp_ps_mask(lo, bound, _CMP_LT_OQ) != 0;
   }
   __m256 amax() const { return _mm256_set1_ps(_mm512_reduce_max_ps(hi)); }
 };
 #endif
 
 // The sparse loop on a wider scan: the guard's steps as in census_sparse, the census's
-// min and max taken by Scan once per Scan::kSteps steps. len: a multiple of 8 Scan::kSteps.
-template <class Scan>
-void census_sparse_scanned(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
-                           double* out, CensusCounts* counts) {
+// min and max taken by Scan once per group of Scan::kSteps steps, and a group that holds a
+// value below the normal range classified whole by WideCensus (the same group of steps:
+// fewer operations than census_step on each of its dirty steps, and no call). E: a constant,
+// as in census_dense_wide.
+template <class Scan, class W, GemmElem E, int kBounds>
+void census_sparse_scanned(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                           CensusCounts* counts) {
+  constexpr GemmElem elem = E;
+  static_assert(Scan::kSteps == WideCensus<W, kBounds>::kSteps, "a scan's group is the census's");
   Scan scan(b, elem);
-  CensusLanes dirty;
-  uint64_t dirty_values = 0;
+  WideCensus<W, kBounds> dirty(WideBounds(b, elem), elem);
   SquareSums sums;
   const __m256 vinv = _mm256_set1_ps(inv);
   for (int64_t j = 0; j < len; j += 8 * Scan::kSteps) {
-    const unsigned below = scan.next(x, stride, j);
+    // A flagged group counted before the guard's steps, while the scan's vectors are still in
+    // registers (after them, a compiler kept every group's vectors on the stack for it).
+    if (scan.next(x, stride, j)) dirty.add(x, stride, j);
     for (int s = 0; s < Scan::kSteps; ++s) {
       __m256 r[8];
       for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j + 8 * s), vinv);
       sums.add(r);
-      if (below >> s & 1u) {
-        census_step(x, elem, stride, j + 8 * s, b, &dirty);
-        dirty_values += 64;
-      }
     }
   }
-  finish_sparse(x, elem, stride, len, b, sums.store(out), dirty, dirty_values, scan.amax(), counts);
+  if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
+  // No inf and no NaN: the plain groups' values are all normal, so only the dirty groups add
+  // counts, and the amax is the scan's (every value's).
+  dirty.into(counts);
+  const float amax = _mm256_cvtss_f32(scan.amax());
+  counts->amax = amax > counts->amax ? amax : counts->amax;
+}
+
+template <class Scan, class W, GemmElem E>
+void census_sparse_bounds(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                          CensusCounts* counts) {
+  const int distinct = WideBounds(b, E).distinct();
+  if (distinct == 1) census_sparse_scanned<Scan, W, E, 1>(x, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_sparse_scanned<Scan, W, E, 2>(x, stride, len, inv, b, out, counts);
+  else census_sparse_scanned<Scan, W, E, 3>(x, stride, len, inv, b, out, counts);
 }
 
 // The widest sparse loop this path has for elem.
 void census_sparse_widest(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                           double* out, CensusCounts* counts) {
-  if (elem != GemmElem::F32 && len % (8 * ScanHalves::kSteps) == 0)
-    return census_sparse_scanned<ScanHalves>(x, elem, stride, len, inv, b, out, counts);
+  if (elem != GemmElem::F32 && len % (8 * ScanHalves::kSteps) == 0) {
+    if (elem == GemmElem::F16)
+      return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::F16>(x, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::BF16>(x, stride, len, inv, b, out, counts);
+  }
 #if defined(BELAY_ISA_avx512)
   if (elem == GemmElem::F32 && len % (8 * ScanFloats::kSteps) == 0)
-    return census_sparse_scanned<ScanFloats>(x, elem, stride, len, inv, b, out, counts);
+    return census_sparse_bounds<ScanFloats, WideFloats, GemmElem::F32>(x, stride, len, inv, b, out, counts);
 #endif
   census_sparse(x, elem, stride, len, inv, b, out, counts);
 }
@@ -412,7 +593,7 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
     flagged += any_below(step_min_max(x, elem, stride, j, inv, r, &ignored), b) ? 1 : 0;
   }
   if (flagged <= 2) census_sparse_widest(x, elem, stride, len, inv, b, out, counts);
-  else census_dense(x, elem, stride, len, inv, b, out, counts);
+  else census_dense_widest(x, elem, stride, len, inv, b, out, counts);
 }
 #else
 // Element i of x, as FP32 (exact).
