@@ -779,7 +779,8 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
 // erf_f32 takes a short polynomial below |x| = 0.875 and a long one (degree 15) above, and a
 // plain vector loop computes both on every lane. GELU's erf runs a block at a time instead
 // (AVX2, AVX-512): the short one on every value, the long one only on the values that need
-// it, gathered together. The same operations on each value: every path and either way gives the same bits.
+// it, gathered together. The same operations on each value: every path, either way, gives
+// the same bits.
 constexpr int64_t kErfBlock = 512;
 
 #if defined(BELAY_ISA_avx512)
@@ -887,15 +888,21 @@ void erf_block(const float* z, float* e, int64_t n) {
 }
 #endif
 
+// e = erf(x / sqrt 2) for len <= kErfBlock values of x: the erf of GELU and of its gradient.
+void gelu_erf_block(const float* x, float* e, int64_t len) {
+  alignas(64) float z[kErfBlock];
+  for (int64_t i = 0; i < len; ++i) z[i] = cpu_math::gelu_erf_arg(x[i]);
+  erf_block(z, e, len);
+}
+
 // GELU a block at a time: erf of x / sqrt 2 into a buffer, then the rest of the formula. x
-// is read again after erf_block, and y[i] written only after x[i] is read: y may be x.
+// is read again after the erf, and y[i] written only after x[i] is read: y may be x.
 void gelu(const float* x, float* y, int64_t n) {
-  alignas(64) float z[kErfBlock], e[kErfBlock];
+  alignas(64) float e[kErfBlock];
   for (int64_t at = 0; at < n; at += kErfBlock) {
     const int64_t len = std::min(kErfBlock, n - at);
     const float* xb = x + at;
-    for (int64_t i = 0; i < len; ++i) z[i] = cpu_math::gelu_erf_arg(xb[i]);
-    erf_block(z, e, len);
+    gelu_erf_block(xb, e, len);
     for (int64_t i = 0; i < len; ++i) y[at + i] = cpu_math::gelu_from_erf(xb[i], e[i]);
   }
 }
@@ -905,12 +912,11 @@ void gelu(const float* x, float* y, int64_t n) {
 // between the SSE and AVX code: the select keeps every path's bits the baseline's.) dx may
 // be dy.
 void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
-  alignas(64) float z[kErfBlock], e[kErfBlock];
+  alignas(64) float e[kErfBlock];
   for (int64_t at = 0; at < n; at += kErfBlock) {
     const int64_t len = std::min(kErfBlock, n - at);
     const float *xb = x + at, *dyb = dy + at;
-    for (int64_t i = 0; i < len; ++i) z[i] = cpu_math::gelu_erf_arg(xb[i]);
-    erf_block(z, e, len);
+    gelu_erf_block(xb, e, len);
     for (int64_t i = 0; i < len; ++i)
       dx[at + i] = cpu_math::select_f32(xb[i] != xb[i], xb[i], dyb[i] * cpu_math::gelu_grad_from_erf(xb[i], e[i]));
   }
