@@ -7,8 +7,9 @@
 //          under autocast, cross-entropy, backward, SafeStep (guard, clip at 1.0, AdamW);
 //          reported as ms and tokens/s; and (not with --quick) the same step of GPT-2 small
 //          (12 layers, width 768, 12 heads, vocab 50304, the head tied) at batch 4 x 256;
-//   parts: the same blocks and steps again with bench/timed_backend.h installed: the time of every
-//          backend call by part of the step, and the rest (the autograd graph, allocation).
+//   parts: the same blocks and steps again (GPT-2 small's step too, not with --quick) with
+//          bench/timed_backend.h installed: the time of every backend call by part of the
+//          step, and the rest (the autograd graph, allocation).
 // fp16 is not run: this section's rows are compared with PyTorch (bench/peers/torch_gpt.py),
 // and without AVX512-FP16 both widen fp16 like bf16 (belay in its GEMM packing, PyTorch in a
 // reference path): the row would say nothing the bf16 one does not.
@@ -191,11 +192,12 @@ Json parts_of(const std::function<void()>& run, int reps, PartTimer& timer) {
   return Json{{"steps", reps}, {"step_ms", run_ms / reps}, {"parts", parts}};
 }
 
-Json step_parts(int64_t batch, DType dt, int reps) {
+Json step_parts(const StepModel& m, int64_t batch, DType dt, int reps) {
   PartTimer timer(now_ms);  // installed until the end of this scope
-  GptStep s(GptConfig{}, batch, dt);
+  GptStep s(m.config, batch, dt);
   Json out = parts_of([&] { s.one_step(); }, reps, timer);
   s.check();
+  out["model"] = m.name;
   out["batch"] = batch;
   out["dtype"] = dtype_name(dt);
   return out;
@@ -228,7 +230,9 @@ Json bench_gpt(const Options& o) {
   if (!o.quick)  // seconds per step: one warm-up and 3 timed
     for (DType dt : {DType::F32, DType::BF16}) steps.push_back(step_row(gpt2_small(), 4, dt, 1, 3));
   for (int64_t batch : {int64_t{16}, int64_t{32}})
-    for (DType dt : {DType::F32, DType::BF16}) parts.push_back(step_parts(batch, dt, reps));
+    for (DType dt : {DType::F32, DType::BF16}) parts.push_back(step_parts(default_model(), batch, dt, reps));
+  if (!o.quick)
+    for (DType dt : {DType::F32, DType::BF16}) parts.push_back(step_parts(gpt2_small(), 4, dt, 2));
   return Json{{"threads", max_threads()}, {"block", blocks}, {"step", steps}, {"step_parts", parts},
               {"block_parts", bparts}};
 }

@@ -61,6 +61,16 @@ BELAY_HD uint16_t f32_to_bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// The same bits as f32_to_bf16_bits, written as a select with no branch, so that a CPU loop
+// of it vectorizes (the cast kernels, the AMX GEMM's rounding epilogue, the attention's P).
+BELAY_HD uint16_t f32_to_bf16_bits_select(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint32_t nan = (u >> 16) | 0x0040u;
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  // a signed compare (u & 0x7fffffff fits): SSE2 and AVX2 have no unsigned one
+  return static_cast<uint16_t>(static_cast<int32_t>(u & 0x7fffffffu) > 0x7f800000 ? nan : rounded);
+}
+
 BELAY_HD float bf16_bits_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
 
 // FP32 -> FP16 (1 sign, 5 exponent, 10 mantissa bits, bias 15).

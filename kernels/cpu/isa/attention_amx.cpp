@@ -6,6 +6,7 @@
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/attention_amx.cpp is built once per copy by isa.cmake"
 #endif
+#define BELAY_HD static inline  // engine/half_bits.h: this copy's own rounding (the one-definition rule)
 #include <stdint.h>
 
 #include "kernels/cpu/isa/amx_blocks.h"

@@ -7,9 +7,13 @@
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/attention_pairs.h belongs to a per-ISA copy (BELAY_ISA_NS)"
 #endif
+#if !defined(BELAY_HD)
+#error "a per-ISA copy defines BELAY_HD static inline before engine/half_bits.h (its own copy of the rounding)"
+#endif
 #include <stdint.h>
 #include <string.h>
 
+#include "engine/half_bits.h"
 #include "kernels/cpu/isa/attention_bf16.h"
 #include "kernels/cpu/isa/pair_panels.h"
 
@@ -36,13 +40,7 @@ inline void pack_cols(const uint16_t* x, int64_t ldx, int64_t n, int64_t d, int6
 
 // FP32 -> BF16 to nearest even, in the top half of a word (the low half zero); a NaN stays a
 // (quiet) NaN. Integer operations on the bits: the loops below vectorize.
-inline uint32_t bf16_high(float f) {
-  uint32_t b;
-  memcpy(&b, &f, 4);
-  const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-  const bool nan = (b & 0x7fffffffu) > 0x7f800000u;
-  return nan ? (b | 0x00400000u) & 0xffff0000u : rounded;
-}
+inline uint32_t bf16_high(float f) { return static_cast<uint32_t>(f32_to_bf16_bits_select(f)) << 16; }
 
 inline void round_rows(const float* x, int64_t rows, int64_t cols, uint16_t* out) {
   for (int64_t i = 0; i < rows * cols; ++i) out[i] = static_cast<uint16_t>(bf16_high(x[i]) >> 16);

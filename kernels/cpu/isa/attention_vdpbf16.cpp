@@ -22,6 +22,7 @@
 #if !defined(BELAY_ISA_avx512bf16)
 #error "kernels/cpu/isa/attention_vdpbf16.cpp needs the avx512bf16 copy's flags"
 #endif
+#define BELAY_HD static inline  // engine/half_bits.h: this copy's own rounding (the one-definition rule)
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>

@@ -23,13 +23,7 @@ namespace belay::BELAY_ISA_NS {
 namespace {
 
 void f32_to_bf16(const float* __restrict src, uint16_t* __restrict dst, int64_t n) {
-  // f32_to_bf16_bits written branch-free, so it vectorizes: nearest even, NaN kept quiet.
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = f32_bits(src[i]);
-    const uint32_t nan = (u >> 16) | 0x0040u;
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    dst[i] = static_cast<uint16_t>(static_cast<int32_t>(u & 0x7fffffffu) > 0x7f800000 ? nan : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16_bits_select(src[i]);  // vectorizes: a select
 }
 
 void bf16_to_f32(const uint16_t* __restrict src, float* __restrict dst, int64_t n) {
