@@ -259,7 +259,9 @@ Var reshape(const Var& x, const std::vector<int64_t>& dims_in) {
                 std::to_string(shape.numel()));
   return make_result(x.value().reshape(shape), "reshape", {x}, [](Node& self) {
     Node& x = *self.inputs[0];
-    accumulate_grad(x, self.grad.reshape(x.value.shape()), false);
+    // Handed on, not copied: a node's gradient is its own (adopted or cloned into it) and is
+    // dropped once its backward has run (Var::backward), so x may keep the buffer.
+    accumulate_grad(x, self.grad.reshape(x.value.shape()), true);
   }, kReadsNothing);
 }
 

@@ -165,7 +165,9 @@ Var add(const Var& a_in, const Var& b_in) {
   Tensor out = Tensor::empty(a.shape(), promote(a.dtype(), b.dtype()), a.device());
   be(out).binary(BinaryOp::Add, a.value(), b.value(), out);
   return make_result(out, "add", {a, b}, [](Node& self) {
-    accumulate_grad(*self.inputs[0], self.grad, false);
+    // a takes this node's own gradient (dropped after this backward: Var::backward), b a copy,
+    // made before anything adds into a's (add(x, x): x's gradient becomes g + g in place).
+    accumulate_grad(*self.inputs[0], self.grad, true);
     accumulate_grad(*self.inputs[1], self.grad, false);
   }, kReadsNothing);
 }

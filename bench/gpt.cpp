@@ -6,7 +6,8 @@
 //          width 128, 4 heads, context 64, vocab 256) at batch 16 and 32: zero_grad, forward
 //          under autocast, cross-entropy, backward, SafeStep (guard, clip at 1.0, AdamW);
 //          reported as ms and tokens/s; and (not with --quick) the same step of GPT-2 small
-//          (12 layers, width 768, 12 heads, vocab 50304, the head tied) at batch 4 x 256;
+//          (12 layers, width 768, 12 heads, vocab 50304, the head tied) at batch 4 x 256, and
+//          with --long at GPT-2's own context, batch 4 x 1024;
 //   parts: the same blocks and steps again (GPT-2 small's step too, not with --quick) with
 //          bench/timed_backend.h installed: the time of every backend call by part of the
 //          step, and the rest (the autograd graph, allocation).
@@ -143,15 +144,15 @@ struct GptStep {
 };
 
 // The model of a step row: `belay train --model gpt`'s default, or GPT-2 small (124M
-// parameters with its 50304-token vocabulary) at context 256.
+// parameters with its 50304-token vocabulary) at context 256 or (--long) 1024.
 struct StepModel {
   const char* name;
   GptConfig config;
 };
 StepModel default_model() { return StepModel{"default", GptConfig{}}; }
-StepModel gpt2_small() {
+StepModel gpt2_small(int64_t context = 256) {
   GptConfig c;
-  c.vocab = 50304, c.context = 256, c.width = 768, c.layers = 12, c.heads = 12;
+  c.vocab = 50304, c.context = context, c.width = 768, c.layers = 12, c.heads = 12;
   return StepModel{"gpt2-small", c};
 }
 
@@ -229,6 +230,8 @@ Json bench_gpt(const Options& o) {
     for (DType dt : {DType::F32, DType::BF16}) steps.push_back(step_row(default_model(), batch, dt, 2, reps));
   if (!o.quick)  // seconds per step: one warm-up and 3 timed
     for (DType dt : {DType::F32, DType::BF16}) steps.push_back(step_row(gpt2_small(), 4, dt, 1, 3));
+  if (o.long_rows)  // tens of seconds per step: one warm-up and 2 timed
+    for (DType dt : {DType::F32, DType::BF16}) steps.push_back(step_row(gpt2_small(1024), 4, dt, 1, 2));
   for (int64_t batch : {int64_t{16}, int64_t{32}})
     for (DType dt : {DType::F32, DType::BF16}) parts.push_back(step_parts(default_model(), batch, dt, reps));
   if (!o.quick)

@@ -118,6 +118,7 @@ inline void require(bool ok, const std::string& what) {
 // Options every section reads: `quick` shrinks sizes and repetitions (a smoke run).
 struct Options {
   bool quick = false;
+  bool long_rows = false;  // --long: the rows of minutes (the gpt section's GPT-2 small at context 1024)
   int threads = 0;  // 0: OpenMP's default
 };
 

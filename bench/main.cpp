@@ -1,5 +1,5 @@
 // belay_bench: the CPU benchmark sections in one process, one JSON document out.
-//   belay_bench [--quick] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census,loss] --json FILE
+//   belay_bench [--quick] [--long] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census,loss] --json FILE
 // --cpu-time: times are the thread's CPU time (harness.h), for OMP_NUM_THREADS=1 only.
 // A failed result check prints the reason and exits 1: no number is written for it.
 #include <omp.h>
@@ -35,11 +35,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") o.quick = true;
+    else if (a == "--long") o.long_rows = true;
     else if (a == "--cpu-time") thread_cpu_clock() = true;
     else if (a == "--only" && i + 1 < argc) only = split(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
     else {
-      std::cerr << "usage: belay_bench [--quick] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census,loss] --json FILE\n";
+      std::cerr << "usage: belay_bench [--quick] [--long] [--cpu-time] [--only stream,amp,gemm,isa,train,data,threads,anomaly,rows,gpt,attention,census,loss] --json FILE\n";
       return 2;
     }
   }
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   Json doc;
   try {  // the CPU kernels' path: BELAY_CPU_ISA or the widest this CPU has
     doc = Json{{"quick", o.quick},
+               {"long", o.long_rows},
                {"omp_max_threads", omp_get_max_threads()},
                {"cpu_isa", belay::cpu_isa_report()},
                {"clock", thread_cpu_clock() ? "thread_cpu" : "wall"}};

@@ -2,7 +2,7 @@
 """PyTorch on the CPU as the peer of belay_bench's `gpt` section (bench/gpt.cpp): the same
 block and the same training step, the same shapes, repetitions and statistics.
 
-    torch_gpt.py [--quick] [--threads N] [--cpu-time] --json FILE
+    torch_gpt.py [--quick] [--long] [--threads N] [--cpu-time] --json FILE
 
   block  one pre-LN GPT block (separate q, k, v Linears, erf GELU, causal softmax, LayerNorm
          eps 1e-5): forward, then (y * dy).sum().backward() (dx and every gradient), fp32
@@ -11,7 +11,8 @@ block and the same training step, the same shapes, repetitions and statistics.
          F.scaled_dot_product_attention(is_causal=True), PyTorch's fused kernel.
   step   the default GPT of `belay train --model gpt` (2 layers, width 128, 4 heads,
          context 64, vocab 256, head tied to wte) at batch 16 and 32, and (not with --quick;
-         SDPA only) GPT-2 small (12 layers, width 768, 12 heads, vocab 50304) at batch 4 x 256:
+         SDPA only) GPT-2 small (12 layers, width 768, 12 heads, vocab 50304) at batch 4 x 256
+         and (--long) at batch 4 x 1024:
          zero_grad, autocast,
          cross_entropy, backward, clip_grad_norm_(1.0), AdamW (torch's defaults: lr 1e-3,
          weight decay 0.01; fused=True where this PyTorch has it, as bench/peers/torch_cpu.py),
@@ -115,9 +116,9 @@ def block_row(shape, dtype_name, attn, warmup, reps):
             "attn": attn, "time": tm, "tokens_per_s": b * t / (tm["median_ms"] * 1e-3)}
 
 
-def step_row(model_name, batch, dtype_name, attn, warmup, reps):
+def step_row(model_name, batch, dtype_name, attn, warmup, reps, context=None):
     torch.manual_seed(42)
-    shape = MODELS[model_name]
+    shape = dict(MODELS[model_name], **({"context": context} if context else {}))
     vocab, context = shape["vocab"], shape["context"]
     model = Gpt(attn=attn, **shape)
     opt, impl = torch_cpu.make_adamw(model.parameters(), lr=1e-3, weight_decay=0.01)
@@ -149,6 +150,7 @@ def step_row(model_name, batch, dtype_name, attn, warmup, reps):
 def main():
     ap = argparse.ArgumentParser(description="PyTorch CPU peer of belay_bench --only gpt")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--long", action="store_true", help="GPT-2 small at context 1024 too (minutes)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--json", required=True)
@@ -177,11 +179,14 @@ def main():
         if not args.quick:  # seconds per step: one warm-up and 3 timed, SDPA only
             for dt in DTYPES:
                 steps.append(step_row("gpt2-small", 4, dt, "sdpa", 1, 3))
+        if args.long:  # tens of seconds per step: one warm-up and 2 timed, as belay_bench --long
+            for dt in DTYPES:
+                steps.append(step_row("gpt2-small", 4, dt, "sdpa", 1, 2, context=1024))
     except torch_cpu.CheckFailure as e:
         print(f"torch_gpt: {e}", file=sys.stderr)
         return 1
     doc = {"version": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-           "threads": torch.get_num_threads(), "quick": args.quick,
+           "threads": torch.get_num_threads(), "quick": args.quick, "long": args.long,
            "clock": "thread_cpu" if args.cpu_time else "wall", "block": blocks, "step": steps}
     with open(args.json, "w") as f:
         json.dump({"torch": {"gpt": doc}}, f, indent=2)
