@@ -13,8 +13,10 @@
 // 3072 -> 768, the tied head 768 -> 50304) at M = 1024 and 4096 tokens (--quick: 1024, no head),
 // and the 4096 x 4096 x 4096 squares (a Linear(4096) at 4096 tokens; not under --quick),
 // fp32 through the backend, each as GFLOP/s and as a fraction of the FMA peak loop of the
-// active path measured in the same run on the same threads (bench/fma_peak.cpp). The blocking
-// the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them.
+// active path measured in the same run on the same threads (bench/fma_peak.cpp); and in bf16
+// as a bf16 step runs them (BF16 y and dX, FP32 dW), as a fraction of the path's BF16 limit
+// (TDPBF16PS tiles on amx, VDPBF16PS on avx512bf16, else the FMA peak) and over the fp32
+// product. The blocking the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them.
 #include <cmath>
 
 #include "bench/fma_peak.h"
@@ -87,9 +89,34 @@ constexpr GptLinear kGpt2Small[] = {{"attn.qkv", 768, 2304},
                                     {"head", 768, 50304},
                                     {"square 4096", 4096, 4096}};  // at 4096 tokens: the 4096 squares
 
+// The three products of a GPT-2 layer as a bf16 step runs them: BF16 inputs, BF16 y and dX,
+// FP32 dW (the master's gradient); GFLOP/s, the fraction of the path's BF16 limit and the
+// speed over the same product in FP32 (`fp32`: that row's entry).
+Json gpt2_bf16_products(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, double flops, int reps,
+                        const Bf16Limit& limit, const Json& fp32, const char* name) {
+  const Backend& be = backend_for(Device::cpu());
+  const Tensor xb = x.to(DType::BF16), wb = w.to(DType::BF16), dyb = dy.to(DType::BF16);
+  Tensor y = Tensor::empty(Shape{x.dim(0), w.dim(0)}, DType::BF16), dx = Tensor::empty(x.shape(), DType::BF16);
+  const GemmArgs ops[3] = {{&xb, false, &wb, true, &y, 0.0f, nullptr},
+                           {&dyb, false, &wb, false, &dx, 0.0f, nullptr},
+                           {&dyb, true, &xb, false, &dw, 0.0f, nullptr}};
+  Json out{{"limit", limit.key}, {"limit_gflops", limit.gflops}};
+  for (int i = 0; i < 3; ++i) {
+    const Timing t = time_it(1, reps, [&] { be.gemm(ops[i]); });
+    const double g = flops / (t.median_ms * 1e6);
+    out[kProducts[i]] = Json{{"time", to_json(t)}, {"gflops", g}, {"fraction_of_limit", g / limit.gflops},
+                             {"vs_own_fp32", g / fp32[kProducts[i]]["gflops"].get<double>()}};
+  }
+  check_product(xb, false, wb, true, y, std::string("gpt2 bf16 forward ") + name);
+  check_product(dyb, false, wb, false, dx, std::string("gpt2 bf16 dX ") + name);
+  check_product(dyb, true, xb, false, dw, std::string("gpt2 bf16 dW ") + name);
+  return out;
+}
+
 Json bench_gpt2_shapes(const Options& o, double peak) {
   const Backend& be = backend_for(Device::cpu());
   const CpuIsa isa = active_cpu_isa();
+  const Bf16Limit limit = bf16_limit(isa, o.quick ? 3 : 5, peak);
   const GemmBlocking bl = cpu_gemm_blocking(isa);
   Json rows = Json::array();
   const std::vector<int64_t> tokens = o.quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096};
@@ -118,10 +145,12 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
       check_product(x, false, w, true, y, std::string("gpt2 forward ") + l.name);
       check_product(dy, false, w, false, dx, std::string("gpt2 dX ") + l.name);
       check_product(dy, true, x, false, dw, std::string("gpt2 dW ") + l.name);
+      entry["bf16"] = gpt2_bf16_products(x, w, dy, dw, flops, reps, limit, entry, l.name);
       rows.push_back(entry);
     }
   }
-  return Json{{"isa", cpu_isa_name(isa)}, {"fma_peak_gflops", peak}, {"threads", max_threads()},
+  return Json{{"isa", cpu_isa_name(isa)}, {"fma_peak_gflops", peak}, {"bf16_limit", limit.key},
+              {"bf16_limit_gflops", limit.gflops}, {"threads", max_threads()},
               {"blocking", Json{{"mr", bl.mr}, {"nr", bl.nr}, {"kc", bl.kc}, {"mc", bl.mc}, {"nc", bl.nc},
                                 {"report", cpu_gemm_blocking_report(isa)}}},
               {"caches", cpu_caches_report()}, {"rows", rows}};

@@ -45,6 +45,24 @@ double peak_gflops(const std::string& what, const Timing& t, const PeakRun& run)
   return run.flops / (t.median_ms * 1e6);
 }
 
+}  // namespace
+
+Bf16Limit bf16_limit(CpuIsa isa, int reps, double fp32_peak) {
+  PeakRun run;
+  if (isa == CpuIsa::Avx512Bf16) {
+    const Timing t = time_it(1, reps, [&] { run = isa_avx512bf16::fma_peak(50'000'000, 1.0f, 0.25f, 1.0f); });
+    return {"dot_peak", to_json(t), peak_gflops("vdpbf16ps peak", t, run)};
+  }
+  if (isa == CpuIsa::Amx) {
+    // 500000 iterations <= 2^19: every element stays an exact integer (tile_peak.cpp).
+    const Timing t = time_it(1, reps, [&] { run = isa_amx::tile_peak(500'000); });
+    return {"tile_peak", to_json(t), peak_gflops("tdpbf16ps peak", t, run)};
+  }
+  return {"peak", Json(), fp32_peak};
+}
+
+namespace {
+
 // GELU inputs and a random dy, of two kinds: "wide", uniform over (-5, 5), where erf is
 // neither +-1 nor linear (three in four values take erf's long polynomial, |x| > 1.24); and
 // "normal", N(0, 1) as a pre-activation after LayerNorm (one in five takes it).
@@ -135,18 +153,9 @@ Json bench_isa(const Options& o) {
     // The same products on BF16 inputs (FP32 out): widened to FP32 while packing on every
     // path but avx512bf16, whose VDPBF16PS limit is its own loop (4 flops per lane), and
     // amx, whose TDPBF16PS limit is its tile loop.
-    double bf16_limit = peak;
-    if (isa == CpuIsa::Avx512Bf16) {
-      const Timing td = time_it(1, reps, [&] { run = isa_avx512bf16::fma_peak(iters, 1.0f, 0.25f, 1.0f); });
-      bf16_limit = peak_gflops("vdpbf16ps peak", td, run);
-      p["dot_peak"] = Json{{"time", to_json(td)}, {"gflops", bf16_limit}, {"flops", run.flops}};
-    }
-    if (isa == CpuIsa::Amx) {
-      // 500000 iterations <= 2^19: every element stays an exact integer (tile_peak.cpp).
-      const Timing td = time_it(1, reps, [&] { run = isa_amx::tile_peak(500'000); });
-      bf16_limit = peak_gflops("tdpbf16ps peak", td, run);
-      p["tile_peak"] = Json{{"time", to_json(td)}, {"gflops", bf16_limit}, {"flops", run.flops}};
-    }
+    const Bf16Limit limit = belay::bench::bf16_limit(isa, reps, peak);
+    const double bf16_limit = limit.gflops;
+    if (!limit.time.is_null()) p[limit.key] = Json{{"time", limit.time}, {"gflops", bf16_limit}};
     for (int i = 0; i < 3; ++i) {
       GemmArgs op = ops[i];
       op.a = &low[i][0];

@@ -9,6 +9,7 @@
 #include "engine/dtype.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace belay::bench {
 
@@ -40,6 +41,15 @@ double stream_copy_gbs(size_t bytes_per_array, int reps);  // one copy measureme
 int max_threads();
 // An FP32 [r, c] matrix of values uniform in [-bound, bound).
 Tensor random_matrix(int64_t r, int64_t c, float bound, Rng& rng);
+// The limit of BF16 x BF16 products on `isa` (bench/isa.cpp): VDPBF16PS's loop on avx512bf16,
+// TDPBF16PS's tiles on amx (key "dot_peak" or "tile_peak", its time and GFLOP/s); elsewhere
+// BF16 is widened to FP32 and the limit is the FP32 FMA peak given (key "peak", no time).
+struct Bf16Limit {
+  const char* key;
+  Json time;
+  double gflops;
+};
+Bf16Limit bf16_limit(CpuIsa isa, int reps, double fp32_peak);
 // C = op(A) op(B): 16 sampled entries against an FP64 dot product (CheckFailure if off).
 void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const std::string& what);
 
