@@ -90,7 +90,9 @@ void drop_backward_reads(Node& n) {
   }
 }
 
-DType grad_dtype_of(const Node& node) { return node.is_leaf ? node.grad_dtype : node.value.dtype(); }
+DType grad_dtype_of(const Node& node) {
+  return node.is_leaf ? node.grad_dtype : node.fp32_grad ? DType::F32 : node.value.dtype();
+}
 
 void accumulate_grad(Node& node, const Tensor& g, bool fresh) {
   if (!node.requires_grad) return;

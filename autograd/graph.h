@@ -29,6 +29,10 @@ struct Node {
   bool requires_grad = false;
   bool is_leaf = true;
   DType grad_dtype = DType::F32;  // leaves: FP32 by default, or the compute dtype
+  // A cast from FP32 (autocast's, cast()): its gradient is kept in FP32, as its input's, so
+  // the op reading the cast writes that gradient in FP32 (a linear's dX and dW straight out of
+  // the GEMM's FP32 sums) and the cast hands it on: no rounding to FP16/BF16 and back.
+  bool fp32_grad = false;
   Tensor master;                  // parameters only (undefined once released, below)
   bool master_released = false;   // a sharded optimizer's parameter another rank updates
   std::string name;

@@ -80,22 +80,27 @@ std::string cast_site(const Var& x, OpClass cls, const char* operand) {
   return (*path ? std::string(path) + "." : std::string()) + op + "." + operand;
 }
 
+// The node of a cast of x. Its backward hands its own gradient on (dropped after this backward
+// runs: Var::backward); from an input whose gradient is FP32 that gradient is kept in FP32
+// (Node::fp32_grad), so nothing is rounded to the narrow dtype on the way back.
+static Var cast_result(Tensor out, const char* op, const Var& x) {
+  Var r = make_result(
+      std::move(out), op, {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, true); }, kReadsNothing);
+  if (r.node_ptr() && grad_dtype_of(*x.node_ptr()) == DType::F32) r.node_ptr()->fp32_grad = true;
+  return r;
+}
+
 Var autocast_cast(const Var& x, DType dtype, OpClass cls, const char* operand) {
   if (x.dtype() == dtype) return x;
   CastCensus* census = active_cast_census();
   Tensor out = census && census->counts_forward() ? cast_counted(census, CastSite::Forward, x.value(), dtype, cast_site(x, cls, operand))
                       : x.value().to(dtype);
-  return make_result(
-      out, cast_op_name(cls), {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); }, kReadsNothing);
+  return cast_result(out, cast_op_name(cls), x);
 }
 
 Var autocast_input(const Var& x, OpClass cls) { return autocast_cast(x, autocast_dtype(cls, x.dtype()), cls, "input"); }
 
-Var cast(const Var& x, DType dtype) {
-  Tensor out = x.value().to(dtype);
-  return make_result(
-      out, "cast", {x}, [](Node& self) { accumulate_grad(*self.inputs[0], self.grad, false); }, kReadsNothing);
-}
+Var cast(const Var& x, DType dtype) { return cast_result(x.value().to(dtype), "cast", x); }
 
 Var matmul(const Var& a_in, const Var& b_in) {
   check_inputs("matmul", a_in, b_in);

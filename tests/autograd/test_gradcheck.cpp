@@ -379,6 +379,55 @@ TEST_CASE("autocast: linear runs in the low dtype, losses stay fp32", "[autograd
   CHECK(h.grad().to_vector() == std::vector<float>(3, 1.0f));
 }
 
+// A cast from FP32 keeps its gradient in FP32 (Node::fp32_grad): the linear reading it writes
+// dX and dW straight from the GEMM's FP32 sums, with no rounding to the low dtype on the way
+// back to the FP32 tensors. Checked on the tied-head shape (the weight a cast of an FP32 leaf,
+// the input the cast of a non-leaf FP32 value): the gradients hold bits that no BF16 value
+// has, and agree with an FP64 reference of the BF16 operands within FP32's bound.
+TEST_CASE("autocast: a cast from FP32 gets its gradient in FP32, never rounded to the low dtype",
+          "[autograd][autocast]") {
+  for (DType d : {DType::BF16, DType::F16}) {
+    INFO(dtype_name(d));
+    Var w(random_tensor(Shape{5, 64}, 61), true), x0(random_tensor(Shape{7, 64}, 62), true);
+    const Tensor dy = random_tensor(Shape{7, 5}, 63);
+    Var out;
+    {
+      Autocast ac(d);
+      const Var x = scale(x0, 1.0f);  // a non-leaf FP32 value, as a LayerNorm's output
+      out = linear(x, w, Var());
+      CHECK(out.dtype() == d);
+      sum(mul(out, Var(dy))).backward();
+    }
+    REQUIRE(x0.grad().dtype() == DType::F32);
+    REQUIRE(w.grad().dtype() == DType::F32);
+    // dX = dY W and dW = dY^T X on the operands as the GEMM saw them (rounded to d).
+    const std::vector<float> g = Tensor(dy).to(d).to(DType::F32).to_vector(),
+                             wv = w.value().to(d).to(DType::F32).to_vector(),
+                             xv = x0.value().to(d).to(DType::F32).to_vector();
+    std::vector<double> ref_dx(7 * 64), mag_dx(7 * 64), ref_dw(5 * 64), mag_dw(5 * 64);
+    for (int i = 0; i < 7; ++i)
+      for (int k = 0; k < 64; ++k)
+        for (int j = 0; j < 5; ++j) {
+          ref_dx[i * 64 + k] += static_cast<double>(g[i * 5 + j]) * wv[j * 64 + k];
+          mag_dx[i * 64 + k] += std::fabs(static_cast<double>(g[i * 5 + j]) * wv[j * 64 + k]);
+          ref_dw[j * 64 + k] += static_cast<double>(g[i * 5 + j]) * xv[i * 64 + k];
+          mag_dw[j * 64 + k] += std::fabs(static_cast<double>(g[i * 5 + j]) * xv[i * 64 + k]);
+        }
+    // The operands are the rounded ones already: FP32's bound alone (a rounding to d is far out).
+    test::check_close(x0.grad().to_vector(), ref_dx, test::tolerance_for(DType::F32, DType::F32, 7), mag_dx);
+    test::check_close(w.grad().to_vector(), ref_dw, test::tolerance_for(DType::F32, DType::F32, 7), mag_dw);
+    // Rounded to d on the way, every gradient would be a d value: here some are not.
+    auto narrow_values = [d](const Tensor& t) {
+      const std::vector<float> v = t.to_vector(), r = t.to(d).to(DType::F32).to_vector();
+      size_t same = 0;
+      for (size_t i = 0; i < v.size(); ++i) same += v[i] == r[i];
+      return same;
+    };
+    CHECK(narrow_values(x0.grad()) < static_cast<size_t>(x0.grad().numel()));
+    CHECK(narrow_values(w.grad()) < static_cast<size_t>(w.grad().numel()));
+  }
+}
+
 // ---- The Var operators (autograd/math_ops.cpp). Inputs kept where |f'''| stays small (the
 // bound in the header): divisors and log/pow arguments in [1, 2].
 TEST_CASE("gradcheck: sub and div, same shape and broadcast both ways", "[autograd][gradcheck][math]") {
