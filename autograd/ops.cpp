@@ -265,13 +265,20 @@ Var cross_entropy(const Var& logits_in, const Tensor& labels) {
   // The gradient is dlogits_unit times the upstream gradient (a device scalar: the loss scale
   // over the accumulation steps, known only now). The unit gradient is this op's own buffer and
   // a graph runs its backward once, so it is scaled in place and handed on as the logits'
-  // gradient (adopted when that is FP32, else converted once): no second [B, C] buffer, no zero
-  // fill. Logits that already have a gradient get it added in one pass instead.
+  // gradient where that is FP32 (no second [B, C] buffer, no zero fill), or scaled and rounded
+  // into a BF16/FP16 one in one pass (scale_cast). Logits that already have a gradient get it
+  // added in one pass instead.
   return make_result(loss, "cross_entropy", {logits}, [dlogits_unit](Node& self) mutable {
     Node& x = *self.inputs[0];
     if (!x.requires_grad) return;
     if (x.grad.defined()) {
       be(x.grad).accumulate(x.grad, dlogits_unit, 1.0f, &self.grad);
+      return;
+    }
+    if (!x.is_leaf && grad_dtype_of(x) != DType::F32) {  // BF16/FP16 logits: scaled and rounded in one pass
+      Tensor d = Tensor::empty(x.value.shape(), grad_dtype_of(x), x.value.device());
+      be(d).scale_cast(dlogits_unit, self.grad, d);
+      accumulate_grad(x, d, true);
       return;
     }
     be(dlogits_unit).scale_inplace({&dlogits_unit}, self.grad);

@@ -49,6 +49,9 @@ class TimedBackend final : public Backend {
  private:
   // Each op: the CPU backend's own entry (its checks and its kernel), timed.
   void cast_impl(const Tensor& a, Tensor& b) const override { BELAY_TIMED(Cast, cast(a, b)); }
+  void scale_cast_impl(const Tensor& a, const Tensor& f, Tensor& b) const override {
+    BELAY_TIMED(Cast, scale_cast(a, f, b));
+  }
   void cast_census_impl(const Tensor& a, Tensor& b, Tensor& r) const override { BELAY_TIMED(Cast, cast_census(a, b, r)); }
   void fill_impl(Tensor& t, float v) const override { BELAY_TIMED(Elementwise, fill(t, v)); }
   void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o) const override {

@@ -11,6 +11,10 @@ void Backend::cast(const Tensor& src, Tensor& dst) const {
   checks::cast(kind_, src, dst);
   cast_impl(src, dst);
 }
+void Backend::scale_cast(const Tensor& src, const Tensor& factor, Tensor& dst) const {
+  checks::scale_cast(kind_, src, factor, dst);
+  scale_cast_impl(src, factor, dst);
+}
 void Backend::cast_census(const Tensor& src, Tensor& dst, Tensor& record) const {
   checks::cast_census(kind_, src, dst, record);
   cast_census_impl(src, dst, record);

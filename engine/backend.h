@@ -164,6 +164,10 @@ class Backend {
   // Elementwise. `out` may alias an input (the same storage and dtype). Inputs of mixed
   // dtypes are computed in FP32.
   void cast(const Tensor& src, Tensor& dst) const;
+  // dst = src * factor[0] (an FP32 device scalar), the product in FP32 and rounded once into
+  // dst's dtype: scale_inplace then cast, in one pass and with their bits (the cross-entropy's
+  // unit gradient, scaled by the loss scale and rounded into the BF16/FP16 logits' gradient).
+  void scale_cast(const Tensor& src, const Tensor& factor, Tensor& dst) const;
   // cast from FP32 into FP16 or BF16, and in the same read the cast's census (engine/census.h:
   // kCensusFields words, FP32 [kCensusFields] read as bits) added into `record`: the values that
   // became non-finite (inf or NaN given, or rounded to inf), exact zeros, values that rounded
@@ -320,6 +324,7 @@ class Backend {
   // have passed engine/backend_checks.cpp: an implementation may rely on every shape, dtype,
   // device and alias rule that file enforces.
   virtual void cast_impl(const Tensor& src, Tensor& dst) const = 0;
+  virtual void scale_cast_impl(const Tensor& src, const Tensor& factor, Tensor& dst) const = 0;
   virtual void cast_census_impl(const Tensor& src, Tensor& dst, Tensor& record) const = 0;
   virtual void fill_impl(Tensor& t, float value) const = 0;
   virtual void binary_impl(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) const = 0;

@@ -517,6 +517,16 @@ void scale_inplace(DeviceKind kind, const std::vector<Tensor*>& grads, const Ten
   check_grad_list("scale_inplace", kind, grads, factor);
 }
 
+void scale_cast(DeviceKind kind, const Tensor& src, const Tensor& factor, const Tensor& dst) {
+  check_f32_scalar("scale_cast", factor, kind);
+  check_on_one_device("scale_cast", kind, {&src, &dst, &factor});
+  check_dtype("scale_cast", src, DType::F32);
+  if (src.numel() != dst.numel())
+    throw Error("scale_cast: element counts differ, " + src.describe() + " vs " + dst.describe());
+  check_elementwise_alias("scale_cast", dst, {&src});
+  check_apart("scale_cast", factor, {&src, &dst});
+}
+
 void clamp_inplace(DeviceKind kind, const Tensor& x) { check_on_one_device("clamp", kind, {&x}); }
 
 // Each slot's tensors present, on the step scalars' device, FP32 state shaped like the

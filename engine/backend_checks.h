@@ -64,6 +64,7 @@ void clip_coefficient(DeviceKind kind, const Tensor& norm, const Tensor& clip_co
 void unscale_inplace(DeviceKind kind, const std::vector<Tensor*>& grads, const Tensor& inv_scale,
                      const Tensor& found_inf);
 void scale_inplace(DeviceKind kind, const std::vector<Tensor*>& grads, const Tensor& factor);
+void scale_cast(DeviceKind kind, const Tensor& src, const Tensor& factor, const Tensor& dst);
 void clamp_inplace(DeviceKind kind, const Tensor& x);
 void adamw(DeviceKind kind, const std::vector<AdamWSlot>& slots, const StepScalars& s);
 void sgd(DeviceKind kind, float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s);

@@ -27,6 +27,21 @@ void cast(const Tensor& src, Tensor& dst) {
   });
 }
 
+// FP32 src times the scalar, a block at a time in L1, rounded once into dst (in place where
+// dst is FP32): scale_inplace's product, then cast's rounding.
+void scale_cast(const Tensor& src, const Tensor& factor, Tensor& dst) {
+  const float f = factor.data_as<const float>()[0];
+  const float* from = src.data_as<const float>();
+  void* to = dst.data();
+  const DType to_dtype = dst.dtype();
+  parallel_blocks(src.numel(), [&](int64_t i0, int64_t len) {
+    alignas(64) float buf[kBlock];
+    float* scaled = to_dtype == DType::F32 ? static_cast<float*>(to) + i0 : buf;
+    for (int64_t j = 0; j < len; ++j) scaled[j] = from[i0 + j] * f;
+    store_block(to, to_dtype, i0, len, scaled);
+  });
+}
+
 // The cast's blocks (map_blocks: the same conversion, so the same bits as cast), each block's
 // census taken from its FP32 values while they sit in L1: memory is read once. Each block
 // counts into its own slot; the slots are merged after (integer sums and a max: any order

@@ -42,6 +42,9 @@ class CpuBackend final : public Backend {
 
  private:
   void cast_impl(const Tensor& src, Tensor& dst) const override { cpu::cast(src, dst); }
+  void scale_cast_impl(const Tensor& src, const Tensor& factor, Tensor& dst) const override {
+    cpu::scale_cast(src, factor, dst);
+  }
   void cast_census_impl(const Tensor& src, Tensor& dst, Tensor& record) const override {
     cpu::cast_census(src, dst, record);
   }

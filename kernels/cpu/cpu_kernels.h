@@ -11,6 +11,7 @@ namespace belay::cpu {
 
 // ---- cast_kernels.cpp
 void cast(const Tensor& src, Tensor& dst);
+void scale_cast(const Tensor& src, const Tensor& factor, Tensor& dst);
 void cast_census(const Tensor& src, Tensor& dst, Tensor& record);
 void fill(Tensor& t, float value);
 

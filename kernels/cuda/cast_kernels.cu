@@ -22,6 +22,13 @@ __global__ void cast_kernel(const void* src, DType src_dtype, void* dst, DType d
     store_f32(dst, dst_dtype, i, load_f32(src, src_dtype, i));
 }
 
+// dst = src * factor[0] in FP32, rounded once into dst's dtype (the CPU's scale_cast bits).
+__global__ void scale_cast_kernel(const float* src, const float* factor, void* dst, DType dst_dtype, int64_t n) {
+  const float f = *factor;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    store_f32(dst, dst_dtype, i, src[i] * f);
+}
+
 // The cast, and each value's cast_census_class counted as the thread holds it (FP32 in).
 __global__ void __launch_bounds__(256) cast_census_kernel(const float* src, void* dst, DType dst_dtype, int64_t n,
                                                           unsigned* record, CensusBounds bounds) {
@@ -47,6 +54,11 @@ __global__ void fill_kernel(void* dst, DType dtype, int64_t n, float value) {
 void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   cuda::launch<cast_kernel>(grid_for(n, 256), 256, 0, stream, src, src_dtype, dst, dst_dtype, n);
+}
+
+void launch_scale_cast(const float* src, const float* factor, void* dst, DType dst_dtype, int64_t n) {
+  if (n == 0) return;
+  cuda::launch<scale_cast_kernel>(grid_for(n, 256), 256, 0, nullptr, src, factor, dst, dst_dtype, n);
 }
 
 void launch_cast_census(const float* src, void* dst, DType dst_dtype, int64_t n, unsigned* record) {

@@ -92,6 +92,10 @@ class CudaBackend final : public Backend {
     launch_cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), nullptr);
     after_launch();
   }
+  void scale_cast_impl(const Tensor& src, const Tensor& factor, Tensor& dst) const override {
+    launch_scale_cast(src.data_as<const float>(), scalar_ptr(factor), dst.data(), dst.dtype(), src.numel());
+    after_launch();
+  }
   void cast_census_impl(const Tensor& src, Tensor& dst, Tensor& record) const override {
     launch_cast_census(src.data_as<float>(), dst.data(), dst.dtype(), src.numel(), record.data_as<unsigned>());
     after_launch();

@@ -16,6 +16,7 @@ namespace belay {
 
 // ---- cast_kernels.cu
 void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
+void launch_scale_cast(const float* src, const float* factor, void* dst, DType dst_dtype, int64_t n);
 // The cast from FP32 with its census added into record (Backend::cast_census).
 void launch_cast_census(const float* src, void* dst, DType dst_dtype, int64_t n, unsigned* record);
 void launch_fill(void* dst, DType dtype, int64_t n, float value, cudaStream_t stream);

@@ -45,6 +45,21 @@ TEST_CASE("cuda cast and fill give the CPU's bits", "[gpu][elementwise]") {
       }
 }
 
+TEST_CASE("cuda scale_cast gives the CPU's bits", "[gpu][elementwise]") {
+  BELAY_REQUIRE_GPU();
+  for (int64_t n : odd_sizes())
+    for (DType to : kDtypes)
+      for (float f : {65536.0f, 3.0e-5f}) {  // overflow to inf in FP16 at 2^16; subnormals at 3e-5
+        Pair x = make_pair(random_values(n, 29 + n, -3.0f, 3.0f, DType::F32), Shape{n}, DType::F32);
+        const Tensor fc = Tensor::full(Shape{1}, f), fg = fc.to(Device::cuda());
+        Tensor yc = Tensor::empty(Shape{n}, to, Device::cpu()), yg = Tensor::empty(Shape{n}, to, Device::cuda());
+        cpu().scale_cast(x.host, fc, yc);
+        gpu().scale_cast(x.device, fg, yg);
+        INFO("-> " << name_of(to) << ", factor " << f << ", n = " << n);
+        require_same_bits(yg, yc);
+      }
+}
+
 TEST_CASE("cuda clone keeps every bit pattern, signalling NaNs included", "[gpu][elementwise]") {
   BELAY_REQUIRE_GPU();
   // A same-dtype cast is a copy (as the CPU's memmove), not a round trip through FP32.

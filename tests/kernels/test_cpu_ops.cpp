@@ -136,6 +136,31 @@ TEST_CASE("cast and fill write each element rounded once", "[kernels][cpu]") {
   CHECK(f.to_vector() == std::vector<float>(5, 1.0009765625f));
 }
 
+// scale_cast: the loss-scaled unit gradient rounded into a BF16/FP16 gradient in one pass,
+// with the bits of scale_inplace then cast (the two passes it replaces), FP32 dst included;
+// a factor that overflows FP16 gives its infs as the two passes did.
+TEST_CASE("scale_cast has the bits of scale_inplace then cast", "[kernels][cpu]") {
+  const Tensor src = random_tensor(Shape{33001}, DType::F32, 9, -3.0f, 3.0f);  // past the parallel threshold
+  for (float f : {1.0f, 65536.0f, 3.0e-5f, 1.0e5f})
+    for (DType d : {DType::F16, DType::BF16, DType::F32}) {
+      INFO("factor " << f << ", " << dtype_name(d));
+      const Tensor factor = Tensor::full(Shape{1}, f);
+      Tensor two = src.clone(), fused = Tensor::empty(src.shape(), d), plain = Tensor::empty(src.shape(), d);
+      cpu().scale_inplace({&two}, factor);
+      cpu().cast(two, plain);
+      cpu().scale_cast(src, factor, fused);
+      const std::vector<float> a = fused.to_vector(), b = plain.to_vector();
+      int differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += bits_of(a[i]) != bits_of(b[i]);
+      CHECK(differ == 0);
+    }
+  Tensor h = Tensor::empty(Shape{33001}, DType::BF16), short_one = Tensor::empty(Shape{7}, DType::BF16);
+  const Tensor two_values = Tensor::full(Shape{2}, 1.0f);
+  CHECK_THROWS_WITH(cpu().scale_cast(h.to(DType::F16), Tensor::full(Shape{1}, 1.0f), h), Catch::Contains("expected fp32"));
+  CHECK_THROWS_WITH(cpu().scale_cast(src, Tensor::full(Shape{1}, 1.0f), short_one), Catch::Contains("element counts differ"));
+  CHECK_THROWS(cpu().scale_cast(src, two_values, h));
+}
+
 TEST_CASE("binary add/sub/mul, mixed dtypes, aliasing output", "[kernels][cpu]") {
   const int64_t n = 33000;  // above the parallel threshold
   for (DType da : {DType::F32, DType::F16, DType::BF16})
