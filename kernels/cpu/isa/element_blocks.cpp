@@ -61,6 +61,21 @@ uint16_t first_bits_at_least(float t, GemmElem elem) {
   return static_cast<uint16_t>(lo);
 }
 
+// ---- The census, wide ------------------------------------------------------------------------
+// The guard's loads are 8 values wide (its transposition keeps each chunk's sum in order).
+// After it has summed a group of steps, the census reads those steps of every chunk again,
+// from L1, as wide integer vectors of magnitudes (the bits with the sign cleared, whose
+// patterns order as the values do) and counts each class by one compare against a bound
+// pattern and one subtract (avx2) or masked add (AVX-512): an and, a max and 2 operations per
+// distinct bound (8 at most, 6 for 16-bit data in its own format) per vector of 8 FP32 values
+// (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values (avx512),
+// where census8 took 11 per 8 values (and its finiteness compare). The values are taken as
+// finite: an inf or NaN makes the sums non-finite, and the call is counted again in full
+// (census_all, census_full_of on the baseline path); with none, nothing is non-finite and the
+// amax is the largest pattern. Used by the dense loop on every group and by the wider sparse
+// loops on the groups their scan flags. The baseline path counts the same way on SSE2, one
+// step per group (4 FP32 or 8 stored 16-bit values per vector: its WideHalves and WideFloats).
+
 // The census's bounds as magnitude patterns: a value is an exact zero below 1, rounds to zero
 // below `tiny`, and is a subnormal (or less) below `sub`. For 16-bit data in its own format
 // no pattern lies between zero and the first subnormal (tiny == 1), and FP16 data has no
@@ -303,18 +318,8 @@ void census_all(const void* x, GemmElem elem, int64_t stride, int64_t len, Censu
   add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
 }
 
-// ---- The census, wide ------------------------------------------------------------------------
-// The guard's loads are 8 values wide (its transposition keeps each chunk's sum in order).
-// After it has summed a group of steps, the census reads those steps of every chunk again,
-// from L1, as wide integer vectors of magnitudes (the bits with the sign cleared, whose
-// patterns order as the values do) and counts each class by one compare against a bound
-// pattern and one subtract (avx2) or masked add (AVX-512): an and, a max and 2 operations per
-// distinct bound (8 at most, 6 for 16-bit data in its own format) per vector of 8 FP32 values
-// (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values (avx512),
-// where census8 took 11 per 8 values (and its finiteness compare). The values are taken as
-// finite: an inf or NaN makes the sums non-finite, and the call is counted again in full
-// (census_all); with none, nothing is non-finite and the amax is the largest pattern. Used by
-// the dense loop on every group and by the wider sparse loops on the groups their scan flags.
+// WideCensus's vectors on the AVX paths (WideCensus and WideBounds: above, shared with the
+// baseline path's SSE2 vectors).
 #if defined(BELAY_ISA_avx512)
 struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
   using Vec = __m512i;
