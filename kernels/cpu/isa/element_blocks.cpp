@@ -737,9 +737,9 @@ struct ScanStepSse2 {
 // fit SSE2's signed compares (below 2^15 and 2^31). SSE2 has no 32-bit integer max, so the
 // FP32 amax is a float max of the magnitudes (finite ones order alike as floats and as
 // integers; an inf or NaN only where the sums are not finite, and the call is then counted
-// again in full). Where every value is classified this takes 7 operations per 8 stored
-// 16-bit values and 9 per 4 FP32 values, on integer lanes, where census_full_of classified
-// each value in floats after building its vectors from scalar loads.
+// again in full). Where every value is classified this takes 6 operations per 8 stored
+// 16-bit values (in their own format) and 8 per 4 FP32 values, on integer lanes, where
+// census_full_of classified each value in floats after building its vectors from scalar loads.
 struct WideHalves {
   using Vec = __m128i;
   using Lane = uint16_t;
