@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/half_bits.h"
 #include "kernels/common/element_math.h"
@@ -53,6 +54,98 @@ uint16_t first_bits_at_least(float t, GemmElem elem) {
   }
   return static_cast<uint16_t>(lo);
 }
+
+// ---- The census, wide ------------------------------------------------------------------------
+// The guard's loads are 8 values wide (its transposition keeps each chunk's sum in order).
+// After it has summed a group of steps, the census reads those steps of every chunk again,
+// from L1, as wide integer vectors of magnitudes (the bits with the sign cleared, whose
+// patterns order as the values do) and counts each class by one compare against a bound
+// pattern and one subtract (avx2) or masked add (AVX-512): an and, a max and 2 operations per
+// distinct bound (8 at most, 6 for 16-bit data in its own format) per vector of 8 FP32 values
+// (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values (avx512),
+// where census8 took 11 per 8 values (and its finiteness compare). The values are taken as
+// finite: an inf or NaN makes the sums non-finite, and the call is counted again in full
+// (census_all, census_full_of on the baseline path); with none, nothing is non-finite and the
+// amax is the largest pattern. Used by the dense loop on every group and by the wider sparse
+// loops on the groups their scan flags. The baseline path counts the same way on SSE2, one
+// step per group (4 FP32 or 8 stored 16-bit values per vector: its WideHalves and WideFloats).
+
+// The census's bounds as magnitude patterns: a value is an exact zero below 1, rounds to zero
+// below `tiny`, and is a subnormal (or less) below `sub`. For 16-bit data in its own format
+// no pattern lies between zero and the first subnormal (tiny == 1), and FP16 data has no
+// subnormal in BF16 (sub == 1 too): such a bound is not compared again.
+struct WideBounds {
+  uint32_t tiny, sub;
+  WideBounds(CensusBounds b, GemmElem e)
+      : tiny(e == GemmElem::F32 ? f32_bits(b.to_zero) + 1 : first_bits_at_least(std::nextafter(b.to_zero, INFINITY), e)),
+        sub(e == GemmElem::F32 ? f32_bits(b.subnormal_below) : first_bits_at_least(b.subnormal_below, e)) {}
+  // How many distinct bounds, 1 <= tiny <= sub: 1, 2 or 3.
+  int distinct() const { return 1 + (tiny != 1 ? 1 : 0) + (sub != tiny ? 1 : 0); }
+};
+
+// Lane counters of magnitudes below each of the kBounds distinct bounds (1, then tiny and sub
+// where they differ from the one before), and the largest magnitude, over groups of kVecs
+// vectors of each chunk. A lane gains at most 16 per group (kVecs <= 2 vectors per chunk), so
+// 16-bit lanes are added into 64-bit totals every kFlushGroups groups, before they can wrap.
+template <class W, int kBounds, int kVecs = 1>
+struct WideCensus {
+  using Vec = typename W::Vec;
+  using Lane = typename W::Lane;
+  static constexpr int kLanes = sizeof(Vec) / sizeof(Lane);
+  static constexpr int kSteps = kVecs * kLanes / 8;  // the guard's steps per group
+  static constexpr int kFlushGroups = 256;  // 16 x 256 < 2^16; every dense call of kReduceChunk flushes
+  static_assert(kVecs <= 2, "16-bit lanes flushed before they wrap");
+  GemmElem elem;
+  Vec mask, bound[kBounds], n[kBounds], hi = W::set1(0);
+  uint64_t below[kBounds] = {};
+  int tiny_at, sub_at;  // which bound is tiny's, sub's
+  int groups = 0;
+
+  WideCensus(WideBounds wb, GemmElem e) : elem(e), mask(W::set1(e == GemmElem::F32 ? 0x7fffffffu : 0x7fffu)) {
+    tiny_at = wb.tiny != 1 ? 1 : 0;
+    sub_at = tiny_at + (wb.sub != wb.tiny ? 1 : 0);
+    const uint32_t bounds[3] = {1, wb.tiny, wb.sub};
+    for (int i = 0, at = 0; i < 3; ++i)
+      if (i == 0 || bounds[i] != bounds[i - 1]) bound[at++] = W::set1(bounds[i]);
+    for (Vec& v : n) v = W::set1(0);
+  }
+  // The census of the group's kVecs x kLanes values of each of the 8 chunks, from element j on.
+  void add(const void* x, int64_t stride, int64_t j) {
+    const Lane* p = static_cast<const Lane*>(x);
+    for (int k = 0; k < 8; ++k)
+      for (int v = 0; v < kVecs; ++v) {
+        const Vec a = W::load(p + k * stride + j + v * kLanes) & mask;
+        n[0] = W::add_zero(n[0], a);  // below 1, as one compare (a compiler may turn a < 1 into two)
+        for (int i = 1; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
+        hi = W::max(hi, a);
+      }
+    if (++groups == kFlushGroups) flush();
+  }
+  void flush() {
+    for (int i = 0; i < kBounds; ++i) {
+      Lane l[kLanes];
+      std::memcpy(l, &n[i], sizeof n[i]);
+      for (const Lane c : l) below[i] += c;
+      n[i] = W::set1(0);
+    }
+    groups = 0;
+  }
+  // The counts, into *counts (the values all finite).
+  void into(CensusCounts* counts) {
+    flush();
+    counts->zeros += below[0];
+    counts->underflow += below[tiny_at] - below[0];
+    counts->subnormal += below[sub_at] - below[tiny_at];
+    Lane l[kLanes];
+    std::memcpy(l, &hi, sizeof hi);
+    Lane top = 0;
+    for (const Lane h : l) top = h > top ? h : top;
+    const float amax = elem == GemmElem::F32   ? f32_from_bits(top)
+                       : elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<uint16_t>(top))
+                                               : bf16_bits_to_f32(static_cast<uint16_t>(top));
+    counts->amax = amax > counts->amax ? amax : counts->amax;
+  }
+};
 
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
@@ -219,18 +312,8 @@ void census_all(const void* x, GemmElem elem, int64_t stride, int64_t len, Censu
   add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
 }
 
-// ---- The census, wide ------------------------------------------------------------------------
-// The guard's loads are 8 values wide (its transposition keeps each chunk's sum in order).
-// After it has summed a group of steps, the census reads those steps of every chunk again,
-// from L1, as wide integer vectors of magnitudes (the bits with the sign cleared, whose
-// patterns order as the values do) and counts each class by one compare against a bound
-// pattern and one subtract (avx2) or masked add (AVX-512): an and, a max and 2 operations per
-// distinct bound (8 at most, 6 for 16-bit data in its own format) per vector of 8 FP32 values
-// (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values (avx512),
-// where census8 took 11 per 8 values (and its finiteness compare). The values are taken as
-// finite: an inf or NaN makes the sums non-finite, and the call is counted again in full
-// (census_all); with none, nothing is non-finite and the amax is the largest pattern. Used by
-// the dense loop on every group and by the wider sparse loops on the groups their scan flags.
+// WideCensus's vectors on the AVX paths (WideCensus and WideBounds: above, shared with the
+// baseline path's SSE2 vectors).
 #if defined(BELAY_ISA_avx512)
 struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
   using Vec = __m512i;
@@ -278,83 +361,6 @@ struct WideFloats {  // 8 FP32 values
   static Vec max(Vec a, Vec b) { return _mm256_max_epu32(a, b); }
 };
 #endif
-
-// The census's bounds as magnitude patterns: a value is an exact zero below 1, rounds to zero
-// below `tiny`, and is a subnormal (or less) below `sub`. For 16-bit data in its own format
-// no pattern lies between zero and the first subnormal (tiny == 1), and FP16 data has no
-// subnormal in BF16 (sub == 1 too): such a bound is not compared again.
-struct WideBounds {
-  uint32_t tiny, sub;
-  WideBounds(CensusBounds b, GemmElem e)
-      : tiny(e == GemmElem::F32 ? f32_bits(b.to_zero) + 1 : first_bits_at_least(std::nextafter(b.to_zero, INFINITY), e)),
-        sub(e == GemmElem::F32 ? f32_bits(b.subnormal_below) : first_bits_at_least(b.subnormal_below, e)) {}
-  // How many distinct bounds, 1 <= tiny <= sub: 1, 2 or 3.
-  int distinct() const { return 1 + (tiny != 1 ? 1 : 0) + (sub != tiny ? 1 : 0); }
-};
-
-// Lane counters of magnitudes below each of the kBounds distinct bounds (1, then tiny and sub
-// where they differ from the one before), and the largest magnitude, over groups of kVecs
-// vectors of each chunk. A lane gains at most 16 per group (kVecs <= 2 vectors per chunk), so
-// 16-bit lanes are added into 64-bit totals every kFlushGroups groups, before they can wrap.
-template <class W, int kBounds, int kVecs = 1>
-struct WideCensus {
-  using Vec = typename W::Vec;
-  using Lane = typename W::Lane;
-  static constexpr int kLanes = sizeof(Vec) / sizeof(Lane);
-  static constexpr int kSteps = kVecs * kLanes / 8;  // the guard's steps per group
-  static constexpr int kFlushGroups = 256;  // 16 x 256 < 2^16; every dense call of kReduceChunk flushes
-  static_assert(kVecs <= 2, "16-bit lanes flushed before they wrap");
-  GemmElem elem;
-  Vec mask, bound[kBounds], n[kBounds], hi = W::set1(0);
-  uint64_t below[kBounds] = {};
-  int tiny_at, sub_at;  // which bound is tiny's, sub's
-  int groups = 0;
-
-  WideCensus(WideBounds wb, GemmElem e) : elem(e), mask(W::set1(e == GemmElem::F32 ? 0x7fffffffu : 0x7fffu)) {
-    tiny_at = wb.tiny != 1 ? 1 : 0;
-    sub_at = tiny_at + (wb.sub != wb.tiny ? 1 : 0);
-    const uint32_t bounds[3] = {1, wb.tiny, wb.sub};
-    for (int i = 0, at = 0; i < 3; ++i)
-      if (i == 0 || bounds[i] != bounds[i - 1]) bound[at++] = W::set1(bounds[i]);
-    for (Vec& v : n) v = W::set1(0);
-  }
-  // The census of the group's kVecs x kLanes values of each of the 8 chunks, from element j on.
-  void add(const void* x, int64_t stride, int64_t j) {
-    const Lane* p = static_cast<const Lane*>(x);
-    for (int k = 0; k < 8; ++k)
-      for (int v = 0; v < kVecs; ++v) {
-        const Vec a = W::load(p + k * stride + j + v * kLanes) & mask;
-        n[0] = W::add_zero(n[0], a);  // below 1, as one compare (a compiler may turn a < 1 into two)
-        for (int i = 1; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
-        hi = W::max(hi, a);
-      }
-    if (++groups == kFlushGroups) flush();
-  }
-  void flush() {
-    for (int i = 0; i < kBounds; ++i) {
-      Lane l[kLanes];
-      std::memcpy(l, &n[i], sizeof n[i]);
-      for (const Lane c : l) below[i] += c;
-      n[i] = W::set1(0);
-    }
-    groups = 0;
-  }
-  // The counts, into *counts (the values all finite).
-  void into(CensusCounts* counts) {
-    flush();
-    counts->zeros += below[0];
-    counts->underflow += below[tiny_at] - below[0];
-    counts->subnormal += below[sub_at] - below[tiny_at];
-    Lane l[kLanes];
-    std::memcpy(l, &hi, sizeof hi);
-    Lane top = 0;
-    for (const Lane h : l) top = h > top ? h : top;
-    const float amax = elem == GemmElem::F32   ? f32_from_bits(top)
-                       : elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<uint16_t>(top))
-                                               : bf16_bits_to_f32(static_cast<uint16_t>(top));
-    counts->amax = amax > counts->amax ? amax : counts->amax;
-  }
-};
 
 // Dense: the guard's steps as sum_squares_8 takes them (the same bits), and every group of
 // WideCensus's kSteps steps counted by it after they are summed. A group of 4 steps (32 values
@@ -646,10 +652,11 @@ struct CensusLaneCounts {
   }
 };
 
-// Every value classified where it is summed, in lane counters the vectorizer widens: the
-// dense loop, and the sparse loop's recount.
+// Every value classified where it is summed, finiteness too, in lane counters the vectorizer
+// widens: the recount of a call whose sums are not finite (an inf or NaN passed the loops
+// below, which take the values as finite), and a call of another length.
 template <GemmElem Elem>
-void census_dense_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+void census_full_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
                      CensusCounts* counts) {
   double acc[8] = {};
   CensusLaneCounts c;
@@ -719,46 +726,116 @@ struct ScanStepSse2 {
   }
 };
 
-// Sparse: the guard's sums as sum_squares_8_of adds them (the same bits), a step's values
-// classified only where its scan saw a magnitude below the normal range.
+// WideCensus on SSE2, one step (kStepValues values of each chunk) per group: 8 stored 16-bit
+// values per vector, or 4 FP32 values (two vectors per chunk), as integer magnitudes. They
+// fit SSE2's signed compares (below 2^15 and 2^31). SSE2 has no 32-bit integer max, so the
+// FP32 amax is a float max of the magnitudes (finite ones order alike as floats and as
+// integers; an inf or NaN only where the sums are not finite, and the call is then counted
+// again in full). Where every value is classified this takes 6 operations per 8 stored
+// 16-bit values (in their own format) and 8 per 4 FP32 values, on integer lanes, where
+// census_full_of classified each value in floats after building its vectors from scalar loads.
+struct WideHalves {
+  using Vec = __m128i;
+  using Lane = uint16_t;
+  static constexpr int kDenseVecs = 1;
+  static Vec load(const Lane* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+  static Vec set1(uint32_t v) { return _mm_set1_epi16(static_cast<short>(v)); }
+  static Vec add_below(Vec n, Vec a, Vec bound) { return _mm_sub_epi16(n, _mm_cmplt_epi16(a, bound)); }
+  static Vec add_zero(Vec n, Vec a) { return _mm_sub_epi16(n, _mm_cmpeq_epi16(a, _mm_setzero_si128())); }
+  static Vec max(Vec a, Vec b) { return _mm_max_epi16(a, b); }
+};
+struct WideFloats {
+  using Vec = __m128i;
+  using Lane = uint32_t;
+  static constexpr int kDenseVecs = 2;
+  static Vec load(const Lane* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+  static Vec set1(uint32_t v) { return _mm_set1_epi32(static_cast<int>(v)); }
+  static Vec add_below(Vec n, Vec a, Vec bound) { return _mm_sub_epi32(n, _mm_cmplt_epi32(a, bound)); }
+  static Vec add_zero(Vec n, Vec a) { return _mm_sub_epi32(n, _mm_cmpeq_epi32(a, _mm_setzero_si128())); }
+  static Vec max(Vec a, Vec b) { return _mm_castps_si128(_mm_max_ps(_mm_castsi128_ps(a), _mm_castsi128_ps(b))); }
+};
+
+template <GemmElem Elem, int kBounds>
+using StepCensus = WideCensus<std::conditional_t<Elem == GemmElem::F32, WideFloats, WideHalves>, kBounds,
+                              Elem == GemmElem::F32 ? WideFloats::kDenseVecs : WideHalves::kDenseVecs>;
+
+// One step of the guard's sums: values j0 .. j0 + kStepValues - 1 of each chunk added into
+// acc, in each chunk's order (sum_squares_8_of's operations: the same bits).
 template <GemmElem Elem>
+inline void sum_step_of(const void* x, int64_t stride, int64_t j0, float inv, double* acc) {
+  for (int64_t j = j0; j < j0 + kStepValues; ++j)
+    for (int k = 0; k < 8; ++k) {
+      const float u = grad_at(x, Elem, k * stride + j) * inv;
+      acc[k] += (double)u * (double)u;
+    }
+}
+
+// Writes the 8 sums; true when all are finite.
+inline bool store_sums(const double* acc, double* out) {
+  bool finite = true;
+  for (int k = 0; k < 8; ++k) {
+    out[k] = acc[k];
+    finite = finite && std::isfinite(acc[k]);
+  }
+  return finite;
+}
+
+// Dense: every step summed, then classified by StepCensus from L1.
+template <GemmElem Elem, int kBounds>
+void census_dense_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                     CensusCounts* counts) {
+  static_assert(StepCensus<Elem, kBounds>::kSteps == 1, "a census group is one step");
+  double acc[8] = {};
+  StepCensus<Elem, kBounds> census(WideBounds(b, Elem), Elem);
+  for (int64_t j0 = 0; j0 < len; j0 += kStepValues) {
+    sum_step_of<Elem>(x, stride, j0, inv, acc);
+    census.add(x, stride, j0);
+  }
+  if (!store_sums(acc, out)) return census_full_of<Elem>(x, stride, len, inv, b, out, counts);  // the same sums again
+  census.into(counts);
+}
+
+// Sparse: the guard's sums as in the dense loop, a step's values classified (StepCensus) only
+// where its scan saw a magnitude below the normal range.
+template <GemmElem Elem, int kBounds>
 void census_sparse_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
                       CensusCounts* counts) {
   double acc[8] = {};
-  CensusLaneCounts dirty;
-  uint64_t dirty_values = 0;
+  StepCensus<Elem, kBounds> dirty(WideBounds(b, Elem), Elem);
   ScanStepSse2 scan(b, Elem);
   for (int64_t j0 = 0; j0 < len; j0 += kStepValues) {
     const bool below = scan.below(x, stride, j0);
-    for (int64_t j = j0; j < j0 + kStepValues; ++j)
-      for (int k = 0; k < 8; ++k) {
-        const float u = grad_at(x, Elem, k * stride + j) * inv;
-        acc[k] += (double)u * (double)u;
-      }
-    if (!below) continue;
-    for (int64_t j = j0; j < j0 + kStepValues; ++j)
-      for (int k = 0; k < 8; ++k) dirty.add(k, grad_at(x, Elem, k * stride + j), b);
-    dirty_values += 8 * kStepValues;
+    sum_step_of<Elem>(x, stride, j0, inv, acc);
+    if (below) dirty.add(x, stride, j0);
   }
-  bool finite = true;
-  for (int k = 0; k < 8; ++k) finite = finite && std::isfinite(acc[k]);
-  if (!finite) return census_dense_of<Elem>(x, stride, len, inv, b, out, counts);  // the same sums again
-  for (int k = 0; k < 8; ++k) out[k] = acc[k];
-  dirty.into(dirty_values, counts);
+  if (!store_sums(acc, out)) return census_full_of<Elem>(x, stride, len, inv, b, out, counts);  // the same sums again
+  // No inf and no NaN: the plain steps' values are all normal, so only the dirty steps add
+  // counts, and the amax is the scan's (every value's).
+  dirty.into(counts);
   counts->amax = std::max(counts->amax, scan.amax());
+}
+
+template <GemmElem Elem, int kBounds>
+void census_loop_of(bool dense, const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                    CensusCounts* counts) {
+  if (dense) census_dense_of<Elem, kBounds>(x, stride, len, inv, b, out, counts);
+  else census_sparse_of<Elem, kBounds>(x, stride, len, inv, b, out, counts);
 }
 
 // Sparse where the call's first steps are mostly plain (as on the AVX paths), dense otherwise.
 template <GemmElem Elem>
 void sum_squares_census_8_of(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
                              CensusCounts* counts) {
-  if (len % kStepValues != 0) return census_dense_of<Elem>(x, stride, len, inv, b, out, counts);
+  if (len % kStepValues != 0) return census_full_of<Elem>(x, stride, len, inv, b, out, counts);
   ScanStepSse2 probe(b, Elem);
   int flagged = 0;
   for (int64_t j = 0; j < std::min<int64_t>(len, 8 * kStepValues); j += kStepValues)
     flagged += probe.below(x, stride, j) ? 1 : 0;
-  if (flagged <= 2) census_sparse_of<Elem>(x, stride, len, inv, b, out, counts);
-  else census_dense_of<Elem>(x, stride, len, inv, b, out, counts);
+  const bool dense = flagged > 2;
+  const int distinct = WideBounds(b, Elem).distinct();
+  if (distinct == 1) census_loop_of<Elem, 1>(dense, x, stride, len, inv, b, out, counts);
+  else if (distinct == 2) census_loop_of<Elem, 2>(dense, x, stride, len, inv, b, out, counts);
+  else census_loop_of<Elem, 3>(dense, x, stride, len, inv, b, out, counts);
 }
 
 void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
