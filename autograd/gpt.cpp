@@ -49,24 +49,25 @@ GptBlock::GptBlock(const GptConfig& c, int index, Rng& rng, Device device)
       softmax_path_(prefix_ + "attn"),
       gelu_path_(prefix_ + "mlp.act") {}
 
-// Causal self-attention of B sequences of T tokens: h [B T, D] -> [B T, D].
+// Causal self-attention of B sequences of T tokens: h [B T, D] -> [B T, D]. The fused path
+// reads the heads where the Linears wrote them ([B, T, H d]: attention_heads); the three-op
+// path splits them into [B, H, T, d] for its bmm and merges them back.
 Var GptBlock::attention(const Var& h, int64_t batch, int64_t tokens) {
-  auto heads_of = [&](Linear& proj) {  // [B T, D] -> [B, H, T, D / H]
-    return split_heads(reshape(proj(h), {batch, tokens, width_}), heads_);
-  };
-  const Var q = heads_of(q_), k = heads_of(k_), v = heads_of(v_);
-  Var y;
+  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(width_ / heads_));
+  auto rows_of = [&](Linear& proj) { return reshape(proj(h), {batch, tokens, width_}); };  // [B, T, D]
+  const Var q = rows_of(q_), k = rows_of(k_), v = rows_of(v_);
+  Var y;  // [B, T, D]
   {
     ModuleScope scope(softmax_path_.c_str());
-    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(width_ / heads_));
     if (fused_attention_) {
-      y = belay::attention(q, k, v, /*causal=*/true, inv_sqrt_d);  // [B, H, T, D / H]
+      y = attention_heads(q, k, v, heads_, /*causal=*/true, inv_sqrt_d);
     } else {
-      const Var scores = scale(bmm(q, k, false, true), inv_sqrt_d);  // [B, H, T, T]
-      y = bmm(softmax(scores, /*causal=*/true), v);                  // [B, H, T, D / H]
+      const Var qh = split_heads(q, heads_), kh = split_heads(k, heads_), vh = split_heads(v, heads_);
+      const Var scores = scale(bmm(qh, kh, false, true), inv_sqrt_d);  // [B, H, T, T]
+      y = merge_heads(bmm(softmax(scores, /*causal=*/true), vh));     // [B, H, T, d] -> [B, T, D]
     }
   }
-  return attn_proj_(reshape(merge_heads(y), {batch * tokens, width_}));
+  return attn_proj_(reshape(y, {batch * tokens, width_}));
 }
 
 Var GptBlock::mlp(const Var& h) {

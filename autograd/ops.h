@@ -81,6 +81,12 @@ Var transpose(const Var& x, int64_t dim0, int64_t dim1);
 // scale defaults to 1 / sqrt(d). Autocast class `attention`: q, k, v in FP16/BF16, the scores,
 // the softmax and the sums in FP32 inside the kernel, the output in the low dtype.
 Var attention(const Var& q, const Var& k, const Var& v, bool causal = true, std::optional<float> scale = {});
+// The same for H heads side by side, as the Linears give them: q [..., Tq, H d], k and v
+// [..., Tk, H d] -> [..., Tq, H d], the bits of merge_heads(attention(split_heads(q, H), ...))
+// with no copy to split or merge the heads (the CPU reads them in place). scale defaults to
+// 1 / sqrt(d).
+Var attention_heads(const Var& q, const Var& k, const Var& v, int64_t heads, bool causal = true,
+                    std::optional<float> scale = {});
 // [..., T, H * d] -> [..., H, T, d] (reshape, then transpose(-3, -2)), and back.
 Var split_heads(const Var& x, int64_t heads);
 Var merge_heads(const Var& x);

@@ -91,13 +91,13 @@ class TimedBackend final : public Backend {
     BELAY_TIMED(Softmax, softmax(x, c, l, m, y));
   }
   void attention_impl(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale,
-                      const AttentionDims&, Tensor& out, Tensor& lse) const override {
-    BELAY_TIMED(Attention, attention(q, k, v, causal, scale, out, lse));
+                      const AttentionDims& dims, Tensor& out, Tensor& lse) const override {
+    BELAY_TIMED(Attention, attention(q, k, v, causal, scale, out, lse, dims.heads));
   }
   void attention_backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                               const Tensor& lse, const Tensor& dout, bool causal, float scale, const AttentionDims&,
-                               Tensor& dq, Tensor& dk, Tensor& dv) const override {
-    BELAY_TIMED(Attention, attention_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv));
+                               const Tensor& lse, const Tensor& dout, bool causal, float scale,
+                               const AttentionDims& dims, Tensor& dq, Tensor& dk, Tensor& dv) const override {
+    BELAY_TIMED(Attention, attention_backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, dims.heads));
   }
   void softmax_backward_impl(const Tensor& y, const Tensor& dy, int64_t c, bool l, bool m, Tensor& dx) const override {
     BELAY_TIMED(Softmax, softmax_backward(y, dy, c, l, m, dx));

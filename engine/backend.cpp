@@ -106,14 +106,14 @@ void Backend::swap_axes(const Tensor& x, const SwapAxesView& view, Tensor& out) 
   swap_axes_impl(x, view, out);
 }
 void Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, Tensor& out,
-                        Tensor& lse) const {
-  const AttentionDims dims = checks::attention(kind_, q, k, v, out, lse);
+                        Tensor& lse, int64_t heads) const {
+  const AttentionDims dims = checks::attention(kind_, q, k, v, out, lse, heads);
   attention_impl(q, k, v, causal, scale, dims, out, lse);
 }
 void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                  const Tensor& lse, const Tensor& dout, bool causal, float scale, Tensor& dq,
-                                 Tensor& dk, Tensor& dv) const {
-  const AttentionDims dims = checks::attention_backward(kind_, q, k, v, out, lse, dout, dq, dk, dv);
+                                 Tensor& dk, Tensor& dv, int64_t heads) const {
+  const AttentionDims dims = checks::attention_backward(kind_, q, k, v, out, lse, dout, dq, dk, dv, heads);
   attention_backward_impl(q, k, v, out, lse, dout, causal, scale, dims, dq, dk, dv);
 }
 void Backend::gemm(const GemmArgs& args) const { gemm_impl(args, checks::gemm(kind_, args)); }

@@ -69,9 +69,16 @@ struct SwapAxesView {
 };
 
 // The extents of a fused attention call, once checked (checks::attention): `items` = B H
-// problems, each q [tq, d] against k and v [tk, d].
+// problems, each q [tq, d] against k and v [tk, d]. heads = 1: the operands are [items, T, d];
+// heads = H > 1: they are [B, T, H d] as the Linears give them (item b H + h: head h's d
+// columns of sequence b's rows), so no copy splits or merges the heads.
 struct AttentionDims {
-  int64_t items = 1, tq = 1, tk = 1, d = 1;
+  int64_t items = 1, tq = 1, tk = 1, d = 1, heads = 1;
+  int64_t ld() const { return heads * d; }  // elements from one row of an item to its next
+  // The element where row r of `item` starts, in an operand of `rows` rows per item (tq or tk).
+  int64_t row_at(int64_t item, int64_t r, int64_t rows) const {
+    return ((item / heads) * rows + r) * heads * d + (item % heads) * d;
+  }
 };
 // The largest head dim the fused attention takes on every backend (GPT-2: 64).
 constexpr int64_t kMaxAttentionHeadDim = 128;
@@ -238,7 +245,9 @@ class Backend {
 
   // Fused attention (FlashAttention-2's algorithm: docs/attention.md), forward: for each item
   // of q [..., Tq, d] and k, v [..., Tk, d] (the same leading dims, e.g. [B, H]; one dtype,
-  // FP32, FP16 or BF16; 1 <= d <= kMaxAttentionHeadDim):
+  // FP32, FP16 or BF16; 1 <= d <= kMaxAttentionHeadDim), or with heads = H > 1, q [..., Tq, H d]
+  // and k, v [..., Tk, H d] whose last dim holds the H heads side by side (out alike, lse
+  // [..., H, Tq]):
   //   out [..., Tq, d] = softmax(scale q k^T, masked) v, in q's dtype;
   //   lse [..., Tq] (FP32) = log of each query row's sum over its unmasked keys of
   //   exp(scale q.k), the one value per row the backward needs.
@@ -249,13 +258,14 @@ class Backend {
   // is the usual lower triangle, and a single new query of a KV cache sees every cached key).
   // A query that sees no key (causal with Tq > Tk) gets out = 0 and lse = -inf.
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale, Tensor& out,
-                 Tensor& lse) const;
+                 Tensor& lse, int64_t heads = 1) const;
   // The backward, from q, k, v, the forward's out and lse, and dout (out's shape and dtype):
   // dq, dk, dv (their inputs' shapes; each FP32 or q's dtype), the scores recomputed tile by
   // tile from lse. Deterministic: the same bits on every run and at every thread count (every
   // sum in a fixed order, no float atomics whose order varies).
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                          const Tensor& dout, bool causal, float scale, Tensor& dq, Tensor& dk, Tensor& dv) const;
+                          const Tensor& dout, bool causal, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
+                          int64_t heads = 1) const;
 
   // Matrix products and reductions (fixed order, so a run repeats bit for bit).
   void gemm(const GemmArgs& args) const;

@@ -354,18 +354,21 @@ bool same_leading_dims(const Tensor& a, const Tensor& b) {
 
 // The shapes and dtypes every attention call shares: q, k, v, out and lse.
 AttentionDims check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Tensor& out, const Tensor& lse) {
+                                     const Tensor& out, const Tensor& lse, int64_t heads) {
   const auto all = [&] { return q.describe() + ", " + k.describe() + ", " + v.describe(); };
   if (q.rank() < 2 || !same_leading_dims(q, k) || !same_leading_dims(q, v))
     throw Error(std::string(op) + ": expected q [..., Tq, d] and k, v [..., Tk, d] with the same leading dims, got " +
                 all());
   const int r = q.rank();
+  if (heads < 1 || q.dim(r - 1) % heads != 0)
+    throw Error(std::string(op) + ": " + std::to_string(heads) + " heads do not divide q's last dim, got " + all());
   AttentionDims d;
+  d.heads = heads;
   d.tq = q.dim(r - 2);
   d.tk = k.dim(r - 2);
-  d.d = q.dim(r - 1);
+  d.d = q.dim(r - 1) / heads;
   d.items = d.tq == 0 ? 0 : q.numel() / (d.tq * std::max<int64_t>(d.d, 1));
-  if (v.dim(r - 2) != d.tk || k.dim(r - 1) != d.d || v.dim(r - 1) != d.d)
+  if (v.dim(r - 2) != d.tk || k.dim(r - 1) != d.ld() || v.dim(r - 1) != d.ld())
     throw Error(std::string(op) + ": k and v must be [..., Tk, d] with q's d, got " + all());
   if (d.items < 1 || d.tq < 1 || d.tk < 1 || d.d < 1)
     throw Error(std::string(op) + ": empty operand, " + all());
@@ -392,10 +395,10 @@ void check_attention_grad(const char* op, const Tensor& input, const Tensor& gra
 }  // namespace
 
 AttentionDims attention(DeviceKind kind, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse) {
+                        const Tensor& lse, int64_t heads) {
   const char* op = "attention";
   check_on_one_device(op, kind, {&q, &k, &v, &out, &lse});
-  const AttentionDims d = check_attention_shapes(op, q, k, v, out, lse);
+  const AttentionDims d = check_attention_shapes(op, q, k, v, out, lse, heads);
   check_apart(op, out, {&q, &k, &v, &lse});
   check_apart(op, lse, {&q, &k, &v});
   return d;
@@ -403,10 +406,10 @@ AttentionDims attention(DeviceKind kind, const Tensor& q, const Tensor& k, const
 
 AttentionDims attention_backward(DeviceKind kind, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                                 const Tensor& dk, const Tensor& dv) {
+                                 const Tensor& dk, const Tensor& dv, int64_t heads) {
   const char* op = "attention_backward";
   check_on_one_device(op, kind, {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv});
-  const AttentionDims d = check_attention_shapes(op, q, k, v, out, lse);
+  const AttentionDims d = check_attention_shapes(op, q, k, v, out, lse, heads);
   check_same_shape(op, out, dout);
   check_dtype(op, dout, out.dtype());
   check_attention_grad(op, q, dq);

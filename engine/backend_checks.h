@@ -44,13 +44,14 @@ void transpose(DeviceKind kind, const Tensor& x, const Tensor& out);
 void swap_axes(DeviceKind kind, const Tensor& x, const SwapAxesView& view, const Tensor& out);
 // attention: q [..., Tq, d], k and v [..., Tk, d] with the same leading dims, one dtype (FP32,
 // FP16, BF16), 1 <= d <= kMaxAttentionHeadDim; out like q, lse FP32 [..., Tq]; outputs apart.
+// heads > 1: the last dim is heads x d (heads side by side), lse holds heads x Tq per item.
 AttentionDims attention(DeviceKind kind, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse);
+                        const Tensor& lse, int64_t heads);
 // attention_backward: the forward's checks on q, k, v, out, lse; dout like out; dq, dk, dv
 // shaped as q, k, v, each FP32 or q's dtype, apart from every input and from each other.
 AttentionDims attention_backward(DeviceKind kind, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                                 const Tensor& dk, const Tensor& dv);
+                                 const Tensor& dk, const Tensor& dv, int64_t heads);
 GemmDims gemm(DeviceKind kind, const GemmArgs& args);
 void sum_rows(DeviceKind kind, const Tensor& x, const Tensor& out);
 void sum(DeviceKind kind, const Tensor& x, const Tensor& out);

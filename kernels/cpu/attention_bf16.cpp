@@ -64,10 +64,10 @@ const Kit& active_kit() { return active_cpu_isa() == CpuIsa::Amx ? kTiles : kVdp
 int64_t up32(int64_t x) { return (x + kBf16Block - 1) / kBf16Block * kBf16Block; }
 const uint16_t* bf16_at(const Tensor& t, int64_t offset) { return t.data_as<const uint16_t>() + offset; }
 
-// n rows of d BF16 from x into rows of dp (zero-padded), rows past n up to rows_to zero.
-void copy_rows(const uint16_t* x, int64_t n, int64_t d, int64_t dp, int64_t rows_to, uint16_t* out) {
+// n rows of d BF16 from x (ld apart) into rows of dp (zero-padded), rows past n up to rows_to zero.
+void copy_rows(const uint16_t* x, int64_t n, int64_t d, int64_t ld, int64_t dp, int64_t rows_to, uint16_t* out) {
   std::fill(out, out + rows_to * dp, uint16_t{0});
-  for (int64_t r = 0; r < n; ++r) std::copy(x + r * d, x + (r + 1) * d, out + r * dp);
+  for (int64_t r = 0; r < n; ++r) std::copy(x + r * ld, x + r * ld + d, out + r * dp);
 }
 
 // One item's operands as the tiles read them (a thread's buffers, reused). kp, vr: K and V as
@@ -81,17 +81,18 @@ struct PairItem {
 
 void pack_keys(const AttentionBf16& x, const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item,
                bool backward, PairItem& b) {
-  const int64_t d = dims.d, dp = up32(d), tk64 = key_tiles(dims.tk) * kAttnKeys, at = item * dims.tk * d;
+  const int64_t d = dims.d, dp = up32(d), tk64 = key_tiles(dims.tk) * kAttnKeys, at = dims.row_at(item, 0, dims.tk);
+  const int64_t ld = dims.ld();
   const size_t words = static_cast<size_t>(tk64 * dp / 2);  // each packing of K or V
   b.kp.resize(words);
-  x.pack_rows(bf16_at(k, at), d, dims.tk, d, tk64, b.kp.data());
+  x.pack_rows(bf16_at(k, at), ld, dims.tk, d, tk64, b.kp.data());
   if (backward) {
     b.vr.resize(words), b.kc.resize(words);
-    x.pack_rows(bf16_at(v, at), d, dims.tk, d, tk64, b.vr.data());
-    x.pack_cols(bf16_at(k, at), d, dims.tk, d, tk64, b.kc.data());
+    x.pack_rows(bf16_at(v, at), ld, dims.tk, d, tk64, b.vr.data());
+    x.pack_cols(bf16_at(k, at), ld, dims.tk, d, tk64, b.kc.data());
   } else {
     b.vc.resize(words);
-    x.pack_cols(bf16_at(v, at), d, dims.tk, d, tk64, b.vc.data());
+    x.pack_cols(bf16_at(v, at), ld, dims.tk, d, tk64, b.vc.data());
   }
   b.item = backward ? -1 : item;  // the forward reuses an item's keys across its blocks
 }
@@ -105,7 +106,7 @@ void forward_block(const Kit& kit, const Tensor& q, const AttentionDims& dims, c
   std::vector<uint16_t> qb(static_cast<size_t>(kQueryRows * dp)), p(static_cast<size_t>(kQueryRows * kAttnKeys));
   std::vector<float> o(static_cast<size_t>(kQueryRows * dp), 0.0f), s(p.size());
   std::vector<float> m(static_cast<size_t>(kQueryRows), kNegInf), l(static_cast<size_t>(kQueryRows), 0.0f);
-  copy_rows(bf16_at(q, (item * dims.tq + i0) * d), rows, d, dp, kQueryRows, qb.data());
+  copy_rows(bf16_at(q, dims.row_at(item, i0, dims.tq)), rows, d, dims.ld(), dp, kQueryRows, qb.data());
   const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
     const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
@@ -145,12 +146,12 @@ void forward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v, 
 void load_backward_item(const AttentionBf16& x, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const AttentionDims& dims, int64_t item, PairItem& b,
                         std::vector<float>& dsum) {
-  const int64_t d = dims.d, dp = up32(d), tq32 = up32(dims.tq), at = item * dims.tq * d;
+  const int64_t d = dims.d, dp = up32(d), tq32 = up32(dims.tq), at = dims.row_at(item, 0, dims.tq);
   pack_keys(x, k, v, dims, item, true, b);
   b.q.resize(static_cast<size_t>(tq32 * dp)), b.g.resize(b.q.size());
   b.qt.resize(b.q.size()), b.gt.resize(b.q.size());
-  copy_rows(bf16_at(q, at), dims.tq, d, dp, tq32, b.q.data());
-  copy_rows(bf16_at(dout, at), dims.tq, d, dp, tq32, b.g.data());
+  copy_rows(bf16_at(q, at), dims.tq, d, dims.ld(), dp, tq32, b.q.data());
+  copy_rows(bf16_at(dout, at), dims.tq, d, dims.ld(), dp, tq32, b.g.data());
   x.transpose(b.q.data(), tq32, dp, b.qt.data());
   x.transpose(b.g.data(), tq32, dp, b.gt.data());
   output_dots(out, dout, dims, item, dsum);
@@ -211,12 +212,12 @@ void backward_tile(const Kit& kit, const AttentionDims& dims, const Mask& mask, 
 }
 
 // The first n columns of xt ([d, kAttnKeys], column j = key j), times factor, into t's rows
-// from element offset.
-void store_columns(const float* xt, int64_t n, int64_t d, float factor, Tensor& t, int64_t offset) {
+// (ld apart) from element offset.
+void store_columns(const float* xt, int64_t n, int64_t d, float factor, Tensor& t, int64_t offset, int64_t ld) {
   std::vector<float> row(static_cast<size_t>(d));
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t c = 0; c < d; ++c) row[c] = xt[c * kAttnKeys + j] * factor;
-    store_block(t.data(), t.dtype(), offset + j * d, d, row.data());
+    store_block(t.data(), t.dtype(), offset + j * ld, d, row.data());
   }
 }
 
@@ -240,10 +241,10 @@ void backward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v,
       for (int64_t j0 = 0; j0 < dims.tk; j0 += kAttnKeys) {
         backward_tile(kit, dims, mask, scale, j0, lse_item, dsum, b, w, dqf, dkt.data(), dvt.data());
         const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
-        store_columns(dkt.data(), keys, d, scale, dk, (item * dims.tk + j0) * d);
-        store_columns(dvt.data(), keys, d, 1.0f, dv, (item * dims.tk + j0) * d);
+        store_columns(dkt.data(), keys, d, scale, dk, dims.row_at(item, j0, dims.tk), dims.ld());
+        store_columns(dvt.data(), keys, d, 1.0f, dv, dims.row_at(item, j0, dims.tk), dims.ld());
       }
-      store_rows(dqf.data(), dims.tq, d, dp, scale, dq, item * dims.tq * d);
+      store_rows(dqf.data(), dims.tq, d, dp, scale, dq, dims.row_at(item, 0, dims.tq), dims.ld());
     }
     kit.x.end();
   }

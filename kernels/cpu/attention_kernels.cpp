@@ -42,11 +42,12 @@ const AttentionTiles& attention_tiles() {
 
 int64_t padded(int64_t d) { return (d + kAttnPad - 1) / kAttnPad * kAttnPad; }
 
-// rows x d elements of a tensor from element `offset` as FP32 rows of dp floats, zero-padded.
-void widen_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_t dp, float* out) {
+// rows x d elements of a tensor from element `offset` (rows ld apart) as FP32 rows of dp
+// floats, zero-padded.
+void widen_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_t ld, int64_t dp, float* out) {
   std::vector<float> buf(static_cast<size_t>(d));
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = load_block(t.data(), t.dtype(), offset + r * d, d, buf.data());
+    const float* row = load_block(t.data(), t.dtype(), offset + r * ld, d, buf.data());
     std::copy(row, row + d, out + r * dp);
     std::fill(out + r * dp + d, out + (r + 1) * dp, 0.0f);
   }
@@ -80,7 +81,7 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
   std::vector<float> qf(static_cast<size_t>(rows * dp)), o(static_cast<size_t>(rows * dp), 0.0f);
   std::vector<float> s(static_cast<size_t>(rows * kAttnKeys));
   std::vector<float> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), 0.0f);
-  widen_rows(q, (item * dims.tq + i0) * d, rows, d, dp, qf.data());
+  widen_rows(q, dims.row_at(item, i0, dims.tq), rows, d, dims.ld(), dp, qf.data());
   const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
     const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
@@ -101,8 +102,8 @@ void load_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int6
   b.k.resize(static_cast<size_t>(dims.tk * dp));
   b.v.resize(static_cast<size_t>(ldk * dp));
   b.kt.resize(static_cast<size_t>(d * ldk));
-  widen_rows(k, item * dims.tk * d, dims.tk, d, dp, b.k.data());
-  widen_rows(v, item * dims.tk * d, dims.tk, d, dp, b.v.data());
+  widen_rows(k, dims.row_at(item, 0, dims.tk), dims.tk, d, dims.ld(), dp, b.k.data());
+  widen_rows(v, dims.row_at(item, 0, dims.tk), dims.tk, d, dims.ld(), dp, b.v.data());
   transpose_tiles(b.k.data(), dims.tk, d, dp, b.kt.data());
   b.item = item;
 }
@@ -139,8 +140,8 @@ void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const
   transpose_tiles(b.v.data(), dims.tk, d, dp, b.vt.data());
   b.q.resize(static_cast<size_t>(dims.tq * dp));
   b.dout.resize(static_cast<size_t>(dims.tq * dp));
-  widen_rows(q, item * dims.tq * d, dims.tq, d, dp, b.q.data());
-  widen_rows(dout, item * dims.tq * d, dims.tq, d, dp, b.dout.data());
+  widen_rows(q, dims.row_at(item, 0, dims.tq), dims.tq, d, dims.ld(), dp, b.q.data());
+  widen_rows(dout, dims.row_at(item, 0, dims.tq), dims.tq, d, dims.ld(), dp, b.dout.data());
   output_dots(out, dout, dims, item, dsum);
 }
 
@@ -189,10 +190,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       for (int64_t j0 = 0; j0 < dims.tk; j0 += kAttnKeys) {
         backward_tile(dims, mask, scale, j0, lse_item, dsum, b, dqf, dkt.data(), dvt.data());
         const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
-        store_rows(dkt.data(), keys, d, dp, scale, dk, (item * dims.tk + j0) * d);
-        store_rows(dvt.data(), keys, d, dp, 1.0f, dv, (item * dims.tk + j0) * d);
+        store_rows(dkt.data(), keys, d, dp, scale, dk, dims.row_at(item, j0, dims.tk), dims.ld());
+        store_rows(dvt.data(), keys, d, dp, 1.0f, dv, dims.row_at(item, j0, dims.tk), dims.ld());
       }
-      store_rows(dqf.data(), dims.tq, d, dp, scale, dq, item * dims.tq * d);
+      store_rows(dqf.data(), dims.tq, d, dp, scale, dq, dims.row_at(item, 0, dims.tq), dims.ld());
     }
   }
 }

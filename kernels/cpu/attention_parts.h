@@ -40,7 +40,7 @@ inline void finish_rows(float* o, int64_t dp, const float* m, const float* l, co
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     for (int64_t c = 0; c < dims.d; ++c) orow[c] *= inv;
     lse_out[r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
-    store_block(out.data(), out.dtype(), (item * dims.tq + i0 + r) * dims.d, dims.d, orow);
+    store_block(out.data(), out.dtype(), dims.row_at(item, i0 + r, dims.tq), dims.d, orow);
   }
 }
 
@@ -51,7 +51,7 @@ inline void output_dots(const Tensor& out, const Tensor& dout, const AttentionDi
   std::vector<float> gbuf(static_cast<size_t>(d)), obuf(gbuf.size());
   dsum.resize(static_cast<size_t>(dims.tq));
   for (int64_t i = 0; i < dims.tq; ++i) {
-    const int64_t at = (item * dims.tq + i) * d;
+    const int64_t at = dims.row_at(item, i, dims.tq);
     const float* g = load_block(dout.data(), dout.dtype(), at, d, gbuf.data());
     const float* o = load_block(out.data(), out.dtype(), at, d, obuf.data());
     float acc = 0.0f;
@@ -77,12 +77,13 @@ inline void probabilities_block(float* s, float* dpv, int64_t i0, int64_t rows, 
   }
 }
 
-// rows [n, dp] of FP32 (times `factor`) into t's elements from `offset` as rows of d.
-inline void store_rows(float* rows, int64_t n, int64_t d, int64_t dp, float factor, Tensor& t, int64_t offset) {
+// rows [n, dp] of FP32 (times `factor`) into t's elements from `offset` as rows of d, ld apart.
+inline void store_rows(float* rows, int64_t n, int64_t d, int64_t dp, float factor, Tensor& t, int64_t offset,
+                       int64_t ld) {
   for (int64_t r = 0; r < n; ++r) {
     float* row = rows + r * dp;
     for (int64_t c = 0; c < d; ++c) row[c] *= factor;
-    store_block(t.data(), t.dtype(), offset + r * d, d, row);
+    store_block(t.data(), t.dtype(), offset + r * ld, d, row);
   }
 }
 

@@ -585,6 +585,27 @@ TEST_CASE("gradcheck: fused attention, causal and not, Tq == Tk and Tq != Tk", "
   CHECK_THROWS_WITH(attention(q, k, leaf(Shape{2, 5, 4}, 97)), Catch::Contains("attention"));
 }
 
+// attention_heads: the heads side by side ([B, T, H d]), as the GPT's Linears give them.
+TEST_CASE("gradcheck: attention_heads, and its bits those of split_heads, attention, merge_heads",
+          "[autograd][gradcheck][attention]") {
+  Var q = leaf(Shape{2, 3, 8}, 101, -1.5f, 1.5f), k = leaf(Shape{2, 5, 8}, 102, -1.5f, 1.5f), v = leaf(Shape{2, 5, 8}, 103);
+  for (bool causal : {false, true}) {
+    INFO((causal ? "causal" : "not causal"));
+    gradcheck("attention_heads", {q, k, v}, [&] { return objective(attention_heads(q, k, v, 2, causal, 0.8f)); });
+  }
+  const Tensor dy = random_tensor(Shape{2, 3, 8}, 104);
+  auto run = [&](bool side_by_side) {
+    for (Var* x : {&q, &k, &v}) x->zero_grad();
+    const Var y = side_by_side ? attention_heads(q, k, v, 2, true)
+                               : merge_heads(attention(split_heads(q, 2), split_heads(k, 2), split_heads(v, 2), true));
+    sum(mul(y, Var(dy))).backward();
+    return std::vector<std::vector<float>>{y.value().to_vector(), q.grad().to_vector(), k.grad().to_vector(),
+                                           v.grad().to_vector()};
+  };
+  CHECK(run(true) == run(false));
+  CHECK_THROWS_WITH(attention_heads(q, k, v, 3), Catch::Contains("3 heads do not divide"));
+}
+
 TEST_CASE("attention under autocast: the low dtype, FP32 with --fp32-ops attention", "[autograd][autocast][attention]") {
   Var q = leaf(Shape{2, 3, 4}, 98), k = leaf(Shape{2, 3, 4}, 99);
   for (DType low : {DType::F16, DType::BF16}) {

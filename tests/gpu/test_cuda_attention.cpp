@@ -137,3 +137,38 @@ TEST_CASE("cuda attention: P rounded to the dtype for P V costs at most its unit
                         << "and FP32's together); beyond FP32's and out's own bounds: " << beyond);
   }
 }
+
+// Heads side by side ([B, T, H d], heads = 3): the CUDA backend copies them apart and back
+// around its kernels, so the bits of the same call on the heads split apart by the caller.
+TEST_CASE("cuda attention: heads side by side give the bits of the heads split apart", "[gpu][attention]") {
+  BELAY_REQUIRE_GPU();
+  const int64_t b = 2, h = 3, t = 65, d = 40;
+  const Device gpu = Device::cuda();
+  const Backend& be = backend_for(gpu);
+  auto apart = [&](const Tensor& x) {
+    Tensor out = Tensor::empty(Shape{b, h, t, d}, x.dtype(), gpu);
+    be.swap_axes(x, SwapAxesView{b, t, 1, h, d}, out);
+    return out;
+  };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    INFO(dtype_name(dt));
+    const Tensor q = attention::make(attention::values(b * t * h * d, 51, dt), Shape{b, t, h * d}, dt, gpu);
+    const Tensor k = attention::make(attention::values(b * t * h * d, 52, dt), Shape{b, t, h * d}, dt, gpu);
+    const Tensor v = attention::make(attention::values(b * t * h * d, 53, dt), Shape{b, t, h * d}, dt, gpu);
+    const Tensor g = attention::make(attention::values(b * t * h * d, 54, dt), Shape{b, t, h * d}, dt, gpu);
+    Tensor out = Tensor::empty(q.shape(), dt, gpu), lse = Tensor::empty(Shape{b, h, t}, DType::F32, gpu);
+    Tensor dq = Tensor::empty(q.shape(), dt, gpu), dk = Tensor::empty(q.shape(), dt, gpu), dv = Tensor::empty(q.shape(), dt, gpu);
+    be.attention(q, k, v, true, 0.15f, out, lse, h);
+    be.attention_backward(q, k, v, out, lse, g, true, 0.15f, dq, dk, dv, h);
+    const Tensor qs = apart(q), ks = apart(k), vs = apart(v), gs = apart(g);
+    Tensor outs = Tensor::empty(qs.shape(), dt, gpu), lses = Tensor::empty(Shape{b, h, t}, DType::F32, gpu);
+    Tensor dqs = Tensor::empty(qs.shape(), dt, gpu), dks = Tensor::empty(qs.shape(), dt, gpu), dvs = Tensor::empty(qs.shape(), dt, gpu);
+    be.attention(qs, ks, vs, true, 0.15f, outs, lses);
+    be.attention_backward(qs, ks, vs, outs, lses, gs, true, 0.15f, dqs, dks, dvs);
+    CHECK(attention::same_bits(attention::host(apart(out)), attention::host(outs)));
+    CHECK(attention::same_bits(attention::host(lse), attention::host(lses)));
+    CHECK(attention::same_bits(attention::host(apart(dq)), attention::host(dqs)));
+    CHECK(attention::same_bits(attention::host(apart(dk)), attention::host(dks)));
+    CHECK(attention::same_bits(attention::host(apart(dv)), attention::host(dvs)));
+  }
+}

@@ -320,3 +320,82 @@ TEST_CASE("attention: refuses shapes it does not take, with the op's name", "[at
   CHECK_THROWS_WITH(be.attention(q, q, q, false, 1.0f, out, short_lse), Catch::Contains("one value per query row"));
   CHECK_THROWS_WITH(be.attention(q, q, q, false, 1.0f, const_cast<Tensor&>(q), lse), Catch::Contains("attention"));
 }
+
+// ---- Heads side by side (AttentionDims::heads): q, k, v [B, T, H d] as the Linears give them,
+// read in place with a row stride of H d. The same operations on the same values as on the
+// heads split into [B, H, T, d], so the same bits: out, lse, dq, dk, dv, on every path (FP32
+// tiles, BF16 pair products on AMX tiles, VDPBF16PS and the tile emulator).
+namespace {
+
+using AttentionFn = void (*)(const Tensor&, const Tensor&, const Tensor&, bool, float, const AttentionDims&, Tensor&,
+                             Tensor&);
+using AttentionBackwardFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, bool, float, const AttentionDims&, Tensor&, Tensor&, Tensor&);
+
+// [B, T, H d] -> [B, H, T, d]
+Tensor heads_apart(const Tensor& x, int64_t b, int64_t t, int64_t h, int64_t d) {
+  Tensor out = Tensor::empty(Shape{b, h, t, d}, x.dtype(), x.device());
+  backend_for(x.device()).swap_axes(x, SwapAxesView{b, t, 1, h, d}, out);
+  return out;
+}
+
+// Both layouts through `fwd` and `bwd` (the CPU backend's entry points or the emulated tiles').
+void check_heads_layout(AttentionFn fwd, AttentionBackwardFn bwd, DType dt, DType grad_dt, const char* what) {
+  const int64_t b = 2, h = 3, d = 40;
+  for (bool causal : {true, false})
+    for (const auto& [tq, tk] : {std::pair<int64_t, int64_t>{70, 70}, std::pair<int64_t, int64_t>{9, 70}}) {
+      INFO(what << ", " << dtype_name(dt) << " grads " << dtype_name(grad_dt) << ", Tq " << tq << " Tk " << tk
+                << (causal ? " causal" : ""));
+      const Device cpu = Device::cpu();
+      const Tensor q = at::make(at::values(b * tq * h * d, 41, dt), Shape{b, tq, h * d}, dt, cpu);
+      const Tensor k = at::make(at::values(b * tk * h * d, 42, dt), Shape{b, tk, h * d}, dt, cpu);
+      const Tensor v = at::make(at::values(b * tk * h * d, 43, dt), Shape{b, tk, h * d}, dt, cpu);
+      const Tensor g = at::make(at::values(b * tq * h * d, 44, dt), Shape{b, tq, h * d}, dt, cpu);
+      const float scale = 0.15f;
+      // Side by side.
+      const AttentionDims side{b * h, tq, tk, d, h};
+      Tensor out = Tensor::empty(q.shape(), dt, cpu), lse = Tensor::empty(Shape{b, h, tq}, DType::F32, cpu);
+      Tensor dq = Tensor::empty(q.shape(), grad_dt, cpu), dk = Tensor::empty(k.shape(), grad_dt, cpu);
+      Tensor dv = Tensor::empty(v.shape(), grad_dt, cpu);
+      fwd(q, k, v, causal, scale, side, out, lse);
+      bwd(q, k, v, out, lse, g, causal, scale, side, dq, dk, dv);
+      // Split apart.
+      const Tensor qs = heads_apart(q, b, tq, h, d), ks = heads_apart(k, b, tk, h, d), vs = heads_apart(v, b, tk, h, d);
+      const Tensor gs = heads_apart(g, b, tq, h, d);
+      const AttentionDims apart{b * h, tq, tk, d, 1};
+      Tensor outs = Tensor::empty(qs.shape(), dt, cpu), lses = Tensor::empty(Shape{b, h, tq}, DType::F32, cpu);
+      Tensor dqs = Tensor::empty(qs.shape(), grad_dt, cpu), dks = Tensor::empty(ks.shape(), grad_dt, cpu);
+      Tensor dvs = Tensor::empty(vs.shape(), grad_dt, cpu);
+      fwd(qs, ks, vs, causal, scale, apart, outs, lses);
+      bwd(qs, ks, vs, outs, lses, gs, causal, scale, apart, dqs, dks, dvs);
+      CHECK(at::same_bits(at::host(heads_apart(out, b, tq, h, d)), at::host(outs)));
+      CHECK(at::same_bits(at::host(lse), at::host(lses)));
+      CHECK(at::same_bits(at::host(heads_apart(dq, b, tq, h, d)), at::host(dqs)));
+      CHECK(at::same_bits(at::host(heads_apart(dk, b, tk, h, d)), at::host(dks)));
+      CHECK(at::same_bits(at::host(heads_apart(dv, b, tk, h, d)), at::host(dvs)));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("attention: heads side by side give the bits of the heads split apart, every path", "[attention]") {
+  IsaRestore restore;
+  for (CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;
+    force_cpu_isa(isa);
+    for (DType dt : {DType::F32, DType::BF16})
+      for (DType grad_dt : {dt, DType::F32})
+        check_heads_layout(cpu::attention, cpu::attention_backward, dt, grad_dt, cpu_isa_name(isa));
+  }
+  amx_emulator_reset_faults();
+  check_heads_layout(cpu::attention_amx_emulated, cpu::attention_backward_amx_emulated, DType::BF16, DType::BF16,
+                     "amx emulated");
+  CHECK(amx_emulator_faults() == 0);
+}
+
+TEST_CASE("attention: heads that do not divide the last dim are refused", "[attention]") {
+  const Device cpu = Device::cpu();
+  const Tensor q = Tensor::zeros(Shape{2, 4, 8}, DType::F32, cpu);
+  Tensor out = Tensor::empty(q.shape(), DType::F32, cpu), lse = Tensor::empty(Shape{2, 3, 4}, DType::F32, cpu);
+  CHECK_THROWS_WITH(backend_for(cpu).attention(q, q, q, true, 1.0f, out, lse, 3), Catch::Contains("3 heads do not divide"));
+}
