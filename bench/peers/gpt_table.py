@@ -40,6 +40,12 @@ def rows_of(belay_rounds, torch_rounds, section, key_fields):
     return out
 
 
+def step_label(row):
+    """A step-parts column: the batch, and the model unless it is the default one."""
+    model = row.get("model", "default")
+    return f"batch {row['batch']}" if model == "default" else f"{model} batch {row['batch']}"
+
+
 def parts_of(belay_rounds, section, label):
     out = []
     for i, row in enumerate(belay_rounds[0]["gpt"][section]):
@@ -112,7 +118,7 @@ def main():
            "block": rows_of(belay, torch_, "block", ("shape", "batch", "tokens", "width", "heads", "dtype")),
            "step": rows_of(belay, torch_, "step", ("model", "batch", "context", "dtype")),
            "block_parts": parts_of(belay, "block_parts", lambda r: r["shape"]),
-           "step_parts": parts_of(belay, "step_parts", lambda r: f"batch {r['batch']}"), "belay_rounds": belay, "torch_rounds": torch_}
+           "step_parts": parts_of(belay, "step_parts", step_label), "belay_rounds": belay, "torch_rounds": torch_}
     with open(a.out + ".json", "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
