@@ -352,9 +352,9 @@ bool same_leading_dims(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-// The shapes and dtypes every attention call shares: q, k, v, out and lse.
-AttentionDims check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Tensor& out, const Tensor& lse, int64_t heads) {
+// The extents of q, k, v: the same leading dims, heads dividing the last one, nothing empty,
+// the head dim within the kernels' reach.
+AttentionDims attention_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads) {
   const auto all = [&] { return q.describe() + ", " + k.describe() + ", " + v.describe(); };
   if (q.rank() < 2 || !same_leading_dims(q, k) || !same_leading_dims(q, v))
     throw Error(std::string(op) + ": expected q [..., Tq, d] and k, v [..., Tk, d] with the same leading dims, got " +
@@ -375,8 +375,16 @@ AttentionDims check_attention_shapes(const char* op, const Tensor& q, const Tens
   if (d.d > kMaxAttentionHeadDim)
     throw Error(std::string(op) + ": head dim " + std::to_string(d.d) + " is beyond the fused kernels' " +
                 std::to_string(kMaxAttentionHeadDim) + " (use the naive path: bmm, softmax, bmm)");
+  return d;
+}
+
+// The shapes and dtypes every attention call shares: q, k, v, out and lse.
+AttentionDims check_attention_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const Tensor& lse, int64_t heads) {
+  const AttentionDims d = attention_dims(op, q, k, v, heads);
   if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
-    throw Error(std::string(op) + ": q, k and v must share one dtype, got " + all());
+    throw Error(std::string(op) + ": q, k and v must share one dtype, got " + q.describe() + ", " + k.describe() +
+                ", " + v.describe());
   check_same_shape(op, q, out);
   check_dtype(op, out, q.dtype());
   check_dtype(op, lse, DType::F32);
