@@ -187,17 +187,21 @@ void bind_ops(py::module_& m) {
      "[..., M, K] @ [..., K, N] per item of the shared leading dims (or b a matrix [K, N] for every item); "
      "trans_a / trans_b read the last two dims transposed (q @ k^T is bmm(q, k, trans_b=True)). "
      "Autocast: FP16/BF16, as matmul");
-  m.def("attention", [](py::handle q, py::handle k, py::handle v, bool causal, std::optional<float> scale) {
+  m.def("attention", [](py::handle q, py::handle k, py::handle v, bool causal, std::optional<float> scale,
+                        int64_t heads) {
     const Var a = as_var(q);
     const Var b = as_var_on(k, a.device()), c = as_var_on(v, a.device());
     for (const Var* x : {&a, &b, &c}) refresh_working_copy(*x);
     py::gil_scoped_release nogil;
-    return attention(a, b, c, causal, scale);
+    return heads == 1 ? attention(a, b, c, causal, scale) : attention_heads(a, b, c, heads, causal, scale);
   }, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = true, py::arg("scale") = py::none(),
+     py::arg("heads") = 1,
      "softmax(scale q k^T) v for q [..., Tq, d] and k, v [..., Tk, d] in one fused kernel that never stores the "
      "[Tq, Tk] scores (torch's F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale); causal "
-     "aligns the mask at the end when Tq != Tk). scale defaults to 1/sqrt(d); d <= 128. Autocast class "
-     "'attention': q, k, v in FP16/BF16, the softmax in FP32 inside the kernel");
+     "aligns the mask at the end when Tq != Tk). scale defaults to 1/sqrt(d); d <= 128. heads = H > 1: q, k, v "
+     "[..., T, H d] with the heads side by side, as Linears give them (the output alike), read in place: the "
+     "values of merge_heads(attention(split_heads(q, H), ...)) with no copies. Autocast class 'attention': q, k, v "
+     "in FP16/BF16, the softmax in FP32 inside the kernel");
   m.def("transpose_dims", [](py::handle x, int64_t dim0, int64_t dim1) {
     const Var in = as_var(x);
     py::gil_scoped_release nogil;

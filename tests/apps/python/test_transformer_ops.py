@@ -270,6 +270,26 @@ def test_attention_matches_numpy_forward_and_backward(dtype, causal, tq, tk):
         np.testing.assert_allclose(f64(got), want, rtol=rtol, atol=(10 if dtype == "fp32" else 2) * atol)
 
 
+def test_attention_heads_side_by_side_is_split_attention_merge():
+    """heads=3 on [B, T, 3 d] gives the bits of split_heads, attention, merge_heads, forward and
+    gradients (the same kernels on the same values; only where the rows are read differs)."""
+    rng = np.random.default_rng(16)
+    q, g = (rng.uniform(-1, 1, (2, 9, 3 * 8)).astype(np.float32) for _ in range(2))
+    k, v = (rng.uniform(-1, 1, (2, 11, 3 * 8)).astype(np.float32) for _ in range(2))
+    side = [belay.Var(a, requires_grad=True) for a in (q, k, v)]
+    split = [belay.Var(a, requires_grad=True) for a in (q, k, v)]
+    y1 = belay.attention(*side, causal=True, heads=3)
+    y2 = belay.merge_heads(belay.attention(*(belay.split_heads(x, 3) for x in split), causal=True))
+    assert y1.shape == (2, 9, 24)
+    belay.sum(y1 * belay.Var(g)).backward()
+    belay.sum(y2 * belay.Var(g)).backward()
+    np.testing.assert_array_equal(y1.numpy(), y2.numpy())
+    for a, b in zip(side, split):
+        np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+    with pytest.raises(belay.UsageError, match="5 heads do not divide"):
+        belay.attention(q, k, v, heads=5)
+
+
 def test_attention_errors_and_autocast():
     q = np.zeros((2, 3, 4), np.float32)
     with pytest.raises(belay.UsageError, match="k and v"):
