@@ -62,7 +62,7 @@ BELAY_HD uint16_t f32_to_bf16_bits(float f) {
 }
 
 // The same bits as f32_to_bf16_bits, written as a select with no branch, so that a CPU loop
-// of it vectorizes (the cast kernels, the AMX GEMM's rounding epilogue, the attention's P).
+// of it vectorizes (the CPU cast kernels, the attention's P and dS on BF16 pairs).
 BELAY_HD uint16_t f32_to_bf16_bits_select(float f) {
   const uint32_t u = f32_bits(f);
   const uint32_t nan = (u >> 16) | 0x0040u;
