@@ -111,14 +111,22 @@ struct WideCensus {
   }
   // The census of the group's kVecs x kLanes values of each of the 8 chunks, from element j on.
   void add(const void* x, int64_t stride, int64_t j) {
+    add_chunks(x, stride, j, 0, 8);
+    end_group();
+  }
+  // The same for chunks k0 to k1 - 1 only (a group's census spread over its steps), then
+  // end_group() once per group.
+  void add_chunks(const void* x, int64_t stride, int64_t j, int k0, int k1) {
     const Lane* p = static_cast<const Lane*>(x);
-    for (int k = 0; k < 8; ++k)
+    for (int k = k0; k < k1; ++k)
       for (int v = 0; v < kVecs; ++v) {
         const Vec a = W::load(p + k * stride + j + v * kLanes) & mask;
         n[0] = W::add_zero(n[0], a);  // below 1, as one compare (a compiler may turn a < 1 into two)
         for (int i = 1; i < kBounds; ++i) n[i] = W::add_below(n[i], a, bound[i]);
         hi = W::max(hi, a);
       }
+  }
+  void end_group() {
     if (++groups == kFlushGroups) flush();
   }
   void flush() {
@@ -156,6 +164,38 @@ inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+#if defined(BELAY_ISA_avx512)
+// Eight elements of one chunk from i, then eight of another from i2, widened exactly.
+template <GemmElem E>
+inline __m512 load16_pair(const void* x, int64_t i, int64_t i2) {
+  if constexpr (E == GemmElem::F32) {
+    const float* p = static_cast<const float*>(x);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p + i)), _mm256_loadu_ps(p + i2), 1);
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(x);
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))),
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i2)), 1);
+    if constexpr (E == GemmElem::F16) return _mm512_cvtph_ps(h);
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+#endif
+
+// The guard reads 8 streams kReduceChunk elements apart. Each step asks for the line
+// kPrefetchAhead bytes further on in every stream, once per 64-byte line: with the census's work
+// in the loop the hardware's own prefetch fell behind (FP32 from memory, prefetching in the
+// dense census loop alone took it from 1.09-1.10x the plain guard's time to 0.97-0.98x; 1024,
+// 2048 and 4096 bytes ahead alike). The plain guard prefetches the same way (it ran 6-14%
+// faster with it), so the census's cost is measured against the faster guard.
+constexpr int64_t kPrefetchAhead = 1024;
+inline void prefetch_step(const void* x, GemmElem elem, int64_t stride, int64_t j) {
+  const int64_t elem_bytes = elem == GemmElem::F32 ? 4 : 2;
+  const int64_t at = j * elem_bytes;
+  if ((at & 63) != 0) return;
+  const char* p = static_cast<const char*>(x) + at + kPrefetchAhead;
+  for (int k = 0; k < 8; ++k) _mm_prefetch(p + k * stride * elem_bytes, _MM_HINT_T0);
+}
+
 // r[i][j] -> r[j][i] for 8 x 8 floats (bit moves only).
 inline void transpose8(__m256 (&r)[8]) {
   __m256 t[8], u[8];
@@ -175,12 +215,18 @@ inline void transpose8(__m256 (&r)[8]) {
   }
 }
 
-// The 8 chunks' sums of squares in FP64, lane k for chunk k, in each chunk's order.
+// The 8 chunks' sums of squares in FP64, lane k for chunk k, in each chunk's order. Each
+// square is exact in FP64 (a product of two 24-bit significands), so the FMA that adds it
+// rounds once, as the separate multiply and add did: the same bits, one operation fewer.
 struct SquareSums {
 #if defined(BELAY_ISA_avx512)
   __m512d acc = _mm512_setzero_pd();
+  __m512 vinv;
+  explicit SquareSums(float inv) : vinv(_mm512_set1_ps(inv)) {}
 #else
   __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  __m256 vinv;
+  explicit SquareSums(float inv) : vinv(_mm256_set1_ps(inv)) {}
 #endif
   // r[k]: 8 scaled elements of chunk k. Transposed, r[jj] holds element j + jj of every chunk.
   void add(__m256 (&r)[8]) {
@@ -188,15 +234,80 @@ struct SquareSums {
     for (int jj = 0; jj < 8; ++jj) {
 #if defined(BELAY_ISA_avx512)
       const __m512d d = _mm512_cvtps_pd(r[jj]);
-      acc = _mm512_add_pd(acc, _mm512_mul_pd(d, d));
+      acc = _mm512_fmadd_pd(d, d, acc);
 #else
-      const __m256d dlo = _mm256_cvtps_pd(_mm256_castps256_ps128(r[jj]));
-      const __m256d dhi = _mm256_cvtps_pd(_mm256_extractf128_ps(r[jj], 1));
-      lo = _mm256_add_pd(lo, _mm256_mul_pd(dlo, dlo));
-      hi = _mm256_add_pd(hi, _mm256_mul_pd(dhi, dhi));
+      add_column(r[jj]);
 #endif
     }
   }
+  // One step, 8 elements of each chunk from j on: loaded, scaled and summed as add(r) sums
+  // them, in the same order, with fewer shuffles where the path has a way (below).
+  template <GemmElem E>
+  void add_step(const void* x, int64_t stride, int64_t j) {
+#if defined(BELAY_ISA_avx512)
+    // a[k]: chunk k's 8 elements, then chunk k + 4's. A 4 x 4 transposition in each 128-bit
+    // lane leaves in b[c] column c of chunks 0-3, column c + 4 of chunks 0-3, column c of
+    // chunks 4-7 and column c + 4 of chunks 4-7; one lane swap puts each column's 8 together.
+    __m512 a[4];
+    for (int k = 0; k < 4; ++k) a[k] = _mm512_mul_ps(load16_pair<E>(x, k * stride + j, (k + 4) * stride + j), vinv);
+    const __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
+    const __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
+    const __m512 b[4] = {_mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xee),
+                         _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xee)};
+    alignas(64) float cols[4][16];  // cols[c]: column c of the 8 chunks, then column c + 4
+    for (int c = 0; c < 4; ++c) _mm512_store_ps(cols[c], _mm512_shuffle_f32x4(b[c], b[c], 0xd8));
+    // Widened from memory: vcvtps2pd from a register costs a port-5 shuffle on top (and the
+    // upper half an extract), the census's port; kept so by the barrier (the compiler would
+    // forward the stores into extracts). 10.8 against 11.4 ns a step with census work, in cache.
+    asm volatile("" : : "r"(cols) : "memory");
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 4; ++c) {
+        const __m512d d = _mm512_cvtps_pd(_mm256_load_ps(cols[c] + 8 * h));
+        acc = _mm512_fmadd_pd(d, d, acc);
+      }
+#else
+    if constexpr (E == GemmElem::F32) {
+      // a[k] for k < 4: columns 0-3 of chunk k, then of chunk k + 4 (the upper half inserted
+      // from memory, not permuted in); a[k + 4]: their columns 4-7. An in-lane 4 x 4
+      // transposition then gives each column's 8 chunks in one vector: 16 shuffles, not 24.
+      const float* p = static_cast<const float*>(x);
+      __m256 a[8];
+      for (int k = 0; k < 4; ++k)
+        for (int h = 0; h < 2; ++h)
+          a[k + 4 * h] = _mm256_mul_ps(_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k * stride + j + 4 * h)),
+                                                            _mm_loadu_ps(p + (k + 4) * stride + j + 4 * h), 1),
+                                       vinv);
+      alignas(32) float cols[8][8];
+      for (int h = 0; h < 2; ++h) {
+        const __m256* q = a + 4 * h;
+        const __m256 t0 = _mm256_unpacklo_ps(q[0], q[1]), t1 = _mm256_unpackhi_ps(q[0], q[1]);
+        const __m256 t2 = _mm256_unpacklo_ps(q[2], q[3]), t3 = _mm256_unpackhi_ps(q[2], q[3]);
+        _mm256_store_ps(cols[4 * h + 0], _mm256_shuffle_ps(t0, t2, 0x44));
+        _mm256_store_ps(cols[4 * h + 1], _mm256_shuffle_ps(t0, t2, 0xee));
+        _mm256_store_ps(cols[4 * h + 2], _mm256_shuffle_ps(t1, t3, 0x44));
+        _mm256_store_ps(cols[4 * h + 3], _mm256_shuffle_ps(t1, t3, 0xee));
+      }
+      asm volatile("" : : "r"(cols) : "memory");  // widened from memory, as on avx512
+      for (int c = 0; c < 8; ++c) {
+        const __m256d dlo = _mm256_cvtps_pd(_mm_load_ps(cols[c])), dhi = _mm256_cvtps_pd(_mm_load_ps(cols[c] + 4));
+        lo = _mm256_fmadd_pd(dlo, dlo, lo);
+        hi = _mm256_fmadd_pd(dhi, dhi, hi);
+      }
+    } else {
+      __m256 r[8];
+      for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, E, k * stride + j), vinv);
+      add(r);
+    }
+#endif
+  }
+#if !defined(BELAY_ISA_avx512)
+  void add_column(__m256 col) {
+    const __m256d dlo = _mm256_cvtps_pd(_mm256_castps256_ps128(col));
+    const __m256d dhi = _mm256_cvtps_pd(_mm256_extractf128_ps(col, 1));
+    lo = _mm256_fmadd_pd(dlo, dlo, lo);
+    hi = _mm256_fmadd_pd(dhi, dhi, hi);
+  }
+#endif
   // Writes the 8 sums; true when all are finite (no inf or NaN was summed).
   bool store(double* out) const {
 #if defined(BELAY_ISA_avx512)
@@ -213,15 +324,20 @@ struct SquareSums {
 
 // Reading the 8 chunks 8 elements at a time (one stream each, a whole line per two loads),
 // then transposing, turns 8 strided scalar sums into one vector of 8 in-order sums.
-void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out) {
-  const __m256 vinv = _mm256_set1_ps(inv);
-  SquareSums sums;
+template <GemmElem E>
+void sum_squares_8_of(const void* x, int64_t stride, int64_t len, float inv, double* out) {
+  SquareSums sums(inv);
   for (int64_t j = 0; j < len; j += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j), vinv);
-    sums.add(r);
+    prefetch_step(x, E, stride, j);
+    sums.add_step<E>(x, stride, j);
   }
   sums.store(out);
+}
+
+void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out) {
+  if (elem == GemmElem::F32) sum_squares_8_of<GemmElem::F32>(x, stride, len, inv, out);
+  else if (elem == GemmElem::F16) sum_squares_8_of<GemmElem::F16>(x, stride, len, inv, out);
+  else sum_squares_8_of<GemmElem::BF16>(x, stride, len, inv, out);
 }
 
 // The census of 8 stored values at a time, as lane counts: the classes of census_class
@@ -319,6 +435,7 @@ struct WideHalves {  // 32 stored FP16 or BF16 values, mask compares
   using Vec = __m512i;
   using Lane = uint16_t;
   static constexpr int kDenseVecs = 1;  // vectors per chunk per dense group (census_dense_wide)
+  static constexpr bool kSpread = true;  // the dense census spread over the group's steps
   static Vec load(const Lane* p) { return _mm512_loadu_si512(p); }
   static Vec set1(uint32_t v) { return _mm512_set1_epi16(static_cast<short>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) {
@@ -331,6 +448,7 @@ struct WideFloats {  // 16 FP32 values
   using Vec = __m512i;
   using Lane = uint32_t;
   static constexpr int kDenseVecs = 2;
+  static constexpr bool kSpread = false;  // spread: flagged 1.10x against 1.07x
   static Vec load(const Lane* p) { return _mm512_loadu_si512(p); }
   static Vec set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) {
@@ -344,6 +462,7 @@ struct WideHalves {  // 16 stored FP16 or BF16 values; magnitudes fit a signed c
   using Vec = __m256i;
   using Lane = uint16_t;
   static constexpr int kDenseVecs = 2;
+  static constexpr bool kSpread = true;  // flagged 1.04-1.05x against 1.20-1.21x
   static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec set1(uint32_t v) { return _mm256_set1_epi16(static_cast<short>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi16(n, _mm256_cmpgt_epi16(bound, a)); }
@@ -354,6 +473,7 @@ struct WideFloats {  // 8 FP32 values
   using Vec = __m256i;
   using Lane = uint32_t;
   static constexpr int kDenseVecs = 1;
+  static constexpr bool kSpread = false;  // one step per group: nothing to spread
   static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi32(n, _mm256_cmpgt_epi32(bound, a)); }
@@ -375,15 +495,18 @@ __attribute__((noinline)) void census_dense_wide(const void* x, int64_t stride, 
                                                  CensusBounds b, double* out, CensusCounts* counts) {
   constexpr GemmElem elem = E;
   WideCensus<W, kBounds, W::kDenseVecs> census(WideBounds(b, elem), elem);
-  SquareSums sums;
-  const __m256 vinv = _mm256_set1_ps(inv);
+  SquareSums sums(inv);
   for (int64_t j = 0; j < len; j += 8 * census.kSteps) {
+    // W::kSpread: the group's census split among its steps, a few chunks after each (its
+    // burst of operations no longer holds up the sums' chain of adds behind it).
+    constexpr int kChunksPerStep = W::kSpread ? 8 / census.kSteps : 0;
     for (int s = 0; s < census.kSteps; ++s) {
-      __m256 r[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j + 8 * s), vinv);
-      sums.add(r);
+      prefetch_step(x, elem, stride, j + 8 * s);
+      sums.template add_step<E>(x, stride, j + 8 * s);
+      if (W::kSpread) census.add_chunks(x, stride, j, s * kChunksPerStep, (s + 1) * kChunksPerStep);
     }
-    census.add(x, stride, j);
+    if (!W::kSpread) census.add_chunks(x, stride, j, 0, 8);
+    census.end_group();
   }
   if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
   census.into(counts);
@@ -434,8 +557,9 @@ void census_sparse(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   CensusLanes dirty;
   uint64_t dirty_values = 0;
   __m256 amax = _mm256_setzero_ps();
-  SquareSums sums;
+  SquareSums sums(inv);
   for (int64_t j = 0; j < len; j += 8) {
+    prefetch_step(x, elem, stride, j);
     __m256 r[8];
     const bool below = any_below(step_min_max(x, elem, stride, j, inv, r, &amax), b);
     sums.add(r);
@@ -536,16 +660,14 @@ void census_sparse_scanned(const void* x, int64_t stride, int64_t len, float inv
   static_assert(Scan::kSteps == WideCensus<W, kBounds>::kSteps, "a scan's group is the census's");
   Scan scan(b, elem);
   WideCensus<W, kBounds> dirty(WideBounds(b, elem), elem);
-  SquareSums sums;
-  const __m256 vinv = _mm256_set1_ps(inv);
+  SquareSums sums(inv);
   for (int64_t j = 0; j < len; j += 8 * Scan::kSteps) {
     // A flagged group counted before the guard's steps, while the scan's vectors are still in
     // registers (after them, a compiler kept every group's vectors on the stack for it).
     if (scan.next(x, stride, j)) dirty.add(x, stride, j);
     for (int s = 0; s < Scan::kSteps; ++s) {
-      __m256 r[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, elem, k * stride + j + 8 * s), vinv);
-      sums.add(r);
+      prefetch_step(x, elem, stride, j + 8 * s);
+      sums.template add_step<E>(x, stride, j + 8 * s);
     }
   }
   if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
