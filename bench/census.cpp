@@ -27,6 +27,26 @@
 
 namespace belay::bench {
 
+namespace {
+
+// n gradient values of the kind above (plain or flagged), as FP32.
+std::vector<float> census_bench_values(int64_t n, bool flagged) {
+  Rng rng(42);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v)
+    if (flagged) {
+      x = std::ldexp(rng.uniform() - 0.5f, static_cast<int>(rng.uniform() * 40.0f) - 30);
+    } else {
+      const float m = std::ldexp(0.5f + 0.5f * rng.uniform(), static_cast<int>(rng.uniform() * 20.0f) - 10);
+      x = rng.uniform() < 0.5f ? -m : m;
+    }
+  for (int64_t i = 0; i < n; i += 1021) v[static_cast<size_t>(i)] = 0.0f;
+  if (flagged) v[static_cast<size_t>(n / 3)] = INFINITY;
+  return v;
+}
+
+}  // namespace
+
 Json bench_census(const Options& o) {
   const int64_t n = o.quick ? (int64_t{1} << 23) : (int64_t{1} << 25);
   const int reps = o.quick ? 5 : 15;
@@ -35,18 +55,7 @@ Json bench_census(const Options& o) {
   Json out = Json::object();
   for (const bool flagged : {false, true})
   for (const DType dtype : {DType::F32, DType::F16}) {
-    Rng rng(42);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v)
-      if (flagged) {
-        x = std::ldexp(rng.uniform() - 0.5f, static_cast<int>(rng.uniform() * 40.0f) - 30);
-      } else {
-        const float m = std::ldexp(0.5f + 0.5f * rng.uniform(), static_cast<int>(rng.uniform() * 20.0f) - 10);
-        x = rng.uniform() < 0.5f ? -m : m;
-      }
-    for (int64_t i = 0; i < n; i += 1021) v[static_cast<size_t>(i)] = 0.0f;
-    if (flagged) v[static_cast<size_t>(n / 3)] = INFINITY;
-    const Tensor g = Tensor::from_vector(v, Shape{n}).to(dtype);
+    const Tensor g = Tensor::from_vector(census_bench_values(n, flagged), Shape{n}).to(dtype);
     const Tensor inv = Tensor::scalar(1.0f / 1024.0f);
     Tensor found = Tensor::empty(Shape{1}), norm = Tensor::empty(Shape{1});
     Tensor found_c = Tensor::empty(Shape{1}), norm_c = Tensor::empty(Shape{1});
