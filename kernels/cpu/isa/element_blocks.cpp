@@ -499,13 +499,13 @@ __attribute__((noinline)) void census_dense_wide(const void* x, int64_t stride, 
   for (int64_t j = 0; j < len; j += 8 * census.kSteps) {
     // W::kSpread: the group's census split among its steps, a few chunks after each (its
     // burst of operations no longer holds up the sums' chain of adds behind it).
-    constexpr int kChunksPerStep = W::kSpread ? 8 / census.kSteps : 0;
+    constexpr int kChunksPerStep = 8 / census.kSteps;
     for (int s = 0; s < census.kSteps; ++s) {
       prefetch_step(x, elem, stride, j + 8 * s);
       sums.template add_step<E>(x, stride, j + 8 * s);
-      if (W::kSpread) census.add_chunks(x, stride, j, s * kChunksPerStep, (s + 1) * kChunksPerStep);
+      if constexpr (W::kSpread) census.add_chunks(x, stride, j, s * kChunksPerStep, (s + 1) * kChunksPerStep);
     }
-    if (!W::kSpread) census.add_chunks(x, stride, j, 0, 8);
+    if constexpr (!W::kSpread) census.add_chunks(x, stride, j, 0, 8);
     census.end_group();
   }
   if (!sums.store(out)) return census_all(x, elem, stride, len, b, counts);
