@@ -113,6 +113,32 @@ Json gpt2_bf16_products(const Tensor& x, const Tensor& w, const Tensor& dy, Tens
   return out;
 }
 
+// An FP32 product of the backend's form on the packed path's micro-tile `tile` (the bench's
+// own control: the backend leaves the tile to N).
+void packed_on_tile(CpuIsa isa, const GemmArgs& op, GemmTile tile) {
+  GemmF32Args g;
+  g.a = op.a->data();
+  g.a_rows = op.a->dim(0);
+  g.a_cols = op.a->dim(1);
+  g.trans_a = op.trans_a;
+  g.b = op.b->data();
+  g.b_rows = op.b->dim(0);
+  g.b_cols = op.b->dim(1);
+  g.trans_b = op.trans_b;
+  g.c = op.c->data_as<float>();
+  g.tile = tile;
+  cpu_gemm_packed_direct(isa, g);
+}
+
+// Where the product takes the wide tile (AVX-512 paths, N filling its panels), the path's own
+// tile beside it, timed alternately: the wide tile's time over the narrow one's.
+Json wide_over_narrow(CpuIsa isa, const GemmArgs& op, int64_t n, int warm, int reps) {
+  if (isa < CpuIsa::Avx512 || !gemm_prefers_wide_tile(n, kGemmWideNr)) return nullptr;
+  const auto [wide, narrow] = time_pair(warm, reps, [&] { packed_on_tile(isa, op, GemmTile::Wide); },
+                                        [&] { packed_on_tile(isa, op, GemmTile::Narrow); });
+  return Json{{"wide_ms", wide.median_ms}, {"narrow_ms", narrow.median_ms}, {"ratio", wide.median_ms / narrow.median_ms}};
+}
+
 Json bench_gpt2_shapes(const Options& o, double peak) {
   const Backend& be = backend_for(Device::cpu());
   const CpuIsa isa = active_cpu_isa();
@@ -140,7 +166,8 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
         const Timing t = time_it(warm, reps, [&] { be.gemm(ops[i]); });
         const double g = flops / (t.median_ms * 1e6);
         entry[kProducts[i]] = Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)},
-                                   {"gflops", g}, {"fraction_of_peak", g / peak}};
+                                   {"gflops", g}, {"fraction_of_peak", g / peak},
+                                   {"wide_tile", wide_over_narrow(isa, ops[i], shapes[i][1], warm, reps)}};
       }
       check_product(x, false, w, true, y, std::string("gpt2 forward ") + l.name);
       check_product(dy, false, w, false, dx, std::string("gpt2 dX ") + l.name);

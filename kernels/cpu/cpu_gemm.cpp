@@ -60,9 +60,22 @@ bool fixed_blocking() {
   return fixed;
 }
 
+// BELAY_GEMM_TILE=narrow: every product on the path's own micro-tile (the bench compares it with
+// the default in one run); unset or "auto": the AVX-512 paths' wide tile where N fills it.
+GemmTile tile_asked() {
+  static const GemmTile tile = [] {
+    const char* v = std::getenv("BELAY_GEMM_TILE");
+    if (!v || !*v || std::strcmp(v, "auto") == 0) return GemmTile::Auto;
+    if (std::strcmp(v, "narrow") == 0) return GemmTile::Narrow;
+    throw UsageError(std::string("BELAY_GEMM_TILE=") + v + ": expected auto or narrow");
+  }();
+  return tile;
+}
+
 void run_packed(CpuIsa isa, const GemmF32Args& args) {
   GemmF32Args g = args;
   g.blocking = cpu_gemm_blocking(isa);
+  if (g.tile == GemmTile::Auto) g.tile = tile_asked();  // a caller that names a tile (bench, tests) keeps it
   switch (isa) {
     case CpuIsa::Baseline: isa_baseline::gemm_packed(g); break;
     case CpuIsa::Avx2: isa_avx2::gemm_packed(g); break;
@@ -180,7 +193,8 @@ std::string cpu_gemm_blocking_report(CpuIsa isa) {
   // blocking of its other products, on avx512bf16's panels.
   return std::string(cpu_isa_name(isa)) + (isa == CpuIsa::Amx ? " (fp32/fp16 products)" : "") + ": MR " + std::to_string(b.mr) + " NR " + std::to_string(b.nr) + " KC " +
          std::to_string(b.kc) + " MC " + std::to_string(b.mc) + " NC " + std::to_string(b.nc) +
-         (fixed_blocking() ? " (fixed: BELAY_GEMM_BLOCKING)" : "");
+         (fixed_blocking() ? " (fixed: BELAY_GEMM_BLOCKING)" : "") +
+         (isa >= CpuIsa::Avx512 && tile_asked() == GemmTile::Auto ? "; MR 8 NR 48 where N fills it" : "");
 }
 
 std::string cpu_gemm_line() {

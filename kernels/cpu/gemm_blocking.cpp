@@ -140,6 +140,21 @@ GemmBlocking gemm_blocking(const CpuCaches& c, const MicroTile& t) {
   return b;
 }
 
+GemmBlocking gemm_blocking_for_tile(const GemmBlocking& b, int mr, int nr) {
+  GemmBlocking t = b;
+  t.mr = mr > 0 ? mr : 1;
+  t.nr = nr > 0 ? nr : 1;
+  t.mc = b.mc / t.mr * t.mr > 0 ? b.mc / t.mr * t.mr : t.mr;
+  t.nc = b.nc / t.nr * t.nr > 0 ? b.nc / t.nr * t.nr : t.nr;
+  return t;
+}
+
+bool gemm_prefers_wide_tile(int64_t n, int nr_wide) {
+  if (n <= 0 || nr_wide <= 0) return false;
+  const int64_t padded = (n + nr_wide - 1) / nr_wide * nr_wide;
+  return (padded - n) * 50 <= n;
+}
+
 const CpuCaches& cpu_caches() {
   static const CpuCaches caches = [] {
     CpuCaches c;

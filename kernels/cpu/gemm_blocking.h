@@ -60,6 +60,16 @@ struct GemmBlocking {
 // logical CPUs sharing it; L1d and L2 count whole, even where hyperthreads share them.
 GemmBlocking gemm_blocking(const CpuCaches& c, const MicroTile& t);
 
+// `b` (made for one micro-tile of a path) for another tile of the same path, mr x nr: KC kept
+// (it sets the bits), MC and NC rounded down to whole panels of the new tile (at least one).
+GemmBlocking gemm_blocking_for_tile(const GemmBlocking& b, int mr, int nr);
+
+// Whether a product N columns wide takes a path's wide tile (nr_wide columns a panel, the
+// AVX-512 paths' 8 x 48) over its own: when the wide tile's last panel leaves at most 2% of N
+// computed for nothing (N = 768, 2048, 2304, 3072, 4096, 50257: yes; 128, 512, 1024: no), as
+// measured (kernels/cpu/isa/gemm_packed.cpp, TileShape).
+bool gemm_prefers_wide_tile(int64_t n, int nr_wide);
+
 // The caches of CPU 0: sysfs (/sys/devices/system/cpu/cpu0/cache/index*/), else cpuid (leaf 4
 // on Intel, 0x8000001D on AMD), else the defaults above. Read once (the first call).
 const CpuCaches& cpu_caches();

@@ -2,6 +2,7 @@
 // in double (block_loops.h, deterministic_sum), the same bits at any thread count.
 #include "kernels/cpu/block_loops.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/isa/element_blocks.h"
 
 namespace belay::cpu {
 
@@ -14,6 +15,7 @@ void sum_rows(const Tensor& x, Tensor& out, bool accumulate) {
   float* po = out.data_as<float>();
   constexpr int64_t kCols = 256;
   const int64_t col_blocks = (cols + kCols - 1) / kCols;
+  const ElementBlocks& blocks = cpu_element_blocks();  // the widest adds of doubles this CPU has
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelThreshold)
   for (int64_t cb = 0; cb < col_blocks; ++cb) {
     const int64_t c0 = cb * kCols, len = std::min(kCols, cols - c0);
@@ -21,7 +23,7 @@ void sum_rows(const Tensor& x, Tensor& out, bool accumulate) {
     alignas(64) float buf[kCols];
     for (int64_t m = 0; m < rows; ++m) {
       const float* v = load_block(px, x_dtype, m * cols + c0, len, buf);
-      for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
+      blocks.add_row_f64(v, len, acc);
     }
     for (int64_t j = 0; j < len; ++j)
       po[c0 + j] = accumulate ? po[c0 + j] + static_cast<float>(acc[j]) : static_cast<float>(acc[j]);

@@ -258,14 +258,20 @@ TEST_CASE("attention: avx2 and avx512 tiles give the same bits (both fuse each m
     return;
   }
   IsaRestore restore;
-  const at::Case c{2, 70, 70, 40, true};
-  const std::vector<float> q = at::values(2 * 70 * 40, 9, DType::F32), k = at::values(2 * 70 * 40, 10, DType::F32);
-  const std::vector<float> v = at::values(2 * 70 * 40, 11, DType::F32), g = at::values(2 * 70 * 40, 12, DType::F32);
-  const Backend& be = backend_for(Device::cpu());
-  force_cpu_isa(CpuIsa::Avx2);
-  const at::Outputs a = at::run(be, c, DType::F32, DType::F32, Device::cpu(), q, k, v, g, 0.2f);
-  force_cpu_isa(CpuIsa::Avx512);
-  CHECK(at::same_bits(a, at::run(be, c, DType::F32, DType::F32, Device::cpu(), q, k, v, g, 0.2f)));
+  // d = 40: three avx512 vectors a row; d = 32 and 16: two or one, where avx512 weighs 8 rows at
+  // a time (attention_tiles.cpp) and avx2 2 or 4.
+  for (const int64_t d : {40, 32, 16}) {
+    INFO("d " << d);
+    const at::Case c{2, 70, 70, d, true};
+    const int64_t n = 2 * 70 * d;
+    const std::vector<float> q = at::values(n, 9, DType::F32), k = at::values(n, 10, DType::F32);
+    const std::vector<float> v = at::values(n, 11, DType::F32), g = at::values(n, 12, DType::F32);
+    const Backend& be = backend_for(Device::cpu());
+    force_cpu_isa(CpuIsa::Avx2);
+    const at::Outputs a = at::run(be, c, DType::F32, DType::F32, Device::cpu(), q, k, v, g, 0.2f);
+    force_cpu_isa(CpuIsa::Avx512);
+    CHECK(at::same_bits(a, at::run(be, c, DType::F32, DType::F32, Device::cpu(), q, k, v, g, 0.2f)));
+  }
 }
 
 TEST_CASE("attention: the FP64 reference's gradients match finite differences of its forward", "[attention]") {

@@ -472,6 +472,16 @@ void element_suite(CpuIsa isa) {
     base.gelu_tanh_grad(x.data() + 5, dy.data(), yb.data(), m);
     wide.gelu_tanh_grad(x.data() + 5, dy.data(), yw.data(), m);
     CHECK(std::memcmp(yb.data(), yw.data(), static_cast<size_t>(m) * 4) == 0);
+    // sum_rows' column sums in double: rows of x added one after another (odd lengths: tails).
+    std::vector<double> sb(static_cast<size_t>(m), 0.25), sw(sb);
+    for (int64_t r = 0; r < 5; ++r) {
+      base.add_row_f64(x.data() + r * 97, m, sb.data());
+      wide.add_row_f64(x.data() + r * 97, m, sw.data());
+    }
+    CHECK(std::memcmp(sb.data(), sw.data(), static_cast<size_t>(m) * 8) == 0);
+    double plain = 0.25;
+    for (int64_t r = 0; r < 5; ++r) plain += static_cast<double>(x[static_cast<size_t>(r * 97 + m - 1)]);
+    CHECK(sw[static_cast<size_t>(m) - 1] == plain);
   }
 }
 

@@ -4,6 +4,7 @@
 // GEMM was measured on (KC there is what it was before the caches were read, so those machines
 // keep their bits), and that MC and NC do not change a product's bits while KC does.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -159,7 +160,8 @@ using PackedFn = void (*)(const GemmF32Args&);
 // C = A op(B) (+ bias) for FP32 A (m x k) and B (n x k when trans_b, else k x n), through `fn`
 // with blocking `b`.
 std::vector<float> product(PackedFn fn, const GemmBlocking& b, bool trans_b, int64_t m, int64_t n, int64_t k,
-                           const std::vector<float>& a, const std::vector<float>& w, const std::vector<float>& bias) {
+                           const std::vector<float>& a, const std::vector<float>& w, const std::vector<float>& bias,
+                           GemmTile tile = GemmTile::Auto) {
   std::vector<float> c(static_cast<size_t>(m * n));
   GemmF32Args g;
   g.a = a.data();
@@ -172,6 +174,7 @@ std::vector<float> product(PackedFn fn, const GemmBlocking& b, bool trans_b, int
   g.c = c.data();
   g.bias = bias.data();
   g.blocking = b;
+  g.tile = tile;
   fn(g);
   return c;
 }
@@ -219,5 +222,90 @@ TEST_CASE("gemm blocking: MC and NC leave a product's bits alone, KC sets them",
       for (size_t i = 0; i < got.size(); ++i) differing += got[i] != ref[i];
       INFO(differing << " of " << got.size() << " differ with KC " << other.kc);
       CHECK(differing > 0);
+    }
+}
+
+TEST_CASE("gemm blocking: a blocking refitted to another micro-tile keeps KC, whole panels otherwise",
+          "[kernels][cpu][gemm][blocking]") {
+  for (const Hierarchy& h : hierarchies()) {
+    INFO(h.name);
+    const GemmBlocking own = gemm_blocking(h.c, kAvx512);
+    const GemmBlocking wide = gemm_blocking_for_tile(own, 8, 48);
+    CHECK(wide.mr == 8);
+    CHECK(wide.nr == 48);
+    CHECK(wide.kc == own.kc);
+    CHECK(wide.mc % 8 == 0);
+    CHECK(wide.nc % 48 == 0);
+    CHECK(wide.mc >= 8);
+    CHECK(wide.nc >= 48);
+    CHECK(wide.mc <= own.mc);
+    CHECK(wide.nc <= own.nc);
+  }
+  // This Xeon's: MC 288 is already whole 8-row panels; NC 4096 becomes 85 panels of 48.
+  const GemmBlocking xeon = gemm_blocking_for_tile(gemm_blocking(hierarchies()[2].c, kAvx512), 8, 48);
+  CHECK(xeon.mc == 288);
+  CHECK(xeon.nc == 4080);
+  // Blocks smaller than one new panel become one panel.
+  const GemmBlocking tiny = gemm_blocking_for_tile(GemmBlocking{12, 32, 16, 12, 32}, 8, 48);
+  CHECK(tiny.mc == 8);
+  CHECK(tiny.nc == 48);
+}
+
+TEST_CASE("gemm blocking: the wide tile where N fills its panels", "[kernels][cpu][gemm][blocking]") {
+  // GPT-2 small's N and Linear(4096): at most 2% of the columns computed for nothing.
+  for (const int64_t n : {48, 768, 2048, 2304, 3072, 4096, 50257, 50304}) {
+    INFO("N " << n);
+    CHECK(gemm_prefers_wide_tile(n, 48));
+  }
+  // The default GPT's N and others the last panel of 48 fills badly.
+  for (const int64_t n : {1, 32, 128, 256, 384 + 16, 512, 1024}) {
+    INFO("N " << n);
+    CHECK_FALSE(gemm_prefers_wide_tile(n, 48));
+  }
+  CHECK_FALSE(gemm_prefers_wide_tile(0, 48));
+}
+
+TEST_CASE("gemm blocking: the narrow and the wide micro-tile give the same bits", "[kernels][cpu][gemm][blocking]") {
+  // Past every edge of both tiles: M = 301 (25 x 12 + 1, 37 x 8 + 5), N = 333 (10 x 32 + 13,
+  // 6 x 48 + 45), K = 1000 (KC blocks and a short last one); with the bias, and accumulating.
+  const int64_t m = 301, n = 333, k = 1000;
+  Rng rng(7);
+  std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)), bias(static_cast<size_t>(n));
+  for (float& x : a) x = rng.uniform(-1.0f, 1.0f);
+  for (float& x : w) x = rng.uniform(-1.0f, 1.0f);
+  for (float& x : bias) x = rng.uniform(-1.0f, 1.0f);
+  struct Path {
+    CpuIsa isa;
+    PackedFn fn;
+  };
+  const Path paths[] = {{CpuIsa::Baseline, isa_baseline::gemm_packed},
+                        {CpuIsa::Avx2, isa_avx2::gemm_packed},
+                        {CpuIsa::Avx512, isa_avx512::gemm_packed},
+                        {CpuIsa::Avx512Bf16, isa_avx512bf16::gemm_packed}};
+  for (const Path& p : paths)
+    for (const bool tb : {true, false}) {
+      if (!cpu_isa_available(p.isa)) continue;
+      INFO("path " << cpu_isa_name(p.isa) << (tb ? ", B transposed" : ", B as stored"));
+      const GemmBlocking own = cpu_gemm_blocking(p.isa);
+      const std::vector<float> narrow = product(p.fn, own, tb, m, n, k, a, w, bias, GemmTile::Narrow);
+      CHECK(bits_of(product(p.fn, own, tb, m, n, k, a, w, bias, GemmTile::Wide)) == bits_of(narrow));
+      // And against the FP64 product (every 37th row): the tiles computed it, so equal bits
+      // cannot come from two tiles that skipped the same work.
+      std::vector<float> got;
+      std::vector<double> want, magnitude;
+      for (int64_t i = 0; i < m; i += 37)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = bias[static_cast<size_t>(j)], mag = std::fabs(ref);
+          for (int64_t q = 0; q < k; ++q) {
+            const double t = static_cast<double>(a[static_cast<size_t>(i * k + q)]) *
+                             (tb ? w[static_cast<size_t>(j * k + q)] : w[static_cast<size_t>(q * n + j)]);
+            ref += t;
+            mag += std::fabs(t);
+          }
+          got.push_back(narrow[static_cast<size_t>(i * n + j)]);
+          want.push_back(ref);
+          magnitude.push_back(mag);
+        }
+      belay::test::check_close(got, want, belay::test::tolerance_for(DType::F32, DType::F32, k + 1), magnitude);
     }
 }

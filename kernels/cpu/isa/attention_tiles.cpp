@@ -78,7 +78,7 @@ template <int R, int V>
 void weigh_vectors(const float* w, int64_t wi, int64_t wt, int64_t terms, const float* x, int64_t ldx, float* out,
                    int64_t ldo) {
   Vec acc[R][V];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[r][v] = vload(out + r * ldo + v * kLanes);
@@ -87,14 +87,14 @@ void weigh_vectors(const float* w, int64_t wi, int64_t wt, int64_t terms, const 
     Vec xv[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) xv[v] = vload(xr + v * kLanes);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const Vec p = vsplat(w[r * wi + t * wt]);
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] = vfma(p, xv[v], acc[r][v]);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) vstore(out + r * ldo + v * kLanes, acc[r][v]);
@@ -121,6 +121,12 @@ void weigh_block(const float* w, int64_t wi, int64_t wt, int64_t terms, const fl
 void weigh(const float* w, int64_t wi, int64_t wt, int64_t outs, int64_t terms, const float* x, int64_t ldx,
            int64_t dp, float* out, int64_t ldo) {
   int64_t i = 0;
+  // Rows of two vectors or fewer (a head of 32 on avx512) go 2 x kRowBlock at a time: 16
+  // accumulators on avx512 where kRowBlock rows kept 8, exactly the FMA's latency times its two
+  // ports, with no slack for a load that comes late.
+  if (dp <= 2 * kLanes)
+    for (; i + 2 * kRowBlock <= outs; i += 2 * kRowBlock)
+      weigh_block<2 * kRowBlock>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);
   for (; i + kRowBlock <= outs; i += kRowBlock)
     weigh_block<kRowBlock>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);
   for (; i < outs; ++i) weigh_block<1>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);

@@ -1391,12 +1391,18 @@ void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n,
   for (int64_t j = live; j < n; ++j) dx[j] = 0.0f;
 }
 
+// One lane per column: the vectorizer widens it (8 doubles a zmm on avx512, 2 on baseline's
+// SSE2, where the backend's generic loop ran).
+void add_row_f64(const float* v, int64_t n, double* acc) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(v[j]);
+}
+
 }  // namespace
 
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   gelu_tanh,   gelu_tanh_grad,
                                              relu,       relu_grad,
                                              sum_squares_8, sum_squares_census_8, layer_norm_row, layer_norm_row_backward,
-                                             softmax_row, softmax_row_backward};
+                                             softmax_row, softmax_row_backward, add_row_f64};
 
 }  // namespace belay::BELAY_ISA_NS

@@ -101,6 +101,9 @@ struct ElementBlocks {
   // Its backward from the output y: dx = y (dy - sum(dy y)), log: dy - e^y sum(dy); masked
   // columns get 0. dx may be dy.
   void (*softmax_row_backward)(const float* y, const float* dy, float* dx, int64_t n, int64_t live, bool log);
+  // acc[j] += v[j] in double for j < n: sum_rows' column sums (the bias gradients), a row at a
+  // time, each column adding its rows in order (the bits of a plain loop on every path).
+  void (*add_row_f64)(const float* v, int64_t n, double* acc);
 };
 
 namespace isa_baseline { extern const ElementBlocks element_blocks; }

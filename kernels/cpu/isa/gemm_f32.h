@@ -15,6 +15,12 @@ namespace belay {
 // packing (exact); the Eigen product takes FP32 only.
 enum class GemmElem : int { F32 = 0, F16 = 1, BF16 = 2 };
 
+// Which micro-tile the packed product runs (gemm_packed.cpp): Auto, chosen by N
+// (gemm_prefers_wide_tile); Narrow, the path's own; Wide, the AVX-512 paths' 8 x 48 (Narrow
+// where the path has none). The same bits on every one: the bench and tests name them.
+enum class GemmTile : int { Auto = 0, Narrow = 1, Wide = 2 };
+constexpr int kGemmWideMr = 8, kGemmWideNr = 48;  // the AVX-512 paths' wide tile
+
 struct GemmF32Args {
   const void* a = nullptr;  // row-major, a_rows x a_cols as stored (before op)
   GemmElem a_type = GemmElem::F32;
@@ -30,6 +36,7 @@ struct GemmF32Args {
   // The packed product's blocking (kernels/cpu/gemm_blocking.h; cpu_gemm.cpp fills it from the
   // caches read at start); kc = 0: the path's compiled-in defaults. The Eigen product ignores it.
   GemmBlocking blocking;
+  GemmTile tile = GemmTile::Auto;  // the packed product's micro-tile; the others ignore it
 };
 
 // Eigen's product (FP32 inputs only): the comparison the bench measures the packed one against.

@@ -81,6 +81,30 @@ inline Vec vadd(Vec a, Vec b) { return _mm_add_ps(a, b); }
 #endif
 constexpr int kNV = 2;  // vectors across a tile
 constexpr int kNR = kNV * kW;
+
+// A micro-tile: MR rows of C by NV vectors of columns, MR x NV accumulators in registers, its
+// A panels MR rows tall and its B panels NR = NV x kW columns wide. The path's own (Narrow,
+// above) sets the blocking (KC from its B panel: kernels/cpu/gemm_blocking.h). AVX-512 also has
+// a Wide tile, 8 x 48: per k 3 vector loads and 8 broadcasts for 24 FMAs, where 12 x 32 takes
+// 2 and 12 (28 of the 32 zmm either way), and the A panel gives 32 bytes per k instead of 48;
+// its B panel, 36 KiB at KC 192, still fits a 48 KiB L1d. On the AMX Xeon (1 thread, CPU
+// time, alternating in one process, 2026-12-05) it ran GPT-2 small's 21 products 0.5-8%
+// faster (the sum 4.5%) and lost 5-15% where 48 does not divide N (N = 128, 512: the last
+// panel computes columns for nothing), so a product takes it where N fills its panels
+// (gemm_prefers_wide_tile). KC is the Narrow tile's on both, so are the bits: each output's
+// K products are summed in the same order whatever tile computes it (tested).
+template <int MR, int NV>
+struct TileShape {
+  static constexpr int kMR = MR, kNV = NV, kNR = NV * kW;
+};
+using Narrow = TileShape<kMR, kNV>;
+#if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
+using Wide = TileShape<kGemmWideMr, kGemmWideNr / kW>;
+static_assert(Wide::kNR == kGemmWideNr, "whole vectors");
+#else
+using Wide = Narrow;  // 16 vector registers: no room for a second shape
+#endif
+constexpr int kNRMax = Wide::kNR > Narrow::kNR ? Wide::kNR : Narrow::kNR;
 // The blocking used when the caller gives none (GemmF32Args::blocking.kc == 0): the fixed
 // one of before the caches were read. Measured on Zen 3 (AVX2, one thread, Linear(4096)
 // products at batch 256): MC = 72 or 144 rows gave 0.64-0.77 of the FMA peak on the forward
@@ -229,19 +253,23 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
 // ---- The microkernel -------------------------------------------------------------------
 // C's tile is read (or written) only after the k loop: ask for its lines now, so they arrive
 // while the FMAs run instead of stalling the stores.
+// Each row's first and last float, and a float every line between (the Wide tile's rows span 3).
+template <class T>
 inline void prefetch_tile(const float* c, int64_t ldc, int rows) {
   for (int i = 0; i < rows; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR - 1), _MM_HINT_T0);
+    for (int j = 16; j + 16 < T::kNR; j += 16) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + j), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + T::kNR - 1), _MM_HINT_T0);
   }
 }
 
 // C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + acc (+ bias[j] when given): the accumulators
 // of one microkernel call. `rows` x `cols` of the tile are real; a partial tile goes
 // through a local buffer.
-template <int MR>
-inline void store_tile(Vec (&acc)[MR][kNV], float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite,
+template <class T, int MR>
+inline void store_tile(Vec (&acc)[MR][T::kNV], float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite,
                        const float* bias) {
+  constexpr int kNR = T::kNR;
   const bool full = rows == MR && cols == kNR;
   alignas(64) float tile[MR * kNR];
   float* out = full ? c : tile;
@@ -259,7 +287,7 @@ inline void store_tile(Vec (&acc)[MR][kNV], float* __restrict c, int64_t ldc, in
   for (int i = 0; i < MR; ++i) {
     float* row = out + i * ld;
 #pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) {
+    for (int v = 0; v < T::kNV; ++v) {
       Vec x = acc[i][v];
       if (!overwrite) x = vadd(vloadu(row + v * kW), x);
       if (bias) x = vadd(x, vloadu(bias + v * kW));
@@ -289,18 +317,19 @@ struct Ahead {
 };
 
 // C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum over the `depth` panel entries of
-// a[entry][i] * b[entry][j] (+ bias[j] when given), one Step per entry. The A panel is kMR
-// rows tall whatever MR is: a short edge tile (MR < kMR) reads only its first MR rows.
+// a[entry][i] * b[entry][j] (+ bias[j] when given), one Step per entry, on tile T. The A panel
+// is T::kMR rows tall whatever MR is: a short edge tile (MR < T::kMR) reads only its first MR rows.
 // The lines of `ahead` are prefetched one every few k, among the FMAs: the same prefetches as
 // a burst before the call stalled the thread (each row of a weight is a new page, so a
 // prefetch can wait on a table walk, and few misses fit in flight) about as long as they
 // saved in the pack. PREFETCHT0 left the pack a little less to wait for than T1 or T2 (Zen 5,
 // the forward product: its share of the samples 0.38-0.41 of the old pack's, T1 0.49).
-template <class Step, int MR>
+template <class Step, class T, int MR>
 void microkernel(int depth, const typename Step::Entry* __restrict a, const typename Step::Entry* __restrict b,
                  float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite, const float* bias,
                  const Ahead& ahead) {
-  prefetch_tile(c, ldc, rows);
+  constexpr int kNV = T::kNV;
+  prefetch_tile<T>(c, ldc, rows);
   int left = ahead.rows * ahead.lines, line = 0, countdown = 0;
   const int every = left > 0 && depth > left ? depth / left : 1;
   const char* run = ahead.first;
@@ -325,36 +354,39 @@ void microkernel(int depth, const typename Step::Entry* __restrict a, const type
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) acc[i][v] = Step::multiply_add(acc[i][v], ai, bv[v]);
     }
-    a += kMR;
-    b += kNR;
+    a += T::kMR;
+    b += T::kNR;
   }
   for (; left > 0; --left) {  // more lines than k: the rest now
     _mm_prefetch(run + line * 64, _MM_HINT_T0);
     if (++line == ahead.lines) line = 0, run += ahead.stride;
   }
-  store_tile<MR>(acc, c, ldc, rows, cols, overwrite, bias);
+  store_tile<T, MR>(acc, c, ldc, rows, cols, overwrite, bias);
 }
 
-// One tile of `rows` (1..kMR) rows: the microkernel with the fewest rows of accumulators,
-// in thirds of kMR, that covers them. An edge tile of M = 256 has 4 rows (256 = 21 x 12 + 4
-// on avx512): the full 12-row kernel spent 12 rows' FMAs on it, 3% of the product; the
-// 4-row one keeps 8 accumulators, enough to cover the FMA latency on both ports (avx2 and
-// baseline: 2, 4 or 6 rows). Each output is summed exactly as in the tall kernel.
-static_assert(kMR % 3 == 0, "edge tiles come in thirds of kMR");
-template <class Step>
+// One tile of `rows` (1..T::kMR) rows: the microkernel with the fewest rows of accumulators,
+// in thirds of kMR (halves for the Wide tile's 8), that covers them. An edge tile of M = 256
+// has 4 rows (256 = 21 x 12 + 4 on avx512): the full 12-row kernel spent 12 rows' FMAs on it,
+// 3% of the product; the 4-row one keeps 8 accumulators, enough to cover the FMA latency on
+// both ports (avx2 and baseline: 2, 4 or 6 rows). Each output is summed exactly as in the tall
+// kernel.
+template <class Step, class T>
 void run_tile(int depth, const typename Step::Entry* a, const typename Step::Entry* b, float* c, int64_t ldc,
               int rows, int cols, bool overwrite, const float* bias, const Ahead& ahead) {
-  if (rows <= kMR / 3)
-    microkernel<Step, kMR / 3>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
-  else if (rows <= 2 * kMR / 3)
-    microkernel<Step, 2 * kMR / 3>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
+  constexpr int kParts = T::kMR % 3 == 0 ? 3 : 2;
+  static_assert(T::kMR % kParts == 0, "edge tiles come in thirds or halves of MR");
+  if (rows <= T::kMR / kParts)
+    microkernel<Step, T, T::kMR / kParts>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
+  else if (kParts == 3 && rows <= 2 * T::kMR / kParts)
+    microkernel<Step, T, 2 * T::kMR / kParts>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
   else
-    microkernel<Step, kMR>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
+    microkernel<Step, T, T::kMR>(depth, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
 }
 
 // Packs the KC x NC block of op(B) as NR-wide panels. An untransposed FP32 B is read row by
 // row across all panels (one contiguous run of nc floats per k, not 64 bytes from each of kc
 // rows per panel: the weight matrix is far larger than the caches).
+template <int kNR>
 void pack_b(const View& bv, int64_t jc, int64_t nc, int64_t pc, int kc, float* dst, float* scratch) {
   if (bv.r_contiguous && bv.type == GemmElem::F32) {
     const int64_t full = nc / kNR * kNR;
@@ -486,7 +518,7 @@ struct PairStep {
 struct Buffers {
   float* a = nullptr;  // MC x KC
   float* b = nullptr;  // KC x NC
-  float* scratch = nullptr;  // kNR x kKCMax: rows widened before a transposing pack
+  float* scratch = nullptr;  // kNRMax x kKCMax: rows widened before a transposing pack
   size_t a_size = 0, b_size = 0;  // floats
 };
 thread_local Buffers tls_buffers;
@@ -512,7 +544,7 @@ Buffers& buffers(const GemmBlocking& bl) {
     b.b = aligned_floats(b_size);
     b.b_size = b_size;
   }
-  if (!b.scratch) b.scratch = aligned_floats(static_cast<size_t>(kNR) * kKCMax);
+  if (!b.scratch) b.scratch = aligned_floats(static_cast<size_t>(kNRMax) * kKCMax);
   return b;
 }
 
@@ -543,26 +575,29 @@ Ahead rows_ahead(const View& v, int64_t r0, int64_t lo, int64_t hi, int64_t k0, 
 
 // The two kinds of panel the loops below run: FP32 (one k per entry) and, on the
 // avx512bf16 path, BF16 pairs (two k per 32-bit entry). `depth`: entries per panel row.
+template <class T>
 struct F32Panels {
+  using Tile = T;
   using Entry = float;
   static int64_t block_k(int kc) { return kc; }  // k per block
   static int depth(int kc) { return kc; }
   static void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* dst, float* scratch) {
-    pack_panel<kMR>(v, r0, rows, k0, kc, dst, scratch);
+    pack_panel<T::kMR>(v, r0, rows, k0, kc, dst, scratch);
   }
   static void pack_b(const View& v, int64_t jc, int64_t nc, int64_t pc, int kc, float* dst, float* scratch) {
-    belay::BELAY_ISA_NS::pack_b(v, jc, nc, pc, kc, dst, scratch);
+    belay::BELAY_ISA_NS::pack_b<T::kNR>(v, jc, nc, pc, kc, dst, scratch);
   }
   static void pack_b_panel(const View& v, int64_t j0, int cols, int64_t pc, int kc, float* dst, float* scratch) {
-    pack_panel<kNR>(v, j0, cols, pc, kc, dst, scratch);
+    pack_panel<T::kNR>(v, j0, cols, pc, kc, dst, scratch);
   }
   static void micro(int kc, const float* a, const float* b, float* c, int64_t ldc, int rows, int cols, bool overwrite,
                     const float* bias, const Ahead& ahead) {
-    run_tile<F32Step>(kc, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
+    run_tile<F32Step, T>(kc, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
   }
 };
 #if defined(BELAY_ISA_avx512bf16)
 struct PairPanels {
+  using Tile = Narrow;
   using Entry = uint32_t;
   static int64_t block_k(int kc) { return 2 * static_cast<int64_t>(kc); }  // kc pairs
   static int depth(int kc) { return (kc + 1) / 2; }
@@ -577,7 +612,7 @@ struct PairPanels {
   }
   static void micro(int kc, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
                     bool overwrite, const float* bias, const Ahead& ahead) {
-    run_tile<PairStep>((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
+    run_tile<PairStep, Narrow>((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
   }
 };
 #endif
@@ -587,6 +622,7 @@ template <class Panels>
 void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, const View& bv, int64_t k_total,
                 int64_t n_total, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   using Entry = typename Panels::Entry;
+  constexpr int kMR = Panels::Tile::kMR, kNR = Panels::Tile::kNR;
   static_assert(sizeof(Entry) == sizeof(float), "both kinds of panel fill the same buffers");
   Buffers& buf = buffers(bl);
   Entry* a_buf = reinterpret_cast<Entry*>(buf.a);
@@ -629,6 +665,23 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
   }
 }
 
+// C cut into one slice per thread, in whole panels of Panels' tile, each slice multiplied alone.
+template <class Panels>
+void run_slices(const GemmF32Args& g, const GemmBlocking& bl, const View& av, const View& bv, const GemmShape& shape) {
+  const ThreadSlices slices = thread_slices(shape, Panels::Tile::kMR, Panels::Tile::kNR);
+#pragma omp parallel for num_threads(static_cast<int>(slices.threads)) schedule(static, 1) if (slices.threads > 1)
+  for (int64_t t = 0; t < slices.threads; ++t) {
+    int64_t m0, m1, n0, n1;
+    if (slices.slice(t, m0, m1, n0, n1)) gemm_slice<Panels>(g, bl, av, bv, shape.k, shape.n, m0, m1, n0, n1);
+  }
+}
+
+// The Wide tile where the path has one and the caller asks for it, or leaves it to N.
+bool wide_tile(GemmTile asked, int64_t n) {
+  if (Wide::kNR == Narrow::kNR) return false;
+  return asked == GemmTile::Wide || (asked == GemmTile::Auto && gemm_prefers_wide_tile(n, Wide::kNR));
+}
+
 }  // namespace
 
 void gemm_packed(const GemmF32Args& g) {
@@ -636,23 +689,13 @@ void gemm_packed(const GemmF32Args& g) {
   if (gemm_done_without_sums(g, shape)) return;
   const View av{g.a, g.a_type, g.a_cols, g.trans_a};   // op(A) as M x K
   const View bv{g.b, g.b_type, g.b_cols, !g.trans_b};  // op(B) as N x K
-#if defined(BELAY_ISA_avx512bf16)
-  const bool pairs = g.a_type == GemmElem::BF16 && g.b_type == GemmElem::BF16;  // else the FP32 panels
-#endif
   const GemmBlocking bl = checked_blocking(g.blocking);
-  const ThreadSlices slices = thread_slices(shape, kMR, kNR);  // in whole panels
-#pragma omp parallel for num_threads(static_cast<int>(slices.threads)) schedule(static, 1) if (slices.threads > 1)
-  for (int64_t t = 0; t < slices.threads; ++t) {
-    int64_t m0, m1, n0, n1;
-    if (!slices.slice(t, m0, m1, n0, n1)) continue;
 #if defined(BELAY_ISA_avx512bf16)
-    if (pairs) {
-      gemm_slice<PairPanels>(g, bl, av, bv, shape.k, shape.n, m0, m1, n0, n1);
-      continue;
-    }
+  if (g.a_type == GemmElem::BF16 && g.b_type == GemmElem::BF16) return run_slices<PairPanels>(g, bl, av, bv, shape);
 #endif
-    gemm_slice<F32Panels>(g, bl, av, bv, shape.k, shape.n, m0, m1, n0, n1);
-  }
+  if (wide_tile(g.tile, shape.n))
+    return run_slices<F32Panels<Wide>>(g, gemm_blocking_for_tile(bl, Wide::kMR, Wide::kNR), av, bv, shape);
+  run_slices<F32Panels<Narrow>>(g, bl, av, bv, shape);
 }
 
 MicroTile gemm_micro_tile() { return MicroTile{kMR, kNR, kKCMax}; }

@@ -65,8 +65,18 @@ isa_line=$("$belay" info | grep '^cpu isa: ')
 BELAY_CPU_ISA=baseline "$belay" info | grep -q '^cpu isa: baseline ' && pass "BELAY_CPU_ISA=baseline" ||
   fail "BELAY_CPU_ISA=baseline"
 # The GEMM blocking of the path in use and the caches it came from (kernels/cpu/gemm_blocking.h).
-"$belay" info | grep -q '^cpu gemm: .*: MR [0-9]* NR [0-9]* KC [0-9]* MC [0-9]* NC [0-9]*; caches L1d ' &&
+"$belay" info | grep -Eq '^cpu gemm: .*: MR [0-9]+ NR [0-9]+ KC [0-9]+ MC [0-9]+ NC [0-9]+(; MR 8 NR 48 where N fills it)?; caches L1d ' &&
   pass "info prints the gemm blocking" || fail "info has no 'cpu gemm:' line with the blocking and caches"
+# The AVX-512 paths' wide micro-tile, and BELAY_GEMM_TILE=narrow turning it off.
+if grep -q 'avx512f' <<<"$isa_line"; then
+  "$belay" --cpu-isa avx512 info | grep -q '^cpu gemm: avx512: .*; MR 8 NR 48 where N fills it; caches' &&
+    pass "the wide tile on avx512" || fail "--cpu-isa avx512: no wide tile in the gemm line"
+  BELAY_GEMM_TILE=narrow "$belay" --cpu-isa avx512 info | grep -q 'where N fills it' &&
+    fail "BELAY_GEMM_TILE=narrow still reports the wide tile" || pass "BELAY_GEMM_TILE=narrow"
+fi
+"$belay" --cpu-isa avx2 info 2>/dev/null | grep -q 'where N fills it' && fail "avx2 reports a wide tile" ||
+  pass "no wide tile off AVX-512"
+BELAY_GEMM_TILE=square expect_error "unknown BELAY_GEMM_TILE" 2 info
 "$belay" --cpu-isa baseline info | grep -q '^cpu gemm: baseline: MR 6 NR 8 KC ' && pass "gemm blocking of baseline" ||
   fail "--cpu-isa baseline: the gemm line names another path"
 BELAY_GEMM_BLOCKING=fixed "$belay" info | grep -q '^cpu gemm: .*(fixed: BELAY_GEMM_BLOCKING)' &&
