@@ -885,3 +885,25 @@ TEST_CASE("cpu batched gemm: operands that do not hold the batch are refused", "
   args.batch = 1;
   CHECK_THROWS_WITH(cpu_gemm(args), Catch::Contains("expected matrices"));
 }
+
+// ---------------------------------------------------------------------------------------
+// Host memory
+
+TEST_CASE("cpu host memory: blocks of 2 MiB and more start on a 2 MiB boundary (huge pages)", "[kernels][cpu]") {
+  const RawMemory raw = cpu().raw_memory();
+  for (const size_t bytes : {size_t{2} << 20, (size_t{2} << 20) + 4, size_t{9} << 20}) {
+    INFO(bytes << " bytes");
+    void* p = raw.alloc(bytes);
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20) == 0);
+    std::memset(p, 1, bytes);  // the whole block is usable
+    raw.free(p);
+  }
+  for (const size_t bytes : {size_t{4}, size_t{100}, (size_t{2} << 20) - 4}) {
+    INFO(bytes << " bytes");
+    void* p = raw.alloc(bytes);
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+    raw.free(p);
+  }
+}

@@ -77,6 +77,7 @@ fi
 "$belay" --cpu-isa avx2 info 2>/dev/null | grep -q 'where N fills it' && fail "avx2 reports a wide tile" ||
   pass "no wide tile off AVX-512"
 BELAY_GEMM_TILE=square expect_error "unknown BELAY_GEMM_TILE" 2 info
+BELAY_HUGE_PAGES=maybe expect_error "unknown BELAY_HUGE_PAGES" 2 train --steps 1
 "$belay" --cpu-isa baseline info | grep -q '^cpu gemm: baseline: MR 6 NR 8 KC ' && pass "gemm blocking of baseline" ||
   fail "--cpu-isa baseline: the gemm line names another path"
 BELAY_GEMM_BLOCKING=fixed "$belay" info | grep -q '^cpu gemm: .*(fixed: BELAY_GEMM_BLOCKING)' &&
