@@ -16,8 +16,12 @@
 // active path measured in the same run on the same threads (bench/fma_peak.cpp); and in bf16
 // as a bf16 step runs them (BF16 y and dX, FP32 dW), as a fraction of the path's BF16 limit
 // (TDPBF16PS tiles on amx, VDPBF16PS on avx512bf16, else the FMA peak) and over the fp32
-// product. The blocking the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them.
+// product. The blocking the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them,
+// and, alternately with each product on the AVX-512 paths, the other micro-tile (`wide_tile`), and
+// with each forward at 1024 tokens, the same product on 4 KiB pages (`pages`).
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "bench/fma_peak.h"
 #include "bench/sections.h"
@@ -139,6 +143,31 @@ Json wide_over_narrow(CpuIsa isa, const GemmArgs& op, int64_t n, int warm, int r
   return Json{{"wide_ms", wide.median_ms}, {"narrow_ms", narrow.median_ms}, {"ratio", wide.median_ms / narrow.median_ms}};
 }
 
+// The forward product of a layer (y = x w^T) on the backend's buffers (2 MiB pages where the
+// kernel gives them: kernels/cpu/cpu_backend.cpp) and on copies in plain std::vector storage
+// (4 KiB pages under THP's madvise mode), timed alternately: the huge pages' time over the
+// small pages'.
+Json huge_over_small_pages(CpuIsa isa, const Tensor& x, const Tensor& w, Tensor& y, int warm, int reps) {
+  const std::vector<float> xs = x.to_vector(), ws = w.to_vector();
+  std::vector<float> ys(static_cast<size_t>(y.numel()));
+  auto product = [&](const void* a, const void* b, float* c) {
+    GemmF32Args g;
+    g.a = a;
+    g.a_rows = x.dim(0);
+    g.a_cols = x.dim(1);
+    g.b = b;
+    g.b_rows = w.dim(0);
+    g.b_cols = w.dim(1);
+    g.trans_b = true;
+    g.c = c;
+    cpu_gemm_packed_direct(isa, g);
+  };
+  const auto [huge, small] = time_pair(warm, reps, [&] { product(x.data(), w.data(), y.data_as<float>()); },
+                                       [&] { product(xs.data(), ws.data(), ys.data()); });
+  require(std::memcmp(ys.data(), y.data(), ys.size() * 4) == 0, "gpt2 pages: the two buffers' products differ");
+  return Json{{"huge_ms", huge.median_ms}, {"small_ms", small.median_ms}, {"ratio", huge.median_ms / small.median_ms}};
+}
+
 Json bench_gpt2_shapes(const Options& o, double peak) {
   const Backend& be = backend_for(Device::cpu());
   const CpuIsa isa = active_cpu_isa();
@@ -169,6 +198,7 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
                                    {"gflops", g}, {"fraction_of_peak", g / peak},
                                    {"wide_tile", wide_over_narrow(isa, ops[i], shapes[i][1], warm, reps)}};
       }
+      if (m == 1024) entry["forward"]["pages"] = huge_over_small_pages(isa, x, w, y, warm, reps);
       check_product(x, false, w, true, y, std::string("gpt2 forward ") + l.name);
       check_product(dy, false, w, false, dx, std::string("gpt2 dX ") + l.name);
       check_product(dy, true, x, false, dw, std::string("gpt2 dW ") + l.name);
