@@ -88,10 +88,10 @@ constexpr int kNR = kNV * kW;
 // a Wide tile, 8 x 48: per k 3 vector loads and 8 broadcasts for 24 FMAs, where 12 x 32 takes
 // 2 and 12 (28 of the 32 zmm either way), and the A panel gives 32 bytes per k instead of 48;
 // its B panel, 36 KiB at KC 192, still fits a 48 KiB L1d. On the AMX Xeon (1 thread, CPU
-// time, alternating in one process, 2026-12-05) it ran GPT-2 small's 21 products 0.5-8%
-// faster (the sum 4.5%) and lost 5-15% where 48 does not divide N (N = 128, 512: the last
-// panel computes columns for nothing), so a product takes it where N fills its panels
-// (gemm_prefers_wide_tile). KC is the Narrow tile's on both, so are the bits: each output's
+// time, the two tiles alternately, 2026-12-05) GPT-2 small's products took 0.955-1.04 of the
+// 12 x 32 tile's time, median 0.97 (belay_bench --only gemm), and the default GPT's lost 5-15%
+// where 48 does not divide N (N = 128, 512: the last panel computes columns for nothing), so a
+// product takes it where N fills its panels (gemm_prefers_wide_tile). KC is the Narrow tile's on both, so are the bits: each output's
 // K products are summed in the same order whatever tile computes it (tested).
 template <int MR, int NV>
 struct TileShape {
