@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/env_switch.h"
 
 namespace belay {
 namespace {
@@ -21,12 +22,7 @@ namespace {
 // Xeon (1 thread, alternating in one process) GPT-2 small's products ran in 0.92-0.98 of the
 // time on 4 KiB pages (the 768 x 768 one 0.99). BELAY_HUGE_PAGES=off: plain 64-byte alignment.
 bool huge_pages() {
-  static const bool on = [] {
-    const char* v = std::getenv("BELAY_HUGE_PAGES");
-    if (!v || !*v || std::strcmp(v, "on") == 0) return true;
-    if (std::strcmp(v, "off") == 0) return false;
-    throw UsageError(std::string("BELAY_HUGE_PAGES=") + v + ": expected on or off");
-  }();
+  static const bool on = env_switch("BELAY_HUGE_PAGES", {"on", "off"}) == 0;
   return on;
 }
 

@@ -6,6 +6,7 @@
 
 #include "engine/backend_checks.h"
 #include "engine/error.h"
+#include "kernels/cpu/env_switch.h"
 #include "kernels/cpu/isa/gemm_f32.h"
 
 namespace belay {
@@ -51,24 +52,14 @@ GemmBlocking default_blocking(CpuIsa isa) {
 // BELAY_GEMM_BLOCKING=fixed: the compiled-in blocking of before the caches were read (the bench
 // compares both in one run); unset or "caches": the blocking of the caches read at start.
 bool fixed_blocking() {
-  static const bool fixed = [] {
-    const char* v = std::getenv("BELAY_GEMM_BLOCKING");
-    if (!v || !*v || std::strcmp(v, "caches") == 0) return false;
-    if (std::strcmp(v, "fixed") == 0) return true;
-    throw UsageError(std::string("BELAY_GEMM_BLOCKING=") + v + ": expected caches or fixed");
-  }();
+  static const bool fixed = env_switch("BELAY_GEMM_BLOCKING", {"caches", "fixed"}) == 1;
   return fixed;
 }
 
 // BELAY_GEMM_TILE=narrow: every product on the path's own micro-tile (the bench compares it with
 // the default in one run); unset or "auto": the AVX-512 paths' wide tile where N fills it.
 GemmTile tile_asked() {
-  static const GemmTile tile = [] {
-    const char* v = std::getenv("BELAY_GEMM_TILE");
-    if (!v || !*v || std::strcmp(v, "auto") == 0) return GemmTile::Auto;
-    if (std::strcmp(v, "narrow") == 0) return GemmTile::Narrow;
-    throw UsageError(std::string("BELAY_GEMM_TILE=") + v + ": expected auto or narrow");
-  }();
+  static const GemmTile tile = env_switch("BELAY_GEMM_TILE", {"auto", "narrow"}) == 1 ? GemmTile::Narrow : GemmTile::Auto;
   return tile;
 }
 

@@ -179,30 +179,42 @@ std::vector<float> product(PackedFn fn, const GemmBlocking& b, bool trans_b, int
   return c;
 }
 
+// Inputs past every block and tile edge: M = 301 (several MC blocks of 12 or 36; 25 x 12 + 1 and
+// 37 x 8 + 5 rows), N = 333 (10 x 32 + 13 and 6 x 48 + 45 columns), K = 1000 (KC blocks and a
+// short last one), uniform in [-1, 1].
+struct EdgeCase {
+  int64_t m = 301, n = 333, k = 1000;
+  std::vector<float> a, w, bias;
+  explicit EdgeCase(uint64_t seed) : a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)), bias(static_cast<size_t>(n)) {
+    Rng rng(seed);
+    for (float& x : a) x = rng.uniform(-1.0f, 1.0f);
+    for (float& x : w) x = rng.uniform(-1.0f, 1.0f);
+    for (float& x : bias) x = rng.uniform(-1.0f, 1.0f);
+  }
+  std::vector<float> run(PackedFn fn, const GemmBlocking& b, bool trans_b, GemmTile tile = GemmTile::Auto) const {
+    return product(fn, b, trans_b, m, n, k, a, w, bias, tile);
+  }
+};
+
+struct PackedPath {
+  CpuIsa isa;
+  PackedFn fn;
+};
+const PackedPath kPackedPaths[] = {{CpuIsa::Baseline, isa_baseline::gemm_packed},
+                                   {CpuIsa::Avx2, isa_avx2::gemm_packed},
+                                   {CpuIsa::Avx512, isa_avx512::gemm_packed},
+                                   {CpuIsa::Avx512Bf16, isa_avx512bf16::gemm_packed}};
+
 }  // namespace
 
 TEST_CASE("gemm blocking: MC and NC leave a product's bits alone, KC sets them", "[kernels][cpu][gemm][blocking]") {
-  // Past every block edge: M = 301 (several MC blocks of 12 or 36), N = 333, K = 1000.
-  const int64_t m = 301, n = 333, k = 1000;
-  Rng rng(2026);
-  std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)), bias(static_cast<size_t>(n));
-  for (float& x : a) x = rng.uniform(-1.0f, 1.0f);
-  for (float& x : w) x = rng.uniform(-1.0f, 1.0f);
-  for (float& x : bias) x = rng.uniform(-1.0f, 1.0f);
-  struct Path {
-    CpuIsa isa;
-    PackedFn fn;
-  };
-  const Path paths[] = {{CpuIsa::Baseline, isa_baseline::gemm_packed},
-                        {CpuIsa::Avx2, isa_avx2::gemm_packed},
-                        {CpuIsa::Avx512, isa_avx512::gemm_packed},
-                        {CpuIsa::Avx512Bf16, isa_avx512bf16::gemm_packed}};
-  for (const Path& p : paths)
+  const EdgeCase e(2026);
+  for (const PackedPath& p : kPackedPaths)
     for (const bool tb : {true, false}) {
       if (!cpu_isa_available(p.isa)) continue;
       INFO("path " << cpu_isa_name(p.isa) << (tb ? ", B transposed" : ", B as stored"));
       const GemmBlocking own = cpu_gemm_blocking(p.isa);
-      const std::vector<uint32_t> ref = bits_of(product(p.fn, own, tb, m, n, k, a, w, bias));
+      const std::vector<uint32_t> ref = bits_of(e.run(p.fn, own, tb));
       // The smallest blocks, odd multiples, and the blocking of another machine with the same KC.
       for (const auto& [mc, nc] : {std::pair<int, int>{own.mr, own.nr},
                                    {3 * own.mr, 5 * own.nr},
@@ -212,12 +224,12 @@ TEST_CASE("gemm blocking: MC and NC leave a product's bits alone, KC sets them",
         b.mc = mc;
         b.nc = nc;
         INFO("MC " << mc << " NC " << nc);
-        CHECK(bits_of(product(p.fn, b, tb, m, n, k, a, w, bias)) == ref);
+        CHECK(bits_of(e.run(p.fn, b, tb)) == ref);
       }
       // Another KC sums in other blocks: some bits differ (all equal would mean KC was ignored).
       GemmBlocking other = own;
       other.kc = own.kc / 2;
-      const std::vector<uint32_t> got = bits_of(product(p.fn, other, tb, m, n, k, a, w, bias));
+      const std::vector<uint32_t> got = bits_of(e.run(p.fn, other, tb));
       int differing = 0;
       for (size_t i = 0; i < got.size(); ++i) differing += got[i] != ref[i];
       INFO(differing << " of " << got.size() << " differ with KC " << other.kc);
@@ -266,29 +278,16 @@ TEST_CASE("gemm blocking: the wide tile where N fills its panels", "[kernels][cp
 }
 
 TEST_CASE("gemm blocking: the narrow and the wide micro-tile give the same bits", "[kernels][cpu][gemm][blocking]") {
-  // Past every edge of both tiles: M = 301 (25 x 12 + 1, 37 x 8 + 5), N = 333 (10 x 32 + 13,
-  // 6 x 48 + 45), K = 1000 (KC blocks and a short last one); with the bias, and accumulating.
-  const int64_t m = 301, n = 333, k = 1000;
-  Rng rng(7);
-  std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)), bias(static_cast<size_t>(n));
-  for (float& x : a) x = rng.uniform(-1.0f, 1.0f);
-  for (float& x : w) x = rng.uniform(-1.0f, 1.0f);
-  for (float& x : bias) x = rng.uniform(-1.0f, 1.0f);
-  struct Path {
-    CpuIsa isa;
-    PackedFn fn;
-  };
-  const Path paths[] = {{CpuIsa::Baseline, isa_baseline::gemm_packed},
-                        {CpuIsa::Avx2, isa_avx2::gemm_packed},
-                        {CpuIsa::Avx512, isa_avx512::gemm_packed},
-                        {CpuIsa::Avx512Bf16, isa_avx512bf16::gemm_packed}};
-  for (const Path& p : paths)
+  const EdgeCase e(7);  // past every edge of both tiles, with the bias
+  for (const PackedPath& p : kPackedPaths)
     for (const bool tb : {true, false}) {
       if (!cpu_isa_available(p.isa)) continue;
       INFO("path " << cpu_isa_name(p.isa) << (tb ? ", B transposed" : ", B as stored"));
       const GemmBlocking own = cpu_gemm_blocking(p.isa);
-      const std::vector<float> narrow = product(p.fn, own, tb, m, n, k, a, w, bias, GemmTile::Narrow);
-      CHECK(bits_of(product(p.fn, own, tb, m, n, k, a, w, bias, GemmTile::Wide)) == bits_of(narrow));
+      const std::vector<float> narrow = e.run(p.fn, own, tb, GemmTile::Narrow);
+      CHECK(bits_of(e.run(p.fn, own, tb, GemmTile::Wide)) == bits_of(narrow));
+      const int64_t m = e.m, n = e.n, k = e.k;
+      const std::vector<float>& a = e.a, &w = e.w, &bias = e.bias;
       // And against the FP64 product (every 37th row): the tiles computed it, so equal bits
       // cannot come from two tiles that skipped the same work.
       std::vector<float> got;
