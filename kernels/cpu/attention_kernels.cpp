@@ -6,8 +6,10 @@
 // docs/attention.md says what is kept and why.
 //
 // Memory: the scores exist a tile at a time (kQueryRows x kAttnKeys floats, in L1). Each
-// thread widens the item it works on (K^T, V, and for the backward Q, dO, K rows) into FP32
-// buffers of O(T d); the outputs are out and one FP32 lse per query row. Nothing is O(T^2).
+// thread transposes the item it works on (K^T, and V^T for the backward) into FP32 buffers of
+// O(T d), and reads its Q, K, V and dO rows in place where they are FP32 with a head dim of whole
+// vectors, else widened into such buffers (item_rows); the outputs are out and one FP32 lse per
+// query row. Nothing is O(T^2).
 //
 // Determinism: every output element is computed by one thread in a fixed order (key tiles in
 // order, rows in order), so the bits do not depend on the thread count. The forward splits the
@@ -53,22 +55,43 @@ void widen_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_
   }
 }
 
-// rows [n, dp] transposed a tile at a time: tile t is [d, kAttnKeys] (key t kAttnKeys + j in
+// FP32 rows as the tiles read them: row r at p + r ld, dp floats each (zero past d).
+struct Rows {
+  const float* p = nullptr;
+  int64_t ld = 0;
+  const float* row(int64_t r) const { return p + r * ld; }
+};
+
+// rows x d elements of an operand from element `offset` (rows ld apart) as Rows: in place where
+// the tensor is FP32 and d a whole number of vectors (d = dp: heads of 16, 32, 64, 128), else
+// widened into buf. In place, the copies' memcpy of 128 bytes a row (a head of 32) are gone: 2%
+// of the default GPT's fp32 step's samples (perf, 1 thread).
+Rows item_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_t ld, int64_t dp, std::vector<float>& buf) {
+  if (t.dtype() == DType::F32 && d == dp) return Rows{t.data_as<float>() + offset, ld};
+  buf.resize(static_cast<size_t>(rows * dp));
+  widen_rows(t, offset, rows, d, ld, dp, buf.data());
+  return Rows{buf.data(), dp};
+}
+
+// n rows transposed a tile at a time: tile t is [d, kAttnKeys] (key t kAttnKeys + j in
 // column j), contiguous, the tiles one after another; keys past n are zero. Tile-major, not one
 // [d, n] matrix: a tile's d rows 4 KiB apart (n = 1024) would all fall into the same few L1
 // sets and evict each other on every pass of dot_tile.
-void transpose_tiles(const float* rows, int64_t n, int64_t d, int64_t dp, float* out) {
+void transpose_tiles(const Rows& rows, int64_t n, int64_t d, float* out) {
   std::fill(out, out + key_tiles(n) * kAttnKeys * d, 0.0f);
   for (int64_t j = 0; j < n; ++j) {
     float* tile = out + j / kAttnKeys * kAttnKeys * d;
-    for (int64_t c = 0; c < d; ++c) tile[c * kAttnKeys + j % kAttnKeys] = rows[j * dp + c];
+    const float* row = rows.row(j);
+    for (int64_t c = 0; c < d; ++c) tile[c * kAttnKeys + j % kAttnKeys] = row[c];
   }
 }
 
-// One item's operands in FP32 as the tiles read them (a thread's buffers, reused).
+// One item's operands in FP32 as the tiles read them: Rows of Q, dO, K and V (in place, or in
+// the thread's buffers, reused), K^T and V^T tiles.
 struct ItemBuffers {
   int64_t item = -1;
   std::vector<float> q, dout, k, v, kt, vt;
+  Rows qr, gr, kr, vr;
 };
 
 static_assert(kQueryRows <= kAttnMaxRows, "a block's softmax is one online_softmax_rows");
@@ -78,20 +101,20 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
                    int64_t rows, ItemBuffers& b, Tensor& out, Tensor& lse) {
   const AttentionTiles& t = attention_tiles();
   const int64_t d = dims.d, dp = padded(d);
-  std::vector<float> qf(static_cast<size_t>(rows * dp)), o(static_cast<size_t>(rows * dp), 0.0f);
+  std::vector<float> qf, o(static_cast<size_t>(rows * dp), 0.0f);
   std::vector<float> s(static_cast<size_t>(rows * kAttnKeys));
   std::vector<float> m(static_cast<size_t>(rows), kNegInf), l(static_cast<size_t>(rows), 0.0f);
-  widen_rows(q, dims.row_at(item, i0, dims.tq), rows, d, dims.ld(), dp, qf.data());
+  const Rows qr = item_rows(q, dims.row_at(item, i0, dims.tq), rows, d, dims.ld(), dp, qf);
   const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
     const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
-    t.dot_tile(qf.data(), dp, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
+    t.dot_tile(qr.p, qr.ld, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
     int64_t vis[kQueryRows];  // keys of the tile each row sees (0: none, its scores become 0)
     for (int64_t r = 0; r < rows; ++r) vis[r] = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
     // The block's rows in one call: on avx512 the tile's max and sum take a few vector steps
     // where a row at a time ran a chain of dependent scalar operations (the same results).
     t.online_softmax_rows(s.data(), vis, rows, scale, m.data(), l.data(), o.data(), dp, dp);
-    t.weigh_rows(s.data(), rows, keys, b.v.data() + j0 * dp, dp, dp, o.data(), dp);
+    t.weigh_rows(s.data(), rows, keys, b.vr.row(j0), b.vr.ld, dp, o.data(), dp);
   }
   finish_rows(o.data(), dp, m.data(), l.data(), dims, item, i0, rows, out, lse);
 }
@@ -99,12 +122,10 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
 // K^T and V of one item into b (once per item a thread meets).
 void load_keys(const Tensor& k, const Tensor& v, const AttentionDims& dims, int64_t item, ItemBuffers& b) {
   const int64_t d = dims.d, dp = padded(d), ldk = key_tiles(dims.tk) * kAttnKeys;
-  b.k.resize(static_cast<size_t>(dims.tk * dp));
-  b.v.resize(static_cast<size_t>(ldk * dp));
   b.kt.resize(static_cast<size_t>(d * ldk));
-  widen_rows(k, dims.row_at(item, 0, dims.tk), dims.tk, d, dims.ld(), dp, b.k.data());
-  widen_rows(v, dims.row_at(item, 0, dims.tk), dims.tk, d, dims.ld(), dp, b.v.data());
-  transpose_tiles(b.k.data(), dims.tk, d, dp, b.kt.data());
+  b.kr = item_rows(k, dims.row_at(item, 0, dims.tk), dims.tk, d, dims.ld(), dp, b.k);
+  b.vr = item_rows(v, dims.row_at(item, 0, dims.tk), dims.tk, d, dims.ld(), dp, b.v);
+  transpose_tiles(b.kr, dims.tk, d, b.kt.data());
   b.item = item;
 }
 
@@ -137,11 +158,9 @@ void load_backward_item(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int64_t d = dims.d, dp = padded(d), ldk = key_tiles(dims.tk) * kAttnKeys;
   load_keys(k, v, dims, item, b);
   b.vt.resize(static_cast<size_t>(d * ldk));
-  transpose_tiles(b.v.data(), dims.tk, d, dp, b.vt.data());
-  b.q.resize(static_cast<size_t>(dims.tq * dp));
-  b.dout.resize(static_cast<size_t>(dims.tq * dp));
-  widen_rows(q, dims.row_at(item, 0, dims.tq), dims.tq, d, dims.ld(), dp, b.q.data());
-  widen_rows(dout, dims.row_at(item, 0, dims.tq), dims.tq, d, dims.ld(), dp, b.dout.data());
+  transpose_tiles(b.vr, dims.tk, d, b.vt.data());
+  b.qr = item_rows(q, dims.row_at(item, 0, dims.tq), dims.tq, d, dims.ld(), dp, b.q);
+  b.gr = item_rows(dout, dims.row_at(item, 0, dims.tq), dims.tq, d, dims.ld(), dp, b.dout);
   output_dots(out, dout, dims, item, dsum);
 }
 
@@ -157,14 +176,14 @@ void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int
   std::fill(dv, dv + kAttnKeys * dp, 0.0f);
   for (int64_t i0 = mask.first_query(j0); i0 < dims.tq; i0 += kQueryRows) {
     const int64_t rows = std::min(kQueryRows, dims.tq - i0);
-    const float* qb = b.q.data() + i0 * dp;
-    const float* gb = b.dout.data() + i0 * dp;
-    t.dot_tile(qb, dp, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
-    t.dot_tile(gb, dp, rows, b.vt.data() + j0 * d, kAttnKeys, d, dpv.data());
+    const float* qb = b.qr.row(i0);
+    const float* gb = b.gr.row(i0);
+    t.dot_tile(qb, b.qr.ld, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
+    t.dot_tile(gb, b.gr.ld, rows, b.vt.data() + j0 * d, kAttnKeys, d, dpv.data());
     probabilities_block(s.data(), dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), t);
-    t.weigh_cols(s.data(), rows, keys, gb, dp, dp, dv, dp);    // dV += P^T dO
-    t.weigh_cols(dpv.data(), rows, keys, qb, dp, dp, dk, dp);  // dK += dS^T Q
-    t.weigh_rows(dpv.data(), rows, keys, b.k.data() + j0 * dp, dp, dp, dq.data() + i0 * dp, dp);  // dQ += dS K
+    t.weigh_cols(s.data(), rows, keys, gb, b.gr.ld, dp, dv, dp);    // dV += P^T dO
+    t.weigh_cols(dpv.data(), rows, keys, qb, b.qr.ld, dp, dk, dp);  // dK += dS^T Q
+    t.weigh_rows(dpv.data(), rows, keys, b.kr.row(j0), b.kr.ld, dp, dq.data() + i0 * dp, dp);  // dQ += dS K
   }
 }
 

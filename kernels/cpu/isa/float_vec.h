@@ -6,6 +6,8 @@
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/float_vec.h is for the files isa.cmake builds once per ISA"
 #endif
+#include <immintrin.h>
+
 #include <cstdint>
 
 namespace belay::BELAY_ISA_NS {
@@ -22,6 +24,17 @@ typedef float VecInMemory __attribute__((vector_size(kVecWidth * 4), aligned(4),
 
 inline Vec vload(const float* p) { return *reinterpret_cast<const VecInMemory*>(p); }  // one unaligned load
 inline void vstore(float* p, Vec v) { *reinterpret_cast<VecInMemory*>(p) = v; }
-inline Vec vsplat(float x) { return Vec{} + x; }
+// Every lane x: one broadcast. (Written as Vec{} + x it was an add of +0 first, which GCC must
+// keep, since it turns -0 into +0: a scalar add and a broadcast on the FMA ports, where the
+// attention tiles' loops are bound.)
+inline Vec vsplat(float x) {
+#if defined(BELAY_ISA_avx512)
+  return reinterpret_cast<Vec>(_mm512_set1_ps(x));
+#elif defined(BELAY_ISA_avx2)
+  return reinterpret_cast<Vec>(_mm256_set1_ps(x));
+#else
+  return reinterpret_cast<Vec>(_mm_set1_ps(x));
+#endif
+}
 
 }  // namespace belay::BELAY_ISA_NS
