@@ -50,6 +50,9 @@ this test fails on that path (3.19e-2 after the FP32 classifier of stop 46; avx5
 passes there). At step 0 (the same weights and batch) the norms agree to 4.2e-5
 (amx) and 4.1e-5 (avx512bf16), and the same steps (42, 51-53) are the worst on both paths: the
 runs' drift, which the norm feels more than the loss, as with FP16 below. Reported, not widened.
+Measured 2026-12-05 (6a94685, the same Xeon, amx): BF16 loss 7.1e-4, pre-clip norm 2.91e-2, within
+its bound now (not bisected); FP32 2.4e-7 / 4.1e-6; FP16 loss 1.4e-4, pre-clip norm 1.1e-2 (not
+bounded). Run with torch imported before belay (belay's NCCL loaded first breaks `import torch`).
 
 Why lr 1e-3 (the first run used 3e-3, with these same bounds): at 3e-3 this model's
 gradient norm spikes to ~29 at step 14 (an unstable step), and from there the two FP32 runs
