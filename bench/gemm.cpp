@@ -117,19 +117,27 @@ Json gpt2_bf16_products(const Tensor& x, const Tensor& w, const Tensor& dy, Tens
   return out;
 }
 
+// The FP32 product C = op(A) op(B) on the values at a, b and c, laid out as the matrices
+// `as_a` and `as_b` are (their data may be elsewhere: a copy in other memory).
+GemmF32Args f32_product(const void* a, const Tensor& as_a, bool ta, const void* b, const Tensor& as_b, bool tb,
+                        float* c) {
+  GemmF32Args g;
+  g.a = a;
+  g.a_rows = as_a.dim(0);
+  g.a_cols = as_a.dim(1);
+  g.trans_a = ta;
+  g.b = b;
+  g.b_rows = as_b.dim(0);
+  g.b_cols = as_b.dim(1);
+  g.trans_b = tb;
+  g.c = c;
+  return g;
+}
+
 // An FP32 product of the backend's form on the packed path's micro-tile `tile` (the bench's
 // own control: the backend leaves the tile to N).
 void packed_on_tile(CpuIsa isa, const GemmArgs& op, GemmTile tile) {
-  GemmF32Args g;
-  g.a = op.a->data();
-  g.a_rows = op.a->dim(0);
-  g.a_cols = op.a->dim(1);
-  g.trans_a = op.trans_a;
-  g.b = op.b->data();
-  g.b_rows = op.b->dim(0);
-  g.b_cols = op.b->dim(1);
-  g.trans_b = op.trans_b;
-  g.c = op.c->data_as<float>();
+  GemmF32Args g = f32_product(op.a->data(), *op.a, op.trans_a, op.b->data(), *op.b, op.trans_b, op.c->data_as<float>());
   g.tile = tile;
   cpu_gemm_packed_direct(isa, g);
 }
@@ -151,16 +159,7 @@ Json huge_over_small_pages(CpuIsa isa, const Tensor& x, const Tensor& w, Tensor&
   const std::vector<float> xs = x.to_vector(), ws = w.to_vector();
   std::vector<float> ys(static_cast<size_t>(y.numel()));
   auto product = [&](const void* a, const void* b, float* c) {
-    GemmF32Args g;
-    g.a = a;
-    g.a_rows = x.dim(0);
-    g.a_cols = x.dim(1);
-    g.b = b;
-    g.b_rows = w.dim(0);
-    g.b_cols = w.dim(1);
-    g.trans_b = true;
-    g.c = c;
-    cpu_gemm_packed_direct(isa, g);
+    cpu_gemm_packed_direct(isa, f32_product(a, x, false, b, w, true, c));
   };
   const auto [huge, small] = time_pair(warm, reps, [&] { product(x.data(), w.data(), y.data_as<float>()); },
                                        [&] { product(xs.data(), ws.data(), ys.data()); });
@@ -235,16 +234,7 @@ Json bench_gemm(const Options& o) {
     const CpuIsa isa = active_cpu_isa();
     Tensor ey = Tensor::empty(Shape{batch, n}), edx = Tensor::empty(Shape{batch, n}), edw = Tensor::empty(Shape{n, n});
     auto direct = [&](const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, const Tensor* bias_t) {
-      GemmF32Args g;
-      g.a = a.data_as<float>();
-      g.a_rows = a.dim(0);
-      g.a_cols = a.dim(1);
-      g.trans_a = ta;
-      g.b = b.data_as<float>();
-      g.b_rows = b.dim(0);
-      g.b_cols = b.dim(1);
-      g.trans_b = tb;
-      g.c = c.data_as<float>();
+      GemmF32Args g = f32_product(a.data_as<float>(), a, ta, b.data_as<float>(), b, tb, c.data_as<float>());
       g.bias = bias_t ? bias_t->data_as<float>() : nullptr;
       cpu_gemm_f32_direct(isa, g);
     };

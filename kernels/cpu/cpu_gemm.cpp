@@ -1,7 +1,5 @@
 #include "kernels/cpu/cpu_gemm.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <iterator>
 
 #include "engine/backend_checks.h"
@@ -185,7 +183,9 @@ std::string cpu_gemm_blocking_report(CpuIsa isa) {
   return std::string(cpu_isa_name(isa)) + (isa == CpuIsa::Amx ? " (fp32/fp16 products)" : "") + ": MR " + std::to_string(b.mr) + " NR " + std::to_string(b.nr) + " KC " +
          std::to_string(b.kc) + " MC " + std::to_string(b.mc) + " NC " + std::to_string(b.nc) +
          (fixed_blocking() ? " (fixed: BELAY_GEMM_BLOCKING)" : "") +
-         (isa >= CpuIsa::Avx512 && tile_asked() == GemmTile::Auto ? "; MR 8 NR 48 where N fills it" : "");
+         (isa >= CpuIsa::Avx512 && tile_asked() == GemmTile::Auto
+              ? "; MR " + std::to_string(kGemmWideMr) + " NR " + std::to_string(kGemmWideNr) + " where N fills it"
+              : "");
 }
 
 std::string cpu_gemm_line() {
