@@ -145,7 +145,7 @@ void packed_on_tile(CpuIsa isa, const GemmArgs& op, GemmTile tile) {
 // Where the product takes the wide tile (AVX-512 paths, N filling its panels), the path's own
 // tile beside it, timed alternately: the wide tile's time over the narrow one's.
 Json wide_over_narrow(CpuIsa isa, const GemmArgs& op, int64_t n, int warm, int reps) {
-  if (isa < CpuIsa::Avx512 || !gemm_prefers_wide_tile(n, kGemmWideNr)) return nullptr;
+  if (!cpu_gemm_has_wide_tile(isa) || !gemm_prefers_wide_tile(n, kGemmWideNr)) return nullptr;
   const auto [wide, narrow] = time_pair(warm, reps, [&] { packed_on_tile(isa, op, GemmTile::Wide); },
                                         [&] { packed_on_tile(isa, op, GemmTile::Narrow); });
   return Json{{"wide_ms", wide.median_ms}, {"narrow_ms", narrow.median_ms}, {"ratio", wide.median_ms / narrow.median_ms}};

@@ -176,6 +176,8 @@ std::string cpu_caches_report() {
          ", L3 " + size(c.l3) + shared(c.l3_shared_by) + ", " + std::to_string(c.cores) + " CPUs (" + c.source + ")";
 }
 
+bool cpu_gemm_has_wide_tile(CpuIsa isa) { return isa >= CpuIsa::Avx512; }
+
 std::string cpu_gemm_blocking_report(CpuIsa isa) {
   const GemmBlocking b = cpu_gemm_blocking(isa);
   // amx: its BF16 x BF16 products run on tiles (gemm_amx.cpp, blocked on its own); this is the
@@ -183,7 +185,7 @@ std::string cpu_gemm_blocking_report(CpuIsa isa) {
   return std::string(cpu_isa_name(isa)) + (isa == CpuIsa::Amx ? " (fp32/fp16 products)" : "") + ": MR " + std::to_string(b.mr) + " NR " + std::to_string(b.nr) + " KC " +
          std::to_string(b.kc) + " MC " + std::to_string(b.mc) + " NC " + std::to_string(b.nc) +
          (fixed_blocking() ? " (fixed: BELAY_GEMM_BLOCKING)" : "") +
-         (isa >= CpuIsa::Avx512 && tile_asked() == GemmTile::Auto
+         (cpu_gemm_has_wide_tile(isa) && tile_asked() == GemmTile::Auto
               ? "; MR " + std::to_string(kGemmWideMr) + " NR " + std::to_string(kGemmWideNr) + " where N fills it"
               : "");
 }
