@@ -82,12 +82,15 @@ Rows item_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_t
 // Four keys by four columns at a time (SSE, every path: bit moves only), the rest one by one.
 // One float at a time, K's and V's transposes were 1.7% of the default GPT's fp32 step (Zen 4,
 // perf, 1 thread), most of it the loads' wait for rows not yet in the cache.
+constexpr int64_t kPrefetchRows = 8;  // the rows this far ahead are asked for, a line at a time
 void transpose_tiles(const Rows& rows, int64_t n, int64_t d, float* out) {
   std::fill(out, out + key_tiles(n) * kAttnKeys * d, 0.0f);
   const int64_t n4 = n / 4 * 4, d4 = d / 4 * 4;  // kAttnKeys is a multiple of 4: a quad stays in its tile
   for (int64_t j = 0; j < n4; j += 4) {
     float* tile = out + j / kAttnKeys * kAttnKeys * d + j % kAttnKeys;
     const float* r[4] = {rows.row(j), rows.row(j + 1), rows.row(j + 2), rows.row(j + 3)};
+    for (int64_t q = j + kPrefetchRows; q < std::min(n, j + kPrefetchRows + 4); ++q)
+      for (int64_t c = 0; c < d; c += 16) _mm_prefetch(reinterpret_cast<const char*>(rows.row(q) + c), _MM_HINT_T0);
     for (int64_t c = 0; c < d4; c += 4) {
       __m128 x0 = _mm_loadu_ps(r[0] + c), x1 = _mm_loadu_ps(r[1] + c);
       __m128 x2 = _mm_loadu_ps(r[2] + c), x3 = _mm_loadu_ps(r[3] + c);
