@@ -131,14 +131,14 @@ void forward_block(const Tensor& q, const AttentionDims& dims, const Mask& mask,
   const Rows qr = item_rows(q, dims.row_at(item, i0, dims.tq), rows, d, dims.ld(), dp, qf);
   const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
-    const int64_t keys = std::min(kAttnKeys, dims.tk - j0);
-    t.dot_tile(qr.p, qr.ld, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
+    const int64_t keys = std::min(kAttnKeys, dims.tk - j0), span = std::min(keys, last - j0);
+    t.dot_tile(qr.p, qr.ld, rows, b.kt.data() + j0 * d, kAttnKeys, d, span, s.data());
     int64_t vis[kQueryRows];  // keys of the tile each row sees (0: none, its scores become 0)
     for (int64_t r = 0; r < rows; ++r) vis[r] = std::clamp<int64_t>(mask.visible(i0 + r) - j0, 0, keys);
     // The block's rows in one call: on avx512 the tile's max and sum take a few vector steps
     // where a row at a time ran a chain of dependent scalar operations (the same results).
     t.online_softmax_rows(s.data(), vis, rows, scale, m.data(), l.data(), o.data(), dp, dp);
-    t.weigh_rows(s.data(), rows, keys, b.vr.row(j0), b.vr.ld, dp, o.data(), dp);
+    t.weigh_rows(s.data(), rows, span, b.vr.row(j0), b.vr.ld, dp, o.data(), dp);
   }
   finish_rows(o.data(), dp, m.data(), l.data(), dims, item, i0, rows, out, lse);
 }
@@ -200,14 +200,18 @@ void backward_tile(const AttentionDims& dims, const Mask& mask, float scale, int
   std::fill(dv, dv + kAttnKeys * dp, 0.0f);
   for (int64_t i0 = mask.first_query(j0); i0 < dims.tq; i0 += kQueryRows) {
     const int64_t rows = std::min(kQueryRows, dims.tq - i0);
+    // The tile's keys some row of the block sees: the products stop there (P and dS are 0 past
+    // it, so the sums are the same).
+    const int64_t span = std::clamp<int64_t>(mask.visible(i0 + rows - 1) - j0, 0, keys);
+    if (span == 0) continue;
     const float* qb = b.qr.row(i0);
     const float* gb = b.gr.row(i0);
-    t.dot_tile(qb, b.qr.ld, rows, b.kt.data() + j0 * d, kAttnKeys, d, s.data());
-    t.dot_tile(gb, b.gr.ld, rows, b.vt.data() + j0 * d, kAttnKeys, d, dpv.data());
+    t.dot_tile(qb, b.qr.ld, rows, b.kt.data() + j0 * d, kAttnKeys, d, span, s.data());
+    t.dot_tile(gb, b.gr.ld, rows, b.vt.data() + j0 * d, kAttnKeys, d, span, dpv.data());
     probabilities_block(s.data(), dpv.data(), i0, rows, j0, keys, scale, mask, lse, dsum.data(), t);
-    t.weigh_cols(s.data(), rows, keys, gb, b.gr.ld, dp, dv, dp);    // dV += P^T dO
-    t.weigh_cols(dpv.data(), rows, keys, qb, b.qr.ld, dp, dk, dp);  // dK += dS^T Q
-    t.weigh_rows(dpv.data(), rows, keys, b.kr.row(j0), b.kr.ld, dp, dq.data() + i0 * dp, dp);  // dQ += dS K
+    t.weigh_cols(s.data(), rows, span, gb, b.gr.ld, dp, dv, dp);    // dV += P^T dO
+    t.weigh_cols(dpv.data(), rows, span, qb, b.qr.ld, dp, dk, dp);  // dK += dS^T Q
+    t.weigh_rows(dpv.data(), rows, span, b.kr.row(j0), b.kr.ld, dp, dq.data() + i0 * dp, dp);  // dQ += dS K
   }
 }
 

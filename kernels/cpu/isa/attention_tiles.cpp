@@ -42,34 +42,48 @@ constexpr int kColVecs = 4;
 constexpr int64_t kColChunk = kColVecs * kLanes;
 static_assert(kAttnKeys % kColChunk == 0 && kAttnPad % kLanes == 0, "whole chunks");
 
-// Scores of R rows against one tile (s = a bt), kColChunk keys at a time.
-template <int R>
-void dot_block(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t d, float* s) {
-  for (int64_t j = 0; j < kAttnKeys; j += kColChunk) {
-    Vec acc[R][kColVecs] = {};
-    for (int64_t c = 0; c < d; ++c) {
-      const float* b = bt + c * ldb + j;
-      Vec bv[kColVecs];
+// Scores of R rows against V vectors of a tile's keys from column j (s = a bt there).
+template <int R, int V>
+void dot_block(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t d, int64_t j, float* s) {
+  Vec acc[R][V] = {};
+  for (int64_t c = 0; c < d; ++c) {
+    const float* b = bt + c * ldb + j;
+    Vec bv[V];
 #pragma GCC unroll 4
-      for (int v = 0; v < kColVecs; ++v) bv[v] = vload(b + v * kLanes);
+    for (int v = 0; v < V; ++v) bv[v] = vload(b + v * kLanes);
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const Vec x = vsplat(a[r * lda + c]);
+    for (int r = 0; r < R; ++r) {
+      const Vec x = vsplat(a[r * lda + c]);
 #pragma GCC unroll 4
-        for (int v = 0; v < kColVecs; ++v) acc[r][v] = vfma(x, bv[v], acc[r][v]);
-      }
+      for (int v = 0; v < V; ++v) acc[r][v] = vfma(x, bv[v], acc[r][v]);
     }
+  }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (int v = 0; v < kColVecs; ++v) vstore(s + r * kAttnKeys + j + v * kLanes, acc[r][v]);
+    for (int v = 0; v < V; ++v) vstore(s + r * kAttnKeys + j + v * kLanes, acc[r][v]);
+}
+
+// R rows' scores against the tile's first `cols` keys, rounded up to whole vectors: whole
+// chunks of kColVecs vectors, then the 1 to kColVecs - 1 left in one pass.
+template <int R>
+void dot_rows(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t d, int64_t cols, float* s) {
+  const int64_t vecs = (cols + kLanes - 1) / kLanes;
+  int64_t j = 0;
+  for (; j + kColChunk <= vecs * kLanes; j += kColChunk) dot_block<R, kColVecs>(a, lda, bt, ldb, d, j, s);
+  switch (vecs - j / kLanes) {
+    case 3: dot_block<R, 3>(a, lda, bt, ldb, d, j, s); break;
+    case 2: dot_block<R, 2>(a, lda, bt, ldb, d, j, s); break;
+    case 1: dot_block<R, 1>(a, lda, bt, ldb, d, j, s); break;
+    default: break;
   }
 }
 
-void dot_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t ldb, int64_t d, float* s) {
+void dot_tile(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t ldb, int64_t d, int64_t cols,
+              float* s) {
   int64_t r = 0;
-  for (; r + kRowBlock <= rows; r += kRowBlock) dot_block<kRowBlock>(a + r * lda, lda, bt, ldb, d, s + r * kAttnKeys);
-  for (; r < rows; ++r) dot_block<1>(a + r * lda, lda, bt, ldb, d, s + r * kAttnKeys);
+  for (; r + kRowBlock <= rows; r += kRowBlock) dot_rows<kRowBlock>(a + r * lda, lda, bt, ldb, d, cols, s + r * kAttnKeys);
+  for (; r < rows; ++r) dot_rows<1>(a + r * lda, lda, bt, ldb, d, cols, s + r * kAttnKeys);
 }
 
 // out[i] += sum over t < terms of w[i wi + t wt] x[t] for R output rows i, over V vectors of

@@ -28,9 +28,12 @@ constexpr int64_t kAttnMaxRows = 32;  // rows of one online_softmax_rows call, a
 
 struct AttentionTiles {
   // s[r * kAttnKeys + j] = sum over c < d of a[r * lda + c] * bt[c * ldb + j], for r < rows
-  // and j < kAttnKeys: a row block against a tile stored transposed ([d, keys], key j in
-  // column j). The scores q k^T (bt = K^T) and the backward's dO v^T (bt = V^T).
-  void (*dot_tile)(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t ldb, int64_t d, float* s);
+  // and j < cols rounded up to whole vectors (the rest of each row of s left as it was): a row
+  // block against a tile stored transposed ([d, keys], key j in column j). The scores q k^T
+  // (bt = K^T) and the backward's dO v^T (bt = V^T); cols < kAttnKeys where the block sees
+  // only the tile's first keys (causal).
+  void (*dot_tile)(const float* a, int64_t lda, int64_t rows, const float* bt, int64_t ldb, int64_t d, int64_t cols,
+                   float* s);
   // out[r * ldo + c] += sum over j < keys of w[r * kAttnKeys + j] * x[j * ldx + c], for
   // r < rows, c < dp (a multiple of kAttnPad): P V in the forward, dS K for dQ.
   void (*weigh_rows)(const float* w, int64_t rows, int64_t keys, const float* x, int64_t ldx, int64_t dp, float* out,
