@@ -183,6 +183,17 @@ struct View {
   int64_t at(int64_t r, int64_t k) const { return r_contiguous ? k * ld + r : r * ld + k; }
 };
 
+// P floats from src to d: whole vectors, then SSE quads. An A panel (MR = 6, 8 or 12) is not a
+// multiple of the vector (4, 8, 16), and a vector past P would write into the next k's entries
+// and, at the end of the block, past the buffer (ASan caught it in the bench's dW, M = 288).
+template <int P>
+inline void copy_entries(float* d, const float* src) {
+  int r = 0;
+  for (; r + kW <= P; r += kW) vstoreu(d + r, vloadu(src + r));
+  for (; r + 4 <= P; r += 4) _mm_storeu_ps(d + r, _mm_loadu_ps(src + r));
+  for (; r < P; ++r) d[r] = src[r];
+}
+
 // Packs rows [r0, r0 + rows) x k in [k0, k0 + kc) of v as one panel P rows tall:
 // dst[k * P + r], rows past `rows` zero (so edge tiles run the full microkernel).
 // `scratch` holds P x kKCMax floats.
@@ -193,14 +204,7 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
       float* d = dst + static_cast<int64_t>(k) * P;
       const int64_t at = v.at(r0, k0 + k);
       if (v.type == GemmElem::F32 && rows == P) {
-        // Whole vectors, then SSE quads: an A panel (MR = 6 or 12) is not a multiple of the
-        // vector (4, 8, 16), and a vector past P would write into the next k's entries and,
-        // at the end of the block, past the buffer (ASan caught it in the bench's dW, M = 288).
-        const float* src = static_cast<const float*>(v.data) + at;
-        int r = 0;
-        for (; r + kW <= P; r += kW) vstoreu(d + r, vloadu(src + r));
-        for (; r + 4 <= P; r += 4) _mm_storeu_ps(d + r, _mm_loadu_ps(src + r));
-        for (; r < P; ++r) d[r] = src[r];
+        copy_entries<P>(d, static_cast<const float*>(v.data) + at);
         continue;
       }
       widen_run(v.data, v.type, at, rows, d);
@@ -581,8 +585,20 @@ struct F32Panels {
   using Entry = float;
   static int64_t block_k(int kc) { return kc; }  // k per block
   static int depth(int kc) { return kc; }
-  static void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* dst, float* scratch) {
-    pack_panel<T::kMR>(v, r0, rows, k0, kc, dst, scratch);
+  // The MC x KC block of op(A) from row ic as MR-tall panels. An FP32 op(A) whose rows are
+  // adjacent in memory (a transposed A: dY^T in the dW product) is read a k at a time across all
+  // the full panels, one contiguous run of their rows per k, as pack_b reads an untransposed B.
+  // Panel by panel, each k's MR floats came from another line of a stored row kc rows long, a
+  // stream per k the hardware prefetcher did not follow.
+  static void pack_a_block(const View& v, int64_t ic, int64_t mc, int64_t k0, int kc, float* dst, float* scratch) {
+    constexpr int kMR = T::kMR;
+    const int64_t full = v.r_contiguous && v.type == GemmElem::F32 ? mc / kMR * kMR : 0;
+    for (int k = 0; k < kc && full > 0; ++k) {
+      const float* src = static_cast<const float*>(v.data) + v.at(ic, k0 + k);
+      for (int64_t ir = 0; ir < full; ir += kMR) copy_entries<kMR>(dst + ir * kc + static_cast<int64_t>(k) * kMR, src + ir);
+    }
+    for (int64_t ir = full; ir < mc; ir += kMR)
+      pack_panel<kMR>(v, ic + ir, static_cast<int>(min64(kMR, mc - ir)), k0, kc, dst + ir * kc, scratch);
   }
   static void pack_b(const View& v, int64_t jc, int64_t nc, int64_t pc, int kc, float* dst, float* scratch) {
     belay::BELAY_ISA_NS::pack_b<T::kNR>(v, jc, nc, pc, kc, dst, scratch);
@@ -601,8 +617,9 @@ struct PairPanels {
   using Entry = uint32_t;
   static int64_t block_k(int kc) { return 2 * static_cast<int64_t>(kc); }  // kc pairs
   static int depth(int kc) { return (kc + 1) / 2; }
-  static void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, uint32_t* dst, float*) {
-    pack_pairs<kMR>(v, r0, rows, k0, kc, dst);
+  static void pack_a_block(const View& v, int64_t ic, int64_t mc, int64_t k0, int kc, uint32_t* dst, float*) {
+    for (int64_t ir = 0; ir < mc; ir += kMR)
+      pack_pairs<kMR>(v, ic + ir, static_cast<int>(min64(kMR, mc - ir)), k0, kc, dst + ir * depth(kc));
   }
   static void pack_b(const View& v, int64_t jc, int64_t nc, int64_t pc, int kc, uint32_t* dst, float*) {
     pack_b_pairs(v, jc, nc, pc, kc, dst);
@@ -643,8 +660,7 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
       if (!by_panel) Panels::pack_b(bv, jc, nc, pc, kc, b_buf, buf.scratch);
       for (int64_t ic = m0; ic < m1; ic += bl.mc) {
         const int64_t mc = min64(bl.mc, m1 - ic);
-        for (int64_t ir = 0; ir < mc; ir += kMR)
-          Panels::pack_a(av, ic + ir, static_cast<int>(min64(kMR, mc - ir)), pc, kc, a_buf + ir * depth, buf.scratch);
+        Panels::pack_a_block(av, ic, mc, pc, kc, a_buf, buf.scratch);
         const int64_t tiles = (mc + kMR - 1) / kMR;
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int cols = static_cast<int>(min64(kNR, nc - jr));
