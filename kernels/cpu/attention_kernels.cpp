@@ -75,14 +75,16 @@ Rows item_rows(const Tensor& t, int64_t offset, int64_t rows, int64_t d, int64_t
   return Rows{buf.data(), dp};
 }
 
+constexpr int64_t kPrefetchRows = 8;  // transpose_tiles' prefetch distance, in keys
+
 // n rows transposed a tile at a time: tile t is [d, kAttnKeys] (key t kAttnKeys + j in
 // column j), contiguous, the tiles one after another; keys past n are zero. Tile-major, not one
 // [d, n] matrix: a tile's d rows 4 KiB apart (n = 1024) would all fall into the same few L1
 // sets and evict each other on every pass of dot_tile.
-// Four keys by four columns at a time (SSE, every path: bit moves only), the rest one by one.
-// One float at a time, K's and V's transposes were 1.7% of the default GPT's fp32 step (Zen 4,
-// perf, 1 thread), most of it the loads' wait for rows not yet in the cache.
-constexpr int64_t kPrefetchRows = 8;  // the rows this far ahead are asked for, a line at a time
+// Four keys by four columns at a time (SSE, every path: bit moves only), the rest one by one,
+// the rows kPrefetchRows keys ahead asked for a line at a time. One float at a time and without
+// the prefetch, K's and V's transposes were 1.7% of the default GPT's fp32 step's samples (Zen 4,
+// perf, 1 thread), most of it the loads' wait for rows not yet in the cache; now 1.0%.
 void transpose_tiles(const Rows& rows, int64_t n, int64_t d, float* out) {
   std::fill(out, out + key_tiles(n) * kAttnKeys * d, 0.0f);
   const int64_t n4 = n / 4 * 4, d4 = d / 4 * 4;  // kAttnKeys is a multiple of 4: a quad stays in its tile
