@@ -15,8 +15,9 @@
 // Bits: the sum of each output depends on KC only (its K products summed in FP32 one KC block
 // at a time, k ascending inside a block, each block's sum added to C), not on MC, NC, the
 // loop order or the thread count. So MC and NC follow the caches freely; KC is the L1 rule
-// capped at the path's `kc_max` (its measured value), which keeps the bits of every machine
-// measured so far (avx512: 192 with a 48 KiB L1d, avx2 and baseline: 256 with 32 or 48 KiB).
+// capped at the path's `kc_max` (its measured value). So the bits of an FP32 product follow the
+// L1d: avx512 takes 192 with a 48 KiB L1d (the Xeon) and 128 with 32 KiB (Zen 4, whose products
+// therefore round otherwise), avx2 and baseline 256 with 32 or 48 KiB.
 //
 // Plain types and declarations only: the per-ISA copies include this header, and an inline
 // function here would be one weak symbol shared by every copy (docs/toolchain.md).
