@@ -670,6 +670,41 @@ TEST_CASE("cpu erf, exp, GELU and GELU' against FP64", "[kernels][cpu][isa]") {
   }
 }
 
+// GELU's blocks of kErfBlock = 512 values take one loop where every erf takes the short
+// branch: a block of small values with one value that takes the long one (at the block's
+// edges, inside it, in a second block, in the tail past the last whole vector) or one NaN must
+// still take the long branch for it.
+TEST_CASE("cpu GELU and GELU': one long-branch value or NaN in a block of short ones", "[kernels][cpu][isa]") {
+  const double u = std::ldexp(1.0, -24);
+  const int64_t n = 1037;  // two whole blocks and a tail of 13, not a whole vector
+  Rng rng(512);
+  std::vector<float> small(static_cast<size_t>(n));
+  for (float& v : small) v = rng.uniform(-1.2f, 1.2f);  // |x / sqrt 2| < 0.875: the short branch
+  for (const CpuIsa isa : element_paths_here()) {
+    const ElementBlocks& k = cpu_element_blocks(isa);
+    for (const int64_t at : {int64_t{0}, int64_t{300}, int64_t{511}, int64_t{512}, int64_t{1030}, int64_t{1036}})
+      for (const float odd : {3.0f, -2.5f, 1.25f, NAN}) {
+        INFO("path " << cpu_isa_name(isa) << ", x[" << at << "] = " << odd);
+        std::vector<float> x = small, y(x.size()), dx(x.size());
+        x[static_cast<size_t>(at)] = odd;
+        const std::vector<float> ones(x.size(), 1.0f);
+        k.gelu(x.data(), y.data(), n);
+        k.gelu_grad(x.data(), ones.data(), dx.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = x[static_cast<size_t>(i)];
+          if (std::isnan(v)) {
+            CHECK(std::isnan(y[static_cast<size_t>(i)]));
+            CHECK(std::isnan(dx[static_cast<size_t>(i)]));
+            continue;
+          }
+          const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0)), pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+          CHECK(std::fabs(y[static_cast<size_t>(i)] - v * cdf) <= 4.0 * u * std::fabs(v) + std::ldexp(1.0, -149));
+          CHECK(std::fabs(dx[static_cast<size_t>(i)] - (cdf + v * pdf)) <= 6.0 * u * (1.0 + std::fabs(v) * pdf * (1.0 + 0.5 * v * v)));
+        }
+      }
+  }
+}
+
 TEST_CASE("cpu GELU's tanh form and its derivative against FP64, on every path", "[kernels][cpu][isa]") {
   const double u = std::ldexp(1.0, -24);
   const std::vector<float> x = accuracy_inputs(12.0f);

@@ -82,7 +82,7 @@ static inline float exp_f32(float x) {
 // NaN propagates through the polynomial (every comparison with it is false), +-inf gives
 // +-1, -0 gives -0, subnormals give x * 1.128... (the first branch).
 // The two branches are separate functions so that a caller may evaluate the second only on
-// the values that need it (element_blocks.cpp's gelu and gelu_grad on AVX2 and AVX-512); erf_f32 takes both and
+// the values that need it (element_blocks.cpp's erf_block on AVX-512); erf_f32 takes both and
 // selects, so every caller gets the same bits.
 static inline float erf_small(float x) {  // |x| < 0.875
   const float s = x * x;
@@ -126,8 +126,7 @@ static inline bool erf_takes_small(float x) { return abs_f32(x) < 0.875f; }
 static inline float erf_f32(float x) { return select_f32(erf_takes_small(x), erf_small(x), erf_large(x)); }
 
 // GELU's and its gradient's argument of erf: x / sqrt 2.
-constexpr float kGeluErfArg = 0.70710678118654752f;  // 1 / sqrt 2, rounded to FP32
-static inline float gelu_erf_arg(float x) { return x * kGeluErfArg; }
+static inline float gelu_erf_arg(float x) { return x * 0.70710678118654752f; }
 
 // GELU, the exact form PyTorch uses by default (approximate='none'), in the order of
 // kernels/common/element_math.h: 0.5 x (1 + erf(x / sqrt 2)). Below x = -8, erf is -1
