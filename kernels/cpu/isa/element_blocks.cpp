@@ -1092,48 +1092,41 @@ bool erf_args(const float* x, float* z, int64_t len) {
   return all_short != 0;
 }
 
-// GELU a block at a time: the erf arguments into a buffer, then, where every one of the block
-// takes the short branch (as many of an MLP's blocks do at initialisation, its pre-activations small),
-// the short erf and the formula in one loop; otherwise the erfs into a buffer (erf_block: the
-// long branch only where needed), then the formula. Each value's operations are erf_exp.h's
-// either way: the same bits. The one loop took GELU and its gradient from 6.0% to 4.8% of the
-// default GPT's fp32 step's perf samples (Zen 4, 1 thread); on N(0, 1) or uniform(-5, 5) values,
-// whose blocks all hold long ones, the time stayed within the noise. x is read again after the
-// erf, and y[i] written only after x[i] is read: y may be x.
+// GELU and its gradient a block at a time: the erf arguments into a buffer, then, where every
+// one of the block takes the short branch (as many of an MLP's blocks do at initialisation, its
+// pre-activations small), the short erf and the formula in one loop; otherwise the erfs into a
+// buffer (erf_block: the long branch only where needed), then the formula. Each value's
+// operations are erf_exp.h's either way: the same bits. The one loop took GELU and its gradient
+// from 6.0% to 4.8% of the default GPT's fp32 step's perf samples (Zen 4, 1 thread); on N(0, 1)
+// or uniform(-5, 5) values, whose blocks all hold long ones, the time stayed within the noise.
+// formula(i, e) writes output i from x[i] (and the caller's other inputs) and e = erf(x[i] /
+// sqrt 2); it runs after every erf of its block, so an output may be an input.
+template <class Formula>
+void by_erf_blocks(const float* x, int64_t n, Formula&& formula) {
+  alignas(64) float z[kErfBlock], e[kErfBlock];
+  for (int64_t at = 0; at < n; at += kErfBlock) {
+    const int64_t len = std::min(kErfBlock, n - at);
+    if (erf_args(x + at, z, len)) {
+      for (int64_t i = 0; i < len; ++i) formula(at + i, cpu_math::erf_small(z[i]));
+      continue;
+    }
+    erf_block(z, e, len);
+    for (int64_t i = 0; i < len; ++i) formula(at + i, e[i]);
+  }
+}
+
+// y may be x.
 void gelu(const float* x, float* y, int64_t n) {
-  alignas(64) float z[kErfBlock], e[kErfBlock];
-  for (int64_t at = 0; at < n; at += kErfBlock) {
-    const int64_t len = std::min(kErfBlock, n - at);
-    const float* xb = x + at;
-    if (erf_args(xb, z, len)) {
-      for (int64_t i = 0; i < len; ++i) y[at + i] = cpu_math::gelu_from_erf(xb[i], cpu_math::erf_small(z[i]));
-      continue;
-    }
-    erf_block(z, e, len);
-    for (int64_t i = 0; i < len; ++i) y[at + i] = cpu_math::gelu_from_erf(xb[i], e[i]);
-  }
+  by_erf_blocks(x, n, [&](int64_t i, float e) { y[i] = cpu_math::gelu_from_erf(x[i], e); });
 }
 
-// dy * gelu'(x) with the erf e given; a NaN x passes through as it is. (When x and dy are both
-// NaN, which one a product returns depends on which operand sits in which register, and that
-// differs between the SSE and AVX code: the select keeps every path's bits the baseline's.)
-inline float gelu_grad_of(float x, float dy, float e) {
-  return cpu_math::select_f32(x != x, x, dy * cpu_math::gelu_grad_from_erf(x, e));
-}
-
-// dx = dy * gelu'(x), a block at a time as gelu. dx may be dy.
+// dx = dy * gelu'(x); a NaN x passes through as it is. (When x and dy are both NaN, which one a
+// product returns depends on which operand sits in which register, and that differs between the
+// SSE and AVX code: the select keeps every path's bits the baseline's.) dx may be dy.
 void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
-  alignas(64) float z[kErfBlock], e[kErfBlock];
-  for (int64_t at = 0; at < n; at += kErfBlock) {
-    const int64_t len = std::min(kErfBlock, n - at);
-    const float *xb = x + at, *dyb = dy + at;
-    if (erf_args(xb, z, len)) {
-      for (int64_t i = 0; i < len; ++i) dx[at + i] = gelu_grad_of(xb[i], dyb[i], cpu_math::erf_small(z[i]));
-      continue;
-    }
-    erf_block(z, e, len);
-    for (int64_t i = 0; i < len; ++i) dx[at + i] = gelu_grad_of(xb[i], dyb[i], e[i]);
-  }
+  by_erf_blocks(x, n, [&](int64_t i, float e) {
+    dx[i] = cpu_math::select_f32(x[i] != x[i], x[i], dy[i] * cpu_math::gelu_grad_from_erf(x[i], e));
+  });
 }
 
 // The other activations: plain loops the vectorizer widens (erf_exp.h has no call and no
