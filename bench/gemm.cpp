@@ -18,7 +18,9 @@
 // (TDPBF16PS tiles on amx, VDPBF16PS on avx512bf16, else the FMA peak) and over the fp32
 // product. The blocking the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them,
 // and, alternately with each product on the AVX-512 paths, the other micro-tile (`wide_tile`), and
-// with each forward at 1024 tokens, the same product on 4 KiB pages (`pages`).
+// with each forward at 1024 tokens, the same product on 4 KiB pages (`pages`), and with each
+// product at 1024 tokens op(A) read in place against packed (`a_read`). Before them, the default
+// GPT's products (`gpt_default`: width 128, small N and K) with the same `a_read` pair.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -134,12 +136,27 @@ GemmF32Args f32_product(const void* a, const Tensor& as_a, bool ta, const void* 
   return g;
 }
 
-// An FP32 product of the backend's form on the packed path's micro-tile `tile` (the bench's
-// own control: the backend leaves the tile to N).
-void packed_on_tile(CpuIsa isa, const GemmArgs& op, GemmTile tile) {
+// An FP32 product of the backend's form on the packed path's micro-tile `tile`, op(A) read as
+// `a_read` (the bench's own controls: the backend leaves both to the shape).
+void packed_on_tile(CpuIsa isa, const GemmArgs& op, GemmTile tile, GemmARead a_read = GemmARead::Auto) {
   GemmF32Args g = f32_product(op.a->data(), *op.a, op.trans_a, op.b->data(), *op.b, op.trans_b, op.c->data_as<float>());
   g.tile = tile;
+  g.a_read = a_read;
   cpu_gemm_packed_direct(isa, g);
+}
+
+// The product with op(A) read in place and with op(A) packed, timed alternately (same bits:
+// checked): the direct read's time over the packed one's, and which the backend takes.
+Json direct_over_packed(CpuIsa isa, const GemmArgs& op, int64_t n, int warm, int reps) {
+  Tensor other = Tensor::empty(op.c->shape());
+  GemmArgs op2 = op;
+  op2.c = &other;
+  const auto [direct, packed] = time_pair(warm, reps, [&] { packed_on_tile(isa, op, GemmTile::Auto, GemmARead::Direct); },
+                                          [&] { packed_on_tile(isa, op2, GemmTile::Auto, GemmARead::Packed); });
+  require(std::memcmp(op.c->data(), other.data(), static_cast<size_t>(other.numel()) * 4) == 0,
+          "gemm: op(A) read in place and packed give different bits");
+  return Json{{"direct_ms", direct.median_ms}, {"packed_ms", packed.median_ms},
+              {"ratio", direct.median_ms / packed.median_ms}, {"auto_reads_direct", gemm_reads_a_direct(n, op.trans_a)}};
 }
 
 // Where the product takes the wide tile (AVX-512 paths, N filling its panels), the path's own
@@ -165,6 +182,46 @@ Json huge_over_small_pages(CpuIsa isa, const Tensor& x, const Tensor& w, Tensor&
                                        [&] { product(xs.data(), ws.data(), ys.data()); });
   require(std::memcmp(ys.data(), y.data(), ys.size() * 4) == 0, "gpt2 pages: the two buffers' products differ");
   return Json{{"huge_ms", huge.median_ms}, {"small_ms", small.median_ms}, {"ratio", huge.median_ms / small.median_ms}};
+}
+
+// The default GPT's linear layers (width 128, MLP 512, vocabulary 256: `belay train --model gpt`)
+// at 1024 and 2048 tokens (batch 16 and 32 of context 64): small K or N, where packing op(A)
+// is paid for few panels of B. fp32 through the backend, the fraction of the FMA peak, and
+// op(A) read in place over packed, alternately (`a_read`).
+constexpr GptLinear kGptDefault[] = {{"attn.q", 128, 128}, {"mlp.fc", 128, 512}, {"mlp.proj", 512, 128}, {"head", 128, 256}};
+
+Json bench_gpt_default_shapes(const Options& o, double peak) {
+  const Backend& be = backend_for(Device::cpu());
+  const CpuIsa isa = active_cpu_isa();
+  Json rows = Json::array();
+  for (const int64_t m : {int64_t{1024}, int64_t{2048}}) {
+    for (const GptLinear& l : kGptDefault) {
+      const double flops = 2.0 * static_cast<double>(m) * l.in * l.out;
+      const int reps = o.quick ? 15 : 41, warm = 3;
+      Rng rng(static_cast<uint64_t>(m * 7 + l.out));
+      const Tensor x = random_matrix(m, l.in, 1.0f, rng), w = random_matrix(l.out, l.in, 1.0f / std::sqrt((float)l.in), rng);
+      const Tensor dy = random_matrix(m, l.out, 1e-2f, rng);
+      Tensor y = Tensor::empty(Shape{m, l.out}), dx = Tensor::empty(Shape{m, l.in}), dw = Tensor::empty(Shape{l.out, l.in});
+      const GemmArgs ops[3] = {{&x, false, &w, true, &y, 0.0f, nullptr},
+                               {&dy, false, &w, false, &dx, 0.0f, nullptr},
+                               {&dy, true, &x, false, &dw, 0.0f, nullptr}};
+      const int64_t shapes[3][3] = {{m, l.out, l.in}, {m, l.in, l.out}, {l.out, l.in, m}};
+      Json entry{{"layer", l.name}, {"tokens", m}, {"in", l.in}, {"out", l.out}, {"flops", flops}};
+      for (int i = 0; i < 3; ++i) {
+        const Timing t = time_it(warm, reps, [&] { be.gemm(ops[i]); });
+        const double g = flops / (t.median_ms * 1e6);
+        entry[kProducts[i]] =
+            Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)}, {"gflops", g},
+                 {"fraction_of_peak", g / peak},
+                 {"a_read", direct_over_packed(isa, ops[i], shapes[i][1], warm, reps)}};
+      }
+      check_product(x, false, w, true, y, std::string("gpt default forward ") + l.name);
+      check_product(dy, false, w, false, dx, std::string("gpt default dX ") + l.name);
+      check_product(dy, true, x, false, dw, std::string("gpt default dW ") + l.name);
+      rows.push_back(entry);
+    }
+  }
+  return Json{{"isa", cpu_isa_name(isa)}, {"fma_peak_gflops", peak}, {"threads", max_threads()}, {"rows", rows}};
 }
 
 Json bench_gpt2_shapes(const Options& o, double peak) {
@@ -196,6 +253,9 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
         entry[kProducts[i]] = Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)},
                                    {"gflops", g}, {"fraction_of_peak", g / peak},
                                    {"wide_tile", wide_over_narrow(isa, ops[i], shapes[i][1], warm, reps)}};
+        if (m == 1024)
+          entry[kProducts[i]]["a_read"] =
+              direct_over_packed(isa, ops[i], shapes[i][1], warm, reps);
       }
       if (m == 1024) entry["forward"]["pages"] = huge_over_small_pages(isa, x, w, y, warm, reps);
       check_product(x, false, w, true, y, std::string("gpt2 forward ") + l.name);
@@ -291,7 +351,7 @@ Json bench_gemm(const Options& o) {
     rows.push_back(entry);
   }
   return Json{{"threads", max_threads()}, {"fma_peak_gflops", peak}, {"sizes", rows},
-              {"gpt2_small", bench_gpt2_shapes(o, peak)}};
+              {"gpt_default", bench_gpt_default_shapes(o, peak)}, {"gpt2_small", bench_gpt2_shapes(o, peak)}};
 }
 
 }  // namespace belay::bench

@@ -308,3 +308,63 @@ TEST_CASE("gemm blocking: the narrow and the wide micro-tile give the same bits"
       belay::test::check_close(got, want, belay::test::tolerance_for(DType::F32, DType::F32, k + 1), magnitude);
     }
 }
+
+TEST_CASE("gemm: op(A) read in place gives the packed product's bits", "[kernels][cpu][gemm][blocking]") {
+  const EdgeCase e(11);  // M = 301, N = 333, K = 1000: past every tile, block and KC edge
+  for (const PackedPath& p : kPackedPaths) {
+    if (!cpu_isa_available(p.isa)) continue;
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const GemmTile tile : {GemmTile::Narrow, GemmTile::Wide})
+          for (const bool accumulate : {false, true}) {
+            INFO("path " << cpu_isa_name(p.isa) << (ta ? ", A transposed" : ", A as stored")
+                         << (tb ? ", B transposed" : ", B as stored") << (tile == GemmTile::Wide ? ", wide" : ", narrow")
+                         << (accumulate ? ", C +=" : ", C ="));
+            auto run = [&](GemmARead read, int64_t mc) {
+              // The same values in op(A) either way: A^T stored when transposed.
+              std::vector<float> a(e.a.size());
+              for (int64_t i = 0; i < e.m; ++i)
+                for (int64_t q = 0; q < e.k; ++q)
+                  a[static_cast<size_t>(ta ? q * e.m + i : i * e.k + q)] = e.a[static_cast<size_t>(i * e.k + q)];
+              std::vector<float> c(static_cast<size_t>(e.m * e.n));
+              for (size_t i = 0; i < c.size(); ++i) c[i] = e.bias[i % e.bias.size()] * 0.5f;  // C's old values
+              GemmF32Args g;
+              g.a = a.data();
+              g.a_rows = ta ? e.k : e.m;
+              g.a_cols = ta ? e.m : e.k;
+              g.trans_a = ta;
+              g.b = e.w.data();
+              g.b_rows = tb ? e.n : e.k;
+              g.b_cols = tb ? e.k : e.n;
+              g.trans_b = tb;
+              g.c = c.data();
+              g.accumulate = accumulate;
+              g.bias = e.bias.data();
+              g.blocking = cpu_gemm_blocking(p.isa);
+              g.blocking.mc = static_cast<int>(mc);
+              g.tile = tile;
+              g.a_read = read;
+              p.fn(g);
+              return c;
+            };
+            const GemmBlocking own = cpu_gemm_blocking(p.isa);
+            const std::vector<uint32_t> packed = bits_of(run(GemmARead::Packed, own.mc));
+            CHECK(bits_of(run(GemmARead::Direct, own.mc)) == packed);
+            CHECK(bits_of(run(GemmARead::Direct, 3 * own.mr)) == packed);  // many MC blocks, a short last one
+          }
+  }
+}
+
+TEST_CASE("gemm: op(A) is read in place where C is narrow and A is stored along k", "[kernels][cpu][gemm][blocking]") {
+  // The default GPT's forward and dX products (N = 128, 256, 512) read A in place; its dW
+  // products (A = dY^T, transposed) and GPT-2 small's (N = 768 and wider) pack it.
+  for (const int64_t n : {1, 128, 256, 512}) {
+    INFO("N " << n);
+    CHECK(gemm_reads_a_direct(n, false));
+    CHECK_FALSE(gemm_reads_a_direct(n, true));
+  }
+  for (const int64_t n : {513, 768, 2304, 50257}) {
+    INFO("N " << n);
+    CHECK_FALSE(gemm_reads_a_direct(n, false));
+  }
+}
