@@ -13,7 +13,9 @@
 // 3072 -> 768, the tied head 768 -> 50304) at M = 1024 and 4096 tokens (--quick: 1024, no head),
 // and the 4096 x 4096 x 4096 squares (a Linear(4096) at 4096 tokens; not under --quick),
 // fp32 through the backend, each as GFLOP/s and as a fraction of the FMA peak loop of the
-// active path measured in the same run on the same threads (bench/fma_peak.cpp); and in bf16
+// active path measured in the same run on the same threads (bench/fma_peak.cpp) and, where the
+// machine's clock drifts, against the peak loop timed alternately with the product
+// (`fraction_of_peak_beside`); and in bf16
 // as a bf16 step runs them (BF16 y and dX, FP32 dW), as a fraction of the path's BF16 limit
 // (TDPBF16PS tiles on amx, VDPBF16PS on avx512bf16, else the FMA peak) and over the fp32
 // product. The blocking the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them,
@@ -81,6 +83,27 @@ double fma_peak_gflops(CpuIsa isa, int reps) {
   });
   require(run.sum == static_cast<double>(run.lanes_total), "fma peak: the lanes did not end at 1");
   return run.flops / (t.median_ms * 1e6);
+}
+
+// The fraction of the FMA peak a product reaches, the peak timed beside it: the product and a
+// short run of the peak loop alternately, `reps` times each (time_pair), so a machine whose
+// clock moves during the run (the AMX Xeon's: its peak loop 150-176 GFLOP/s in one hour) moves
+// both alike. The product's GFLOP/s over the peak loop's, both medians. Only for products of
+// several ms (GPT-2 small's): after 20 ms of other work a 0.3 ms product took 1.3-1.7x its
+// back-to-back time there (a scalar loop in between did the same, so it is the caches, not the
+// FMA clock: most likely the hypervisor moving the thread), which would count against it.
+double fraction_beside_peak(CpuIsa isa, const std::function<void()>& product, double flops, int reps) {
+  const int64_t iters = 10'000'000;  // ~20-30 ms on one AVX-512 core
+  PeakRun run;
+  const auto [tp, tk] = time_pair(0, reps, product, [&] {
+    switch (isa) {
+      case CpuIsa::Baseline: run = isa_baseline::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
+      case CpuIsa::Avx2: run = isa_avx2::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
+      default: run = isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
+    }
+  });
+  require(run.sum == static_cast<double>(run.lanes_total), "fma peak: the lanes did not end at 1");
+  return (flops / tp.median_ms) / (run.flops / tk.median_ms);
 }
 
 // GPT-2 small's linear layers: (name, in, out).
@@ -252,6 +275,7 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
         const double g = flops / (t.median_ms * 1e6);
         entry[kProducts[i]] = Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)},
                                    {"gflops", g}, {"fraction_of_peak", g / peak},
+                                   {"fraction_of_peak_beside", fraction_beside_peak(isa, [&] { be.gemm(ops[i]); }, flops, reps)},
                                    {"wide_tile", wide_over_narrow(isa, ops[i], shapes[i][1], warm, reps)}};
         if (m == 1024)
           entry[kProducts[i]]["a_read"] =
