@@ -194,6 +194,13 @@ inline void copy_entries(float* d, const float* src) {
   for (; r < P; ++r) d[r] = src[r];
 }
 
+#if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
+// Four floats from lo in the low half of a ymm, four from hi in the high half.
+inline __m256 two_quads(const float* lo, const float* hi) {
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
+}
+#endif
+
 // Packs rows [r0, r0 + rows) x k in [k0, k0 + kc) of v as one panel P rows tall:
 // dst[k * P + r], rows past `rows` zero (so edge tiles run the full microkernel).
 // `scratch` holds P x kKCMax floats.
@@ -213,7 +220,7 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
     return;
   }
   // Each row is a contiguous run along k: read FP32 rows in place (others widened into
-  // scratch first), then transpose 4 x 4 blocks of SSE registers (every path has SSE) into
+  // scratch first), then transpose 4 x 4 blocks (SSE registers, or two to a ymm with AVX) into
   // the panel; rows past `rows` read zeros.
   alignas(64) static const float zeros[kKCMax] = {};
   const float* row[P];
@@ -234,7 +241,31 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
   // The rows 8 ahead are prefetched a line at a time (DRAM-bound case: 0.28 -> 0.23 ns).
   constexpr int P4 = P / 4 * 4;  // MR = 6: rows 4 and 5 go one by one
   const int kc4 = kc / 4 * 4;
-  for (int r = 0; r < P4; r += 4) {
+  int r8 = 0;
+#if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
+  // With AVX, eight rows at a time: rows r..r+3 in the low halves and r+4..r+7 in the high
+  // halves of four ymm, the 4 x 4 transpose inside each half (the shuffles of one 4 x 4 move 8
+  // values), one 32-byte store per k; the next eight rows prefetched. Measured on the AMX Xeon
+  // (1 thread, the two packings alternately, GPT-2 small's forward products): 0.965-0.976 of
+  // the time at M = 128, 0.970-0.978 at 256, 0.984-0.988 at 1024 and 4096, where the pack of
+  // the transposed weight is spread over fewer rows.
+  for (; r8 + 8 <= P; r8 += 8) {
+    for (int k = 0; k < kc4; k += 4) {
+      if (r8 + 15 < rows && (k & 15) == 0)
+        for (int q = 8; q < 16; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[r8 + q] + k), _MM_HINT_T0);
+      const __m256 x0 = two_quads(row[r8] + k, row[r8 + 4] + k), x1 = two_quads(row[r8 + 1] + k, row[r8 + 5] + k);
+      const __m256 x2 = two_quads(row[r8 + 2] + k, row[r8 + 6] + k), x3 = two_quads(row[r8 + 3] + k, row[r8 + 7] + k);
+      const __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
+      const __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
+      float* d = dst + static_cast<int64_t>(k) * P + r8;
+      _mm256_storeu_ps(d, _mm256_shuffle_ps(t0, t2, 0x44));
+      _mm256_storeu_ps(d + P, _mm256_shuffle_ps(t0, t2, 0xEE));
+      _mm256_storeu_ps(d + 2 * P, _mm256_shuffle_ps(t1, t3, 0x44));
+      _mm256_storeu_ps(d + 3 * P, _mm256_shuffle_ps(t1, t3, 0xEE));
+    }
+  }
+#endif
+  for (int r = r8; r < P4; r += 4) {
     for (int k = 0; k < kc4; k += 4) {
       if (r + 11 < rows && (k & 15) == 0)
         for (int q = 8; q < 12; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[r + q] + k), _MM_HINT_T0);
