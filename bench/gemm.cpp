@@ -20,9 +20,8 @@
 // (TDPBF16PS tiles on amx, VDPBF16PS on avx512bf16, else the FMA peak) and over the fp32
 // product. The blocking the GEMM ran with (kernels/cpu/gemm_blocking.h) is recorded beside them,
 // and, alternately with each product on the AVX-512 paths, the other micro-tile (`wide_tile`), and
-// with each forward at 1024 tokens, the same product on 4 KiB pages (`pages`), and with each
-// product at 1024 tokens op(A) read in place against packed (`a_read`). Before them, the default
-// GPT's products (`gpt_default`: width 128, small N and K) with the same `a_read` pair.
+// with each forward at 1024 tokens, the same product on 4 KiB pages (`pages`). Before them, the
+// default GPT's products (`gpt_default`: width 128, small N and K).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -159,27 +158,12 @@ GemmF32Args f32_product(const void* a, const Tensor& as_a, bool ta, const void* 
   return g;
 }
 
-// An FP32 product of the backend's form on the packed path's micro-tile `tile`, op(A) read as
-// `a_read` (the bench's own controls: the backend leaves both to the shape).
-void packed_on_tile(CpuIsa isa, const GemmArgs& op, GemmTile tile, GemmARead a_read = GemmARead::Auto) {
+// An FP32 product of the backend's form on the packed path's micro-tile `tile` (the bench's
+// own control: the backend leaves the tile to N).
+void packed_on_tile(CpuIsa isa, const GemmArgs& op, GemmTile tile) {
   GemmF32Args g = f32_product(op.a->data(), *op.a, op.trans_a, op.b->data(), *op.b, op.trans_b, op.c->data_as<float>());
   g.tile = tile;
-  g.a_read = a_read;
   cpu_gemm_packed_direct(isa, g);
-}
-
-// The product with op(A) read in place and with op(A) packed, timed alternately (same bits:
-// checked): the direct read's time over the packed one's, and which the backend takes.
-Json direct_over_packed(CpuIsa isa, const GemmArgs& op, int64_t n, int warm, int reps) {
-  Tensor other = Tensor::empty(op.c->shape());
-  GemmArgs op2 = op;
-  op2.c = &other;
-  const auto [direct, packed] = time_pair(warm, reps, [&] { packed_on_tile(isa, op, GemmTile::Auto, GemmARead::Direct); },
-                                          [&] { packed_on_tile(isa, op2, GemmTile::Auto, GemmARead::Packed); });
-  require(std::memcmp(op.c->data(), other.data(), static_cast<size_t>(other.numel()) * 4) == 0,
-          "gemm: op(A) read in place and packed give different bits");
-  return Json{{"direct_ms", direct.median_ms}, {"packed_ms", packed.median_ms},
-              {"ratio", direct.median_ms / packed.median_ms}, {"auto_reads_direct", gemm_reads_a_direct(n, op.trans_a)}};
 }
 
 // Where the product takes the wide tile (AVX-512 paths, N filling its panels), the path's own
@@ -209,8 +193,7 @@ Json huge_over_small_pages(CpuIsa isa, const Tensor& x, const Tensor& w, Tensor&
 
 // The default GPT's linear layers (width 128, MLP 512, vocabulary 256: `belay train --model gpt`)
 // at 1024 and 2048 tokens (batch 16 and 32 of context 64): small K or N, where packing op(A)
-// is paid for few panels of B. fp32 through the backend, the fraction of the FMA peak, and
-// op(A) read in place over packed, alternately (`a_read`).
+// is paid for few panels of B. fp32 through the backend, as a fraction of the FMA peak.
 constexpr GptLinear kGptDefault[] = {{"attn.q", 128, 128}, {"mlp.fc", 128, 512}, {"mlp.proj", 512, 128}, {"head", 128, 256}};
 
 Json bench_gpt_default_shapes(const Options& o, double peak) {
@@ -235,8 +218,7 @@ Json bench_gpt_default_shapes(const Options& o, double peak) {
         const double g = flops / (t.median_ms * 1e6);
         entry[kProducts[i]] =
             Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)}, {"gflops", g},
-                 {"fraction_of_peak", g / peak},
-                 {"a_read", direct_over_packed(isa, ops[i], shapes[i][1], warm, reps)}};
+                 {"fraction_of_peak", g / peak}};
       }
       check_product(x, false, w, true, y, std::string("gpt default forward ") + l.name);
       check_product(dy, false, w, false, dx, std::string("gpt default dX ") + l.name);
@@ -277,9 +259,6 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
                                    {"gflops", g}, {"fraction_of_peak", g / peak},
                                    {"fraction_of_peak_beside", fraction_beside_peak(isa, [&] { be.gemm(ops[i]); }, flops, reps)},
                                    {"wide_tile", wide_over_narrow(isa, ops[i], shapes[i][1], warm, reps)}};
-        if (m == 1024)
-          entry[kProducts[i]]["a_read"] =
-              direct_over_packed(isa, ops[i], shapes[i][1], warm, reps);
       }
       if (m == 1024) entry["forward"]["pages"] = huge_over_small_pages(isa, x, w, y, warm, reps);
       check_product(x, false, w, true, y, std::string("gpt2 forward ") + l.name);

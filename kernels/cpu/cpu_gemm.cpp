@@ -61,18 +61,10 @@ GemmTile tile_asked() {
   return tile;
 }
 
-// BELAY_GEMM_A=packed|direct: every FP32 op(A) packed, or read in place (the bench and the step
-// A/B runs compare them); unset or "auto": by the shape (gemm_reads_a_direct).
-GemmARead a_read_asked() {
-  static const GemmARead read = static_cast<GemmARead>(env_switch("BELAY_GEMM_A", {"auto", "packed", "direct"}));
-  return read;
-}
-
 void run_packed(CpuIsa isa, const GemmF32Args& args) {
   GemmF32Args g = args;
   g.blocking = cpu_gemm_blocking(isa);
   if (g.tile == GemmTile::Auto) g.tile = tile_asked();  // a caller that names a tile (bench, tests) keeps it
-  if (g.a_read == GemmARead::Auto) g.a_read = a_read_asked();  // as the tile
   switch (isa) {
     case CpuIsa::Baseline: isa_baseline::gemm_packed(g); break;
     case CpuIsa::Avx2: isa_avx2::gemm_packed(g); break;

@@ -149,8 +149,6 @@ GemmBlocking gemm_blocking_for_tile(const GemmBlocking& b, int mr, int nr) {
   return t;
 }
 
-bool gemm_reads_a_direct(int64_t n, bool a_transposed) { return !a_transposed && n <= 512; }
-
 bool gemm_prefers_wide_tile(int64_t n, int nr_wide) {
   if (n <= 0 || nr_wide <= 0) return false;
   const int64_t padded = (n + nr_wide - 1) / nr_wide * nr_wide;

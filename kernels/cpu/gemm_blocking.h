@@ -71,15 +71,6 @@ GemmBlocking gemm_blocking_for_tile(const GemmBlocking& b, int mr, int nr);
 // measured (kernels/cpu/isa/gemm_packed.cpp, TileShape).
 bool gemm_prefers_wide_tile(int64_t n, int nr_wide);
 
-// Whether the packed product reads an FP32 op(A) where it lies instead of packing it into
-// MR-tall panels (kernels/cpu/isa/gemm_packed.cpp, RowsAlongK): where op(A)'s rows are stored
-// along k (not transposed) and C is at most 512 columns wide. A packed A block serves the N / NR
-// panels of B; with few of them its transposing pack is paid for little use. Measured on the
-// AMX Xeon (1 thread, the two reads alternately, `belay_bench --only gemm`): in place took 0.89-0.92
-// of the packed product's time at N = 128, 0.94-0.96 at 256, 0.97-0.99 at 512, 0.99-1.04 at
-// 768 and wider; a transposed A (dY^T of a dW product: its pack is a plain copy) 0.96-1.12.
-bool gemm_reads_a_direct(int64_t n, bool a_transposed);
-
 // The caches of CPU 0: sysfs (/sys/devices/system/cpu/cpu0/cache/index*/), else cpuid (leaf 4
 // on Intel, 0x8000001D on AMD), else the defaults above. Read once (the first call).
 const CpuCaches& cpu_caches();

@@ -21,11 +21,6 @@ enum class GemmElem : int { F32 = 0, F16 = 1, BF16 = 2 };
 enum class GemmTile : int { Auto = 0, Narrow = 1, Wide = 2 };
 constexpr int kGemmWideMr = 8, kGemmWideNr = 48;  // the AVX-512 paths' wide tile
 
-// How the packed product reads op(A) (gemm_packed.cpp): Auto, by the shape (gemm_reads_a_direct);
-// Packed, copied into MR-tall panels first; Direct, read where it lies (FP32 A only: an FP16/BF16
-// A is packed whatever is asked). The same bits on every one: the bench and tests name them.
-enum class GemmARead : int { Auto = 0, Packed = 1, Direct = 2 };
-
 struct GemmF32Args {
   const void* a = nullptr;  // row-major, a_rows x a_cols as stored (before op)
   GemmElem a_type = GemmElem::F32;
@@ -42,7 +37,6 @@ struct GemmF32Args {
   // caches read at start); kc = 0: the path's compiled-in defaults. The Eigen product ignores it.
   GemmBlocking blocking;
   GemmTile tile = GemmTile::Auto;  // the packed product's micro-tile; the others ignore it
-  GemmARead a_read = GemmARead::Auto;  // how the packed product reads op(A); the others ignore it
 };
 
 // Eigen's product (FP32 inputs only): the comparison the bench measures the packed one against.

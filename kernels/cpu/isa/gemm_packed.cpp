@@ -351,51 +351,21 @@ struct Ahead {
   int rows = 0, lines = 0;
 };
 
-// Where a microkernel call reads its A entries (entry i of each k). PackedA: a packed panel,
-// T::kMR rows tall whatever the call's MR is (a short edge tile reads only its first MR rows).
-// The direct reads (FP32 only) take op(A) where it lies, for whole tiles (an edge tile is
-// packed): RowsAlongK, op(A)'s rows stored along k (entry i of k at a + i * ld + k); RowsAdjacent,
-// op(A) stored transposed (entry i of k at a + k * ld + i). Both give the packed panel's
-// products in the same order: the same bits. Their step from one k to the next is fixed at
-// compile time and they take no `ahead` lines: the compiler then keeps each row's offset in a
-// register (with a run-time step and the prefetch's counters it reloaded six of them from the
-// stack every k).
-template <class Entry, int PanelRows>
-struct PackedA {
-  static constexpr bool kTakesAhead = true;
-  const Entry* __restrict a;
-  const Entry* at(int i) const { return a + i; }
-  void next() { a += PanelRows; }
-};
-struct RowsAlongK {
-  static constexpr bool kTakesAhead = false;
-  const float* __restrict a;
-  int64_t ld;
-  const float* at(int i) const { return a + i * ld; }
-  void next() { a += 1; }
-};
-struct RowsAdjacent {
-  static constexpr bool kTakesAhead = false;
-  const float* __restrict a;
-  int64_t ld;
-  const float* at(int i) const { return a + i; }
-  void next() { a += ld; }
-};
-
-// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum over the `depth` entries of
-// a[entry][i] * b[entry][j] (+ bias[j] when given), one Step per entry, on tile T, A read
-// through ARead (above).
+// C[0:MR, 0:NR] (ldc) = (overwrite ? 0 : C) + sum over the `depth` panel entries of
+// a[entry][i] * b[entry][j] (+ bias[j] when given), one Step per entry, on tile T. The A panel
+// is T::kMR rows tall whatever MR is: a short edge tile (MR < T::kMR) reads only its first MR rows.
 // The lines of `ahead` are prefetched one every few k, among the FMAs: the same prefetches as
 // a burst before the call stalled the thread (each row of a weight is a new page, so a
 // prefetch can wait on a table walk, and few misses fit in flight) about as long as they
 // saved in the pack. PREFETCHT0 left the pack a little less to wait for than T1 or T2 (Zen 5,
 // the forward product: its share of the samples 0.38-0.41 of the old pack's, T1 0.49).
-template <class Step, class T, int MR, class ARead>
-void microkernel(int depth, ARead a, const typename Step::Entry* __restrict b, float* __restrict c, int64_t ldc,
-                 int rows, int cols, bool overwrite, const float* bias, const Ahead& ahead) {
+template <class Step, class T, int MR>
+void microkernel(int depth, const typename Step::Entry* __restrict a, const typename Step::Entry* __restrict b,
+                 float* __restrict c, int64_t ldc, int rows, int cols, bool overwrite, const float* bias,
+                 const Ahead& ahead) {
   constexpr int kNV = T::kNV;
   prefetch_tile<T>(c, ldc, rows);
-  int left = ARead::kTakesAhead ? ahead.rows * ahead.lines : 0, line = 0, countdown = 0;
+  int left = ahead.rows * ahead.lines, line = 0, countdown = 0;
   const int every = left > 0 && depth > left ? depth / left : 1;
   const char* run = ahead.first;
   Vec acc[MR][kNV];
@@ -415,11 +385,11 @@ void microkernel(int depth, ARead a, const typename Step::Entry* __restrict b, f
     for (int v = 0; v < kNV; ++v) bv[v] = Step::load_b(b + v * kW);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const typename Step::Operand ai = Step::broadcast_a(a.at(i));
+      const typename Step::Operand ai = Step::broadcast_a(a + i);
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) acc[i][v] = Step::multiply_add(acc[i][v], ai, bv[v]);
     }
-    a.next();
+    a += T::kMR;
     b += T::kNR;
   }
   for (; left > 0; --left) {  // more lines than k: the rest now
@@ -435,9 +405,9 @@ void microkernel(int depth, ARead a, const typename Step::Entry* __restrict b, f
 // 3% of the product; the 4-row one keeps 8 accumulators, enough to cover the FMA latency on
 // both ports (avx2 and baseline: 2, 4 or 6 rows). Each output is summed exactly as in the tall
 // kernel.
-template <class Step, class T, class ARead>
-void run_tile(int depth, const ARead& a, const typename Step::Entry* b, float* c, int64_t ldc, int rows, int cols,
-              bool overwrite, const float* bias, const Ahead& ahead) {
+template <class Step, class T>
+void run_tile(int depth, const typename Step::Entry* a, const typename Step::Entry* b, float* c, int64_t ldc,
+              int rows, int cols, bool overwrite, const float* bias, const Ahead& ahead) {
   constexpr int kParts = T::kMR % 3 == 0 ? 3 : 2;
   static_assert(T::kMR % kParts == 0, "edge tiles come in thirds or halves of MR");
   if (rows <= T::kMR / kParts)
@@ -652,19 +622,9 @@ struct F32Panels {
   static void pack_b_panel(const View& v, int64_t j0, int cols, int64_t pc, int kc, float* dst, float* scratch) {
     pack_panel<T::kNR>(v, j0, cols, pc, kc, dst, scratch);
   }
-  static constexpr bool kReadsADirect = true;
   static void micro(int kc, const float* a, const float* b, float* c, int64_t ldc, int rows, int cols, bool overwrite,
                     const float* bias, const Ahead& ahead) {
-    run_tile<F32Step, T>(kc, PackedA<float, T::kMR>{a}, b, c, ldc, rows, cols, overwrite, bias, ahead);
-  }
-  // A whole tile (T::kMR rows) from rows [r0, r0 + T::kMR) x k from k0 of an FP32 view, in place.
-  static void micro_direct(int kc, const View& v, int64_t r0, int64_t k0, const float* b, float* c, int64_t ldc,
-                           int cols, bool overwrite, const float* bias) {
-    const float* a = static_cast<const float*>(v.data) + v.at(r0, k0);
-    if (v.r_contiguous)
-      microkernel<F32Step, T, T::kMR>(kc, RowsAdjacent{a, v.ld}, b, c, ldc, T::kMR, cols, overwrite, bias, Ahead{});
-    else
-      microkernel<F32Step, T, T::kMR>(kc, RowsAlongK{a, v.ld}, b, c, ldc, T::kMR, cols, overwrite, bias, Ahead{});
+    run_tile<F32Step, T>(kc, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
   }
 };
 #if defined(BELAY_ISA_avx512bf16)
@@ -683,20 +643,17 @@ struct PairPanels {
   static void pack_b_panel(const View& v, int64_t j0, int cols, int64_t pc, int kc, uint32_t* dst, float*) {
     pack_pairs<kNR>(v, j0, cols, pc, kc, dst);
   }
-  static constexpr bool kReadsADirect = false;  // A's pairs are made while packing
   static void micro(int kc, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, int rows, int cols,
                     bool overwrite, const float* bias, const Ahead& ahead) {
-    run_tile<PairStep, Narrow>((kc + 1) / 2, PackedA<uint32_t, kMR>{a}, b, c, ldc, rows, cols, overwrite, bias,
-                               ahead);
+    run_tile<PairStep, Narrow>((kc + 1) / 2, a, b, c, ldc, rows, cols, overwrite, bias, ahead);
   }
 };
 #endif
 
-// The rows [m0, m1) x columns [n0, n1) of C, on the calling thread. `a_direct`: the microkernel
-// reads op(A) in place (FP32; Panels::kReadsADirect), no A block is packed.
+// The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
 template <class Panels>
 void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, const View& bv, int64_t k_total,
-                int64_t n_total, int64_t m0, int64_t m1, int64_t n0, int64_t n1, bool a_direct) {
+                int64_t n_total, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   using Entry = typename Panels::Entry;
   constexpr int kMR = Panels::Tile::kMR, kNR = Panels::Tile::kNR;
   static_assert(sizeof(Entry) == sizeof(float), "both kinds of panel fill the same buffers");
@@ -719,7 +676,7 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
       if (!by_panel) Panels::pack_b(bv, jc, nc, pc, kc, b_buf, buf.scratch);
       for (int64_t ic = m0; ic < m1; ic += bl.mc) {
         const int64_t mc = min64(bl.mc, m1 - ic);
-        if (!a_direct) Panels::pack_a_block(av, ic, mc, pc, kc, a_buf, buf.scratch);
+        Panels::pack_a_block(av, ic, mc, pc, kc, a_buf, buf.scratch);
         const int64_t tiles = (mc + kMR - 1) / kMR;
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int cols = static_cast<int>(min64(kNR, nc - jr));
@@ -731,18 +688,8 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
           for (int64_t ir = 0, t = 0; ir < mc; ir += kMR, ++t) {
             const Ahead ahead =
                 next > 0 ? rows_ahead(bv, jc + jr + kNR, next * t / tiles, next * (t + 1) / tiles, pc, kc) : Ahead{};
-            const int rows = static_cast<int>(min64(kMR, mc - ir));
-            float* c = g.c + (ic + ir) * n_total + jc + jr;
-            const bool overwrite = first && !g.accumulate;
-            if constexpr (Panels::kReadsADirect) {
-              if (a_direct && rows == kMR) {
-                Panels::micro_direct(kc, av, ic + ir, pc, panel, c, n_total, cols, overwrite, bias);
-                continue;
-              }
-              if (a_direct)  // the edge tile: its one panel packed here
-                Panels::pack_a_block(av, ic + ir, rows, pc, kc, a_buf + ir * depth, buf.scratch);
-            }
-            Panels::micro(kc, a_buf + ir * depth, panel, c, n_total, rows, cols, overwrite, bias, ahead);
+            Panels::micro(kc, a_buf + ir * depth, panel, g.c + (ic + ir) * n_total + jc + jr, n_total,
+                          static_cast<int>(min64(kMR, mc - ir)), cols, first && !g.accumulate, bias, ahead);
           }
         }
       }
@@ -750,22 +697,14 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
   }
 }
 
-// Whether an FP32 op(A) is read in place: where asked, or where the shape prefers it
-// (gemm_reads_a_direct). An FP16/BF16 A is always packed (widened there).
-bool reads_a_direct(GemmARead asked, const View& av, const GemmShape& shape) {
-  if (av.type != GemmElem::F32 || asked == GemmARead::Packed) return false;
-  return asked == GemmARead::Direct || gemm_reads_a_direct(shape.n, av.r_contiguous);
-}
-
 // C cut into one slice per thread, in whole panels of Panels' tile, each slice multiplied alone.
 template <class Panels>
 void run_slices(const GemmF32Args& g, const GemmBlocking& bl, const View& av, const View& bv, const GemmShape& shape) {
   const ThreadSlices slices = thread_slices(shape, Panels::Tile::kMR, Panels::Tile::kNR);
-  const bool a_direct = Panels::kReadsADirect && reads_a_direct(g.a_read, av, shape);
 #pragma omp parallel for num_threads(static_cast<int>(slices.threads)) schedule(static, 1) if (slices.threads > 1)
   for (int64_t t = 0; t < slices.threads; ++t) {
     int64_t m0, m1, n0, n1;
-    if (slices.slice(t, m0, m1, n0, n1)) gemm_slice<Panels>(g, bl, av, bv, shape.k, shape.n, m0, m1, n0, n1, a_direct);
+    if (slices.slice(t, m0, m1, n0, n1)) gemm_slice<Panels>(g, bl, av, bv, shape.k, shape.n, m0, m1, n0, n1);
   }
 }
 
