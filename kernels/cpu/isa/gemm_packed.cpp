@@ -199,7 +199,47 @@ inline void copy_entries(float* d, const float* src) {
 inline __m256 two_quads(const float* lo, const float* hi) {
   return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
 }
+
+// Eight rows (row[0..7], `left` of them real, counting those past) down k in [0, kc4) into
+// dst[k * p + r]: rows 0..3 in the low halves and 4..7 in the high halves of four ymm, the 4 x 4
+// transpose inside each half (the shuffles of one 4 x 4 move 8 values), one 32-byte store per
+// k; the next eight rows prefetched. Measured on the AMX Xeon (1 thread, against the four-row
+// SSE transposes alternately, GPT-2 small's forward products): 0.965-0.976 of the time at
+// M = 128, 0.970-0.978 at 256, 0.984-0.988 at 1024 and 4096, where the pack of the transposed
+// weight is spread over fewer rows.
+inline void transpose_eight_rows(const float* const* row, int left, int kc4, float* dst, int p) {
+  for (int k = 0; k < kc4; k += 4) {
+    if (15 < left && (k & 15) == 0)
+      for (int q = 8; q < 16; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[q] + k), _MM_HINT_T0);
+    const __m256 x0 = two_quads(row[0] + k, row[4] + k), x1 = two_quads(row[1] + k, row[5] + k);
+    const __m256 x2 = two_quads(row[2] + k, row[6] + k), x3 = two_quads(row[3] + k, row[7] + k);
+    const __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
+    const __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
+    float* d = dst + static_cast<int64_t>(k) * p;
+    _mm256_storeu_ps(d, _mm256_shuffle_ps(t0, t2, 0x44));
+    _mm256_storeu_ps(d + p, _mm256_shuffle_ps(t0, t2, 0xEE));
+    _mm256_storeu_ps(d + 2 * p, _mm256_shuffle_ps(t1, t3, 0x44));
+    _mm256_storeu_ps(d + 3 * p, _mm256_shuffle_ps(t1, t3, 0xEE));
+  }
+}
 #endif
+
+// Four rows the same way through one 4 x 4 SSE transpose per 4 k (every path has SSE); the
+// rows 8 ahead prefetched a line at a time (DRAM-bound case, Zen 5: 0.28 -> 0.23 ns a value).
+inline void transpose_four_rows(const float* const* row, int left, int kc4, float* dst, int p) {
+  for (int k = 0; k < kc4; k += 4) {
+    if (11 < left && (k & 15) == 0)
+      for (int q = 8; q < 12; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[q] + k), _MM_HINT_T0);
+    __m128 x0 = _mm_loadu_ps(row[0] + k), x1 = _mm_loadu_ps(row[1] + k);
+    __m128 x2 = _mm_loadu_ps(row[2] + k), x3 = _mm_loadu_ps(row[3] + k);
+    _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+    float* d = dst + static_cast<int64_t>(k) * p;
+    _mm_storeu_ps(d, x0);
+    _mm_storeu_ps(d + p, x1);
+    _mm_storeu_ps(d + 2 * p, x2);
+    _mm_storeu_ps(d + 3 * p, x3);
+  }
+}
 
 // Packs rows [r0, r0 + rows) x k in [k0, k0 + kc) of v as one panel P rows tall:
 // dst[k * P + r], rows past `rows` zero (so edge tiles run the full microkernel).
@@ -234,51 +274,17 @@ void pack_panel(const View& v, int64_t r0, int rows, int64_t k0, int kc, float* 
       row[r] = scratch + r * kKCMax;
     }
   }
-  // Four rows at a time down the whole of kc, not four k across all P rows: the rows of a
+  // Eight or four rows at a time down the whole of kc, not four k across all P rows: the rows of a
   // transposed weight are often a power of two apart (16 KB for K = 4096), so P rows fall
   // in one L1 set, and sweeping all of them per 4 k evicted each line before its next use
   // (Zen 5, K = 4096: 0.33 -> 0.27 ns per element, 0.20 -> 0.09 when the source is in L2).
-  // The rows 8 ahead are prefetched a line at a time (DRAM-bound case: 0.28 -> 0.23 ns).
   constexpr int P4 = P / 4 * 4;  // MR = 6: rows 4 and 5 go one by one
   const int kc4 = kc / 4 * 4;
-  int r8 = 0;
+  int done = 0;
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx512bf16)
-  // With AVX, eight rows at a time: rows r..r+3 in the low halves and r+4..r+7 in the high
-  // halves of four ymm, the 4 x 4 transpose inside each half (the shuffles of one 4 x 4 move 8
-  // values), one 32-byte store per k; the next eight rows prefetched. Measured on the AMX Xeon
-  // (1 thread, the two packings alternately, GPT-2 small's forward products): 0.965-0.976 of
-  // the time at M = 128, 0.970-0.978 at 256, 0.984-0.988 at 1024 and 4096, where the pack of
-  // the transposed weight is spread over fewer rows.
-  for (; r8 + 8 <= P; r8 += 8) {
-    for (int k = 0; k < kc4; k += 4) {
-      if (r8 + 15 < rows && (k & 15) == 0)
-        for (int q = 8; q < 16; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[r8 + q] + k), _MM_HINT_T0);
-      const __m256 x0 = two_quads(row[r8] + k, row[r8 + 4] + k), x1 = two_quads(row[r8 + 1] + k, row[r8 + 5] + k);
-      const __m256 x2 = two_quads(row[r8 + 2] + k, row[r8 + 6] + k), x3 = two_quads(row[r8 + 3] + k, row[r8 + 7] + k);
-      const __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
-      const __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
-      float* d = dst + static_cast<int64_t>(k) * P + r8;
-      _mm256_storeu_ps(d, _mm256_shuffle_ps(t0, t2, 0x44));
-      _mm256_storeu_ps(d + P, _mm256_shuffle_ps(t0, t2, 0xEE));
-      _mm256_storeu_ps(d + 2 * P, _mm256_shuffle_ps(t1, t3, 0x44));
-      _mm256_storeu_ps(d + 3 * P, _mm256_shuffle_ps(t1, t3, 0xEE));
-    }
-  }
+  for (; done + 8 <= P; done += 8) transpose_eight_rows(row + done, rows - done, kc4, dst + done, P);
 #endif
-  for (int r = r8; r < P4; r += 4) {
-    for (int k = 0; k < kc4; k += 4) {
-      if (r + 11 < rows && (k & 15) == 0)
-        for (int q = 8; q < 12; ++q) _mm_prefetch(reinterpret_cast<const char*>(row[r + q] + k), _MM_HINT_T0);
-      __m128 x0 = _mm_loadu_ps(row[r] + k), x1 = _mm_loadu_ps(row[r + 1] + k);
-      __m128 x2 = _mm_loadu_ps(row[r + 2] + k), x3 = _mm_loadu_ps(row[r + 3] + k);
-      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-      float* d = dst + static_cast<int64_t>(k) * P + r;
-      _mm_storeu_ps(d, x0);
-      _mm_storeu_ps(d + P, x1);
-      _mm_storeu_ps(d + 2 * P, x2);
-      _mm_storeu_ps(d + 3 * P, x3);
-    }
-  }
+  for (; done < P4; done += 4) transpose_four_rows(row + done, rows - done, kc4, dst + done, P);
   for (int r = P4; r < P; ++r)
     for (int k = 0; k < kc4; ++k) dst[static_cast<int64_t>(k) * P + r] = row[r][k];
   for (int k = kc4; k < kc; ++k)
