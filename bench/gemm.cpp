@@ -191,10 +191,45 @@ Json huge_over_small_pages(CpuIsa isa, const Tensor& x, const Tensor& w, Tensor&
   return Json{{"huge_ms", huge.median_ms}, {"small_ms", small.median_ms}, {"ratio", huge.median_ms / small.median_ms}};
 }
 
+// A linear layer's three products at m tokens (in -> out) on random operands: the tensors, the
+// backend's arguments of forward (y = x w^T), dX (dy w) and dW (dy^T x), and each one's (M, N, K)
+// as op(A) op(B) is M x K times K x N. The arguments point into the object: built in place.
+struct LayerProducts {
+  Tensor x, w, dy, y, dx, dw;
+  GemmArgs ops[3];
+  int64_t shapes[3][3];
+  LayerProducts(int64_t m, int64_t in, int64_t out, uint64_t seed) {
+    Rng rng(seed);
+    x = random_matrix(m, in, 1.0f, rng);
+    w = random_matrix(out, in, 1.0f / std::sqrt(static_cast<float>(in)), rng);
+    dy = random_matrix(m, out, 1e-2f, rng);
+    y = Tensor::empty(Shape{m, out}), dx = Tensor::empty(Shape{m, in}), dw = Tensor::empty(Shape{out, in});
+    ops[0] = {&x, false, &w, true, &y, 0.0f, nullptr};
+    ops[1] = {&dy, false, &w, false, &dx, 0.0f, nullptr};
+    ops[2] = {&dy, true, &x, false, &dw, 0.0f, nullptr};
+    const int64_t mnk[3][3] = {{m, out, in}, {m, in, out}, {out, in, m}};
+    std::memcpy(shapes, mnk, sizeof shapes);
+  }
+  LayerProducts(const LayerProducts&) = delete;
+  LayerProducts& operator=(const LayerProducts&) = delete;
+  // The three outputs against FP64 (check_product).
+  void check(const std::string& what) const {
+    check_product(x, false, w, true, y, what + " forward");
+    check_product(dy, false, w, false, dx, what + " dX");
+    check_product(dy, true, x, false, dw, what + " dW");
+  }
+  Json product_json(int i, const Timing& t, double flops, double peak) const {
+    const double g = flops / (t.median_ms * 1e6);
+    return Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)},
+                {"gflops", g}, {"fraction_of_peak", g / peak}};
+  }
+};
+
 // The default GPT's linear layers (width 128, MLP 512, vocabulary 256: `belay train --model gpt`)
 // at 1024 and 2048 tokens (batch 16 and 32 of context 64): small K or N, where packing op(A)
 // is paid for few panels of B. fp32 through the backend, as a fraction of the FMA peak.
-constexpr GptLinear kGptDefault[] = {{"attn.q", 128, 128}, {"mlp.fc", 128, 512}, {"mlp.proj", 512, 128}, {"head", 128, 256}};
+constexpr GptLinear kGptDefault[] = {
+    {"attn.q", 128, 128}, {"mlp.fc", 128, 512}, {"mlp.proj", 512, 128}, {"head", 128, 256}};
 
 Json bench_gpt_default_shapes(const Options& o, double peak) {
   const Backend& be = backend_for(Device::cpu());
@@ -204,25 +239,11 @@ Json bench_gpt_default_shapes(const Options& o, double peak) {
     for (const GptLinear& l : kGptDefault) {
       const double flops = 2.0 * static_cast<double>(m) * l.in * l.out;
       const int reps = o.quick ? 15 : 41, warm = 3;
-      Rng rng(static_cast<uint64_t>(m * 7 + l.out));
-      const Tensor x = random_matrix(m, l.in, 1.0f, rng), w = random_matrix(l.out, l.in, 1.0f / std::sqrt((float)l.in), rng);
-      const Tensor dy = random_matrix(m, l.out, 1e-2f, rng);
-      Tensor y = Tensor::empty(Shape{m, l.out}), dx = Tensor::empty(Shape{m, l.in}), dw = Tensor::empty(Shape{l.out, l.in});
-      const GemmArgs ops[3] = {{&x, false, &w, true, &y, 0.0f, nullptr},
-                               {&dy, false, &w, false, &dx, 0.0f, nullptr},
-                               {&dy, true, &x, false, &dw, 0.0f, nullptr}};
-      const int64_t shapes[3][3] = {{m, l.out, l.in}, {m, l.in, l.out}, {l.out, l.in, m}};
+      LayerProducts p(m, l.in, l.out, static_cast<uint64_t>(m * 7 + l.out));
       Json entry{{"layer", l.name}, {"tokens", m}, {"in", l.in}, {"out", l.out}, {"flops", flops}};
-      for (int i = 0; i < 3; ++i) {
-        const Timing t = time_it(warm, reps, [&] { be.gemm(ops[i]); });
-        const double g = flops / (t.median_ms * 1e6);
-        entry[kProducts[i]] =
-            Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)}, {"gflops", g},
-                 {"fraction_of_peak", g / peak}};
-      }
-      check_product(x, false, w, true, y, std::string("gpt default forward ") + l.name);
-      check_product(dy, false, w, false, dx, std::string("gpt default dX ") + l.name);
-      check_product(dy, true, x, false, dw, std::string("gpt default dW ") + l.name);
+      for (int i = 0; i < 3; ++i)
+        entry[kProducts[i]] = p.product_json(i, time_it(warm, reps, [&] { be.gemm(p.ops[i]); }), flops, peak);
+      p.check(std::string("gpt default ") + l.name);
       rows.push_back(entry);
     }
   }
@@ -242,29 +263,17 @@ Json bench_gpt2_shapes(const Options& o, double peak) {
       if (l.in == 4096 && m != 4096) continue;  // the squares only
       const double flops = 2.0 * static_cast<double>(m) * l.in * l.out;
       const int reps = flops > 1e11 ? 3 : flops > 1e10 ? 5 : 9, warm = 1;
-      Rng rng(static_cast<uint64_t>(m * 131 + l.out));
-      const Tensor x = random_matrix(m, l.in, 1.0f, rng), w = random_matrix(l.out, l.in, 1.0f / std::sqrt((float)l.in), rng);
-      const Tensor dy = random_matrix(m, l.out, 1e-2f, rng);
-      Tensor y = Tensor::empty(Shape{m, l.out}), dx = Tensor::empty(Shape{m, l.in}), dw = Tensor::empty(Shape{l.out, l.in});
-      const GemmArgs ops[3] = {{&x, false, &w, true, &y, 0.0f, nullptr},
-                               {&dy, false, &w, false, &dx, 0.0f, nullptr},
-                               {&dy, true, &x, false, &dw, 0.0f, nullptr}};
-      // (M, N, K) of each product, as op(A) op(B) is M x K times K x N.
-      const int64_t shapes[3][3] = {{m, l.out, l.in}, {m, l.in, l.out}, {l.out, l.in, m}};
+      LayerProducts p(m, l.in, l.out, static_cast<uint64_t>(m * 131 + l.out));
       Json entry{{"layer", l.name}, {"tokens", m}, {"in", l.in}, {"out", l.out}, {"flops", flops}};
       for (int i = 0; i < 3; ++i) {
-        const Timing t = time_it(warm, reps, [&] { be.gemm(ops[i]); });
-        const double g = flops / (t.median_ms * 1e6);
-        entry[kProducts[i]] = Json{{"m", shapes[i][0]}, {"n", shapes[i][1]}, {"k", shapes[i][2]}, {"time", to_json(t)},
-                                   {"gflops", g}, {"fraction_of_peak", g / peak},
-                                   {"fraction_of_peak_beside", fraction_beside_peak(isa, [&] { be.gemm(ops[i]); }, flops, reps)},
-                                   {"wide_tile", wide_over_narrow(isa, ops[i], shapes[i][1], warm, reps)}};
+        entry[kProducts[i]] = p.product_json(i, time_it(warm, reps, [&] { be.gemm(p.ops[i]); }), flops, peak);
+        entry[kProducts[i]]["fraction_of_peak_beside"] =
+            fraction_beside_peak(isa, [&] { be.gemm(p.ops[i]); }, flops, reps);
+        entry[kProducts[i]]["wide_tile"] = wide_over_narrow(isa, p.ops[i], p.shapes[i][1], warm, reps);
       }
-      if (m == 1024) entry["forward"]["pages"] = huge_over_small_pages(isa, x, w, y, warm, reps);
-      check_product(x, false, w, true, y, std::string("gpt2 forward ") + l.name);
-      check_product(dy, false, w, false, dx, std::string("gpt2 dX ") + l.name);
-      check_product(dy, true, x, false, dw, std::string("gpt2 dW ") + l.name);
-      entry["bf16"] = gpt2_bf16_products(x, w, dy, dw, flops, reps, limit, entry, l.name);
+      if (m == 1024) entry["forward"]["pages"] = huge_over_small_pages(isa, p.x, p.w, p.y, warm, reps);
+      p.check(std::string("gpt2 ") + l.name);
+      entry["bf16"] = gpt2_bf16_products(p.x, p.w, p.dy, p.dw, flops, reps, limit, entry, l.name);
       rows.push_back(entry);
     }
   }
