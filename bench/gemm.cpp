@@ -73,15 +73,8 @@ constexpr const char* kProducts[3] = {"forward", "dX", "dW"};
 double fma_peak_gflops(CpuIsa isa, int reps) {
   const int64_t iters = 50'000'000;
   PeakRun run;
-  const Timing t = time_it(1, reps, [&] {
-    switch (isa) {
-      case CpuIsa::Baseline: run = isa_baseline::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
-      case CpuIsa::Avx2: run = isa_avx2::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
-      default: run = isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;  // the same FP32 FMAs
-    }
-  });
-  require(run.sum == static_cast<double>(run.lanes_total), "fma peak: the lanes did not end at 1");
-  return run.flops / (t.median_ms * 1e6);
+  const Timing t = time_it(1, reps, [&] { run = run_peak(isa, iters); });
+  return peak_gflops("fma peak", t, run);
 }
 
 // The fraction of the FMA peak a product reaches, the peak timed beside it: the product and a
@@ -94,15 +87,8 @@ double fma_peak_gflops(CpuIsa isa, int reps) {
 double fraction_beside_peak(CpuIsa isa, const std::function<void()>& product, double flops, int reps) {
   const int64_t iters = 10'000'000;  // ~20-30 ms on one AVX-512 core
   PeakRun run;
-  const auto [tp, tk] = time_pair(0, reps, product, [&] {
-    switch (isa) {
-      case CpuIsa::Baseline: run = isa_baseline::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
-      case CpuIsa::Avx2: run = isa_avx2::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
-      default: run = isa_avx512::fma_peak(iters, 0.75f, 0.25f, 1.0f); break;
-    }
-  });
-  require(run.sum == static_cast<double>(run.lanes_total), "fma peak: the lanes did not end at 1");
-  return (flops / tp.median_ms) / (run.flops / tk.median_ms);
+  const auto [tp, tk] = time_pair(0, reps, product, [&] { run = run_peak(isa, iters); });
+  return flops / (tp.median_ms * 1e6) / peak_gflops("fma peak beside a product", tk, run);
 }
 
 // GPT-2 small's linear layers: (name, in, out).

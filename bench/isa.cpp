@@ -25,7 +25,6 @@
 #include "kernels/cpu/isa/element_blocks.h"
 
 namespace belay::bench {
-namespace {
 
 PeakRun run_peak(CpuIsa isa, int64_t iters) {
   switch (isa) {
@@ -44,8 +43,6 @@ double peak_gflops(const std::string& what, const Timing& t, const PeakRun& run)
                                                                ", expected " + std::to_string(run.lanes_total));
   return run.flops / (t.median_ms * 1e6);
 }
-
-}  // namespace
 
 Bf16Limit bf16_limit(CpuIsa isa, int reps, double fp32_peak) {
   PeakRun run;

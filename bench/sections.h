@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "bench/fma_peak.h"
 #include "bench/harness.h"
 #include "engine/dtype.h"
 #include "engine/random.h"
@@ -50,6 +51,11 @@ struct Bf16Limit {
   double gflops;
 };
 Bf16Limit bf16_limit(CpuIsa isa, int reps, double fp32_peak);
+// One run of the FP32 FMA peak loop of `isa` (bench/fma_peak.h), `iters` iterations on all
+// threads (avx512bf16 and amx run avx512's: the same FP32 FMAs).
+PeakRun run_peak(CpuIsa isa, int64_t iters);
+// Checks a peak loop's lanes (each ends at exactly 1) and returns its GFLOP/s at time t.
+double peak_gflops(const std::string& what, const Timing& t, const PeakRun& run);
 // C = op(A) op(B): 16 sampled entries against an FP64 dot product (CheckFailure if off).
 void check_product(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, const std::string& what);
 

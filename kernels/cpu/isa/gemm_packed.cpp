@@ -200,8 +200,8 @@ inline __m256 two_quads(const float* lo, const float* hi) {
   return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
 }
 
-// Eight rows (row[0..7], `left` of them real, counting those past) down k in [0, kc4) into
-// dst[k * p + r]: rows 0..3 in the low halves and 4..7 in the high halves of four ymm, the 4 x 4
+// Eight rows (row[0..7]; `left`: the real rows from row[0] on, so the prefetch of row[8..15]
+// reads only real ones) down k in [0, kc4) into dst[k * p + r]: rows 0..3 in the low halves and 4..7 in the high halves of four ymm, the 4 x 4
 // transpose inside each half (the shuffles of one 4 x 4 move 8 values), one 32-byte store per
 // k; the next eight rows prefetched. Measured on the AMX Xeon (1 thread, against the four-row
 // SSE transposes alternately, GPT-2 small's forward products): 0.965-0.976 of the time at
