@@ -14,6 +14,9 @@ namespace {
 // 46 of 60; bench/results/cpu-2026-12-04-xeon-gemm-blocking.md), and 144-576 were alike; on
 // Zen 3 (512 KiB L2) 288 beat 72 and 144.
 constexpr int64_t kMcMax = 288;
+// From this L2 size on, an A panel in L1 and the B block in L2 (gemm_blocking.h, a_in_l1):
+// measured on the 2 MiB L2 of the AMX Xeon only.
+constexpr int64_t kAInL1FromL2 = int64_t{2} << 20;
 
 int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 int64_t round_down(int64_t x, int64_t to) { return x / to * to; }
@@ -136,7 +139,9 @@ GemmBlocking gemm_blocking(const CpuCaches& c, const MicroTile& t) {
   const int64_t mc_max = kMcMax / mr * mr > 0 ? kMcMax / mr * mr : mr;
   b.mc = static_cast<int>(clamp64(round_down(l2 / 2 / (b.kc * f), mr), mr, mc_max));
   const int64_t nc_max = 4096 / nr * nr > 0 ? 4096 / nr * nr : nr;
-  b.nc = static_cast<int>(clamp64(round_down((l3 > 0 ? l3 : l2) / 2 / (b.kc * f), nr), nr, nc_max));
+  b.a_in_l1 = l2 >= kAInL1FromL2;
+  const int64_t b_block_room = b.a_in_l1 ? l2 : (l3 > 0 ? l3 : l2);
+  b.nc = static_cast<int>(clamp64(round_down(b_block_room / 2 / (b.kc * f), nr), nr, nc_max));
   return b;
 }
 

@@ -11,6 +11,15 @@
 //   - one packed B panel, KC x NR floats, in L1 (reused by the MC/MR microkernel calls of a jr);
 //   - the packed A block, MC x KC, in L2 (streamed through L1 once per B panel);
 //   - the packed B block, KC x NC, in the thread's share of L3 (or of L2 without one).
+// Where L2 holds 2 MiB or more (`a_in_l1`), the two inner loops swap: for ir, for jr. One
+// packed A panel (MR x KC: 6 KiB for avx512's 8 x 48 tile at KC 192) stays in L1 while the B
+// panels stream from L2, which now holds the B block (NC: the block in half of L2) beside the A
+// block. The B panel of the other order (36 KiB for the 8 x 48 tile) filled most of a 48 KiB
+// L1d. Measured on the AMX Xeon (2 MiB L2; 1 thread, CPU time, the two orders alternately in
+// one process, the same bits): GPT-2 small's products at 1024 tokens took 0.95-0.99 of the
+// time (forward), 0.95-1.03 (dX), 0.97-1.01 (dW) with NC 1536, about the same with 768, and up
+// to 1.27 with 2304 (a B block of 1.8 MiB: no longer in L2 beside the A block). Not measured
+// on CPUs with less L2 (Zen 3-5: 0.5-1 MiB), which keep the order above.
 //
 // Bits: the sum of each output depends on KC only (its K products summed in FP32 one KC block
 // at a time, k ascending inside a block, each block's sum added to C), not on MC, NC, the
@@ -47,6 +56,7 @@ struct GemmBlocking {
   int kc = 0;   // k per block (a multiple of 16, <= kc_max): the summation order
   int mc = 0;   // rows of op(A) per block: a multiple of mr
   int nc = 0;   // columns of op(B) per block: a multiple of nr
+  bool a_in_l1 = false;  // the inner loops' order (above): an A panel in L1, the B block in L2
 };
 
 // The blocking for the caches `c` and the microkernel `t` (pure: no I/O):
@@ -56,7 +66,8 @@ struct GemmBlocking {
 //       (the measured best on Zen 3) is also the most, as more measured no better on this
 //       Xeon (gemm_blocking.cpp);
 //   NC: the B block in half of the thread's L3 share (L2 without an L3), a multiple of NR, in
-//       [NR, 4096] (4096: the widest measured; wider only grows the buffer).
+//       [NR, 4096] (4096: the widest measured; wider only grows the buffer);
+//   a_in_l1 where L2 is 2 MiB or more, and then NC puts the B block in half of L2 instead.
 // Missing sizes fall back to 32 KiB L1d, 512 KiB L2, no L3. The L3 counts as its size over the
 // logical CPUs sharing it; L1d and L2 count whole, even where hyperthreads share them.
 GemmBlocking gemm_blocking(const CpuCaches& c, const MicroTile& t);

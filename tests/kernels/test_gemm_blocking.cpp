@@ -74,15 +74,18 @@ void check_invariants(const CpuCaches& c, const MicroTile& t) {
   CHECK(b.mc >= t.mr);
   CHECK(b.mc <= 288);
   if (b.mc > t.mr) CHECK(int64_t{b.mc} * b.kc * 4 <= l2 / 2);
-  // NC: whole B panels; the B block in half of the L3 share (L2 without an L3).
+  // The order: an A panel in L1 and the B block in L2 where L2 holds 2 MiB or more.
+  CHECK(b.a_in_l1 == (l2 >= 2 * MiB));
+  // NC: whole B panels; the B block in half of the L3 share (L2 without an L3, or in that order).
+  const int64_t b_room = b.a_in_l1 ? l2 : (l3 > 0 ? l3 : l2);
   CHECK(b.nc % t.nr == 0);
   CHECK(b.nc >= t.nr);
   CHECK(b.nc <= 4096);
-  if (b.nc > t.nr) CHECK(int64_t{b.nc} * b.kc * 4 <= (l3 > 0 ? l3 : l2) / 2);
+  if (b.nc > t.nr) CHECK(int64_t{b.nc} * b.kc * 4 <= b_room / 2);
   // Each is the largest that fits (below its cap): one more step would not.
   if (b.kc < t.kc_max / 16 * 16) CHECK(int64_t{b.kc + 16} * t.nr * 4 > l1 / 2);
   if (b.mc < 288 / t.mr * t.mr) CHECK(int64_t{b.mc + t.mr} * b.kc * 4 > l2 / 2);
-  if (b.nc < 4096 / t.nr * t.nr) CHECK(int64_t{b.nc + t.nr} * b.kc * 4 > (l3 > 0 ? l3 : l2) / 2);
+  if (b.nc < 4096 / t.nr * t.nr) CHECK(int64_t{b.nc + t.nr} * b.kc * 4 > b_room / 2);
 }
 
 }  // namespace
@@ -115,12 +118,14 @@ TEST_CASE("gemm blocking: the values on the machines measured, KC as before (the
   CHECK(b.mc == 288);
   CHECK(b.nc == 1344);
   CHECK(gemm_blocking(zen5, kAvx2).kc == 256);
-  // This Xeon (avx512): KC 192 as before; MC at its cap of 288 rows; NC 4096: the blocking it
-  // had before the caches were read.
+  // This Xeon (avx512): KC 192 as before; MC at its cap of 288 rows; an A panel in L1 (2 MiB
+  // L2) and NC 1344 (the B block, 1008 KiB, in half of L2). Zen 5 keeps the B panel in L1.
   b = gemm_blocking(xeon, kAvx512);
   CHECK(b.kc == 192);
   CHECK(b.mc == 288);
-  CHECK(b.nc == 4096);
+  CHECK(b.a_in_l1);
+  CHECK(b.nc == 1344);
+  CHECK_FALSE(gemm_blocking(zen5, kAvx512).a_in_l1);
   CHECK(gemm_blocking(xeon, kAvx2).kc == 256);
   CHECK(gemm_blocking(xeon, kBaseline).kc == 256);
   // An AVX-512 CPU with a 32 KiB L1d (Skylake-SP, Zen 4): KC 128 so a B panel (16 KiB) leaves
@@ -207,7 +212,7 @@ const PackedPath kPackedPaths[] = {{CpuIsa::Baseline, isa_baseline::gemm_packed}
 
 }  // namespace
 
-TEST_CASE("gemm blocking: MC and NC leave a product's bits alone, KC sets them", "[kernels][cpu][gemm][blocking]") {
+TEST_CASE("gemm blocking: MC, NC and the loop order leave a product's bits alone, KC sets them", "[kernels][cpu][gemm][blocking]") {
   const EdgeCase e(2026);
   for (const PackedPath& p : kPackedPaths)
     for (const bool tb : {true, false}) {
@@ -220,11 +225,14 @@ TEST_CASE("gemm blocking: MC and NC leave a product's bits alone, KC sets them",
                                    {3 * own.mr, 5 * own.nr},
                                    {own.mc, own.nr},
                                    {own.mr, 4096 / own.nr * own.nr}}) {
-        GemmBlocking b = own;
-        b.mc = mc;
-        b.nc = nc;
-        INFO("MC " << mc << " NC " << nc);
-        CHECK(bits_of(e.run(p.fn, b, tb)) == ref);
+        for (const bool a_in_l1 : {false, true}) {  // and either order of the inner loops
+          GemmBlocking b = own;
+          b.mc = mc;
+          b.nc = nc;
+          b.a_in_l1 = a_in_l1;
+          INFO("MC " << mc << " NC " << nc << (a_in_l1 ? ", an A panel in L1" : ", a B panel in L1"));
+          CHECK(bits_of(e.run(p.fn, b, tb)) == ref);
+        }
       }
       // Another KC sums in other blocks: some bits differ (all equal would mean KC was ignored).
       GemmBlocking other = own;
@@ -253,10 +261,16 @@ TEST_CASE("gemm blocking: a blocking refitted to another micro-tile keeps KC, wh
     CHECK(wide.mc <= own.mc);
     CHECK(wide.nc <= own.nc);
   }
-  // This Xeon's: MC 288 is already whole 8-row panels; NC 4096 becomes 85 panels of 48.
+  // This Xeon's: MC 288 is already whole 8-row panels; NC 1344 is 28 panels of 48; the order kept.
   const GemmBlocking xeon = gemm_blocking_for_tile(gemm_blocking(hierarchies()[2].c, kAvx512), 8, 48);
   CHECK(xeon.mc == 288);
-  CHECK(xeon.nc == 4080);
+  CHECK(xeon.nc == 1344);
+  CHECK(xeon.a_in_l1);
+  // Zen 5's NC 1344 too; the 4096 of a large L3 share becomes 85 panels of 48.
+  CpuCaches big_l3 = hierarchies()[1].c;
+  big_l3.l3 = 480 * MiB;
+  big_l3.l3_shared_by = 2;
+  CHECK(gemm_blocking_for_tile(gemm_blocking(big_l3, kAvx512), 8, 48).nc == 4080);
   // Blocks smaller than one new panel become one panel.
   const GemmBlocking tiny = gemm_blocking_for_tile(GemmBlocking{12, 32, 16, 12, 32}, 8, 48);
   CHECK(tiny.mc == 8);

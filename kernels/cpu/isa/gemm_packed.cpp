@@ -656,6 +656,23 @@ struct PairPanels {
 };
 #endif
 
+// The microkernel calls of one packed A block (mc rows from ic) by one packed B block (nc
+// columns from jc), an A panel at a time: it stays in L1 while the B panels stream from L2
+// (GemmBlocking::a_in_l1; gemm_blocking.h says why and where).
+template <class Panels>
+void a_panel_rows(const GemmF32Args& g, const typename Panels::Entry* a_buf,
+                  const typename Panels::Entry* b_buf, int64_t depth, int kc, int64_t mc, int64_t nc, int64_t ic,
+                  int64_t jc, int64_t n_total, bool first, bool last) {
+  constexpr int kMR = Panels::Tile::kMR, kNR = Panels::Tile::kNR;
+  for (int64_t ir = 0; ir < mc; ir += kMR)
+    for (int64_t jr = 0; jr < nc; jr += kNR) {
+      const float* bias = (last && g.bias) ? g.bias + jc + jr : nullptr;
+      Panels::micro(kc, a_buf + ir * depth, b_buf + jr * depth, g.c + (ic + ir) * n_total + jc + jr, n_total,
+                    static_cast<int>(min64(kMR, mc - ir)), static_cast<int>(min64(kNR, nc - jr)),
+                    first && !g.accumulate, bias, Ahead{});
+    }
+}
+
 // The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
 template <class Panels>
 void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, const View& bv, int64_t k_total,
@@ -671,8 +688,9 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
   // a panel at a time, just before the first block of A uses it, and the microkernel calls
   // on the panel before prefetch its rows. Packing the whole block first, the thread waited
   // on DRAM with no FMA to overlap: 12-16% of the forward product's time. (An untransposed
-  // B is still packed a block at a time, its rows read across all panels: see pack_block.)
-  const bool by_panel = !bv.r_contiguous;
+  // B is still packed a block at a time, its rows read across all panels: see pack_block; and
+  // every B in the a_in_l1 order, whose first A panel meets every B panel at once.)
+  const bool by_panel = !bv.r_contiguous && !bl.a_in_l1;
   for (int64_t jc = n0; jc < n1; jc += bl.nc) {
     const int64_t nc = min64(bl.nc, n1 - jc);
     for (int64_t pc = 0; pc < k_total; pc += block_k) {
@@ -683,6 +701,10 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
       for (int64_t ic = m0; ic < m1; ic += bl.mc) {
         const int64_t mc = min64(bl.mc, m1 - ic);
         Panels::pack_a_block(av, ic, mc, pc, kc, a_buf, buf.scratch);
+        if (bl.a_in_l1) {
+          a_panel_rows<Panels>(g, a_buf, b_buf, depth, kc, mc, nc, ic, jc, n_total, first, last);
+          continue;
+        }
         const int64_t tiles = (mc + kMR - 1) / kMR;
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int cols = static_cast<int>(min64(kNR, nc - jr));
