@@ -19,7 +19,8 @@
 // one process, the same bits): GPT-2 small's products at 1024 tokens took 0.95-0.99 of the
 // time (forward), 0.95-1.03 (dX), 0.97-1.01 (dW) with NC 1536, about the same with 768, and up
 // to 1.27 with 2304 (a B block of 1.8 MiB: no longer in L2 beside the A block). Not measured
-// on CPUs with less L2 (Zen 3-5: 0.5-1 MiB), which keep the order above.
+// on CPUs with less L2 (Zen 3-5: 0.5-1 MiB), which keep the order above; nor taken where a
+// thread's slice of C is narrower than NC / 2 (gemm_packed.cpp, gemm_slice).
 //
 // Bits: the sum of each output depends on KC only (its K products summed in FP32 one KC block
 // at a time, k ascending inside a block, each block's sum added to C), not on MC, NC, the

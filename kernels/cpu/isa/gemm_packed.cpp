@@ -690,7 +690,11 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
   // on DRAM with no FMA to overlap: 12-16% of the forward product's time. (An untransposed
   // B is still packed a block at a time, its rows read across all panels: see pack_block; and
   // every B in the a_in_l1 order, whose first A panel meets every B panel at once.)
-  const bool by_panel = !bv.r_contiguous && !bl.a_in_l1;
+  // The a_in_l1 order where the slice is at least half an NC block wide: narrower, an A panel
+  // meets too few B panels for its stay in L1 to pay, and the forward loses the pack by panel
+  // (the default GPT's products, N = 128-512, took 1.03-1.10 of the time in that order).
+  const bool a_in_l1 = bl.a_in_l1 && 2 * (n1 - n0) >= bl.nc;
+  const bool by_panel = !bv.r_contiguous && !a_in_l1;
   for (int64_t jc = n0; jc < n1; jc += bl.nc) {
     const int64_t nc = min64(bl.nc, n1 - jc);
     for (int64_t pc = 0; pc < k_total; pc += block_k) {
@@ -701,7 +705,7 @@ void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, co
       for (int64_t ic = m0; ic < m1; ic += bl.mc) {
         const int64_t mc = min64(bl.mc, m1 - ic);
         Panels::pack_a_block(av, ic, mc, pc, kc, a_buf, buf.scratch);
-        if (bl.a_in_l1) {
+        if (a_in_l1) {
           a_panel_rows<Panels>(g, a_buf, b_buf, depth, kc, mc, nc, ic, jc, n_total, first, last);
           continue;
         }
