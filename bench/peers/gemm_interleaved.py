@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""belay's FP32 matrix product beside PyTorch's (MKL on x86) in ONE process, alternately: GPT-2
+small's forward and dX products at 1024 tokens, each ratio taken with the machine's drift out.
+
+    OMP_NUM_THREADS=N gemm_interleaved.py [--threads N] [--rounds R] --json FILE.json
+    (writes FILE.json and FILE.md, the table)
+
+Each round times a block of `--block` calls of belay's product, then of PyTorch's (the order
+swapped every round, each block after one untimed call); a shape's ratio is the median over
+the rounds of belay's mean call over PyTorch's. belay: belay.linear(x, W) for the forward
+(x W^T, the weight as stored, [out, in]) and belay.matmul(dY, W) for dX, under belay.no_grad,
+its inputs belay Tensors made once; PyTorch: F.linear(x, W) and torch.mm(dY, W) under
+torch.no_grad. Both write a fresh output each call, from their caching allocators. The dW
+products are left out: belay's Python ops have no transposed view of dY to hand its GEMM.
+Clock: the thread's CPU time at 1 thread, wall time above. Check: the two products agree to
+1e-4 relative (FP32 sums in different orders). Set-up as gpt_interleaved.py's (the belay
+Python module in the PyTorch venv), never CI.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch  # before belay: belay's NCCL loaded first breaks `import torch`
+import torch.nn.functional as F
+
+import belay
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_interleaved import machine, require  # noqa: E402
+
+TOKENS = 1024
+# (layer, product, M, N, K): GPT-2 small's Linears, forward (x [M, K] by W^T, W [N, K]) and dX
+# (dY [M, K] by W [K, N]).
+SHAPES = [("attn.qkv", "forward", TOKENS, 2304, 768), ("attn.qkv", "dX", TOKENS, 768, 2304),
+          ("attn.proj", "forward", TOKENS, 768, 768), ("attn.proj", "dX", TOKENS, 768, 768),
+          ("mlp.fc", "forward", TOKENS, 3072, 768), ("mlp.fc", "dX", TOKENS, 768, 3072),
+          ("mlp.proj", "forward", TOKENS, 768, 3072), ("mlp.proj", "dX", TOKENS, 3072, 768)]
+
+
+def run_shape(layer, product, m, n, k, rounds, block, clock):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k) if product == "forward" else (k, n), dtype=np.float32) * 0.02
+    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+    ba, bw = belay.Var(belay.from_numpy(a, None)), belay.Var(belay.from_numpy(w, None))
+
+    def belay_call():
+        with belay.no_grad():
+            return belay.linear(ba, bw, None) if product == "forward" else belay.matmul(ba, bw)
+
+    def torch_call():
+        with torch.no_grad():
+            return F.linear(ta, tw) if product == "forward" else torch.mm(ta, tw)
+
+    got, want = belay_call().numpy(), torch_call().numpy()
+    require(np.allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max())),
+            f"{layer} {product}: belay's product is not PyTorch's")
+    sides = {"belay": belay_call, "torch": torch_call}
+    means = {"belay": [], "torch": []}
+    for r in range(rounds):
+        for side in (("belay", "torch") if r % 2 == 0 else ("torch", "belay")):
+            sides[side]()
+            ts = []
+            for _ in range(block):
+                t0 = clock()
+                sides[side]()
+                ts.append((clock() - t0) * 1e3)
+            means[side].append(statistics.fmean(ts))
+    ratios = [b / t for b, t in zip(means["belay"], means["torch"])]
+    q = statistics.quantiles(ratios, n=4)
+    flops = 2.0 * m * n * k
+    return {"layer": layer, "product": product, "m": m, "n": n, "k": k, "rounds": rounds, "block": block,
+            "belay_gflops": flops / (statistics.median(means["belay"]) * 1e6),
+            "torch_gflops": flops / (statistics.median(means["torch"]) * 1e6),
+            "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--block", type=int, default=5)
+    ap.add_argument("--json", required=True)
+    a = ap.parse_args()
+    require(os.environ.get("OMP_NUM_THREADS") == str(a.threads),
+            f"set OMP_NUM_THREADS={a.threads} for belay (read when its OpenMP starts)")
+    torch.set_num_threads(a.threads)
+    clock = time.thread_time if a.threads == 1 else time.perf_counter
+    rows = []
+    for shape in SHAPES:
+        row = run_shape(*shape, a.rounds, a.block, clock)
+        print(f"{row['layer']:9} {row['product']:7} {row['m']:5} x {row['n']:5} x {row['k']:5}: belay "
+              f"{row['belay_gflops']:6.1f} GFLOP/s, PyTorch {row['torch_gflops']:6.1f}; belay / PyTorch time "
+              f"{row['ratio_median']:.3f} (quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f})", flush=True)
+        rows.append(row)
+    out = {"machine": machine(), "threads": a.threads, "clock": "thread_cpu" if a.threads == 1 else "wall",
+           "torch_version": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+           "belay_version": belay.__version__,
+           "belay_commit": subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short",
+                                           "HEAD"], capture_output=True, text=True).stdout.strip(),
+           "command": "gemm_interleaved.py " + " ".join(sys.argv[1:]),
+           "rows": rows}
+    with open(a.json, "w") as f:
+        json.dump(out, f, indent=1)
+    if a.json.endswith(".json"):
+        with open(a.json[:-5] + ".md", "w") as f:
+            f.write(table(out))
+
+
+def table(out):
+    """The rows as a markdown table."""
+    lines = [f"# belay's FP32 GEMM beside PyTorch's, interleaved in one process ({out['threads']} thread(s))", "",
+             f"Machine: {out['machine']}. Clock: {out['clock']}. PyTorch {out['torch_version']} "
+             f"({out['torch_cpu_capability']}), belay {out['belay_version']} at {out.get('belay_commit', '?')}. Command: `{out['command']}`. "
+             "GFLOP/s: of the median block mean. Ratio: the median over the rounds of belay's mean call over "
+             "PyTorch's in the same round (its quartiles beside it).", "",
+             "| layer | product | M x N x K | belay GFLOP/s | PyTorch GFLOP/s | belay / PyTorch time | quartiles |",
+             "|---|---|---|---|---|---|---|"]
+    for r in out["rows"]:
+        lines.append(f"| {r['layer']} | {r['product']} | {r['m']} x {r['n']} x {r['k']} | {r['belay_gflops']:.1f} | "
+                     f"{r['torch_gflops']:.1f} | **{r['ratio_median']:.3f}** | {r['ratio_q1']:.3f}-{r['ratio_q3']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
