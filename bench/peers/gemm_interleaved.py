@@ -17,12 +17,9 @@ Clock: the thread's CPU time at 1 thread, wall time above. Check: the two produc
 Python module in the PyTorch venv), never CI.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 import torch  # before belay: belay's NCCL loaded first breaks `import torch`
@@ -31,7 +28,7 @@ import torch.nn.functional as F
 import belay
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_interleaved import machine, require  # noqa: E402
+from gpt_interleaved import interleave, ratio_stats, require, set_threads, write_results  # noqa: E402
 
 TOKENS = 1024
 # (layer, product, M, N, K): GPT-2 small's Linears, forward (x [M, K] by W^T, W [N, K]) and dX
@@ -60,24 +57,11 @@ def run_shape(layer, product, m, n, k, rounds, block, clock):
     got, want = belay_call().numpy(), torch_call().numpy()
     require(np.allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max())),
             f"{layer} {product}: belay's product is not PyTorch's")
-    sides = {"belay": belay_call, "torch": torch_call}
-    means = {"belay": [], "torch": []}
-    for r in range(rounds):
-        for side in (("belay", "torch") if r % 2 == 0 else ("torch", "belay")):
-            sides[side]()
-            ts = []
-            for _ in range(block):
-                t0 = clock()
-                sides[side]()
-                ts.append((clock() - t0) * 1e3)
-            means[side].append(statistics.fmean(ts))
-    ratios = [b / t for b, t in zip(means["belay"], means["torch"])]
-    q = statistics.quantiles(ratios, n=4)
+    _, means = interleave({"belay": belay_call, "torch": torch_call}, rounds, block, clock)
     flops = 2.0 * m * n * k
     return {"layer": layer, "product": product, "m": m, "n": n, "k": k, "rounds": rounds, "block": block,
             "belay_gflops": flops / (statistics.median(means["belay"]) * 1e6),
-            "torch_gflops": flops / (statistics.median(means["torch"]) * 1e6),
-            "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2]}
+            "torch_gflops": flops / (statistics.median(means["torch"]) * 1e6), **ratio_stats(means)}
 
 
 def main():
@@ -87,10 +71,7 @@ def main():
     ap.add_argument("--block", type=int, default=5)
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
-    require(os.environ.get("OMP_NUM_THREADS") == str(a.threads),
-            f"set OMP_NUM_THREADS={a.threads} for belay (read when its OpenMP starts)")
-    torch.set_num_threads(a.threads)
-    clock = time.thread_time if a.threads == 1 else time.perf_counter
+    clock = set_threads(a.threads)
     rows = []
     for shape in SHAPES:
         row = run_shape(*shape, a.rounds, a.block, clock)
@@ -98,25 +79,14 @@ def main():
               f"{row['belay_gflops']:6.1f} GFLOP/s, PyTorch {row['torch_gflops']:6.1f}; belay / PyTorch time "
               f"{row['ratio_median']:.3f} (quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f})", flush=True)
         rows.append(row)
-    out = {"machine": machine(), "threads": a.threads, "clock": "thread_cpu" if a.threads == 1 else "wall",
-           "torch_version": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-           "belay_version": belay.__version__,
-           "belay_commit": subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short",
-                                           "HEAD"], capture_output=True, text=True).stdout.strip(),
-           "command": "gemm_interleaved.py " + " ".join(sys.argv[1:]),
-           "rows": rows}
-    with open(a.json, "w") as f:
-        json.dump(out, f, indent=1)
-    if a.json.endswith(".json"):
-        with open(a.json[:-5] + ".md", "w") as f:
-            f.write(table(out))
+    write_results(a.json, a.threads, rows, table)
 
 
 def table(out):
     """The rows as a markdown table."""
     lines = [f"# belay's FP32 GEMM beside PyTorch's, interleaved in one process ({out['threads']} thread(s))", "",
              f"Machine: {out['machine']}. Clock: {out['clock']}. PyTorch {out['torch_version']} "
-             f"({out['torch_cpu_capability']}), belay {out['belay_version']} at {out.get('belay_commit', '?')}. Command: `{out['command']}`. "
+             f"({out['torch_cpu_capability']}), belay {out['belay_version']} at {out['belay_commit']}. Command: `{out['command']}`. "
              "GFLOP/s: of the median block mean. Ratio: the median over the rounds of belay's mean call over "
              "PyTorch's in the same round (its quartiles beside it).", "",
              "| layer | product | M x N x K | belay GFLOP/s | PyTorch GFLOP/s | belay / PyTorch time | quartiles |",

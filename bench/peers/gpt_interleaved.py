@@ -124,25 +124,39 @@ def run_row(model_name, batch, dtype, rounds, block, clock):
     sides = {"belay": BelayStep(shape, batch, dtype, ids, labels), "torch": TorchStep(shape, batch, dtype, ids, labels)}
     for step in sides.values():  # warm-up: the first steps allocate and touch every buffer
         step()
-    times = {"belay": [], "torch": []}
-    means = {"belay": [], "torch": []}
-    for r in range(rounds):
-        for side in (("belay", "torch") if r % 2 == 0 else ("torch", "belay")):
-            sides[side]()  # untimed: back in the caches after the other library's block
-            block_times = [timed(sides[side], clock) for _ in range(block)]
-            times[side] += block_times
-            means[side].append(statistics.fmean(block_times))
+    times, means = interleave(sides, rounds, block, clock)
     what = f"{model_name} batch {batch} {dtype}"
     for side, step in sides.items():
         require(all(math.isfinite(v) for v in step.losses), f"{what}: a non-finite loss ({side})")
         # Some later step below the first: GPT-2 small's first Adam steps at lr 1e-3 can raise it.
         require(min(step.losses[1:]) < step.losses[0], f"{what}: {side}'s loss did not go down")
-    ratios = [b / t for b, t in zip(means["belay"], means["torch"])]
-    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
     return {"model": model_name, "batch": batch, "context": shape["context"], "dtype": dtype, "rounds": rounds,
             "block": block, "belay_ms": statistics.median(times["belay"]), "torch_ms": statistics.median(times["torch"]),
-            "ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2],
-            "torch_optimizer": sides["torch"].impl, "belay_times_ms": times["belay"], "torch_times_ms": times["torch"]}
+            **ratio_stats(means), "torch_optimizer": sides["torch"].impl, "belay_times_ms": times["belay"],
+            "torch_times_ms": times["torch"]}
+
+
+def interleave(sides, rounds, block, clock):
+    """Rounds of a block of `block` timed calls of each side in turn ({"belay": fn, "torch": fn};
+    the order swapped every round), each block after one untimed call: the other side's block
+    ran just before. Returns each side's call times and block means, in ms."""
+    times = {side: [] for side in sides}
+    means = {side: [] for side in sides}
+    names = list(sides)
+    for r in range(rounds):
+        for side in (names if r % 2 == 0 else names[::-1]):
+            sides[side]()
+            block_times = [timed(sides[side], clock) for _ in range(block)]
+            times[side] += block_times
+            means[side].append(statistics.fmean(block_times))
+    return times, means
+
+
+def ratio_stats(means):
+    """belay's block mean over PyTorch's in each round: the median and its quartiles."""
+    ratios = [b / t for b, t in zip(means["belay"], means["torch"])]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    return {"ratio_median": statistics.median(ratios), "ratio_q1": q[0], "ratio_q3": q[2]}
 
 
 def machine():
@@ -163,10 +177,7 @@ def main():
     ap.add_argument("--rows", default="default,gpt2")
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
-    require(os.environ.get("OMP_NUM_THREADS") == str(a.threads),
-            f"set OMP_NUM_THREADS={a.threads} for belay (read when its OpenMP starts)")
-    torch.set_num_threads(a.threads)
-    clock = time.thread_time if a.threads == 1 else time.perf_counter
+    clock = set_threads(a.threads)
     rows = []
     for group in a.rows.split(","):
         require(group in ROWS, f"unknown row group {group!r} (default, gpt2)")
@@ -179,17 +190,31 @@ def main():
                       f"(quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f}, {rounds} rounds of {BLOCK[group]})",
                       flush=True)
                 rows.append(row)
+    write_results(a.json, a.threads, rows, table)
+
+
+def set_threads(threads):
+    """Both libraries on `threads` threads; returns the clock to time them by (the thread's CPU
+    time at one thread, where both run on the caller's; wall time above)."""
+    require(os.environ.get("OMP_NUM_THREADS") == str(threads),
+            f"set OMP_NUM_THREADS={threads} for belay (read when its OpenMP starts)")
+    torch.set_num_threads(threads)
+    return time.thread_time if threads == 1 else time.perf_counter
+
+
+def write_results(path, threads, rows, make_table):
+    """PATH.json: the rows with the machine, the libraries and the command; PATH.md: make_table's."""
     commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    out = {"machine": machine(), "threads": a.threads, "clock": "thread_cpu" if a.threads == 1 else "wall",
+    out = {"machine": machine(), "threads": threads, "clock": "thread_cpu" if threads == 1 else "wall",
            "torch_version": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
            "belay_version": belay.__version__, "belay_commit": commit,
-           "command": "gpt_interleaved.py " + " ".join(sys.argv[1:]), "rows": rows}
-    with open(a.json, "w") as f:
+           "command": os.path.basename(sys.argv[0]) + " " + " ".join(sys.argv[1:]), "rows": rows}
+    with open(path, "w") as f:
         json.dump(out, f, indent=1)
-    if a.json.endswith(".json"):
-        with open(a.json[:-5] + ".md", "w") as f:
-            f.write(table(out))
+    if path.endswith(".json"):
+        with open(path[:-5] + ".md", "w") as f:
+            f.write(make_table(out))
 
 
 def table(out):
