@@ -656,21 +656,49 @@ struct PairPanels {
 };
 #endif
 
-// The microkernel calls of one packed A block (mc rows from ic) by one packed B block (nc
-// columns from jc), an A panel at a time: it stays in L1 while the B panels stream from L2
-// (GemmBlocking::a_in_l1; gemm_blocking.h says why and where).
+// One packed A block (mc rows of C from ic) by one packed B block (nc columns from jc), at
+// k block pc of depth `depth` entries (kc k): what the two orders of the inner loops share.
+struct BlockPair {
+  const GemmF32Args& g;
+  int64_t n_total, ic, mc, jc, nc, pc, depth;
+  int kc;
+  bool first, last;  // the first and last k block: C overwritten, bias added
+  const float* bias(int64_t jr) const { return (last && g.bias) ? g.bias + jc + jr : nullptr; }
+  float* c(int64_t ir, int64_t jr) const { return g.c + (ic + ir) * n_total + jc + jr; }
+};
+
+// The block pair's microkernel calls an A panel at a time: it stays in L1 while the B panels
+// stream from L2 (GemmBlocking::a_in_l1; gemm_blocking.h says why and where).
 template <class Panels>
-void a_panel_rows(const GemmF32Args& g, const typename Panels::Entry* a_buf,
-                  const typename Panels::Entry* b_buf, int64_t depth, int kc, int64_t mc, int64_t nc, int64_t ic,
-                  int64_t jc, int64_t n_total, bool first, bool last) {
+void a_panel_rows(const BlockPair& p, const typename Panels::Entry* a_buf, const typename Panels::Entry* b_buf) {
   constexpr int kMR = Panels::Tile::kMR, kNR = Panels::Tile::kNR;
-  for (int64_t ir = 0; ir < mc; ir += kMR)
-    for (int64_t jr = 0; jr < nc; jr += kNR) {
-      const float* bias = (last && g.bias) ? g.bias + jc + jr : nullptr;
-      Panels::micro(kc, a_buf + ir * depth, b_buf + jr * depth, g.c + (ic + ir) * n_total + jc + jr, n_total,
-                    static_cast<int>(min64(kMR, mc - ir)), static_cast<int>(min64(kNR, nc - jr)),
-                    first && !g.accumulate, bias, Ahead{});
+  for (int64_t ir = 0; ir < p.mc; ir += kMR)
+    for (int64_t jr = 0; jr < p.nc; jr += kNR)
+      Panels::micro(p.kc, a_buf + ir * p.depth, b_buf + jr * p.depth, p.c(ir, jr), p.n_total,
+                    static_cast<int>(min64(kMR, p.mc - ir)), static_cast<int>(min64(kNR, p.nc - jr)),
+                    p.first && !p.g.accumulate, p.bias(jr), Ahead{});
+}
+
+// The block pair's microkernel calls a B panel at a time, the panel in L1 while the A panels
+// stream from L2. `pack_panels`: op(B) (k-contiguous, bv) is packed here, a panel just before
+// its first use, and the calls on a panel prefetch the next one's rows, a share each.
+template <class Panels>
+void b_panel_columns(const BlockPair& p, const View& bv, bool pack_panels, const typename Panels::Entry* a_buf,
+                     typename Panels::Entry* b_buf, float* scratch) {
+  constexpr int kMR = Panels::Tile::kMR, kNR = Panels::Tile::kNR;
+  const int64_t tiles = (p.mc + kMR - 1) / kMR;
+  for (int64_t jr = 0; jr < p.nc; jr += kNR) {
+    const int cols = static_cast<int>(min64(kNR, p.nc - jr));
+    typename Panels::Entry* panel = b_buf + jr * p.depth;
+    if (pack_panels) Panels::pack_b_panel(bv, p.jc + jr, cols, p.pc, p.kc, panel, scratch);
+    const int64_t next = pack_panels ? min64(kNR, p.nc - jr - kNR) : 0;  // the next panel's rows
+    for (int64_t ir = 0, t = 0; ir < p.mc; ir += kMR, ++t) {
+      const Ahead ahead =
+          next > 0 ? rows_ahead(bv, p.jc + jr + kNR, next * t / tiles, next * (t + 1) / tiles, p.pc, p.kc) : Ahead{};
+      Panels::micro(p.kc, a_buf + ir * p.depth, panel, p.c(ir, jr), p.n_total, static_cast<int>(min64(kMR, p.mc - ir)),
+                    cols, p.first && !p.g.accumulate, p.bias(jr), ahead);
     }
+  }
 }
 
 // The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
@@ -678,52 +706,33 @@ template <class Panels>
 void gemm_slice(const GemmF32Args& g, const GemmBlocking& bl, const View& av, const View& bv, int64_t k_total,
                 int64_t n_total, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   using Entry = typename Panels::Entry;
-  constexpr int kMR = Panels::Tile::kMR, kNR = Panels::Tile::kNR;
   static_assert(sizeof(Entry) == sizeof(float), "both kinds of panel fill the same buffers");
   Buffers& buf = buffers(bl);
   Entry* a_buf = reinterpret_cast<Entry*>(buf.a);
   Entry* b_buf = reinterpret_cast<Entry*>(buf.b);
   const int64_t block_k = Panels::block_k(bl.kc);
+  // The a_in_l1 order where the slice is at least half an NC block wide: narrower, an A panel
+  // meets too few B panels for its stay in L1 to pay, and the forward loses the pack by panel
+  // (the default GPT's products, N = 128-512, took 1.03-1.10 of the time in that order).
+  const bool a_in_l1 = bl.a_in_l1 && 2 * (n1 - n0) >= bl.nc;
   // A k-contiguous op(B) (the row-major weight of the forward product, transposed) is packed
   // a panel at a time, just before the first block of A uses it, and the microkernel calls
   // on the panel before prefetch its rows. Packing the whole block first, the thread waited
   // on DRAM with no FMA to overlap: 12-16% of the forward product's time. (An untransposed
   // B is still packed a block at a time, its rows read across all panels: see pack_block; and
   // every B in the a_in_l1 order, whose first A panel meets every B panel at once.)
-  // The a_in_l1 order where the slice is at least half an NC block wide: narrower, an A panel
-  // meets too few B panels for its stay in L1 to pay, and the forward loses the pack by panel
-  // (the default GPT's products, N = 128-512, took 1.03-1.10 of the time in that order).
-  const bool a_in_l1 = bl.a_in_l1 && 2 * (n1 - n0) >= bl.nc;
   const bool by_panel = !bv.r_contiguous && !a_in_l1;
   for (int64_t jc = n0; jc < n1; jc += bl.nc) {
     const int64_t nc = min64(bl.nc, n1 - jc);
     for (int64_t pc = 0; pc < k_total; pc += block_k) {
       const int kc = static_cast<int>(min64(block_k, k_total - pc));
-      const int64_t depth = Panels::depth(kc);
-      const bool first = pc == 0, last = pc + kc == k_total;
       if (!by_panel) Panels::pack_b(bv, jc, nc, pc, kc, b_buf, buf.scratch);
       for (int64_t ic = m0; ic < m1; ic += bl.mc) {
         const int64_t mc = min64(bl.mc, m1 - ic);
         Panels::pack_a_block(av, ic, mc, pc, kc, a_buf, buf.scratch);
-        if (a_in_l1) {
-          a_panel_rows<Panels>(g, a_buf, b_buf, depth, kc, mc, nc, ic, jc, n_total, first, last);
-          continue;
-        }
-        const int64_t tiles = (mc + kMR - 1) / kMR;
-        for (int64_t jr = 0; jr < nc; jr += kNR) {
-          const int cols = static_cast<int>(min64(kNR, nc - jr));
-          const float* bias = (last && g.bias) ? g.bias + jc + jr : nullptr;
-          Entry* panel = b_buf + jr * depth;
-          if (by_panel && ic == m0) Panels::pack_b_panel(bv, jc + jr, cols, pc, kc, panel, buf.scratch);
-          // The next panel's rows, a share per microkernel call (tile t of `tiles`).
-          const int64_t next = by_panel && ic == m0 ? min64(kNR, nc - jr - kNR) : 0;
-          for (int64_t ir = 0, t = 0; ir < mc; ir += kMR, ++t) {
-            const Ahead ahead =
-                next > 0 ? rows_ahead(bv, jc + jr + kNR, next * t / tiles, next * (t + 1) / tiles, pc, kc) : Ahead{};
-            Panels::micro(kc, a_buf + ir * depth, panel, g.c + (ic + ir) * n_total + jc + jr, n_total,
-                          static_cast<int>(min64(kMR, mc - ir)), cols, first && !g.accumulate, bias, ahead);
-          }
-        }
+        const BlockPair pair{g, n_total, ic, mc, jc, nc, pc, Panels::depth(kc), kc, pc == 0, pc + kc == k_total};
+        if (a_in_l1) a_panel_rows<Panels>(pair, a_buf, b_buf);
+        else b_panel_columns<Panels>(pair, bv, by_panel && ic == m0, a_buf, b_buf, buf.scratch);
       }
     }
   }
