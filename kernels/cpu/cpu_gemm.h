@@ -39,6 +39,6 @@ GemmBlocking cpu_gemm_blocking(CpuIsa isa);
 // Whether the path's packed product has the wide micro-tile (kGemmWideMr x kGemmWideNr): the AVX-512 paths.
 bool cpu_gemm_has_wide_tile(CpuIsa isa);
 std::string cpu_caches_report();                  // "L1d 48 KiB 12-way, L2 2 MiB 16-way, ..."
-std::string cpu_gemm_blocking_report(CpuIsa isa);  // "avx512: MR 12 NR 32 KC 192 MC 288 NC 4096"
+std::string cpu_gemm_blocking_report(CpuIsa isa);  // "avx512: MR 12 NR 32 KC 192 MC 288 NC 1344, an A panel in L1 ..."
 
 }  // namespace belay
