@@ -16,9 +16,10 @@
 // panels stream from L2, which now holds the B block (NC: the block in half of L2) beside the A
 // block. The B panel of the other order (36 KiB for the 8 x 48 tile) filled most of a 48 KiB
 // L1d. Measured on the AMX Xeon (2 MiB L2; 1 thread, CPU time, the two orders alternately in
-// one process, the same bits): GPT-2 small's products at 1024 tokens took 0.95-0.99 of the
-// time (forward), 0.95-1.03 (dX), 0.97-1.01 (dW) with NC 1536, about the same with 768, and up
-// to 1.27 with 2304 (a B block of 1.8 MiB: no longer in L2 beside the A block). Not measured
+// one process, the same bits, four runs: bench/results/cpu-2026-12-06-xeon-gemm-order.md):
+// GPT-2 small's products at 1024 tokens took 0.88-1.045 of the time, about 0.97 on average,
+// with NC 1344; NC 768 and 1536 did about the same, NC 2304 up to 1.27 (a B block of 1.8 MiB:
+// no longer in L2 beside the A block). Not measured
 // on CPUs with less L2 (Zen 3-5: 0.5-1 MiB), which keep the order above; nor taken where a
 // thread's slice of C is narrower than NC / 2 (gemm_packed.cpp, gemm_slice).
 //
