@@ -184,7 +184,7 @@ std::string cpu_gemm_blocking_report(CpuIsa isa) {
   // blocking of its other products, on avx512bf16's panels.
   return std::string(cpu_isa_name(isa)) + (isa == CpuIsa::Amx ? " (fp32/fp16 products)" : "") + ": MR " + std::to_string(b.mr) + " NR " + std::to_string(b.nr) + " KC " +
          std::to_string(b.kc) + " MC " + std::to_string(b.mc) + " NC " + std::to_string(b.nc) +
-         (b.a_in_l1 ? ", an A panel in L1 where a thread's slice is NC / 2 wide" : "") +
+         (b.a_in_l1 ? ", an A panel in L1 where a slice is NC / 2 wide" : "") +
          (fixed_blocking() ? " (fixed: BELAY_GEMM_BLOCKING)" : "") +
          (cpu_gemm_has_wide_tile(isa) && tile_asked() == GemmTile::Auto
               ? "; MR " + std::to_string(kGemmWideMr) + " NR " + std::to_string(kGemmWideNr) + " where N fills it"

@@ -65,7 +65,7 @@ isa_line=$("$belay" info | grep '^cpu isa: ')
 BELAY_CPU_ISA=baseline "$belay" info | grep -q '^cpu isa: baseline ' && pass "BELAY_CPU_ISA=baseline" ||
   fail "BELAY_CPU_ISA=baseline"
 # The GEMM blocking of the path in use and the caches it came from (kernels/cpu/gemm_blocking.h).
-"$belay" info | grep -Eq '^cpu gemm: .*: MR [0-9]+ NR [0-9]+ KC [0-9]+ MC [0-9]+ NC [0-9]+(; MR 8 NR 48 where N fills it)?; caches L1d ' &&
+"$belay" info | grep -Eq '^cpu gemm: .*: MR [0-9]+ NR [0-9]+ KC [0-9]+ MC [0-9]+ NC [0-9]+(, an A panel in L1 where a slice is NC / 2 wide)?(; MR 8 NR 48 where N fills it)?; caches L1d ' &&
   pass "info prints the gemm blocking" || fail "info has no 'cpu gemm:' line with the blocking and caches"
 # The AVX-512 paths' wide micro-tile, and BELAY_GEMM_TILE=narrow turning it off.
 if grep -q 'avx512f' <<<"$isa_line"; then
