@@ -28,7 +28,9 @@ import torch.nn.functional as F
 import belay
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_interleaved import interleave, ratio_stats, require, set_threads, write_results  # noqa: E402
+import torch_cpu  # noqa: E402  (require, CheckFailure)
+from gpt_interleaved import interleave, ratio_stats, set_threads, write_results  # noqa: E402
+from torch_cpu import require  # noqa: E402
 
 TOKENS = 1024
 # (layer, product, M, N, K): GPT-2 small's Linears, forward (x [M, K] by W^T, W [N, K]) and dX
@@ -98,4 +100,7 @@ def table(out):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except torch_cpu.CheckFailure as e:
+        sys.exit(f"gemm_interleaved: {e}")

@@ -52,7 +52,8 @@ import torch.nn.functional as F
 import belay
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_cpu  # noqa: E402  (make_adamw: fused AdamW where this PyTorch has it)
+import torch_cpu  # noqa: E402  (make_adamw: fused AdamW where this PyTorch has it; require)
+from torch_cpu import require  # noqa: E402
 import torch_gpt  # noqa: E402  (the PyTorch GPT of the gpt rows)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -109,11 +110,6 @@ def timed(fn, clock):
     t0 = clock()
     fn()
     return (clock() - t0) * 1e3
-
-
-def require(ok, what):
-    if not ok:
-        sys.exit("gpt_interleaved: " + what)
 
 
 def run_row(model_name, batch, dtype, rounds, block, clock):
@@ -235,4 +231,7 @@ def table(out):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except torch_cpu.CheckFailure as e:
+        sys.exit(f"gpt_interleaved: {e}")
