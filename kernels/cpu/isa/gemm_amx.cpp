@@ -22,14 +22,16 @@
 // attention's AMX products use them too).
 //
 // Summation order, for each output: C starts at 0 (or the old C when accumulating), then
-// each K block of kKC adds its pairs in k order, pair by pair (amx_tiles.h: even product,
-// then odd); the bias is added after the last block. Threads split the longer of M and N in
+// its pairs are added in k order, pair by pair (amx_tiles.h: even product, then odd), the tile
+// carried through C between K blocks (an exact FP32 store and load, so the block sizes do not
+// change the bits); the bias is added after the last block. Threads split the longer of M and N in
 // whole 32-wide blocks, so the result does not depend on the thread count.
 //
 // Speed: on an AMX Xeon (2026-12-04, one thread) the Linear(4096) products at batch 256 ran at
 // 462-562 GFLOP/s, 3.6-4.3x the avx512 FP32 GEMM, 0.15-0.18 of the TDPBF16PS loop's peak
-// (bench/results/cpu-2026-12-04-xeon-amx.md). Blocking follows the FP32 packed GEMM's: a K
-// block of A and one of B (kKC x kNC: 1 MB, half of a Sapphire Rapids L2).
+// (bench/results/cpu-2026-12-04-xeon-amx.md). Blocking: K in one block up to 1024 (kn_blocks),
+// a block of A (kMC rows) and one of B (1.5 MB of pair panels) in L2; the microkernel's B panel
+// stays in L1 while A's 32-row blocks stream past it.
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/gemm_amx.cpp is built once per copy by isa.cmake"
 #endif
@@ -46,10 +48,24 @@
 namespace belay::BELAY_ISA_NS {
 namespace {
 
-constexpr int kKC = 512;        // k per K block (a multiple of kTileK)
-constexpr int kMC = 128;        // rows of A per block
-constexpr int kNC = 1024;       // columns of B per block
-static_assert(kKC % kTileK == 0 && kMC % kBlock == 0 && kNC % kBlock == 0, "blocks are whole tiles");
+constexpr int kOneBlockK = 1024;  // K up to this is one K block (C written once, never read back)
+constexpr int kKC = 512;          // k per K block past that (a multiple of kTileK)
+constexpr int kMC = 128;          // rows of A per block
+constexpr int64_t kBBlockBytes = 1536 * 1024;  // a B block: three quarters of a Sapphire Rapids L2
+static_assert(kOneBlockK % kTileK == 0 && kKC % kTileK == 0 && kMC % kBlock == 0, "blocks are whole tiles");
+
+// The K and N blocks of a product of depth k_total. One K block wherever it fits: each block
+// past the first loads C's tiles back and stores them again, which on GPT-2 small's K = 768
+// (512 + 256 before) cost 10-20% of the product, and 20% of the tied head's (C 1024 x 50304
+// FP32, read and written from memory). The B block's columns then fill its bytes.
+struct KnBlocks {
+  int kc;      // k per K block (the last may be shorter)
+  int64_t nc;  // columns per N block, whole panels
+};
+KnBlocks kn_blocks(int64_t k_total) {
+  const int kc = k_total <= kOneBlockK ? static_cast<int>(round_up(k_total, kTileK)) : kKC;
+  return {kc, kBBlockBytes / (static_cast<int64_t>(kc) / 2 * 4) / kBlock * kBlock};  // kc / 2 pairs x nc words
+}
 
 // Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) into dst[r * depth + k], depth = kc
 // rounded up to whole tiles; rows up to a whole block and k past kc are zero.
@@ -77,8 +93,8 @@ void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, 
 
 // Per-thread packing buffers, kept between calls (grown never; sized for whole blocks).
 struct Buffers {
-  uint16_t* a = nullptr;  // kMC x kKC BF16
-  uint32_t* b = nullptr;  // kKC / 2 x kNC pair words
+  uint16_t* a = nullptr;  // kMC x kOneBlockK BF16
+  uint32_t* b = nullptr;  // kBBlockBytes of pair words
 };
 thread_local Buffers tls_buffers;
 
@@ -91,8 +107,8 @@ void* aligned_bytes(size_t n) {
 Buffers& buffers() {
   Buffers& b = tls_buffers;
   if (!b.a) {
-    b.a = static_cast<uint16_t*>(aligned_bytes(static_cast<size_t>(kMC) * kKC * 2));
-    b.b = static_cast<uint32_t*>(aligned_bytes(static_cast<size_t>(kKC / 2) * kNC * 4));
+    b.a = static_cast<uint16_t*>(aligned_bytes(static_cast<size_t>(kMC) * kOneBlockK * 2));
+    b.b = static_cast<uint32_t*>(aligned_bytes(static_cast<size_t>(kBBlockBytes)));
   }
   return b;
 }
@@ -102,10 +118,11 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
                 int64_t m1, int64_t n0, int64_t n1) {
   Buffers& buf = buffers();
   alignas(64) float edge[kBlock * kBlock];  // a C block that crosses the edge of C
-  for (int64_t jc = n0; jc < n1; jc += kNC) {
-    const int64_t nc = min64(kNC, n1 - jc);
-    for (int64_t pc = 0; pc < k_total; pc += kKC) {
-      const int kc = static_cast<int>(min64(kKC, k_total - pc));
+  const KnBlocks blocks = kn_blocks(k_total);
+  for (int64_t jc = n0; jc < n1; jc += blocks.nc) {
+    const int64_t nc = min64(blocks.nc, n1 - jc);
+    for (int64_t pc = 0; pc < k_total; pc += blocks.kc) {
+      const int kc = static_cast<int>(min64(blocks.kc, k_total - pc));
       const int depth = static_cast<int>(round_up(kc, kTileK));
       const bool overwrite = pc == 0 && !g.accumulate;
       for (int64_t jr = 0; jr < nc; jr += kBlock)
