@@ -90,19 +90,29 @@ void require_path(CpuIsa isa) {
     throw Error(std::string("gemm: the ") + cpu_isa_name(isa) + " path cannot run on this CPU");
 }
 
+// Whether the product writes a BF16 C itself (gemm_amx's rounding, the bits of the cast of its
+// FP32 C): the amx path's BF16 x BF16 products with one K block that add nothing into C.
+bool tiles_write_bf16(bool on_tiles, const GemmArgs& args, const GemmDims& d) {
+  return on_tiles && args.a->dtype() == DType::BF16 && args.b->dtype() == DType::BF16 &&
+         args.c->dtype() == DType::BF16 && amx_writes_bf16(d.k, args.beta == 1.0f);
+}
+
 // Checks the arguments, widens the bias, runs `product` (FP32 C) once per batch item and
 // rounds to C's dtype. Each item is the unbatched product on pointers moved by the strides,
-// so it has that call's bits.
+// so it has that call's bits. `on_tiles`: the product is gemm_amx's (real or emulated) for
+// BF16 x BF16, which can round a BF16 C itself.
 template <class Product>
-void run_gemm(const GemmArgs& args, Product&& product) {
+void run_gemm(const GemmArgs& args, bool on_tiles, Product&& product) {
   const GemmDims d = check_gemm(args);
   if (!args.a->device().is_cpu()) throw Error("gemm: CPU backend given " + args.a->describe());
   const Tensor& a = *args.a;
   const Tensor& b = *args.b;
   Tensor& c = *args.c;
 
-  // FP32 result: written in place; otherwise into a scratch rounded once at the end.
-  const bool direct = c.dtype() == DType::F32;
+  // FP32 result: written in place; a BF16 one the tiles round: in place too; otherwise into a
+  // scratch rounded once at the end.
+  const bool bf16_direct = tiles_write_bf16(on_tiles, args, d);
+  const bool direct = c.dtype() == DType::F32 || bf16_direct;
   Tensor scratch = direct ? c : Tensor::empty(c.shape(), DType::F32, c.device());
   Tensor bias32;
   if (args.bias) bias32 = as_f32(*args.bias);
@@ -123,7 +133,10 @@ void run_gemm(const GemmArgs& args, Product&& product) {
   for (int64_t i = 0; i < args.batch; ++i) {
     g.a = static_cast<const char*>(a.data()) + i * args.stride_a * es;
     g.b = static_cast<const char*>(b.data()) + i * args.stride_b * es;
-    g.c = scratch.data_as<float>() + i * d.m * d.n;
+    if (bf16_direct)
+      g.c_bf16 = static_cast<uint16_t*>(c.data()) + i * d.m * d.n;
+    else
+      g.c = scratch.data_as<float>() + i * d.m * d.n;
     product(g);
   }
   if (!direct) c.copy_from(scratch);
@@ -142,12 +155,12 @@ GemmElem gemm_elem_of(DType dtype) {
 
 void cpu_gemm(const GemmArgs& args) {
   const CpuIsa isa = active_cpu_isa();
-  run_gemm(args, [isa](const GemmF32Args& g) { run_packed(isa, g); });
+  run_gemm(args, isa == CpuIsa::Amx, [isa](const GemmF32Args& g) { run_packed(isa, g); });
 }
 
 void cpu_gemm_on(CpuIsa isa, const GemmArgs& args) {
   require_path(isa);
-  run_gemm(args, [isa](const GemmF32Args& g) { run_packed(isa, g); });
+  run_gemm(args, isa == CpuIsa::Amx, [isa](const GemmF32Args& g) { run_packed(isa, g); });
 }
 
 GemmBlocking cpu_gemm_blocking(CpuIsa isa) {
@@ -195,7 +208,7 @@ std::string cpu_gemm_line() {
   return cpu_gemm_blocking_report(active_cpu_isa()) + "; caches " + cpu_caches_report();
 }
 
-void cpu_gemm_amx_emulated(const GemmArgs& args) { run_gemm(args, run_amx_emulated); }
+void cpu_gemm_amx_emulated(const GemmArgs& args) { run_gemm(args, true, run_amx_emulated); }
 int amx_emulator_faults() { return isa_amx_emulated::amx_faults(); }
 std::string amx_emulator_first_fault() { return isa_amx_emulated::amx_first_fault(); }
 void amx_emulator_reset_faults() { isa_amx_emulated::amx_reset_faults(); }

@@ -164,6 +164,41 @@ TEST_CASE("cpu isa amx (emulated tiles): BF16 gemm against the FP64 reference, o
   CHECK_THROWS_WITH(cpu_gemm_amx_emulated(args), Catch::Contains("BF16 x BF16"));
 }
 
+// A BF16 C that the tiles round themselves (one K block, nothing accumulated into C) has the
+// bits of the FP32 C's cast: the bias added first, each output rounded once; edges, a forward
+// (B transposed) and a dW-shaped product (A transposed), on the emulator and, where the CPU has
+// AMX, on the real tiles. K = 1100 is past one block: C goes through FP32 as before.
+TEST_CASE("cpu isa amx: a BF16 C rounded by the tiles has the bits of the FP32 C's cast", "[kernels][cpu][isa]") {
+  std::vector<std::pair<const char*, std::function<void(const GemmArgs&)>>> products{{"emulated", cpu_gemm_amx_emulated}};
+  if (cpu_isa_available(CpuIsa::Amx))
+    products.push_back({"tiles", [](const GemmArgs& a) { cpu_gemm_on(CpuIsa::Amx, a); }});
+  struct Case {
+    int64_t m, n, k;
+    bool trans_a, trans_b, bias;
+  };
+  for (const auto& [name, gemm] : products)
+    for (const Case& cs : {Case{70, 100, 1000, false, true, true}, Case{33, 65, 7, false, true, false},
+                           Case{64, 96, 130, true, false, false}, Case{40, 50, 1100, false, true, true}}) {
+      INFO(name << ": " << cs.m << " x " << cs.n << " x " << cs.k);
+      const Tensor a = test::gemm_random_tensor(cs.trans_a ? Shape{cs.k, cs.m} : Shape{cs.m, cs.k}, DType::BF16, 41);
+      const Tensor b = test::gemm_random_tensor(cs.trans_b ? Shape{cs.n, cs.k} : Shape{cs.k, cs.n}, DType::BF16, 42);
+      const Tensor bias = test::gemm_random_tensor(Shape{cs.n}, DType::F32, 43);
+      Tensor c32 = Tensor::empty(Shape{cs.m, cs.n}), c16 = Tensor::empty(Shape{cs.m, cs.n}, DType::BF16);
+      GemmArgs args;
+      args.a = &a;
+      args.b = &b;
+      args.trans_a = cs.trans_a;
+      args.trans_b = cs.trans_b;
+      args.bias = cs.bias ? &bias : nullptr;
+      args.c = &c32;
+      gemm(args);
+      args.c = &c16;
+      gemm(args);
+      CHECK(bits_of(c16) == bits_of(c32.to(DType::BF16)));
+    }
+  CHECK(amx_emulator_faults() == 0);
+}
+
 TEST_CASE("cpu isa: forcing a path switches the code the backend runs", "[kernels][cpu][isa]") {
   const CpuIsa best = best_cpu_isa();
   if (best == CpuIsa::Baseline) {

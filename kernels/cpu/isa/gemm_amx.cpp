@@ -35,12 +35,14 @@
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/gemm_amx.cpp is built once per copy by isa.cmake"
 #endif
+#define BELAY_HD static inline  // engine/half_bits.h: this copy's own rounding (the one-definition rule)
 #include <emmintrin.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/half_bits.h"
 #include "kernels/cpu/isa/amx_blocks.h"
 #include "kernels/cpu/isa/gemm_f32.h"
 #include "kernels/cpu/isa/gemm_slices.h"
@@ -48,7 +50,7 @@
 namespace belay::BELAY_ISA_NS {
 namespace {
 
-constexpr int kOneBlockK = 1024;  // K up to this is one K block (C written once, never read back)
+constexpr int kOneBlockK = static_cast<int>(kAmxOneBlockK);  // K up to this is one K block (C written once)
 constexpr int kKC = 512;          // k per K block past that (a multiple of kTileK)
 constexpr int kMC = 128;          // rows of A per block
 constexpr int64_t kBBlockBytes = 1536 * 1024;  // a B block: three quarters of a Sapphire Rapids L2
@@ -113,11 +115,43 @@ Buffers& buffers() {
   return b;
 }
 
+// One row of a BF16 C block: src (+ bias) rounded once, `cols` outputs.
+void round_row(const float* src, const float* bias, uint16_t* dst, int cols) {
+  if (bias)
+    for (int j = 0; j < cols; ++j) dst[j] = f32_to_bf16_bits_select(src[j] + bias[j]);
+  else
+    for (int j = 0; j < cols; ++j) dst[j] = f32_to_bf16_bits_select(src[j]);
+}
+
+// The 32 x 32 block of C at (row, col), `rows` x `cols` of it inside C: the microkernel over a
+// packed block of A rows and a B panel, straight into an FP32 C where the block is whole, else
+// into `local` and from there into C: copied (FP32), or (BF16: one K block, nothing
+// accumulated) the bias added and each output rounded once.
+void c_block(const GemmF32Args& g, int64_t n_total, int64_t row, int64_t col, int rows, int cols, int depth,
+             const uint16_t* a, const uint32_t* b, bool overwrite, float* local) {
+  if (g.c_bf16) {
+    microkernel(depth, a, depth, b, local, kBlock, true);
+    for (int i = 0; i < rows; ++i)
+      round_row(local + i * kBlock, g.bias ? g.bias + col : nullptr, g.c_bf16 + (row + i) * n_total + col, cols);
+    return;
+  }
+  float* c = g.c + row * n_total + col;
+  if (rows == kBlock && cols == kBlock) {
+    microkernel(depth, a, depth, b, c, n_total, overwrite);
+    return;
+  }
+  if (!overwrite)
+    for (int i = 0; i < kBlock; ++i)
+      for (int j = 0; j < kBlock; ++j) local[i * kBlock + j] = i < rows && j < cols ? c[i * n_total + j] : 0.0f;
+  microkernel(depth, a, depth, b, local, kBlock, overwrite);
+  for (int i = 0; i < rows; ++i) memcpy(c + i * n_total, local + i * kBlock, static_cast<size_t>(cols) * 4);
+}
+
 // The rows [m0, m1) x columns [n0, n1) of C, on the calling thread.
 void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_total, int64_t n_total, int64_t m0,
                 int64_t m1, int64_t n0, int64_t n1) {
   Buffers& buf = buffers();
-  alignas(64) float edge[kBlock * kBlock];  // a C block that crosses the edge of C
+  alignas(64) float local[kBlock * kBlock];  // a C block that crosses the edge of C, or a BF16 C's
   const KnBlocks blocks = kn_blocks(k_total);
   for (int64_t jc = n0; jc < n1; jc += blocks.nc) {
     const int64_t nc = min64(blocks.nc, n1 - jc);
@@ -131,28 +165,15 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = min64(kMC, m1 - ic);
         pack_a(av, ic, static_cast<int>(mc), pc, kc, depth, buf.a);
-        for (int64_t jr = 0; jr < nc; jr += kBlock) {
-          const int cols = static_cast<int>(min64(kBlock, nc - jr));
-          for (int64_t ir = 0; ir < mc; ir += kBlock) {
-            const int rows = static_cast<int>(min64(kBlock, mc - ir));
-            float* c = g.c + (ic + ir) * n_total + jc + jr;
-            const uint16_t* a = buf.a + ir * depth;
-            const uint32_t* b = buf.b + jr / 2 * depth;
-            if (rows == kBlock && cols == kBlock) {
-              microkernel(depth, a, depth, b, c, n_total, overwrite);
-              continue;
-            }
-            if (!overwrite)
-              for (int i = 0; i < kBlock; ++i)
-                for (int j = 0; j < kBlock; ++j) edge[i * kBlock + j] = i < rows && j < cols ? c[i * n_total + j] : 0.0f;
-            microkernel(depth, a, depth, b, edge, kBlock, overwrite);
-            for (int i = 0; i < rows; ++i) memcpy(c + i * n_total, edge + i * kBlock, static_cast<size_t>(cols) * 4);
-          }
-        }
+        for (int64_t jr = 0; jr < nc; jr += kBlock)
+          for (int64_t ir = 0; ir < mc; ir += kBlock)
+            c_block(g, n_total, ic + ir, jc + jr, static_cast<int>(min64(kBlock, mc - ir)),
+                    static_cast<int>(min64(kBlock, nc - jr)), depth, buf.a + ir * depth, buf.b + jr / 2 * depth,
+                    overwrite, local);
       }
     }
   }
-  if (g.bias)
+  if (g.bias && !g.c_bf16)  // a BF16 C has it already, added before the rounding
     for (int64_t i = m0; i < m1; ++i)
       for (int64_t j = n0; j < n1; ++j) g.c[i * n_total + j] += g.bias[j];
 }
