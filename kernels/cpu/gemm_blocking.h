@@ -28,7 +28,10 @@
 // loop order or the thread count. So MC and NC follow the caches freely; KC is the L1 rule
 // capped at the path's `kc_max` (its measured value). So the bits of an FP32 product follow the
 // L1d: avx512 takes 192 with a 48 KiB L1d (the Xeon) and 128 with 32 KiB (Zen 4, whose products
-// therefore round otherwise), avx2 and baseline 256 with 32 or 48 KiB.
+// therefore round otherwise), avx2 and baseline 256 with 32 or 48 KiB. A longer KC where the A
+// panel sits in L1 (fewer passes over C) measured no faster on the AMX Xeon (2026-12-06, avx512,
+// GPT-2 small's products alternated as above): KC 384 with NC 672 took 0.98-1.07x KC 192's time,
+// KC 768 with NC 336 0.94-1.07x.
 //
 // Plain types and declarations only: the per-ISA copies include this header, and an inline
 // function here would be one weak symbol shared by every copy (docs/toolchain.md).
