@@ -30,8 +30,10 @@
 // Speed: on an AMX Xeon (2026-12-04, one thread) the Linear(4096) products at batch 256 ran at
 // 462-562 GFLOP/s, 3.6-4.3x the avx512 FP32 GEMM, 0.15-0.18 of the TDPBF16PS loop's peak
 // (bench/results/cpu-2026-12-04-xeon-amx.md). Blocking: K in one block up to 1024 (kn_blocks),
-// a block of A (kMC rows) and one of B (1.5 MB of pair panels) in L2; the microkernel's B panel
-// stays in L1 while A's 32-row blocks stream past it.
+// a block of A (kMC rows) and one of B (1.5 MB of pair panels) in L2; each B panel serves the
+// kMC / 32 row blocks of A in turn (from L1 while it fits: 64 x depth bytes). 2026-12-06:
+// bench/results/cpu-2026-12-06-xeon-amx-blocks.md (what the blocks and the BF16 C changed, and
+// what was tried and not kept).
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/gemm_amx.cpp is built once per copy by isa.cmake"
 #endif
