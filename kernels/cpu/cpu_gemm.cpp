@@ -94,7 +94,7 @@ void require_path(CpuIsa isa) {
 // FP32 C): the amx path's BF16 x BF16 products with one K block that add nothing into C.
 bool tiles_write_bf16(bool on_tiles, const GemmArgs& args, const GemmDims& d) {
   return on_tiles && args.a->dtype() == DType::BF16 && args.b->dtype() == DType::BF16 &&
-         args.c->dtype() == DType::BF16 && amx_writes_bf16(d.k, args.beta == 1.0f);
+         args.c->dtype() == DType::BF16 && d.k > 0 && d.k <= kAmxOneBlockK && args.beta != 1.0f;
 }
 
 // Checks the arguments, widens the bias, runs `product` (FP32 C) once per batch item and

@@ -32,7 +32,8 @@ struct GemmF32Args {
   bool trans_b = false;
   float* c = nullptr;        // row-major M x N
   // BF16 C instead of `c` (then null): each output rounded once (engine/half_bits.h) after the
-  // bias, as a cast of the FP32 C would. Only gemm_amx takes it (amx_writes_bf16 says when).
+  // bias, as a cast of the FP32 C would. Only gemm_amx takes it, with K in one block
+  // (kAmxOneBlockK) and accumulate false.
   uint16_t* c_bf16 = nullptr;
   bool accumulate = false;   // C += product; else C = product
   const float* bias = nullptr;  // [N] added to every row, or null
@@ -62,9 +63,9 @@ namespace isa_avx512bf16 { MicroTile gemm_micro_tile(); GemmBlocking gemm_defaul
 // on kernels/cpu/isa/amx_tiles.h's emulator (any x86-64 CPU; tests).
 namespace isa_amx { void gemm_amx(const GemmF32Args& args); }
 // K up to this is one K block on the tiles (gemm_amx.cpp): each C block is final when its tiles
-// are stored, so gemm_amx can round it to BF16 there (c_bf16) when nothing accumulates into C.
+// are stored, so gemm_amx can round it to BF16 there (c_bf16) when nothing accumulates into C
+// and K is at least 1 (kernels/cpu/cpu_gemm.cpp decides).
 constexpr int64_t kAmxOneBlockK = 1024;
-inline bool amx_writes_bf16(int64_t k, bool accumulate) { return k > 0 && k <= kAmxOneBlockK && !accumulate; }
 namespace isa_amx_emulated {
 void gemm_amx(const GemmF32Args& args);
 int amx_faults();                // what the emulator caught since the last reset (amx_tiles.h)
