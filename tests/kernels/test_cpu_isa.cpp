@@ -146,7 +146,7 @@ TEST_CASE("cpu isa amx (emulated tiles): BF16 gemm against the FP64 reference, o
   gemm_cases(cpu_gemm_amx_emulated, {DType::BF16});
   INFO("first fault: " << amx_emulator_first_fault());
   CHECK(amx_emulator_faults() == 0);
-  // K past one block (1100 > 1024: K blocks of 512, N blocks of 1536) with accumulation: the
+  // K past one block (1100 > 1024: two K blocks of 576, N blocks of 1344) with accumulation: the
   // blocks' sums chain through C. Then K = 1000 as one block (depth 1024: N blocks of 768), N
   // across three of them.
   test::run_gemm_case({70, 2100, 1100}, false, true, DType::BF16, DType::F32, true, true, 9001,

@@ -29,7 +29,8 @@
 //
 // Speed: on an AMX Xeon (2026-12-04, one thread) the Linear(4096) products at batch 256 ran at
 // 462-562 GFLOP/s, 3.6-4.3x the avx512 FP32 GEMM, 0.15-0.18 of the TDPBF16PS loop's peak
-// (bench/results/cpu-2026-12-04-xeon-amx.md). Blocking: K in one block up to 1024 (kn_blocks),
+// (bench/results/cpu-2026-12-04-xeon-amx.md). Blocking: K in as few equal blocks of at most 1024
+// as it takes (kn_blocks),
 // a block of A (kMC rows) and one of B (1.5 MB of pair panels) in L2; each B panel serves the
 // kMC / 32 row blocks of A in turn (from L1 while it fits: 64 x depth bytes). 2026-12-06:
 // bench/results/cpu-2026-12-06-xeon-amx-blocks.md (what the blocks and the BF16 C changed, and
@@ -52,22 +53,24 @@
 namespace belay::BELAY_ISA_NS {
 namespace {
 
-constexpr int kOneBlockK = static_cast<int>(kAmxOneBlockK);  // K up to this is one K block (C written once)
-constexpr int kKC = 512;          // k per K block past that (a multiple of kTileK)
+constexpr int kOneBlockK = static_cast<int>(kAmxOneBlockK);  // the deepest K block (K up to it: one block)
 constexpr int kMC = 128;          // rows of A per block
 constexpr int64_t kBBlockBytes = 1536 * 1024;  // a B block: three quarters of a Sapphire Rapids L2
-static_assert(kOneBlockK % kTileK == 0 && kKC % kTileK == 0 && kMC % kBlock == 0, "blocks are whole tiles");
+static_assert(kOneBlockK % kTileK == 0 && kMC % kBlock == 0, "blocks are whole tiles");
 
-// The K and N blocks of a product of depth k_total. One K block wherever it fits: each block
-// past the first loads C's tiles back and stores them again, which on GPT-2 small's K = 768
-// (512 + 256 before) cost 10-20% of the product, and 20% of the tied head's (C 1024 x 50304
-// FP32, read and written from memory). The B block's columns then fill its bytes.
+// The K and N blocks of a product of depth k_total: as few K blocks as kOneBlockK allows, of
+// equal depth (whole tiles), since each block past the first loads C's tiles back and stores
+// them again. Against blocks of 512 (2026-12-06, the AMX Xeon, alternated): GPT-2 small's K =
+// 768 and 1024 products (one block now) took 0.83-0.95 of the time, the tied head's forward
+// 0.83 (its C 1024 x 50304 FP32 read and written from memory), and K = 2304, 3072 and 50304
+// (blocks of 768, 1024 and 1024) 0.90-0.92. The B block's columns then fill its bytes.
 struct KnBlocks {
   int kc;      // k per K block (the last may be shorter)
   int64_t nc;  // columns per N block, whole panels
 };
 KnBlocks kn_blocks(int64_t k_total) {
-  const int kc = k_total <= kOneBlockK ? static_cast<int>(round_up(k_total, kTileK)) : kKC;
+  const int64_t blocks = (k_total + kOneBlockK - 1) / kOneBlockK;
+  const int kc = static_cast<int>(round_up((k_total + blocks - 1) / blocks, kTileK));
   return {kc, kBBlockBytes / (static_cast<int64_t>(kc) / 2 * 4) / kBlock * kBlock};  // kc / 2 pairs x nc words
 }
 
