@@ -29,7 +29,7 @@ import belay
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_cpu  # noqa: E402  (require, CheckFailure)
-from gpt_interleaved import interleave, ratio_stats, set_threads, write_results  # noqa: E402
+from gpt_interleaved import interleave, provenance, ratio_stats, set_threads, write_results  # noqa: E402
 from torch_cpu import require  # noqa: E402
 
 TOKENS = 1024
@@ -87,9 +87,7 @@ def main():
 def table(out):
     """The rows as a markdown table."""
     lines = [f"# belay's FP32 GEMM beside PyTorch's, interleaved in one process ({out['threads']} thread(s))", "",
-             f"Machine: {out['machine']}. Clock: {out['clock']}. PyTorch {out['torch_version']} "
-             f"({out['torch_cpu_capability']}), belay {out['belay_version']} at {out['belay_commit']}. Command: `{out['command']}`. "
-             "GFLOP/s: of the median block mean. Ratio: the median over the rounds of belay's mean call over "
+             provenance(out) + " GFLOP/s: of the median block mean. Ratio: the median over the rounds of belay's mean call over "
              "PyTorch's in the same round (its quartiles beside it).", "",
              "| layer | product | M x N x K | belay GFLOP/s | PyTorch GFLOP/s | belay / PyTorch time | quartiles |",
              "|---|---|---|---|---|---|---|"]

@@ -213,12 +213,17 @@ def write_results(path, threads, rows, make_table):
             f.write(make_table(out))
 
 
+def provenance(out):
+    """The sentence a results table opens with: the machine, the clock, both libraries, the command."""
+    return (f"Machine: {out['machine']}. Clock: {out['clock']}. PyTorch {out['torch_version']} "
+            f"({out['torch_cpu_capability']}), belay {out['belay_version']} at {out['belay_commit']}. "
+            f"Command: `{out['command']}`.")
+
+
 def table(out):
     """The rows as a markdown table: each side's median time and the median per-round ratio."""
     lines = [f"# belay's GPT step beside PyTorch's, interleaved in one process ({out['threads']} thread(s))", "",
-             f"Machine: {out['machine']}. Clock: {out['clock']}. PyTorch {out['torch_version']} "
-             f"({out['torch_cpu_capability']}), belay {out['belay_version']} at {out['belay_commit']}. "
-             f"Command: `{out['command']}`. Times: the median step. Ratio: the median over the rounds of "
+             provenance(out) + " Times: the median step. Ratio: the median over the rounds of "
              "belay's mean step over PyTorch's in the same round (its quartiles beside it); a round is a "
              "block of each library's steps, each block after one untimed step.", "",
              "| model | batch x context | dtype | rounds x steps | belay ms | PyTorch ms | belay / PyTorch | quartiles |",
