@@ -169,6 +169,7 @@ TEST_CASE("cpu isa amx (emulated tiles): BF16 gemm against the FP64 reference, o
 // (B transposed) and a dW-shaped product (A transposed), on the emulator and, where the CPU has
 // AMX, on the real tiles. K = 1100 is past one block: C goes through FP32 as before.
 TEST_CASE("cpu isa amx: a BF16 C rounded by the tiles has the bits of the FP32 C's cast", "[kernels][cpu][isa]") {
+  amx_emulator_reset_faults();
   std::vector<std::pair<const char*, std::function<void(const GemmArgs&)>>> products{{"emulated", cpu_gemm_amx_emulated}};
   if (cpu_isa_available(CpuIsa::Amx))
     products.push_back({"tiles", [](const GemmArgs& a) { cpu_gemm_on(CpuIsa::Amx, a); }});
