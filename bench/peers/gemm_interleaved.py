@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """belay's FP32 matrix product beside PyTorch's (MKL on x86) in ONE process, alternately: GPT-2
-small's forward and dX products at 1024 tokens, each ratio taken with the machine's drift out.
+small's (or with --model default, belay train's default GPT's) forward and dX products at 1024
+tokens, each ratio taken with the machine's drift out.
 
-    OMP_NUM_THREADS=N gemm_interleaved.py [--threads N] [--rounds R] --json FILE.json
+    OMP_NUM_THREADS=N gemm_interleaved.py [--threads N] [--rounds R] [--model M] --json FILE.json
     (writes FILE.json and FILE.md, the table)
 
 Each round times a block of `--block` calls of belay's product, then of PyTorch's (the order
@@ -33,12 +34,20 @@ from gpt_interleaved import interleave, provenance, ratio_stats, set_threads, wr
 from torch_cpu import require  # noqa: E402
 
 TOKENS = 1024
-# (layer, product, M, N, K): GPT-2 small's Linears, forward (x [M, K] by W^T, W [N, K]) and dX
-# (dY [M, K] by W [K, N]).
-SHAPES = [("attn.qkv", "forward", TOKENS, 2304, 768), ("attn.qkv", "dX", TOKENS, 768, 2304),
-          ("attn.proj", "forward", TOKENS, 768, 768), ("attn.proj", "dX", TOKENS, 768, 768),
-          ("mlp.fc", "forward", TOKENS, 3072, 768), ("mlp.fc", "dX", TOKENS, 768, 3072),
-          ("mlp.proj", "forward", TOKENS, 768, 3072), ("mlp.proj", "dX", TOKENS, 3072, 768)]
+
+
+def model_shapes(width, vocab):
+    """(layer, product, M, N, K) of a GPT's Linears of this width at 1024 tokens, forward (x [M, K]
+    by W^T, W [N, K]) and dX (dY [M, K] by W [K, N]); the tied head where it is small enough to
+    time in rounds."""
+    rows = [("attn.qkv", 3 * width, width), ("attn.proj", width, width), ("mlp.fc", 4 * width, width),
+            ("mlp.proj", width, 4 * width)] + ([("head", vocab, width)] if vocab <= 4096 else [])
+    return [s for layer, n, k in rows
+            for s in ((layer, "forward", TOKENS, n, k), (layer, "dX", TOKENS, k, n))]
+
+
+# GPT-2 small's and belay train's default GPT's (width 128, vocab 256): bench/gpt.cpp's models.
+MODEL_SHAPES = {"gpt2-small": model_shapes(768, 50304), "default": model_shapes(128, 256)}
 
 
 def run_shape(layer, product, m, n, k, rounds, block, clock):
@@ -71,11 +80,12 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block", type=int, default=5)
+    ap.add_argument("--model", choices=sorted(MODEL_SHAPES), default="gpt2-small")
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
     clock = set_threads(a.threads)
     rows = []
-    for shape in SHAPES:
+    for shape in MODEL_SHAPES[a.model]:
         row = run_shape(*shape, a.rounds, a.block, clock)
         print(f"{row['layer']:9} {row['product']:7} {row['m']:5} x {row['n']:5} x {row['k']:5}: belay "
               f"{row['belay_gflops']:6.1f} GFLOP/s, PyTorch {row['torch_gflops']:6.1f}; belay / PyTorch time "
