@@ -97,15 +97,28 @@ void pack_keys(const AttentionBf16& x, const Tensor& k, const Tensor& v, const A
   b.item = backward ? -1 : item;  // the forward reuses an item's keys across its blocks
 }
 
+// A forward block's working rows (a thread's, kept between blocks, as attention_kernels.cpp's):
+// Q's rows, P in BF16, O, the scores, m and l.
+struct BlockScratch {
+  std::vector<uint16_t> qb, p;
+  std::vector<float> o, s, m, l;
+};
+
 // Forward of query rows [i0, i0 + rows) of one item whose keys are packed in b.
 void forward_block(const Kit& kit, const Tensor& q, const AttentionDims& dims, const Mask& mask, float scale,
-                   int64_t item, int64_t i0, int64_t rows, const PairItem& b, Tensor& out, Tensor& lse) {
+                   int64_t item, int64_t i0, int64_t rows, const PairItem& b, BlockScratch& w, Tensor& out,
+                   Tensor& lse) {
   const AttentionBf16& x = kit.x;
   const AttentionTiles& t = kit.t;
   const int64_t d = dims.d, dp = up32(d), ps_k = 16 * dp, ps_v = 16 * key_tiles(dims.tk) * kAttnKeys;
-  std::vector<uint16_t> qb(static_cast<size_t>(kQueryRows * dp)), p(static_cast<size_t>(kQueryRows * kAttnKeys));
-  std::vector<float> o(static_cast<size_t>(kQueryRows * dp), 0.0f), s(p.size());
-  std::vector<float> m(static_cast<size_t>(kQueryRows), kNegInf), l(static_cast<size_t>(kQueryRows), 0.0f);
+  std::vector<uint16_t>&qb = w.qb, &p = w.p;
+  std::vector<float>&o = w.o, &s = w.s, &m = w.m, &l = w.l;
+  qb.resize(static_cast<size_t>(kQueryRows * dp));
+  p.resize(static_cast<size_t>(kQueryRows * kAttnKeys));
+  o.assign(static_cast<size_t>(kQueryRows * dp), 0.0f);
+  s.resize(p.size());
+  m.assign(static_cast<size_t>(kQueryRows), kNegInf);
+  l.assign(static_cast<size_t>(kQueryRows), 0.0f);
   copy_rows(bf16_at(q, dims.row_at(item, i0, dims.tq)), rows, d, dims.ld(), dp, kQueryRows, qb.data());
   const int64_t last = mask.visible(i0 + rows - 1);  // keys [0, last) are seen by some row
   for (int64_t j0 = 0; j0 < last; j0 += kAttnKeys) {
@@ -131,12 +144,13 @@ void forward(const Kit& kit, const Tensor& q, const Tensor& k, const Tensor& v, 
 #pragma omp parallel if (work > kParallelThreshold)
   {
     PairItem b;
+    BlockScratch w;
     kit.x.begin();  // tile state is per thread
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < pairs; ++p) {
       const int64_t item = p / blocks, i0 = p % blocks * kQueryRows;
       if (b.item != item) pack_keys(kit.x, k, v, dims, item, false, b);
-      forward_block(kit, q, dims, mask, scale, item, i0, std::min(kQueryRows, dims.tq - i0), b, out, lse);
+      forward_block(kit, q, dims, mask, scale, item, i0, std::min(kQueryRows, dims.tq - i0), b, w, out, lse);
     }
     kit.x.end();
   }
