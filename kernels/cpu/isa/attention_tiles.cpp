@@ -161,10 +161,20 @@ void weigh_cols(const float* w, int64_t rows, int64_t keys, const float* x, int6
 // subnormal intermediates (slow on x86: a microcode assist per lane). The masked scores (-inf)
 // are among them. The argument is clamped first so that no lane computes one; the selects are
 // bit masks (erf_exp.h) so the loop stays vectorized.
+// The exp's multiply-adds fused where the path fuses the products' (vfma above): on avx2 and
+// avx512 the same single roundings (the two agree bit for bit), on baseline a multiply and an
+// add, exp_f32's own bits.
+struct PathMulAdd {
+#if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx2)
+  static float f(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+#else
+  static float f(float a, float b, float c) { return a * b + c; }
+#endif
+};
 constexpr float kExpFloor = -87.0f;  // e^-87 = 1.6e-38 > FLT_MIN
 inline float exp_or_zero(float x) {
   const bool tiny = x < kExpFloor;
-  return cpu_math::select_f32(tiny, 0.0f, cpu_math::exp_f32(cpu_math::select_f32(tiny, kExpFloor, x)));
+  return cpu_math::select_f32(tiny, 0.0f, cpu_math::exp_f32_with<PathMulAdd>(cpu_math::select_f32(tiny, kExpFloor, x)));
 }
 
 // The first `vis` of a tile's scores scaled, the rest -inf: what the softmax of the row sees.

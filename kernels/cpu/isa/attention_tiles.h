@@ -10,9 +10,9 @@
 // Bits: every path sums each dot product and each accumulation in the same order (over the
 // head dim c, or over the rows, one vector lane per output element), and a row's sum of
 // probabilities in 16 fixed partial sums added in a fixed tree (adds only: the same on every path).
-// exp is erf_exp.h's exp_f32 on every path; arguments below -87 give 0 (see attention_tiles.cpp). The paths with FMA
-// (avx2, avx512; avx512bf16 and amx run avx512's tiles) fuse each multiply-add, so they agree with each other bit for
-// bit; baseline rounds the product first, so its bits differ from theirs by a rounding per
+// exp is erf_exp.h's exp_f32, its multiply-adds fused as the products' are; arguments below -87 give 0 (see
+// attention_tiles.cpp). The paths with FMA (avx2, avx512; avx512bf16 and amx run avx512's tiles) fuse each
+// multiply-add, so they agree with each other bit for bit; baseline rounds the product first, so its bits differ from theirs by a rounding per
 // term (the same bits on every run and thread count on each path). The BF16 attention of the
 // amx and avx512bf16 paths (kernels/cpu/attention_bf16.cpp) uses only the softmax steps of
 // avx512's tiles (online_softmax_rows, probabilities); its products run on BF16 pairs

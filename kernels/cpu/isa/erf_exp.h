@@ -39,7 +39,14 @@ static inline float select_f32(bool c, float a, float b) {
 // parts (Cody and Waite), the high part with 16 trailing zero bits, so k * kLn2Hi is exact
 // for |k| < 2^8 and x - k * kLn2Hi is exact; e^r by its Taylor polynomial of degree 7
 // (truncation error 0.35^8 / 8! = 5e-9 relative, under 0.1 ulp; the rest is rounding).
-static inline float exp_f32(float x) {
+// MulAdd::f(a, b, c) is each a * b + c of the range reduction and the polynomial: PlainMulAdd,
+// a multiply then an add (two roundings: every path's bits, exp_f32), or a caller's fused one
+// (attention_tiles.cpp on the FMA paths: fewer operations, one rounding each, its own bits).
+struct PlainMulAdd {
+  static float f(float a, float b, float c) { return a * b + c; }
+};
+template <class MulAdd>
+static inline float exp_f32_with(float x) {
   // Clamp first: below -104 the result rounds to 0 (e^-104 < 2^-150), above 89 it is inf
   // (e^89 > FLT_MAX), and the clamped values keep k within the integer conversion's range.
   // NaN is replaced by 0 for the arithmetic (no float -> int conversion of NaN) and put
@@ -50,18 +57,18 @@ static inline float exp_f32(float x) {
   // Round to nearest (even) by adding and subtracting 1.5 * 2^23: at that size the float's
   // last mantissa bit is worth 1, so the addition rounds away the fraction (|x/ln2| < 2^22).
   const float kRound = 12582912.0f;
-  const float k = (xc * 1.44269504088896341f + kRound) - kRound;
+  const float k = MulAdd::f(xc, 1.44269504088896341f, kRound) - kRound;
   const float kLn2Hi = 0.693145751953125f;       // 0x3f317200
   const float kLn2Lo = 1.42860682030941723212e-6f;  // ln2 - kLn2Hi
-  const float r = (xc - k * kLn2Hi) - k * kLn2Lo;
+  const float r = MulAdd::f(-k, kLn2Lo, MulAdd::f(-k, kLn2Hi, xc));
   float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  p = MulAdd::f(p, r, 1.0f / 720.0f);
+  p = MulAdd::f(p, r, 1.0f / 120.0f);
+  p = MulAdd::f(p, r, 1.0f / 24.0f);
+  p = MulAdd::f(p, r, 1.0f / 6.0f);
+  p = MulAdd::f(p, r, 0.5f);
+  p = MulAdd::f(p, r, 1.0f);
+  p = MulAdd::f(p, r, 1.0f);
   // p * 2^k, with 2^k as two normal powers of two 2^a * 2^b (k in [-150, 129]: a and b in
   // [-75, 65]): p * 2^a is exact, and the second product rounds once, to a subnormal or to
   // inf where the true result is one.
@@ -72,6 +79,7 @@ static inline float exp_f32(float x) {
   const float y = p * scale_a * scale_b;
   return select_f32(x != x, x, y);
 }
+static inline float exp_f32(float x) { return exp_f32_with<PlainMulAdd>(x); }
 
 // erf(x), odd: computed on |x| and the sign put back.
 //   |x| < 0.875:       x * P(x^2), P of degree 5 (erf(x)/x is even and smooth there).
