@@ -45,6 +45,29 @@ void parallel_blocks(int64_t n, F&& f) {
   for (int64_t b = 0; b < blocks; ++b) f(b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
+// f(t, i0, len) on the blocks of every tensor t (sizes[t] elements), all the tensors' blocks in
+// one loop shared by the threads. An optimizer step over a model's tensors one parallel_blocks
+// at a time ran each small one (a bias, a LayerNorm weight, most of the default GPT's under
+// kParallelThreshold) on one thread, and forked once per tensor.
+template <class F>
+void parallel_blocks_of(const std::vector<int64_t>& sizes, F&& f) {
+  thread_local std::vector<int64_t> first;  // first[t]: tensor t's first block; first.back(): all
+  first.assign(1, 0);
+  int64_t total = 0;
+  for (const int64_t n : sizes) {
+    first.push_back(first.back() + (n + kBlock - 1) / kBlock);
+    total += n;
+  }
+  const int64_t* starts = first.data();
+  const int64_t tensors = static_cast<int64_t>(sizes.size()), blocks = first.back();
+#pragma omp parallel for schedule(static) if (total > kParallelThreshold)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t t = std::upper_bound(starts, starts + tensors + 1, b) - starts - 1;
+    const int64_t i0 = (b - starts[t]) * kBlock;
+    f(t, i0, std::min(kBlock, sizes[static_cast<size_t>(t)] - i0));
+  }
+}
+
 // Elements [i0, i0 + len) of a tensor as FP32: a pointer into it when it is FP32, else
 // converted into buf.
 inline const float* load_block(const void* base, DType dtype, int64_t i0, int64_t len, float* buf) {

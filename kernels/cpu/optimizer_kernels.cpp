@@ -30,6 +30,15 @@ bool adamw_block(const float* g, float* p, float* m, float* v, void* w, DType w_
   return cpu_element_blocks().adamw(b);
 }
 
+// Each slot's element count, for parallel_blocks_of.
+template <class Slot>
+std::vector<int64_t> slot_sizes(const std::vector<Slot>& slots) {
+  std::vector<int64_t> sizes;
+  sizes.reserve(slots.size());
+  for (const Slot& s : slots) sizes.push_back(s.master->numel());
+  return sizes;
+}
+
 }  // namespace
 
 // One pass: reads grad, master, m, v; writes master, m, v and the working copy.
@@ -44,24 +53,18 @@ void adamw(const AdamWHyper& hyper, const std::vector<AdamWSlot>& slots, const S
                     hyper.eps,
                     adamw_bias_correction(hyper.beta1, applied),
                     adamw_bias_correction(hyper.beta2, applied)};
-  for (const AdamWSlot& s : slots) {
-    float* p = s.master->data_as<float>();
-    float* m = s.m->data_as<float>();
-    float* v = s.v->data_as<float>();
-    const void* g = s.grad->data();
-    const DType grad_dtype = s.grad->dtype();
-    void* w = s.working ? s.working->data() : nullptr;
+  parallel_blocks_of(slot_sizes(slots), [&](int64_t t, int64_t i0, int64_t len) {
+    const AdamWSlot& s = slots[static_cast<size_t>(t)];
+    float* p = s.master->data_as<float>() + i0;
+    void* w = s.working ? static_cast<char*>(s.working->data()) + i0 * dtype_size(s.working->dtype()) : nullptr;
     const DType w_dtype = s.working ? s.working->dtype() : DType::F32;
-    const float wd = s.weight_decay;
+    alignas(64) float bg[kBlock];
+    const float* gb = load_block(s.grad->data(), s.grad->dtype(), i0, len, bg);
     const bool stream = s.master->numel() >= kStreamThreshold;
-    parallel_blocks(s.master->numel(), [&](int64_t i0, int64_t len) {
-      alignas(64) float bg[kBlock];
-      const float* gb = load_block(g, grad_dtype, i0, len, bg);
-      void* wi = w ? static_cast<char*>(w) + i0 * dtype_size(w_dtype) : nullptr;
-      const bool wrote_w = adamw_block(gb, p + i0, m + i0, v + i0, wi, w_dtype, len, inv, coef, h, wd, stream);
-      if (w && !wrote_w) store_block(w, w_dtype, i0, len, p + i0);  // the working copy, in the same pass
-    });
-  }
+    const bool wrote_w = adamw_block(gb, p, s.m->data_as<float>() + i0, s.v->data_as<float>() + i0, w, w_dtype, len,
+                                     inv, coef, h, s.weight_decay, stream);
+    if (w && !wrote_w) store_block(s.working->data(), w_dtype, i0, len, p);  // the working copy, in the same pass
+  });
 }
 
 void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& sc) {
@@ -69,22 +72,15 @@ void sgd(float momentum, const std::vector<SgdSlot>& slots, const StepScalars& s
   const float inv = scalar_value(*sc.inv_scale), coef = scalar_value(*sc.clip_coef);
   const float lr = scalar_value(*sc.lr);
   const ElementBlocks& blocks_isa = cpu_element_blocks();
-  for (const SgdSlot& s : slots) {
-    float* p = s.master->data_as<float>();
-    float* buf = s.momentum && s.momentum->defined() ? s.momentum->data_as<float>() : nullptr;
-    const void* g = s.grad->data();
-    const DType grad_dtype = s.grad->dtype();
-    void* w = s.working ? s.working->data() : nullptr;
-    const DType w_dtype = s.working ? s.working->dtype() : DType::F32;
-    const float wd = s.weight_decay;
-    parallel_blocks(s.master->numel(), [&](int64_t i0, int64_t len) {
-      alignas(64) float bg[kBlock];
-      const float* gb = load_block(g, grad_dtype, i0, len, bg);
-      float* pp = p + i0;
-      blocks_isa.sgd(SgdBlock{gb, pp, buf ? buf + i0 : nullptr, len, inv, coef, lr, momentum, wd});
-      if (w) store_block(w, w_dtype, i0, len, pp);
-    });
-  }
+  parallel_blocks_of(slot_sizes(slots), [&](int64_t t, int64_t i0, int64_t len) {
+    const SgdSlot& s = slots[static_cast<size_t>(t)];
+    float* buf = s.momentum && s.momentum->defined() ? s.momentum->data_as<float>() + i0 : nullptr;
+    float* p = s.master->data_as<float>() + i0;
+    alignas(64) float bg[kBlock];
+    const float* gb = load_block(s.grad->data(), s.grad->dtype(), i0, len, bg);
+    blocks_isa.sgd(SgdBlock{gb, p, buf, len, inv, coef, lr, momentum, s.weight_decay});
+    if (s.working) store_block(s.working->data(), s.working->dtype(), i0, len, p);
+  });
 }
 
 void scaler_update(const ScalerConfig& c, Tensor& scale, Tensor& growth_tracker, Tensor& hysteresis_left,
