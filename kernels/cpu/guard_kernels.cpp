@@ -16,37 +16,151 @@
 
 namespace belay::cpu {
 
+namespace {
+
+// The guard's reading plan over every gradient at once. Chunk c of gradient t is its elements
+// [c kReduceChunk, (c + 1) kReduceChunk) (the last one shorter), summed in order in FP64: the
+// chunks of deterministic_sum_grouped, and so its bits. kReduceLanes whole chunks of one
+// gradient go to the ISA kernel together (as there); every other chunk (a small gradient's
+// only one, a large one's tail) joins a batch of up to kReduceLanes chunks of one dtype, from
+// any gradients, summed side by side in plain code: each chunk's order its own, the batch's
+// independent chains hiding the add's latency where a small gradient's chunk was one chain
+// (the default GPT's 36 gradients are all under one group). Every item is one thread's.
+struct Chunk {
+  size_t grad;
+  int64_t begin, len;
+};
+struct GuardItem {
+  int64_t first = 0;  // a group: its first chunk (kReduceLanes of one gradient follow)
+  int count = 0;      // a batch: its chunks' ids (0: a group)
+  int64_t ids[kReduceLanes] = {};
+};
+struct GuardPlan {
+  std::vector<Chunk> chunks;
+  std::vector<int64_t> first;  // gradient t's chunks: [first[t], first[t + 1])
+  std::vector<GuardItem> items;
+  int64_t elements = 0;
+};
+
+void plan_guard(const std::vector<const Tensor*>& grads, GuardPlan& plan) {
+  plan.chunks.clear(), plan.first.assign(1, 0), plan.items.clear(), plan.elements = 0;
+  std::vector<int64_t> waiting[3];  // chunks for a batch, by dtype (F32, F16, BF16)
+  for (size_t t = 0; t < grads.size(); ++t) {
+    const int64_t n = grads[t]->numel(), count = (n + kReduceChunk - 1) / kReduceChunk;
+    const int64_t grouped = n / kReduceChunk / kReduceLanes * kReduceLanes, c0 = plan.first.back();
+    for (int64_t c = 0; c < count; ++c) plan.chunks.push_back(Chunk{t, c * kReduceChunk, std::min(kReduceChunk, n - c * kReduceChunk)});
+    for (int64_t c = 0; c < grouped; c += kReduceLanes) plan.items.push_back(GuardItem{c0 + c, 0, {}});
+    const DType dt = grads[t]->dtype();
+    for (int64_t c = grouped; c < count; ++c) waiting[dt == DType::F16 ? 1 : dt == DType::BF16 ? 2 : 0].push_back(c0 + c);
+    plan.first.push_back(c0 + count);
+    plan.elements += n;
+  }
+  for (std::vector<int64_t>& w : waiting) {
+    // Longest first, so a batch's chunks are about as long: the part past the shortest runs as
+    // one chain per chunk (a chunk's order does not depend on its batch).
+    std::stable_sort(w.begin(), w.end(), [&](int64_t a, int64_t b) {
+      return plan.chunks[static_cast<size_t>(a)].len > plan.chunks[static_cast<size_t>(b)].len;
+    });
+    for (size_t i = 0; i < w.size(); i += kReduceLanes) {
+      GuardItem item;
+      item.count = static_cast<int>(std::min<size_t>(kReduceLanes, w.size() - i));
+      std::copy(w.begin() + static_cast<std::ptrdiff_t>(i), w.begin() + static_cast<std::ptrdiff_t>(i) + item.count, item.ids);
+      plan.items.push_back(item);
+    }
+  }
+}
+
+// A batch's chunks side by side: sums[id] (and, with records, records[id]'s census counts).
+// Lanes past the batch repeat its first chunk (computed, never stored), so the loop is always
+// kReduceLanes chains wide.
+template <DType D>
+void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, const GuardItem& item, float inv,
+                const CensusBounds* bounds, double* sums, CensusCounts* records) {
+  const void* base[kReduceLanes];
+  int64_t len[kReduceLanes];
+  for (int k = 0; k < kReduceLanes; ++k) {
+    const Chunk& c = plan.chunks[static_cast<size_t>(item.ids[k < item.count ? k : 0])];
+    base[k] = static_cast<const char*>(grads[c.grad]->data()) + c.begin * static_cast<int64_t>(dtype_size(D));
+    len[k] = c.len;
+  }
+  const int64_t common = *std::min_element(len, len + item.count);
+  double acc[kReduceLanes] = {};
+  CensusCounts counts[kReduceLanes];
+  auto add = [&](int k, int64_t j) {
+    const float v = ld<D>(base[k], j);
+    if (bounds) counts[k].add(census_class(v, *bounds), v);
+    const float u = v * inv;
+    acc[k] += (double)u * (double)u;
+  };
+  if (bounds) {
+    for (int64_t j = 0; j < common; ++j)
+#pragma GCC unroll 8
+      for (int k = 0; k < kReduceLanes; ++k) add(k, j);
+  } else {  // the first `common` of each on the ISA path, 8 chunks transposed into 8 lanes
+    cpu_element_blocks().sum_squares_8_at(base, gemm_elem_of(D), common, inv, acc);
+  }
+  for (int k = 0; k < item.count; ++k) {
+    for (int64_t j = common; j < len[k]; ++j) add(k, j);
+    sums[item.ids[k]] = acc[k];
+    if (records) records[item.ids[k]] = counts[k];
+  }
+}
+
+// Every chunk's sum of squares of the unscaled values into sums (and, with bounds, its census
+// counts into records: a group's in its first chunk's), the plan's items shared by the threads.
+void run_guard(const std::vector<const Tensor*>& grads, const GuardPlan& plan, float inv, const CensusBounds* bounds,
+               double* sums, CensusCounts* records) {
+  const ElementBlocks& blocks_isa = cpu_element_blocks();
+  const int64_t items = static_cast<int64_t>(plan.items.size());
+#pragma omp parallel for schedule(dynamic, 1) if (plan.elements > kParallelThreshold)
+  for (int64_t i = 0; i < items; ++i) {
+    const GuardItem& item = plan.items[static_cast<size_t>(i)];
+    if (item.count > 0) {
+      const DType dt = grads[plan.chunks[static_cast<size_t>(item.ids[0])].grad]->dtype();
+      with_dtype(dt, [&](auto tag) { batch_sums<decltype(tag)::value>(grads, plan, item, inv, bounds, sums, records); });
+      continue;
+    }
+    const Chunk& c = plan.chunks[static_cast<size_t>(item.first)];
+    const Tensor& g = *grads[c.grad];
+    const char* x = static_cast<const char*>(g.data()) + c.begin * static_cast<int64_t>(dtype_size(g.dtype()));
+    const GemmElem elem = gemm_elem_of(g.dtype());
+    if (bounds)
+      blocks_isa.sum_squares_census_8(x, elem, kReduceChunk, kReduceChunk, inv, *bounds, sums + item.first,
+                                      records + item.first);
+    else
+      blocks_isa.sum_squares_8(x, elem, kReduceChunk, kReduceChunk, inv, sums + item.first);
+  }
+}
+
+// Gradient t's sum: its chunks' in chunk order.
+double grad_sum(const GuardPlan& plan, const double* sums, size_t t) {
+  double s = 0.0;
+  for (int64_t c = plan.first[t]; c < plan.first[t + 1]; ++c) s += sums[c];
+  return s;
+}
+
+struct GuardScratch {
+  GuardPlan plan;
+  std::vector<double> sums;
+  std::vector<CensusCounts> records;
+};
+GuardScratch& guard_scratch() {
+  thread_local GuardScratch scratch;  // kept: a steady step allocates little here
+  return scratch;
+}
+
+}  // namespace
+
 // Reads every gradient once (4 or 2 bytes per element), writes nothing; 3 flops per element.
 // partials[t]: gradient t's sum of squares of the unscaled values, in FP64.
 void guard_partials(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, std::vector<double>& partials) {
-  const float inv = scalar_value(inv_scale);
-  const ElementBlocks& blocks_isa = cpu_element_blocks();
   static_assert(kReduceLanes == 8, "sum_squares_8 sums 8 chunks side by side");
-  partials.assign(grads.size(), 0.0);
-  for (size_t t = 0; t < grads.size(); ++t) {
-    const Tensor* g = grads[t];
-    const void* pg = g->data();
-    // One read per element: the finite check and the square of the unscaled value together.
-    // A non-finite element makes its square non-finite, so the sum carries the flag.
-    // (The square of a float is exact in double, so the sum is the same fused or not.)
-    // Whole groups of 8 chunks go to the active ISA's element kernel (the same sums, the
-    // same bits, read 8 elements of each chunk at a time instead of one).
-    const GemmElem elem = gemm_elem_of(g->dtype());
-    const size_t elem_bytes = dtype_size(g->dtype());
-    partials[t] = with_dtype(g->dtype(), [&](auto tag) {
-      constexpr DType D = decltype(tag)::value;
-      return deterministic_sum_grouped(
-          g->numel(),
-          [&](int64_t i) {
-            const float u = ld<D>(pg, i) * inv;
-            return (double)u * (double)u;
-          },
-          [&](int64_t base, double* out) {
-            blocks_isa.sum_squares_8(static_cast<const char*>(pg) + base * elem_bytes, elem, kReduceChunk,
-                                     kReduceChunk, inv, out);
-          });
-    });
-  }
+  GuardScratch& w = guard_scratch();
+  plan_guard(grads, w.plan);
+  w.sums.assign(w.plan.chunks.size(), 0.0);
+  run_guard(grads, w.plan, scalar_value(inv_scale), nullptr, w.sums.data(), nullptr);
+  partials.resize(grads.size());
+  for (size_t t = 0; t < grads.size(); ++t) partials[t] = grad_sum(w.plan, w.sums.data(), t);
 }
 
 // The partials summed in gradient order: a sharded run (amp/dist) sums the same partials,
@@ -66,53 +180,35 @@ void guard(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Ten
 
 // The guard and, in the same read, the census of each gradient (engine/census.h). The sums of
 // squares are the guard's, in its order, so found_inf and the norm keep their bits. Each
-// group of 8 chunks counts into its own record (no two threads share one), merged after.
+// group of 8 chunks, and each chunk of a batch, counts into its own record (no two threads
+// share one), merged per gradient after.
 // Reads every gradient once; writes kCensusFields words per gradient; 3 more operations per
 // 8 plain values (fewer in the wider scans), and where values sit below the normal range, on
 // avx512 8 per 16 FP32 values or 6 per 32 FP16 values counted in FP16 (avx2: per 8 and 16;
 // baseline: 8 per 4 FP32 values, 6 per 8 FP16 values; element_blocks.cpp).
 void guard_census(const std::vector<const Tensor*>& grads, const Tensor& inv_scale, Tensor& found_inf, Tensor& norm,
                   const GuardCensus& census) {
-  const float inv = scalar_value(inv_scale);
-  const ElementBlocks& blocks_isa = cpu_element_blocks();
   const CensusBounds bounds = census_bounds(census.format == DType::BF16);
-  constexpr int64_t kGroupSpan = kReduceChunk * kReduceLanes;
+  GuardScratch& w = guard_scratch();
+  plan_guard(grads, w.plan);
+  w.sums.assign(w.plan.chunks.size(), 0.0);
+  w.records.assign(w.plan.chunks.size(), CensusCounts{});
+  run_guard(grads, w.plan, scalar_value(inv_scale), &bounds, w.sums.data(), w.records.data());
   uint32_t* words = census.out->data_as<uint32_t>();
   double total = 0.0;
   bool nonfinite = false;
-  std::vector<CensusCounts> groups;
   for (size_t t = 0; t < grads.size(); ++t) {
-    const Tensor* g = grads[t];
-    const void* pg = g->data();
-    const GemmElem elem = gemm_elem_of(g->dtype());
-    const size_t elem_bytes = dtype_size(g->dtype());
-    groups.assign(static_cast<size_t>((g->numel() + kGroupSpan - 1) / kGroupSpan), CensusCounts{});
-    const double s = with_dtype(g->dtype(), [&](auto tag) {
-      constexpr DType D = decltype(tag)::value;
-      return deterministic_sum_grouped(
-          g->numel(),
-          [&](int64_t i) {
-            const float v = ld<D>(pg, i);
-            groups[static_cast<size_t>(i / kGroupSpan)].add(census_class(v, bounds), v);
-            const float u = v * inv;
-            return (double)u * (double)u;
-          },
-          [&](int64_t base, double* out) {
-            blocks_isa.sum_squares_census_8(static_cast<const char*>(pg) + base * elem_bytes, elem, kReduceChunk,
-                                            kReduceChunk, inv, bounds, out,
-                                            &groups[static_cast<size_t>(base / kGroupSpan)]);
-          });
-    });
+    const double s = grad_sum(w.plan, w.sums.data(), t);
     if (!std::isfinite(s)) nonfinite = true;
     total += s;
     CensusCounts sum;
-    for (const CensusCounts& c : groups) sum.merge(c);
-    uint32_t* w = words + t * kCensusFields;
-    w[kCensusNonfinite] = static_cast<uint32_t>(sum.nonfinite);  // each <= numel < 2^32 (backend_checks)
-    w[kCensusZeros] = static_cast<uint32_t>(sum.zeros);
-    w[kCensusUnderflow] = static_cast<uint32_t>(sum.underflow);
-    w[kCensusSubnormal] = static_cast<uint32_t>(sum.subnormal);
-    std::memcpy(&w[kCensusAmax], &sum.amax, sizeof(float));
+    for (int64_t c = w.plan.first[t]; c < w.plan.first[t + 1]; ++c) sum.merge(w.records[static_cast<size_t>(c)]);
+    uint32_t* out = words + t * kCensusFields;
+    out[kCensusNonfinite] = static_cast<uint32_t>(sum.nonfinite);  // each <= numel < 2^32 (backend_checks)
+    out[kCensusZeros] = static_cast<uint32_t>(sum.zeros);
+    out[kCensusUnderflow] = static_cast<uint32_t>(sum.underflow);
+    out[kCensusSubnormal] = static_cast<uint32_t>(sum.subnormal);
+    std::memcpy(&out[kCensusAmax], &sum.amax, sizeof(float));
   }
   found_inf.data_as<float>()[0] = nonfinite ? 1.0f : 0.0f;
   norm.data_as<float>()[0] = static_cast<float>(std::sqrt(total));

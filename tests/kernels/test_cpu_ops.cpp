@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/census.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_gemm.h"
 #include "tests/kernels/batched_gemm_case.h"
+#include "tests/kernels/cpu_guards.h"
 #include "tests/kernels/gemm_case.h"
 #include "tests/tolerance.h"
 
@@ -483,6 +485,54 @@ TEST_CASE("guard: the norm of the unscaled gradients, nothing written", "[kernel
   cpu().clip_coefficient(norm, 1.0f, coef);
   CHECK(coef.item() > 0.0f);
   CHECK(coef.item() == Approx(0.5e-30).epsilon(1e-6));
+}
+
+// Many small gradients (each under one group of 8 chunks, so read in batches of chunks from
+// several gradients, kernels/cpu/guard_kernels.cpp) beside a large one with a tail: each
+// gradient's partial is its chunks' sequential FP64 sums added in chunk order, to the bit, at 1
+// and 2 threads, with and without the census, in every dtype.
+TEST_CASE("guard: batched small gradients keep each chunk's sequential sum, to the bit", "[kernels][cpu][amp]") {
+  for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(name(d));
+    std::vector<Tensor> ts;
+    const std::vector<int64_t> sizes = {128, 16384, 65536, 5, 200000, 16384, 77, 40000, 128, 1, 16384, 30000};
+    for (size_t i = 0; i < sizes.size(); ++i) ts.push_back(random_tensor(Shape{sizes[i]}, d, 300 + i, -3.0f, 3.0f));
+    std::vector<const Tensor*> grads;
+    for (const Tensor& t : ts) grads.push_back(&t);
+    const float inv = 1.0f / 8.0f;
+    double total = 0.0;
+    std::vector<double> want;
+    for (const Tensor& t : ts) {
+      const std::vector<float> v = t.to_vector();  // exact: every stored value is an FP32 value
+      double grad = 0.0;
+      for (size_t c0 = 0; c0 < v.size(); c0 += 16384) {
+        double chunk = 0.0;
+        for (size_t i = c0; i < std::min(v.size(), c0 + 16384); ++i) {
+          const float u = v[i] * inv;
+          chunk += (double)u * (double)u;
+        }
+        grad += chunk;
+      }
+      want.push_back(grad);
+      total += grad;
+    }
+    for (const int threads : {1, 2}) {
+      test::Threads with(threads);
+      std::vector<double> got;
+      cpu().guard_partials(grads, scalar(inv), got);
+      REQUIRE(got.size() == want.size());
+      for (size_t t = 0; t < want.size(); ++t) CHECK(got[t] == want[t]);
+      Tensor found = scalar(NAN), norm = scalar(NAN);
+      cpu().guard(grads, scalar(inv), found, norm);
+      CHECK(norm.item() == static_cast<float>(std::sqrt(total)));
+      Tensor words = Tensor::zeros(Shape{static_cast<int64_t>(grads.size()), kCensusFields}, DType::F32);
+      GuardCensus census;
+      census.out = &words;
+      Tensor found_c = scalar(NAN), norm_c = scalar(NAN);
+      cpu().guard(grads, scalar(inv), found_c, norm_c, census);
+      CHECK(norm_c.item() == norm.item());
+    }
+  }
 }
 
 TEST_CASE("guard: found_inf for inf, -inf and NaN placed first, middle or last", "[kernels][cpu][amp]") {

@@ -340,6 +340,28 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   else sum_squares_8_of<GemmElem::BF16>(x, stride, len, inv, out);
 }
 
+// Chunks anywhere: 8 elements of each, scaled and transposed as in add (each lane its chunk's
+// squares in order), then the elements past the last whole 8 one by one onto the same sums.
+void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
+  SquareSums sums(inv);
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const int64_t whole = len / 8 * 8;
+  for (int64_t j = 0; j < whole; j += 8) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x[k], elem, j), vinv);
+    sums.add(r);
+  }
+  sums.store(out);
+  for (int k = 0; k < 8; ++k)
+    for (int64_t j = whole; j < len; ++j) {
+      const float e = elem == GemmElem::F32 ? static_cast<const float*>(x[k])[j]
+                      : elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<const uint16_t*>(x[k])[j])
+                                              : bf16_bits_to_f32(static_cast<const uint16_t*>(x[k])[j]);
+      const float u = e * inv;
+      out[k] += (double)u * (double)u;
+    }
+}
+
 // The census of 8 stored values at a time, as lane counts: the classes of census_class
 // taken as nested comparisons (finite, |x| <= to_zero, |x| < subnormal_below, x == 0), each
 // lane counting how many of its values passed (a true compare is -1, subtracted). Counts
@@ -741,6 +763,23 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   if (elem == GemmElem::F32) sum_squares_8_of<GemmElem::F32>(x, stride, len, inv, out);
   else if (elem == GemmElem::F16) sum_squares_8_of<GemmElem::F16>(x, stride, len, inv, out);
   else sum_squares_8_of<GemmElem::BF16>(x, stride, len, inv, out);
+}
+
+template <GemmElem Elem>
+void sum_squares_8_at_of(const void* const* x, int64_t len, float inv, double* out) {
+  double acc[8] = {};
+  for (int64_t j = 0; j < len; ++j)
+    for (int k = 0; k < 8; ++k) {
+      const float u = grad_at(x[k], Elem, j) * inv;
+      acc[k] += (double)u * (double)u;
+    }
+  for (int k = 0; k < 8; ++k) out[k] = acc[k];
+}
+
+void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
+  if (elem == GemmElem::F32) sum_squares_8_at_of<GemmElem::F32>(x, len, inv, out);
+  else if (elem == GemmElem::F16) sum_squares_8_at_of<GemmElem::F16>(x, len, inv, out);
+  else sum_squares_8_at_of<GemmElem::BF16>(x, len, inv, out);
 }
 
 // The census classes counted per chunk lane, as the AVX paths' CensusLanes, in plain arrays
@@ -1416,7 +1455,8 @@ void add_row_f64(const float* v, int64_t n, double* acc) {
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   gelu_tanh,   gelu_tanh_grad,
                                              relu,       relu_grad,
-                                             sum_squares_8, sum_squares_census_8, layer_norm_row, layer_norm_row_backward,
+                                             sum_squares_8, sum_squares_8_at, sum_squares_census_8, layer_norm_row,
+                                             layer_norm_row_backward,
                                              softmax_row, softmax_row_backward, add_row_f64};
 
 }  // namespace belay::BELAY_ISA_NS

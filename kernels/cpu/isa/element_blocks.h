@@ -82,6 +82,10 @@ struct ElementBlocks {
   // transpose them, so each lane still adds its own chunk's squares in order: the
   // baseline's bits (the square of a float is exact in double).
   void (*sum_squares_8)(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out);
+  // The same sums of 8 chunks anywhere: chunk k's first element at x[k], its len elements
+  // (any len) summed in order, the same operations (the guard's batches of small gradients,
+  // kernels/cpu/guard_kernels.cpp).
+  void (*sum_squares_8_at)(const void* const* x, GemmElem elem, int64_t len, float inv, double* out);
   // The same sums, the same bits, and in the same read the census of the 8 chunks'
   // elements as stored (census_class and census_amax of kernels/common/census_math.h),
   // added into *counts. A separate entry, so the guard without a census runs the loop above.
