@@ -57,50 +57,71 @@ void plan_guard(const std::vector<const Tensor*>& grads, GuardPlan& plan) {
   }
   for (std::vector<int64_t>& w : waiting) {
     // Longest first, so a batch's chunks are about as long: the part past the shortest runs as
-    // one chain per chunk (a chunk's order does not depend on its batch).
+    // one chain per chunk (a chunk's order does not depend on its batch), so a batch also ends
+    // where the next chunk is under half its first's length.
     std::stable_sort(w.begin(), w.end(), [&](int64_t a, int64_t b) {
       return plan.chunks[static_cast<size_t>(a)].len > plan.chunks[static_cast<size_t>(b)].len;
     });
-    for (size_t i = 0; i < w.size(); i += kReduceLanes) {
+    for (size_t i = 0; i < w.size();) {
+      // Up to kReduceLanes chunks, while they are at least half as long as the batch's first.
+      const int64_t longest = plan.chunks[static_cast<size_t>(w[i])].len;
+      size_t end = i + 1;
+      while (end < w.size() && end - i < static_cast<size_t>(kReduceLanes) &&
+             2 * plan.chunks[static_cast<size_t>(w[end])].len >= longest)
+        ++end;
       GuardItem item;
-      item.count = static_cast<int>(std::min<size_t>(kReduceLanes, w.size() - i));
-      std::copy(w.begin() + static_cast<std::ptrdiff_t>(i), w.begin() + static_cast<std::ptrdiff_t>(i) + item.count, item.ids);
+      item.count = static_cast<int>(end - i);
+      std::copy(w.begin() + static_cast<std::ptrdiff_t>(i), w.begin() + static_cast<std::ptrdiff_t>(end), item.ids);
       plan.items.push_back(item);
+      i = end;
     }
   }
 }
 
-// A batch's chunks side by side: sums[id] (and, with records, records[id]'s census counts).
-// Lanes past the batch repeat its first chunk (computed, never stored), so the loop is always
-// kReduceLanes chains wide.
+// A batch's chunks side by side, on the ISA path (sum_squares_8_at: 8 chunks transposed into 8
+// lanes): sums[id] and, with bounds, records[id]'s census counts. In rounds as long as the
+// shortest chunk still unread (lanes past the live chunks repeat the first, computed and
+// dropped), each chunk's sum carried from round to round; with the census, rounds of at most
+// kPiece values, each chunk's piece counted again from L1 (census_run), as the ISA kernels'
+// own census counts a group of steps after summing it.
 template <DType D>
 void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, const GuardItem& item, float inv,
                 const CensusBounds* bounds, double* sums, CensusCounts* records) {
-  const void* base[kReduceLanes];
-  int64_t len[kReduceLanes];
-  for (int k = 0; k < kReduceLanes; ++k) {
-    const Chunk& c = plan.chunks[static_cast<size_t>(item.ids[k < item.count ? k : 0])];
-    base[k] = static_cast<const char*>(grads[c.grad]->data()) + c.begin * static_cast<int64_t>(dtype_size(D));
-    len[k] = c.len;
-  }
-  const int64_t common = *std::min_element(len, len + item.count);
+  const GemmElem elem = gemm_elem_of(D);
+  constexpr int64_t kPiece = 512;  // values of each chunk per census round: 8 x 2 KiB of FP32
+  const ElementBlocks& blocks_isa = cpu_element_blocks();
+  const char* base[kReduceLanes];
+  int64_t left[kReduceLanes];
   double acc[kReduceLanes] = {};
   CensusCounts counts[kReduceLanes];
-  auto add = [&](int k, int64_t j) {
-    const float v = ld<D>(base[k], j);
-    if (bounds) counts[k].add(census_class(v, *bounds), v);
-    const float u = v * inv;
-    acc[k] += (double)u * (double)u;
-  };
-  if (bounds) {
-    for (int64_t j = 0; j < common; ++j)
-#pragma GCC unroll 8
-      for (int k = 0; k < kReduceLanes; ++k) add(k, j);
-  } else {  // the first `common` of each on the ISA path, 8 chunks transposed into 8 lanes
-    cpu_element_blocks().sum_squares_8_at(base, gemm_elem_of(D), common, inv, acc);
+  for (int k = 0; k < item.count; ++k) {
+    const Chunk& c = plan.chunks[static_cast<size_t>(item.ids[k])];
+    base[k] = static_cast<const char*>(grads[c.grad]->data()) + c.begin * static_cast<int64_t>(dtype_size(D));
+    left[k] = c.len;
+  }
+  for (;;) {
+    int live[kReduceLanes], lanes = 0;
+    int64_t n = bounds ? kPiece : INT64_MAX;
+    for (int k = 0; k < item.count; ++k)
+      if (left[k] > 0) live[lanes++] = k, n = std::min(n, left[k]);
+    if (lanes == 0) break;
+    const void* at[kReduceLanes];
+    double round[kReduceLanes];
+    for (int l = 0; l < kReduceLanes; ++l) {
+      const int k = live[l < lanes ? l : 0];
+      at[l] = base[k];
+      round[l] = l < lanes ? acc[k] : 0.0;
+    }
+    blocks_isa.sum_squares_8_at(at, elem, n, inv, round);
+    for (int l = 0; l < lanes; ++l) {
+      const int k = live[l];
+      acc[k] = round[l];
+      if (bounds) blocks_isa.census_run(at[l], elem, n, *bounds, &counts[k]);
+      base[k] += n * static_cast<int64_t>(dtype_size(D));
+      left[k] -= n;
+    }
   }
   for (int k = 0; k < item.count; ++k) {
-    for (int64_t j = common; j < len[k]; ++j) add(k, j);
     sums[item.ids[k]] = acc[k];
     if (records) records[item.ids[k]] = counts[k];
   }

@@ -130,6 +130,66 @@ TEST_CASE("guard census: mostly plain gradients, the fast steps and the recount,
   }
 }
 
+// Small gradients, each under one group of 8 chunks, so the guard reads them in batches of
+// chunks from several gradients, in rounds of 512 values (kernels/cpu/guard_kernels.cpp): plain
+// ones (only their largest magnitude counted, census_run's scan), ones with the edge values
+// planted on both sides of a round's end, one with an inf and one with a NaN; each counted
+// against the reference, on every path, at 1 and 2 threads.
+TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU path", "[census]") {
+  IsaRestore restore;
+  for (const CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;
+    force_cpu_isa(isa);
+    for (const DType format : {DType::F16, DType::BF16})
+      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
+        for (const int threads : {1, 2}) {
+          INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
+                                 << ", " << threads << " thread(s)");
+          belay::test::Threads with(threads);
+          const std::vector<float> edges = belay::test::census_edge_values(format);
+          Rng rng(17);
+          std::vector<Tensor> ts;
+          int made = 0;
+          for (const int64_t n : {int64_t{16384}, int64_t{128}, int64_t{1030}, int64_t{16384}, int64_t{9000},
+                                  int64_t{600}, int64_t{16384}, int64_t{37}, int64_t{5000}, int64_t{16384}}) {
+            std::vector<float> x(static_cast<size_t>(n));
+            for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+            const int kind = made++ % 4;  // 0, 2: plain; 1: edges around 511 and 1023; 3: edges and one NaN or inf
+            if (kind % 2 == 1)
+              for (size_t k = 0; k < edges.size(); ++k) {
+                const float v = edges[k];
+                if (kind == 1 && !std::isfinite(v)) continue;
+                x[(509 + 3 * k) % x.size()] = v;
+                x[(1020 + 5 * k) % x.size()] = v;
+              }
+            ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
+          }
+          // Each edge value alone in a plain gradient, in its second round: the round's scan
+          // alone must send it to the classification.
+          for (const float e : edges) {
+            std::vector<float> x(1030);
+            for (float& v : x) v = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+            x[700] = e;
+            ts.push_back(Tensor::from_vector(x, Shape{1030}).to(grad_dtype));
+          }
+          std::vector<const Tensor*> grads;
+          for (const Tensor& t : ts) grads.push_back(&t);
+          float found = 0, norm = 0;
+          const std::vector<TensorCensus> got = census_of(grads, 1.0f / 64.0f, format, &found, &norm);
+          Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
+          cpu().guard(grads, Tensor::scalar(1.0f / 64.0f), f, n);
+          CHECK(bits(found) == bits(f.item()));
+          CHECK(bits(norm) == bits(n.item()));
+          CHECK(found == 1.0f);  // the planted inf and NaN
+          REQUIRE(got.size() == ts.size());
+          check_against_reference(got, ts, format);
+          const TensorCensus plain = census_reference(ts[0], format), edged = census_reference(ts[1], format);
+          CHECK(plain.nonfinite + plain.zeros + plain.underflow + plain.subnormal == 0);
+          CHECK(edged.zeros > 0);
+        }
+  }
+}
+
 TEST_CASE("guard census: headroom in bits and the record's checks", "[census]") {
   TensorCensus c;
   c.amax = 65504.0f / 8.0f;

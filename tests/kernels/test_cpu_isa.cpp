@@ -453,7 +453,7 @@ void element_suite(CpuIsa isa) {
     const void* at[8];
     for (int k = 0; k < 8; ++k) at[k] = static_cast<const char*>(data) + order[k] * stride * static_cast<int64_t>(elem_size);
     for (const int64_t n : {int64_t{0}, int64_t{5}, int64_t{997}}) {
-      double sb[8], sw[8];
+      double sb[8] = {}, sw[8] = {};  // the sums are added onto
       base.sum_squares_8_at(at, elem, n, 1.0f / 1024.0f, sb);
       wide.sum_squares_8_at(at, elem, n, 1.0f / 1024.0f, sw);
       for (int k = 0; k < 8; ++k) {

@@ -344,6 +344,11 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
 // squares in order), then the elements past the last whole 8 one by one onto the same sums.
 void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
   SquareSums sums(inv);
+#if defined(BELAY_ISA_avx512)
+  sums.acc = _mm512_loadu_pd(out);  // onto the sums so far
+#else
+  sums.lo = _mm256_loadu_pd(out), sums.hi = _mm256_loadu_pd(out + 4);
+#endif
   const __m256 vinv = _mm256_set1_ps(inv);
   const int64_t whole = len / 8 * 8;
   for (int64_t j = 0; j < whole; j += 8) {
@@ -448,6 +453,74 @@ void census_all(const void* x, GemmElem elem, int64_t stride, int64_t len, Censu
   CensusLanes all;
   for (int64_t j = 0; j < len; j += 8) census_step(x, elem, stride, j, b, &all);
   add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
+}
+
+// Whether n consecutive values (a multiple of 16) are all normal and finite: the smallest and
+// largest magnitude patterns (an and, a min and a max per vector of 8 FP32 or 16 stored 16-bit
+// values), the first against the normal range's first pattern (`sub`), the second against
+// infinity's; their largest value, as FP32, into *amax.
+bool all_normal(const void* x, GemmElem elem, int64_t n, uint32_t sub, float* amax) {
+  // (Lanes folded by shuffles, not through an array: GCC kept the loop's vectors in the array's
+  // stack slots, a store and a reload every step.)
+  if (elem == GemmElem::F32) {
+    const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+    const float* p = static_cast<const float*>(x);
+    __m256i lo = mask, hi = _mm256_setzero_si256();
+    for (int64_t j = 0; j < n; j += 8) {
+      const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), mask);
+      lo = _mm256_min_epu32(lo, a);
+      hi = _mm256_max_epu32(hi, a);
+    }
+    __m128i l = _mm_min_epu32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    l = _mm_min_epu32(l, _mm_shuffle_epi32(l, 0x4e)), h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+    l = _mm_min_epu32(l, _mm_shuffle_epi32(l, 0xb1)), h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+    const uint32_t lo_bits = static_cast<uint32_t>(_mm_cvtsi128_si32(l)), hi_bits = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+    if (lo_bits < sub || hi_bits >= 0x7f800000u) return false;
+    *amax = f32_from_bits(hi_bits);
+    return true;
+  }
+  const __m256i mask = _mm256_set1_epi16(0x7fff);
+  const uint16_t* p = static_cast<const uint16_t*>(x);
+  __m256i lo = mask, hi = _mm256_setzero_si256();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), mask);
+    lo = _mm256_min_epu16(lo, a);
+    hi = _mm256_max_epu16(hi, a);
+  }
+  const __m128i l = _mm_min_epu16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+  const __m128i h = _mm_max_epu16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+  // SSE4.1's minpos: the smallest of 8 unsigned 16-bit lanes; the largest as the smallest complement.
+  const uint32_t lo_bits = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(l))) & 0xffffu;
+  const uint32_t hi_bits = ~static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(h, _mm_set1_epi16(-1))))) & 0xffffu;
+  if (lo_bits < sub || hi_bits >= (elem == GemmElem::F16 ? 0x7c00u : 0x7f80u)) return false;
+  *amax = elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<uint16_t>(hi_bits)) : bf16_bits_to_f32(static_cast<uint16_t>(hi_bits));
+  return true;
+}
+
+// n consecutive values: where the largest multiple of 64 are all normal and finite (as a
+// sound loss scale leaves most gradients), only their largest (all_normal); else those as 8
+// runs side by side, classified in full (census_all's steps: the census is a count, so any
+// split of the values counts the same); the rest one by one.
+void census_run(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  const int64_t run = n / 64 * 8;
+  thread_local float last_bound = -1.0f;  // the normal range's first pattern, found once per format
+  thread_local GemmElem last_elem = GemmElem::F32;
+  thread_local uint32_t sub = 0;
+  if (b.subnormal_below != last_bound || elem != last_elem)
+    last_bound = b.subnormal_below, last_elem = elem, sub = WideBounds(b, elem).sub;
+  float top = 0.0f;
+  if (run > 0 && all_normal(x, elem, 8 * run, sub, &top)) {
+    counts->amax = top > counts->amax ? top : counts->amax;
+  } else if (run > 0) {
+    census_all(x, elem, run, run, b, counts);
+  }
+  for (int64_t j = 8 * run; j < n; ++j) {
+    const float v = elem == GemmElem::F32 ? static_cast<const float*>(x)[j]
+                    : elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<const uint16_t*>(x)[j])
+                                            : bf16_bits_to_f32(static_cast<const uint16_t*>(x)[j]);
+    counts->add(census_class(v, b), v);
+  }
 }
 
 // WideCensus's vectors on the AVX paths (WideCensus and WideBounds: above, shared with the
@@ -767,7 +840,8 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
 
 template <GemmElem Elem>
 void sum_squares_8_at_of(const void* const* x, int64_t len, float inv, double* out) {
-  double acc[8] = {};
+  double acc[8];
+  for (int k = 0; k < 8; ++k) acc[k] = out[k];  // onto the sums so far
   for (int64_t j = 0; j < len; ++j)
     for (int k = 0; k < 8; ++k) {
       const float u = grad_at(x[k], Elem, j) * inv;
@@ -780,6 +854,63 @@ void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float in
   if (elem == GemmElem::F32) sum_squares_8_at_of<GemmElem::F32>(x, len, inv, out);
   else if (elem == GemmElem::F16) sum_squares_8_at_of<GemmElem::F16>(x, len, inv, out);
   else sum_squares_8_at_of<GemmElem::BF16>(x, len, inv, out);
+}
+
+// Whether the first n values (a multiple of 8) are all normal and finite, as the AVX paths'
+// all_normal, on SSE2: FP32 magnitudes by float min and max (which pass a NaN over, so NaNs
+// are looked for apart), 16-bit ones by signed min and max (they fit below 2^15).
+bool all_normal_f32(const float* p, int64_t n, CensusBounds b, float* amax) {
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  __m128 lo = _mm_set1_ps(3.40282347e38f), hi = _mm_setzero_ps(), nan = _mm_setzero_ps();
+  for (int64_t j = 0; j < n; j += 4) {
+    const __m128 a = _mm_and_ps(_mm_loadu_ps(p + j), abs_mask);
+    lo = _mm_min_ps(a, lo);
+    hi = _mm_max_ps(a, hi);
+    nan = _mm_or_ps(nan, _mm_cmpunord_ps(a, a));
+  }
+  alignas(16) float l[4], h[4];
+  _mm_store_ps(l, lo), _mm_store_ps(h, hi);
+  float low = l[0], top = h[0];
+  for (int k = 1; k < 4; ++k) low = l[k] < low ? l[k] : low, top = h[k] > top ? h[k] : top;
+  if (_mm_movemask_ps(nan) != 0 || low < b.subnormal_below || !(top <= 3.40282347e38f)) return false;
+  *amax = top;
+  return true;
+}
+
+bool all_normal(const void* x, GemmElem elem, int64_t n, CensusBounds b, float* amax) {
+  if (elem == GemmElem::F32) return all_normal_f32(static_cast<const float*>(x), n, b, amax);
+  const uint16_t* p = static_cast<const uint16_t*>(x);
+  const __m128i mask = _mm_set1_epi16(0x7fff);
+  __m128i lo = mask, hi = _mm_setzero_si128();
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m128i a = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j)), mask);
+    lo = _mm_min_epi16(lo, a);
+    hi = _mm_max_epi16(hi, a);
+  }
+  alignas(16) uint16_t l[8], h[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(l), lo), _mm_store_si128(reinterpret_cast<__m128i*>(h), hi);
+  uint16_t low = l[0], top = h[0];
+  for (int k = 1; k < 8; ++k) low = l[k] < low ? l[k] : low, top = h[k] > top ? h[k] : top;
+  if (low < first_bits_at_least(b.subnormal_below, elem) || top >= (elem == GemmElem::F16 ? 0x7c00u : 0x7f80u))
+    return false;
+  *amax = elem == GemmElem::F16 ? f16_bits_to_f32(top) : bf16_bits_to_f32(top);
+  return true;
+}
+
+// As the AVX paths': the values all normal and finite counted by their largest alone, else
+// each classified.
+void census_run(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  const int64_t scanned = n / 8 * 8;
+  float top = 0.0f;
+  int64_t j = 0;
+  if (scanned > 0 && all_normal(x, elem, scanned, b, &top)) {
+    counts->amax = top > counts->amax ? top : counts->amax;
+    j = scanned;
+  }
+  for (; j < n; ++j) {
+    const float v = grad_at(x, elem, j);
+    counts->add(census_class(v, b), v);
+  }
 }
 
 // The census classes counted per chunk lane, as the AVX paths' CensusLanes, in plain arrays
@@ -1455,7 +1586,7 @@ void add_row_f64(const float* v, int64_t n, double* acc) {
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   gelu_tanh,   gelu_tanh_grad,
                                              relu,       relu_grad,
-                                             sum_squares_8, sum_squares_8_at, sum_squares_census_8, layer_norm_row,
+                                             sum_squares_8, sum_squares_8_at, census_run, sum_squares_census_8, layer_norm_row,
                                              layer_norm_row_backward,
                                              softmax_row, softmax_row_backward, add_row_f64};
 

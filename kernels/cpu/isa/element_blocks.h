@@ -83,9 +83,12 @@ struct ElementBlocks {
   // baseline's bits (the square of a float is exact in double).
   void (*sum_squares_8)(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, double* out);
   // The same sums of 8 chunks anywhere: chunk k's first element at x[k], its len elements
-  // (any len) summed in order, the same operations (the guard's batches of small gradients,
-  // kernels/cpu/guard_kernels.cpp).
+  // (any len) added in order onto out[k] (a chunk read in pieces sums as in one), the same
+  // operations (the guard's batches of small gradients, kernels/cpu/guard_kernels.cpp).
   void (*sum_squares_8_at)(const void* const* x, GemmElem elem, int64_t len, float inv, double* out);
+  // The census of n consecutive values as stored (census_class, census_amax), added into
+  // *counts: a batch's pieces counted again from L1 after sum_squares_8_at has read them.
+  void (*census_run)(const void* x, GemmElem elem, int64_t n, CensusBounds bounds, CensusCounts* counts);
   // The same sums, the same bits, and in the same read the census of the 8 chunks'
   // elements as stored (census_class and census_amax of kernels/common/census_math.h),
   // added into *counts. A separate entry, so the guard without a census runs the loop above.
