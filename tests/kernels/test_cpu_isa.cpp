@@ -298,6 +298,40 @@ std::vector<float> element_inputs(int64_t n, uint64_t seed) {
   return v;
 }
 
+// The guard's sums of chunks anywhere (sum_squares_8_at): the chunks `stride` apart read
+// through 8 pointers, shuffled, at lengths that are no multiple of 8: each lane its chunk's
+// sequential sum, the baseline's bits and the sum taken one element at a time. x holds the
+// values (h their FP16 or BF16 patterns where elem is one).
+void check_sums_at(const ElementBlocks& base, const ElementBlocks& wide, const void* data, GemmElem elem,
+                   int64_t stride, const std::vector<float>& x, const std::vector<uint16_t>& h) {
+  auto dbits = [](double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, 8);
+    return u;
+  };
+  const size_t elem_size = elem == GemmElem::F32 ? 4 : 2;
+  const int order[8] = {3, 0, 7, 5, 1, 6, 2, 4};
+  const void* at[8];
+  for (int k = 0; k < 8; ++k) at[k] = static_cast<const char*>(data) + order[k] * stride * static_cast<int64_t>(elem_size);
+  for (const int64_t n : {int64_t{0}, int64_t{5}, int64_t{997}}) {
+    double sb[8] = {}, sw[8] = {};  // the sums are added onto
+    base.sum_squares_8_at(at, elem, n, 1.0f / 1024.0f, sb);
+    wide.sum_squares_8_at(at, elem, n, 1.0f / 1024.0f, sw);
+    for (int k = 0; k < 8; ++k) {
+      double want = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t i = static_cast<size_t>(order[k] * stride + j);
+        const float e = elem == GemmElem::F32 ? x[i] : elem == GemmElem::F16 ? f16_bits_to_f32(h[i]) : bf16_bits_to_f32(h[i]);
+        const float u = e * (1.0f / 1024.0f);
+        want += (double)u * (double)u;
+      }
+      INFO("at, length " << n << ", lane " << k);
+      CHECK(dbits(sb[k]) == dbits(want));
+      CHECK(dbits(sw[k]) == dbits(want));
+    }
+  }
+}
+
 void element_suite(CpuIsa isa) {
   if (!runs_here(isa)) return;
   INFO("path " << cpu_isa_name(isa) << " vs baseline");
@@ -445,32 +479,7 @@ void element_suite(CpuIsa isa) {
       for (int k = 0; k < 8; ++k) CHECK(dbits(sb[k]) == dbits(sw[k]));
       CHECK(sb[3] > 0.0);
     }
-    // The same sums of chunks anywhere (sum_squares_8_at): the chunks 1003 apart read through
-    // 8 pointers, shuffled, at a length that is no multiple of 8: each lane its chunk's
-    // sequential sum, the baseline's bits and the sum taken one element at a time.
-    const size_t elem_size = elem == GemmElem::F32 ? 4 : 2;
-    const int order[8] = {3, 0, 7, 5, 1, 6, 2, 4};
-    const void* at[8];
-    for (int k = 0; k < 8; ++k) at[k] = static_cast<const char*>(data) + order[k] * stride * static_cast<int64_t>(elem_size);
-    for (const int64_t n : {int64_t{0}, int64_t{5}, int64_t{997}}) {
-      double sb[8] = {}, sw[8] = {};  // the sums are added onto
-      base.sum_squares_8_at(at, elem, n, 1.0f / 1024.0f, sb);
-      wide.sum_squares_8_at(at, elem, n, 1.0f / 1024.0f, sw);
-      for (int k = 0; k < 8; ++k) {
-        double want = 0.0;
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t i = order[k] * stride + j;
-          const float e = elem == GemmElem::F32 ? x[static_cast<size_t>(i)]
-                          : elem == GemmElem::F16 ? f16_bits_to_f32(h[static_cast<size_t>(i)])
-                                                  : bf16_bits_to_f32(h[static_cast<size_t>(i)]);
-          const float u = e * (1.0f / 1024.0f);
-          want += (double)u * (double)u;
-        }
-        INFO("at, length " << n << ", lane " << k);
-        CHECK(dbits(sb[k]) == dbits(want));
-        CHECK(dbits(sw[k]) == dbits(want));
-      }
-    }
+    check_sums_at(base, wide, data, elem, stride, x, h);
     if (elem == GemmElem::F32) {
       x[5 * stride + 17] = INFINITY;
       double sb[8], sw[8];
