@@ -88,7 +88,7 @@ template <DType D>
 void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, const GuardItem& item, float inv,
                 const CensusBounds* bounds, double* sums, CensusCounts* records) {
   const GemmElem elem = gemm_elem_of(D);
-  constexpr int64_t kPiece = 512;  // values of each chunk per census round: 8 x 2 KiB of FP32
+  constexpr int64_t kPiece = 1024;  // values of each chunk per census round: 8 x 4 KiB of FP32
   const ElementBlocks& blocks_isa = cpu_element_blocks();
   const char* base[kReduceLanes];
   int64_t left[kReduceLanes];

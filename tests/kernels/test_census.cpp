@@ -131,7 +131,7 @@ TEST_CASE("guard census: mostly plain gradients, the fast steps and the recount,
 }
 
 // Small gradients, each under one group of 8 chunks, so the guard reads them in batches of
-// chunks from several gradients, in rounds of 512 values (kernels/cpu/guard_kernels.cpp): plain
+// chunks from several gradients, in rounds of 1024 values (kernels/cpu/guard_kernels.cpp): plain
 // ones (only their largest magnitude counted, census_run's scan), ones with the edge values
 // planted on both sides of a round's end, one with an inf and one with a NaN; each counted
 // against the reference, on every path, at 1 and 2 threads.
@@ -167,10 +167,10 @@ TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU 
           // Each edge value alone in a plain gradient, in its second round: the round's scan
           // alone must send it to the classification.
           for (const float e : edges) {
-            std::vector<float> x(1030);
+            std::vector<float> x(2100);
             for (float& v : x) v = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
-            x[700] = e;
-            ts.push_back(Tensor::from_vector(x, Shape{1030}).to(grad_dtype));
+            x[1500] = e;
+            ts.push_back(Tensor::from_vector(x, Shape{2100}).to(grad_dtype));
           }
           std::vector<const Tensor*> grads;
           for (const Tensor& t : ts) grads.push_back(&t);

@@ -455,7 +455,7 @@ void census_all(const void* x, GemmElem elem, int64_t stride, int64_t len, Censu
   add_census_lanes(all, static_cast<uint64_t>(len) * 8, counts);
 }
 
-// Whether n consecutive values (a multiple of 16) are all normal and finite: the smallest and
+// Whether n consecutive values (a multiple of 32) are all normal and finite: the smallest and
 // largest magnitude patterns (an and, a min and a max per vector of 8 FP32 or 16 stored 16-bit
 // values), the first against the normal range's first pattern (`sub`), the second against
 // infinity's; their largest value, as FP32, into *amax.
@@ -465,12 +465,14 @@ bool all_normal(const void* x, GemmElem elem, int64_t n, uint32_t sub, float* am
   if (elem == GemmElem::F32) {
     const __m256i mask = _mm256_set1_epi32(0x7fffffff);
     const float* p = static_cast<const float*>(x);
-    __m256i lo = mask, hi = _mm256_setzero_si256();
-    for (int64_t j = 0; j < n; j += 8) {
+    __m256i lo = mask, hi = _mm256_setzero_si256(), lo2 = mask, hi2 = hi;  // two chains each
+    for (int64_t j = 0; j < n; j += 16) {
       const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), mask);
-      lo = _mm256_min_epu32(lo, a);
-      hi = _mm256_max_epu32(hi, a);
+      const __m256i c = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 8)), mask);
+      lo = _mm256_min_epu32(lo, a), lo2 = _mm256_min_epu32(lo2, c);
+      hi = _mm256_max_epu32(hi, a), hi2 = _mm256_max_epu32(hi2, c);
     }
+    lo = _mm256_min_epu32(lo, lo2), hi = _mm256_max_epu32(hi, hi2);
     __m128i l = _mm_min_epu32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
     __m128i h = _mm_max_epu32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
     l = _mm_min_epu32(l, _mm_shuffle_epi32(l, 0x4e)), h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
@@ -482,12 +484,14 @@ bool all_normal(const void* x, GemmElem elem, int64_t n, uint32_t sub, float* am
   }
   const __m256i mask = _mm256_set1_epi16(0x7fff);
   const uint16_t* p = static_cast<const uint16_t*>(x);
-  __m256i lo = mask, hi = _mm256_setzero_si256();
-  for (int64_t j = 0; j < n; j += 16) {
+  __m256i lo = mask, hi = _mm256_setzero_si256(), lo2 = mask, hi2 = hi;
+  for (int64_t j = 0; j < n; j += 32) {
     const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), mask);
-    lo = _mm256_min_epu16(lo, a);
-    hi = _mm256_max_epu16(hi, a);
+    const __m256i c = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j + 16)), mask);
+    lo = _mm256_min_epu16(lo, a), lo2 = _mm256_min_epu16(lo2, c);
+    hi = _mm256_max_epu16(hi, a), hi2 = _mm256_max_epu16(hi2, c);
   }
+  lo = _mm256_min_epu16(lo, lo2), hi = _mm256_max_epu16(hi, hi2);
   const __m128i l = _mm_min_epu16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
   const __m128i h = _mm_max_epu16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
   // SSE4.1's minpos: the smallest of 8 unsigned 16-bit lanes; the largest as the smallest complement.
