@@ -23,9 +23,10 @@ namespace {
 // chunks of deterministic_sum_grouped, and so its bits. kReduceLanes whole chunks of one
 // gradient go to the ISA kernel together (as there); every other chunk (a small gradient's
 // only one, a large one's tail) joins a batch of up to kReduceLanes chunks of one dtype, from
-// any gradients, summed side by side in plain code: each chunk's order its own, the batch's
-// independent chains hiding the add's latency where a small gradient's chunk was one chain
-// (the default GPT's 36 gradients are all under one group). Every item is one thread's.
+// any gradients, summed side by side by the same kernel through 8 pointers (batch_sums): each
+// chunk's order its own, where a small gradient's chunk was one chain of dependent adds on the
+// plain path (the default GPT's 36 gradients are all under one group). Every item is one
+// thread's; the threads share all of them.
 struct Chunk {
   size_t grad;
   int64_t begin, len;
@@ -56,9 +57,9 @@ void plan_guard(const std::vector<const Tensor*>& grads, GuardPlan& plan) {
     plan.elements += n;
   }
   for (std::vector<int64_t>& w : waiting) {
-    // Longest first, so a batch's chunks are about as long: the part past the shortest runs as
-    // one chain per chunk (a chunk's order does not depend on its batch), so a batch also ends
-    // where the next chunk is under half its first's length.
+    // Longest first, so a batch's chunks are about as long (a batch reads in rounds as long as
+    // its shortest live chunk: fewer rounds, fewer lanes idle), and a batch ends where the next
+    // chunk is under half its first's length. A chunk's sum does not depend on its batch.
     std::stable_sort(w.begin(), w.end(), [&](int64_t a, int64_t b) {
       return plan.chunks[static_cast<size_t>(a)].len > plan.chunks[static_cast<size_t>(b)].len;
     });
