@@ -660,14 +660,20 @@ TEST_CASE("cpu erf, exp, GELU and GELU' against FP64", "[kernels][cpu][isa]") {
   // trailing zero bits) and only k * kLn2Lo rounds (1e-7 of r's ulp), the Horner steps on
   // |r| <= 0.35 add well under an ulp, and the scale by 2^k is exact; the final product
   // rounds once more to a subnormal, so add one subnormal's worth absolutely.
-  {
+  // The same bound for the form with fused multiply-adds (exp_f32_with, as the attention's
+  // softmax runs it on the FMA paths; std::fma here, the same single rounding).
+  struct FusedMulAdd {
+    static float f(float a, float b, float c) { return std::fma(a, b, c); }
+  };
+  for (const bool fused : {false, true}) {
+    INFO((fused ? "fused" : "plain") << " multiply-adds");
     std::vector<float> x;
     for (float v = -110.0f; v <= 90.0f; v += 1.0f / 512.0f) x.push_back(v);
     for (const float v : accuracy_inputs(1.0f)) x.push_back(v);
     std::vector<float> got(x.size());
     std::vector<double> want(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
-      got[i] = cpu_math::exp_f32(x[i]);
+      got[i] = fused ? cpu_math::exp_f32_with<FusedMulAdd>(x[i]) : cpu_math::exp_f32(x[i]);
       // The FP32 result: inf where FP64 exceeds FLT_MAX (overflow), as the kernel rounds.
       const double e = std::exp(static_cast<double>(x[i]));
       want[i] = e > 3.4028234663852886e38 ? INFINITY : e;
