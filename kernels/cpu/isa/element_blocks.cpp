@@ -155,6 +155,13 @@ struct WideCensus {
   }
 };
 
+// Element i of x, as FP32 (exact).
+inline float grad_at(const void* x, GemmElem elem, int64_t i) {
+  if (elem == GemmElem::F32) return static_cast<const float*>(x)[i];
+  const uint16_t h = static_cast<const uint16_t*>(x)[i];
+  return elem == GemmElem::F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
+}
+
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
 inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
@@ -359,10 +366,7 @@ void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float in
   sums.store(out);
   for (int k = 0; k < 8; ++k)
     for (int64_t j = whole; j < len; ++j) {
-      const float e = elem == GemmElem::F32 ? static_cast<const float*>(x[k])[j]
-                      : elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<const uint16_t*>(x[k])[j])
-                                              : bf16_bits_to_f32(static_cast<const uint16_t*>(x[k])[j]);
-      const float u = e * inv;
+      const float u = grad_at(x[k], elem, j) * inv;
       out[k] += (double)u * (double)u;
     }
 }
@@ -520,9 +524,7 @@ void census_run(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusC
     census_all(x, elem, run, run, b, counts);
   }
   for (int64_t j = 8 * run; j < n; ++j) {
-    const float v = elem == GemmElem::F32 ? static_cast<const float*>(x)[j]
-                    : elem == GemmElem::F16 ? f16_bits_to_f32(static_cast<const uint16_t*>(x)[j])
-                                            : bf16_bits_to_f32(static_cast<const uint16_t*>(x)[j]);
+    const float v = grad_at(x, elem, j);
     counts->add(census_class(v, b), v);
   }
 }
@@ -817,13 +819,6 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
   else census_dense_widest(x, elem, stride, len, inv, b, out, counts);
 }
 #else
-// Element i of x, as FP32 (exact).
-inline float grad_at(const void* x, GemmElem elem, int64_t i) {
-  if (elem == GemmElem::F32) return static_cast<const float*>(x)[i];
-  const uint16_t h = static_cast<const uint16_t*>(x)[i];
-  return elem == GemmElem::F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
-}
-
 template <GemmElem Elem>
 void sum_squares_8_of(const void* x, int64_t stride, int64_t len, float inv, double* out) {
   double acc[8] = {};
