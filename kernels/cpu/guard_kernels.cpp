@@ -95,6 +95,7 @@ void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, 
   int64_t left[kReduceLanes];
   double acc[kReduceLanes] = {};
   CensusCounts counts[kReduceLanes];
+  int flagged = 0;  // chunks of the last round with values off the normal range: 3 or more, count densely
   for (int k = 0; k < item.count; ++k) {
     const Chunk& c = plan.chunks[static_cast<size_t>(item.ids[k])];
     base[k] = static_cast<const char*>(grads[c.grad]->data()) + c.begin * static_cast<int64_t>(dtype_size(D));
@@ -113,11 +114,13 @@ void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, 
       at[l] = base[k];
       round[l] = l < lanes ? acc[k] : 0.0;
     }
-    blocks_isa.sum_squares_8_at(at, elem, n, inv, round);
+    CensusCounts round_counts[kReduceLanes];
+    if (bounds) flagged = blocks_isa.sum_squares_census_8_at(at, lanes, elem, n, inv, *bounds, flagged >= 3, round, round_counts);
+    else blocks_isa.sum_squares_8_at(at, elem, n, inv, round);
     for (int l = 0; l < lanes; ++l) {
       const int k = live[l];
       acc[k] = round[l];
-      if (bounds) blocks_isa.census_run(at[l], elem, n, *bounds, &counts[k]);
+      if (bounds) counts[k].merge(round_counts[l]);
       base[k] += n * static_cast<int64_t>(dtype_size(D));
       left[k] -= n;
     }

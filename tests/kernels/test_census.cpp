@@ -190,6 +190,54 @@ TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU 
   }
 }
 
+// Small gradients thick with values below the normal range (an edge value every 37): the
+// batches count them in the loop (ColumnCounts), from the first round's second block on, or
+// from a later block where the first ones are plain and hold the largest value (x[3]).
+TEST_CASE("guard census: batched small gradients thick with edge values, on every CPU path", "[census]") {
+  IsaRestore restore;
+  for (const CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;
+    force_cpu_isa(isa);
+    for (const DType format : {DType::F16, DType::BF16})
+      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
+        for (const int64_t start : {int64_t{0}, int64_t{300}})
+          for (const int threads : {1, 2}) {
+            INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
+                                   << ", edges from " << start << ", " << threads << " thread(s)");
+            belay::test::Threads with(threads);
+            std::vector<float> edges;  // those finite in grad_dtype (FP32's largest is inf in FP16)
+            for (const float e : belay::test::census_edge_values(format))
+              if (!std::isfinite(e) || std::isfinite(Tensor::from_vector({e}, Shape{1}).to(grad_dtype).to(DType::F32).item()))
+                edges.push_back(e);
+            Rng rng(23);
+            std::vector<Tensor> ts;
+            int made = 0;
+            for (const int64_t n : {int64_t{3000}, int64_t{2100}, int64_t{1030}, int64_t{2500}, int64_t{700},
+                                    int64_t{1800}, int64_t{1100}, int64_t{4100}, int64_t{999}, int64_t{129}}) {
+              std::vector<float> x(static_cast<size_t>(n));
+              for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+              x[3] = 3000.0f;  // larger than any other finite value but the edges' largest
+              const bool with_nonfinite = made++ == 4;
+              for (int64_t i = start + 5, e = 0; i < n; i += 37, ++e) {
+                const float v = edges[static_cast<size_t>(e) % edges.size()];
+                if (std::isfinite(v) || with_nonfinite) x[static_cast<size_t>(i)] = v;
+              }
+              ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
+            }
+            std::vector<const Tensor*> grads;
+            for (const Tensor& t : ts) grads.push_back(&t);
+            float found = 0, norm = 0;
+            const std::vector<TensorCensus> got = census_of(grads, 1.0f / 64.0f, format, &found, &norm);
+            Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
+            cpu().guard(grads, Tensor::scalar(1.0f / 64.0f), f, n);
+            CHECK(bits(found) == bits(f.item()));
+            CHECK(bits(norm) == bits(n.item()));
+            REQUIRE(got.size() == ts.size());
+            check_against_reference(got, ts, format);
+          }
+  }
+}
+
 TEST_CASE("guard census: headroom in bits and the record's checks", "[census]") {
   TensorCensus c;
   c.amax = 65504.0f / 8.0f;

@@ -172,16 +172,18 @@ inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
 }
 
 #if defined(BELAY_ISA_avx512)
-// Eight elements of one chunk from i, then eight of another from i2, widened exactly.
+// Eight elements of one chunk from x[i], then eight of another from x2[i2], widened exactly.
 template <GemmElem E>
-inline __m512 load16_pair(const void* x, int64_t i, int64_t i2) {
+inline __m512 load16_pair(const void* x, int64_t i, const void* x2, int64_t i2) {
   if constexpr (E == GemmElem::F32) {
     const float* p = static_cast<const float*>(x);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p + i)), _mm256_loadu_ps(p + i2), 1);
+    const float* p2 = static_cast<const float*>(x2);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(p + i)), _mm256_loadu_ps(p2 + i2), 1);
   } else {
     const uint16_t* p = static_cast<const uint16_t*>(x);
+    const uint16_t* p2 = static_cast<const uint16_t*>(x2);
     const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))),
-                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i2)), 1);
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p2 + i2)), 1);
     if constexpr (E == GemmElem::F16) return _mm512_cvtph_ps(h);
     else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -238,6 +240,10 @@ struct SquareSums {
   // r[k]: 8 scaled elements of chunk k. Transposed, r[jj] holds element j + jj of every chunk.
   void add(__m256 (&r)[8]) {
     transpose8(r);
+    add_columns(r);
+  }
+  // r[jj]: element j + jj of every chunk (lane k: chunk k), scaled.
+  void add_columns(const __m256 (&r)[8]) {
     for (int jj = 0; jj < 8; ++jj) {
 #if defined(BELAY_ISA_avx512)
       const __m512d d = _mm512_cvtps_pd(r[jj]);
@@ -247,31 +253,42 @@ struct SquareSums {
 #endif
     }
   }
+#if defined(BELAY_ISA_avx512)
+  // a[k]: chunk k's 8 elements, then chunk k + 4's. A 4 x 4 transposition in each 128-bit
+  // lane leaves column c of chunks 0-3, column c + 4 of chunks 0-3, column c of chunks 4-7 and
+  // column c + 4 of chunks 4-7; one lane swap puts each column's 8 together: a[c] then holds
+  // column c of the 8 chunks (lane k: chunk k), then column c + 4 (lane 8 + k). Bit moves only.
+  static void columns16(__m512 (&a)[4]) {
+    const __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
+    const __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
+    const __m512 b[4] = {_mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xee),
+                         _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xee)};
+    for (int c = 0; c < 4; ++c) a[c] = _mm512_shuffle_f32x4(b[c], b[c], 0xd8);
+  }
+  // columns16's columns, unscaled: scaled, and their squares added column by column, 0 to 7.
+  void add_columns16(const __m512 (&cols)[4]) {
+    alignas(64) float scaled[4][16];
+    for (int c = 0; c < 4; ++c) _mm512_store_ps(scaled[c], _mm512_mul_ps(cols[c], vinv));
+    // Widened from memory: vcvtps2pd from a register costs a port-5 shuffle on top (and the
+    // upper half an extract), the census's port; kept so by the barrier (the compiler would
+    // forward the stores into extracts). 10.8 against 11.4 ns a step with census work, in cache.
+    asm volatile("" : "+m"(scaled));  // only scaled: the chunks' pointers stay in registers
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 4; ++c) {
+        const __m512d d = _mm512_cvtps_pd(_mm256_load_ps(scaled[c] + 8 * h));
+        acc = _mm512_fmadd_pd(d, d, acc);
+      }
+  }
+#endif
   // One step, 8 elements of each chunk from j on: loaded, scaled and summed as add(r) sums
   // them, in the same order, with fewer shuffles where the path has a way (below).
   template <GemmElem E>
   void add_step(const void* x, int64_t stride, int64_t j) {
 #if defined(BELAY_ISA_avx512)
-    // a[k]: chunk k's 8 elements, then chunk k + 4's. A 4 x 4 transposition in each 128-bit
-    // lane leaves in b[c] column c of chunks 0-3, column c + 4 of chunks 0-3, column c of
-    // chunks 4-7 and column c + 4 of chunks 4-7; one lane swap puts each column's 8 together.
     __m512 a[4];
-    for (int k = 0; k < 4; ++k) a[k] = _mm512_mul_ps(load16_pair<E>(x, k * stride + j, (k + 4) * stride + j), vinv);
-    const __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
-    const __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
-    const __m512 b[4] = {_mm512_shuffle_ps(t0, t2, 0x44), _mm512_shuffle_ps(t0, t2, 0xee),
-                         _mm512_shuffle_ps(t1, t3, 0x44), _mm512_shuffle_ps(t1, t3, 0xee)};
-    alignas(64) float cols[4][16];  // cols[c]: column c of the 8 chunks, then column c + 4
-    for (int c = 0; c < 4; ++c) _mm512_store_ps(cols[c], _mm512_shuffle_f32x4(b[c], b[c], 0xd8));
-    // Widened from memory: vcvtps2pd from a register costs a port-5 shuffle on top (and the
-    // upper half an extract), the census's port; kept so by the barrier (the compiler would
-    // forward the stores into extracts). 10.8 against 11.4 ns a step with census work, in cache.
-    asm volatile("" : : "r"(cols) : "memory");
-    for (int h = 0; h < 2; ++h)
-      for (int c = 0; c < 4; ++c) {
-        const __m512d d = _mm512_cvtps_pd(_mm256_load_ps(cols[c] + 8 * h));
-        acc = _mm512_fmadd_pd(d, d, acc);
-      }
+    for (int k = 0; k < 4; ++k) a[k] = load16_pair<E>(x, k * stride + j, x, (k + 4) * stride + j);
+    columns16(a);
+    add_columns16(a);
 #else
     if constexpr (E == GemmElem::F32) {
       // a[k] for k < 4: columns 0-3 of chunk k, then of chunk k + 4 (the upper half inserted
@@ -347,30 +364,6 @@ void sum_squares_8(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
   else sum_squares_8_of<GemmElem::BF16>(x, stride, len, inv, out);
 }
 
-// Chunks anywhere: 8 elements of each, scaled and transposed as in add (each lane its chunk's
-// squares in order), then the elements past the last whole 8 one by one onto the same sums.
-void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
-  SquareSums sums(inv);
-#if defined(BELAY_ISA_avx512)
-  sums.acc = _mm512_loadu_pd(out);  // onto the sums so far
-#else
-  sums.lo = _mm256_loadu_pd(out), sums.hi = _mm256_loadu_pd(out + 4);
-#endif
-  const __m256 vinv = _mm256_set1_ps(inv);
-  const int64_t whole = len / 8 * 8;
-  for (int64_t j = 0; j < whole; j += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x[k], elem, j), vinv);
-    sums.add(r);
-  }
-  sums.store(out);
-  for (int k = 0; k < 8; ++k)
-    for (int64_t j = whole; j < len; ++j) {
-      const float u = grad_at(x[k], elem, j) * inv;
-      out[k] += (double)u * (double)u;
-    }
-}
-
 // The census of 8 stored values at a time, as lane counts: the classes of census_class
 // taken as nested comparisons (finite, |x| <= to_zero, |x| < subnormal_below, x == 0), each
 // lane counting how many of its values passed (a true compare is -1, subtracted). Counts
@@ -421,26 +414,32 @@ __attribute__((noinline)) void census_step(const void* x, GemmElem elem, int64_t
   for (int k = 0; k < 8; ++k) census8(load8(x, elem, k * stride + j), to_zero, sub_below, *c);
 }
 
+// v's magnitudes folded into lo (the smallest so far) and hi (the largest), lane by lane: 3
+// operations (and, min, max), 2 where AVX-512DQ's vrangeps takes the smaller or larger
+// magnitude in one. A NaN passes unseen (min, max and vrangeps all return the other operand):
+// the callers find it in the sums, which it makes NaN.
+inline void fold_magnitudes(__m256 v, __m256& lo, __m256& hi) {
+#if defined(BELAY_ISA_avx512)
+  constexpr int kMinMagnitude = 0b1010, kMaxMagnitude = 0b1011;  // sign cleared: |result|
+  lo = _mm256_range_ps(v, lo, kMinMagnitude);
+  hi = _mm256_range_ps(v, hi, kMaxMagnitude);
+#else
+  const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+  lo = _mm256_min_ps(a, lo);  // a NaN a returns lo
+  hi = _mm256_max_ps(a, hi);
+#endif
+}
+
 // The smallest magnitude of step j's 64 values as a lane vector, and their largest folded into
-// *amax: 3 operations per 8 values (and, min, max), 2 where AVX-512DQ's vrangeps takes the
-// smaller or larger magnitude in one. A NaN passes unseen (min and max return the other
-// operand) or makes the lane NaN (vrangeps): either way the sums are NaN and the caller counts
-// the call again in full.
+// *amax (fold_magnitudes). A NaN passes unseen: the sums are NaN and the caller counts the
+// call again in full.
 inline __m256 step_min_max(const void* x, GemmElem elem, int64_t stride, int64_t j, float inv, __m256 (&r)[8],
                            __m256* amax) {
   const __m256 vinv = _mm256_set1_ps(inv);
   __m256 lo = _mm256_set1_ps(3.40282347e38f);
   for (int k = 0; k < 8; ++k) {
     const __m256 v = load8(x, elem, k * stride + j);
-#if defined(BELAY_ISA_avx512)
-    constexpr int kMinMagnitude = 0b1010, kMaxMagnitude = 0b1011;  // sign cleared: |result|
-    lo = _mm256_range_ps(v, lo, kMinMagnitude);
-    *amax = _mm256_range_ps(v, *amax, kMaxMagnitude);
-#else
-    const __m256 a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-    lo = _mm256_min_ps(a, lo);  // a NaN a returns lo
-    *amax = _mm256_max_ps(a, *amax);
-#endif
+    fold_magnitudes(v, lo, *amax);
     r[k] = _mm256_mul_ps(v, vinv);
   }
   return lo;
@@ -527,6 +526,255 @@ void census_run(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusC
     const float v = grad_at(x, elem, j);
     counts->add(census_class(v, b), v);
   }
+}
+
+// What a batch's census takes from each column of sum_steps_at (lane k: chunk k; on avx512
+// lane 8 + k too, columns16's layout), as FP32 (F16 and BF16 widened exactly).
+#if defined(BELAY_ISA_avx512)
+using Column = __m512;
+using ColumnBits = __m512i;
+#else
+using Column = __m256;
+using ColumnBits = __m256i;
+#endif
+
+// Nothing: the guard alone.
+struct NoColumns {
+  void column(Column, int) {}
+};
+
+// Plain rounds: each chunk's smallest and largest magnitude, two chains of each
+// (fold_magnitudes: 2 operations a column on avx512, 3 on avx2; a NaN passes unseen, the
+// chunk's sum NaN instead).
+struct Magnitudes {
+#if defined(BELAY_ISA_avx512)
+  static Column set1(float v) { return _mm512_set1_ps(v); }
+  static void fold(Column v, Column& lo, Column& hi) {
+    lo = _mm512_range_ps(v, lo, 0b1010);
+    hi = _mm512_range_ps(v, hi, 0b1011);
+  }
+#else
+  static Column set1(float v) { return _mm256_set1_ps(v); }
+  static void fold(Column v, Column& lo, Column& hi) { fold_magnitudes(v, lo, hi); }
+#endif
+  Column lo[2] = {set1(3.40282347e38f), set1(3.40282347e38f)}, hi[2] = {set1(0.0f), set1(0.0f)};
+  void column(Column v, int c) { fold(v, lo[c & 1], hi[c & 1]); }
+  // Bit k: chunk k held a magnitude below `bound` since the last call (the smallest restarts).
+  unsigned below(float bound) {
+#if defined(BELAY_ISA_avx512)
+    const unsigned m = _mm512_cmp_ps_mask(_mm512_range_ps(lo[0], lo[1], 0b1010), set1(bound), _CMP_LT_OQ);
+    lo[0] = lo[1] = set1(3.40282347e38f);
+    return (m | m >> 8) & 0xffu;
+#else
+    const unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_min_ps(lo[0], lo[1]), set1(bound), _CMP_LT_OQ)));
+    lo[0] = lo[1] = set1(3.40282347e38f);
+    return m;
+#endif
+  }
+  // Chunk k's largest into top[k].
+  void largest(float (&top)[8]) const {
+#if defined(BELAY_ISA_avx512)
+    const __m512 h = _mm512_range_ps(hi[0], hi[1], 0b1011);
+    const __m256 h8 = _mm256_max_ps(_mm512_castps512_ps256(h), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(h), 1)));
+    _mm256_storeu_ps(top, h8);
+#else
+    _mm256_storeu_ps(top, _mm256_max_ps(hi[0], hi[1]));
+#endif
+  }
+};
+
+// Dense rounds (most chunks hold values below the normal range): each chunk's census counted
+// in the loop, per lane, by the FP32 patterns of its magnitudes: how many are zero, at most
+// to_zero, below subnormal_below (WideBounds' tiny and sub), and the largest: an and, 3
+// compares with their adds and a max per column. 32-bit lanes: a round is far below 2^32.
+struct ColumnCounts {
+#if defined(BELAY_ISA_avx512)
+  static ColumnBits set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
+  static ColumnBits add_if(ColumnBits n, __mmask16 m) { return _mm512_mask_sub_epi32(n, m, n, set1(0xffffffffu)); }
+  void column(Column v, int) {
+    const ColumnBits a = _mm512_and_si512(_mm512_castps_si512(v), mask);
+    zero = add_if(zero, _mm512_testn_epi32_mask(a, a));
+    tiny = add_if(tiny, _mm512_cmplt_epu32_mask(a, tiny_at));
+    sub = add_if(sub, _mm512_cmplt_epu32_mask(a, sub_at));
+    hi = _mm512_max_epu32(hi, a);
+  }
+#else
+  static ColumnBits set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
+  void column(Column v, int) {  // magnitudes below 2^31: signed compares
+    const ColumnBits a = _mm256_and_si256(_mm256_castps_si256(v), mask);
+    zero = _mm256_sub_epi32(zero, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
+    tiny = _mm256_sub_epi32(tiny, _mm256_cmpgt_epi32(tiny_at, a));
+    sub = _mm256_sub_epi32(sub, _mm256_cmpgt_epi32(sub_at, a));
+    hi = _mm256_max_epu32(hi, a);
+  }
+#endif
+  explicit ColumnCounts(CensusBounds b)
+      : mask(set1(0x7fffffffu)), tiny_at(set1(WideBounds(b, GemmElem::F32).tiny)),
+        sub_at(set1(WideBounds(b, GemmElem::F32).sub)) {}
+  ColumnBits mask, tiny_at, sub_at, zero = set1(0), tiny = set1(0), sub = set1(0), hi = set1(0);
+  // Chunk k's counts, its largest magnitude included, added into counts[k] (its values all finite).
+  void into(int lanes, CensusCounts* counts) const {
+    constexpr int kLanes = sizeof(ColumnBits) / 4;
+    alignas(64) uint32_t z[kLanes], t[kLanes], u[kLanes], h[kLanes];
+    std::memcpy(z, &zero, sizeof z), std::memcpy(t, &tiny, sizeof t), std::memcpy(u, &sub, sizeof u);
+    std::memcpy(h, &hi, sizeof h);
+    for (int k = 0; k < lanes; ++k) {
+      uint64_t zk = 0, tk = 0, uk = 0;
+      uint32_t hk = 0;
+      for (int l = k; l < kLanes; l += 8) zk += z[l], tk += t[l], uk += u[l], hk = h[l] > hk ? h[l] : hk;
+      counts[k].zeros += zk;
+      counts[k].underflow += tk - zk;
+      counts[k].subnormal += uk - tk;
+      const float top = f32_from_bits(hk);
+      counts[k].amax = top > counts[k].amax ? top : counts[k].amax;
+    }
+  }
+};
+
+// The steps of 8 chunks anywhere (chunk k from x[k], `whole` elements, a multiple of 8) onto
+// sums, as add_step sums 8 chunks stride apart: the columns first, then scaled (the same
+// products), each column shown to the census on the way.
+template <GemmElem E, class Census>
+void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums, Census& census) {
+  for (int64_t j = j0; j < j1; j += 8) {
+#if defined(BELAY_ISA_avx512)
+    __m512 a[4];
+    for (int k = 0; k < 4; ++k) a[k] = load16_pair<E>(x[k], j, x[k + 4], j);
+    SquareSums::columns16(a);
+    for (int c = 0; c < 4; ++c) census.column(a[c], c);
+    sums.add_columns16(a);
+#else
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) r[k] = load8(x[k], E, j);
+    transpose8(r);
+    for (int jj = 0; jj < 8; ++jj) {
+      census.column(r[jj], jj);
+      r[jj] = _mm256_mul_ps(r[jj], sums.vinv);
+    }
+    sums.add_columns(r);
+#endif
+  }
+}
+
+template <class Census>
+void sum_steps_at(const void* const* x, GemmElem elem, int64_t j0, int64_t j1, SquareSums& sums, Census& census) {
+  if (elem == GemmElem::F32) sum_steps_at<GemmElem::F32>(x, j0, j1, sums, census);
+  else if (elem == GemmElem::F16) sum_steps_at<GemmElem::F16>(x, j0, j1, sums, census);
+  else sum_steps_at<GemmElem::BF16>(x, j0, j1, sums, census);
+}
+
+// The census of the values [j, j + n) of one chunk, all finite (n a multiple of 8), as
+// census_class counts them, less their amax: by the FP32 patterns of their magnitudes (F16 and
+// BF16 widened exactly), 7 operations per 8 values. A plain round's block that held a value
+// below the normal range, counted again from L1.
+void count_block(const void* x, GemmElem elem, int64_t j, int64_t n, CensusBounds b, CensusCounts* counts) {
+  const WideBounds wb(b, GemmElem::F32);
+  const __m256i mask = _mm256_set1_epi32(0x7fffffff), tiny = _mm256_set1_epi32(static_cast<int>(wb.tiny)),
+                sub = _mm256_set1_epi32(static_cast<int>(wb.sub));
+  __m256i zeros = _mm256_setzero_si256(), tinies = zeros, subs = zeros;
+  for (int64_t i = j; i < j + n; i += 8) {
+    const __m256i a = _mm256_and_si256(_mm256_castps_si256(load8(x, elem, i)), mask);  // below 2^31: signed compares
+    zeros = _mm256_sub_epi32(zeros, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
+    tinies = _mm256_sub_epi32(tinies, _mm256_cmpgt_epi32(tiny, a));
+    subs = _mm256_sub_epi32(subs, _mm256_cmpgt_epi32(sub, a));
+  }
+  const uint64_t z = lane_total(zeros), t = lane_total(tinies), u = lane_total(subs);
+  counts->zeros += z;
+  counts->underflow += t - z;
+  counts->subnormal += u - t;
+}
+
+SquareSums sums_so_far(const double* out, float inv) {
+  SquareSums sums(inv);
+#if defined(BELAY_ISA_avx512)
+  sums.acc = _mm512_loadu_pd(out);
+#else
+  sums.lo = _mm256_loadu_pd(out), sums.hi = _mm256_loadu_pd(out + 4);
+#endif
+  return sums;
+}
+
+// Chunks anywhere: steps of 8 elements of each, transposed (each lane its chunk's squares in
+// order), onto the sums so far; then the elements past the last whole 8 one by one. On
+// avx512 as on avx2 (8 columns of 8 from registers): columns16's layout, the census's, took
+// 1.03-1.05x its time here.
+void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
+  SquareSums sums = sums_so_far(out, inv);
+  const int64_t whole = len / 8 * 8;
+#if defined(BELAY_ISA_avx512)
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (int64_t j = 0; j < whole; j += 8) {
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x[k], elem, j), vinv);
+    sums.add(r);
+  }
+#else
+  NoColumns none;
+  sum_steps_at(x, elem, 0, whole, sums, none);
+#endif
+  sums.store(out);
+  for (int k = 0; k < 8; ++k)
+    for (int64_t j = whole; j < len; ++j) {
+      const float u = grad_at(x[k], elem, j) * inv;
+      out[k] += (double)u * (double)u;
+    }
+}
+
+// sum_squares_8_at's sums, the same bits, and in the same read the census of the first `lanes`
+// chunks into counts[0, lanes), which start at zero (the other lanes repeat a chunk: summed,
+// not counted). Blocks of kBlock values of each chunk: in a plain block the columns fold each
+// chunk's smallest and largest magnitude (Magnitudes), and a chunk that held a value below the
+// normal range has its block counted again from L1 (count_block); from a block where 3 or
+// more chunks did, or from the start where the caller says `dense`, every chunk is counted in
+// the loop instead (ColumnCounts). A chunk whose sum is not finite (an inf or a NaN, which
+// the compares pass over) is counted again in full (census_run). Returns how many chunks held
+// a value off the normal finite range: the caller's hint for its next round.
+int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
+                            bool dense, double* out, CensusCounts* counts) {
+  constexpr int64_t kBlock = 128;
+  SquareSums sums = sums_so_far(out, inv);
+  const int64_t whole = len / 8 * 8;
+  Magnitudes plain;
+  ColumnCounts counted(b);
+  const unsigned live = (1u << lanes) - 1;
+  unsigned flagged = 0;
+  for (int64_t j = 0; j < whole; j += kBlock) {
+    const int64_t end = std::min(whole, j + kBlock);
+    if (dense) {
+      sum_steps_at(x, elem, j, end, sums, counted);
+      continue;
+    }
+    sum_steps_at(x, elem, j, end, sums, plain);
+    const unsigned below = plain.below(b.subnormal_below) & live;
+    for (int k = 0; k < lanes; ++k)
+      if (below >> k & 1u) count_block(x[k], elem, j, end - j, b, &counts[k]);
+    flagged |= below;
+    dense = __builtin_popcount(below) >= 3;
+  }
+  sums.store(out);
+  CensusCounts in_loop[8];
+  counted.into(lanes, in_loop);
+  alignas(32) float top[8];
+  plain.largest(top);
+  for (int k = 0; k < lanes && whole > 0; ++k) {
+    if (!std::isfinite(out[k])) {
+      counts[k] = CensusCounts{};
+      census_run(x[k], elem, whole, b, &counts[k]);  // every value classified
+      flagged |= 1u << k;
+      continue;
+    }
+    counts[k].merge(in_loop[k]);
+    counts[k].amax = top[k] > counts[k].amax ? top[k] : counts[k].amax;
+    const CensusCounts& c = in_loop[k];
+    if (c.zeros + c.underflow + c.subnormal > 0) flagged |= 1u << k;
+  }
+  for (int k = 0; k < 8; ++k)
+    for (int64_t j = whole; j < len; ++j) {
+      const float v = grad_at(x[k], elem, j), u = v * inv;
+      out[k] += (double)u * (double)u;
+      if (k < lanes) counts[k].add(census_class(v, b), v);
+    }
+  return __builtin_popcount(flagged);
 }
 
 // WideCensus's vectors on the AVX paths (WideCensus and WideBounds: above, shared with the
@@ -910,6 +1158,21 @@ void census_run(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusC
     const float v = grad_at(x, elem, j);
     counts->add(census_class(v, b), v);
   }
+}
+
+// As the AVX paths' entry: the sums, then each chunk's values counted again from L1 (one way,
+// dense or not).
+int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
+                            bool, double* out, CensusCounts* counts) {
+  sum_squares_8_at(x, elem, len, inv, out);
+  int flagged = 0;
+  for (int k = 0; k < lanes; ++k) {
+    const CensusCounts before = counts[k];
+    census_run(x[k], elem, len, b, &counts[k]);
+    const CensusCounts& c = counts[k];
+    flagged += c.nonfinite + c.zeros + c.underflow + c.subnormal > before.nonfinite + before.zeros + before.underflow + before.subnormal ? 1 : 0;
+  }
+  return flagged;
 }
 
 // The census classes counted per chunk lane, as the AVX paths' CensusLanes, in plain arrays
@@ -1585,7 +1848,7 @@ void add_row_f64(const float* v, int64_t n, double* acc) {
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   gelu_tanh,   gelu_tanh_grad,
                                              relu,       relu_grad,
-                                             sum_squares_8, sum_squares_8_at, census_run, sum_squares_census_8, layer_norm_row,
+                                             sum_squares_8, sum_squares_8_at, sum_squares_census_8_at, sum_squares_census_8, layer_norm_row,
                                              layer_norm_row_backward,
                                              softmax_row, softmax_row_backward, add_row_f64};
 

@@ -86,9 +86,12 @@ struct ElementBlocks {
   // (any len) added in order onto out[k] (a chunk read in pieces sums as in one), the same
   // operations (the guard's batches of small gradients, kernels/cpu/guard_kernels.cpp).
   void (*sum_squares_8_at)(const void* const* x, GemmElem elem, int64_t len, float inv, double* out);
-  // The census of n consecutive values as stored (census_class, census_amax), added into
-  // *counts: a batch's pieces counted again from L1 after sum_squares_8_at has read them.
-  void (*census_run)(const void* x, GemmElem elem, int64_t n, CensusBounds bounds, CensusCounts* counts);
+  // The same sums, the same bits, and the census of the first `lanes` chunks' len values as
+  // stored (census_class, census_amax) added into counts[0, lanes): a batch's piece. Returns
+  // how many of those chunks held a value off the normal finite range; `dense` (a hint, the
+  // counts the same either way): count every chunk in the loop, as where most did last time.
+  int (*sum_squares_census_8_at)(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv,
+                                 CensusBounds bounds, bool dense, double* out, CensusCounts* counts);
   // The same sums, the same bits, and in the same read the census of the 8 chunks'
   // elements as stored (census_class and census_amax of kernels/common/census_math.h),
   // added into *counts. A separate entry, so the guard without a census runs the loop above.
