@@ -222,6 +222,8 @@ TEST_CASE("guard census: batched small gradients thick with edge values, on ever
                 const float v = edges[static_cast<size_t>(e) % edges.size()];
                 if (std::isfinite(v) || with_nonfinite) x[static_cast<size_t>(i)] = v;
               }
+              x[static_cast<size_t>(n - 1)] = edges[2];  // the last of a gradient and of a round
+              x[static_cast<size_t>(std::min<int64_t>(1023, n - 2))] = edges[3];
               ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
             }
             std::vector<const Tensor*> grads;

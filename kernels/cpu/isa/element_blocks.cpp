@@ -1108,13 +1108,17 @@ void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float in
 // are looked for apart), 16-bit ones by signed min and max (they fit below 2^15).
 bool all_normal_f32(const float* p, int64_t n, CensusBounds b, float* amax) {
   const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  // Two chains of each (a min or max waits 4 cycles for the one before: one chain alone held
+  // the scan to a value a cycle, 1.5x the guard's time on the default GPT's gradients).
   __m128 lo = _mm_set1_ps(3.40282347e38f), hi = _mm_setzero_ps(), nan = _mm_setzero_ps();
-  for (int64_t j = 0; j < n; j += 4) {
-    const __m128 a = _mm_and_ps(_mm_loadu_ps(p + j), abs_mask);
-    lo = _mm_min_ps(a, lo);
-    hi = _mm_max_ps(a, hi);
-    nan = _mm_or_ps(nan, _mm_cmpunord_ps(a, a));
+  __m128 lo2 = lo, hi2 = hi;
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m128 a = _mm_and_ps(_mm_loadu_ps(p + j), abs_mask), c = _mm_and_ps(_mm_loadu_ps(p + j + 4), abs_mask);
+    lo = _mm_min_ps(a, lo), lo2 = _mm_min_ps(c, lo2);
+    hi = _mm_max_ps(a, hi), hi2 = _mm_max_ps(c, hi2);
+    nan = _mm_or_ps(nan, _mm_cmpunord_ps(a, c));  // true where either is NaN
   }
+  lo = _mm_min_ps(lo, lo2), hi = _mm_max_ps(hi, hi2);
   alignas(16) float l[4], h[4];
   _mm_store_ps(l, lo), _mm_store_ps(h, hi);
   float low = l[0], top = h[0];
@@ -1160,20 +1164,6 @@ void census_run(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusC
   }
 }
 
-// As the AVX paths' entry: the sums, then each chunk's values counted again from L1 (one way,
-// dense or not).
-int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
-                            bool, double* out, CensusCounts* counts) {
-  sum_squares_8_at(x, elem, len, inv, out);
-  int flagged = 0;
-  for (int k = 0; k < lanes; ++k) {
-    const CensusCounts before = counts[k];
-    census_run(x[k], elem, len, b, &counts[k]);
-    const CensusCounts& c = counts[k];
-    flagged += c.nonfinite + c.zeros + c.underflow + c.subnormal > before.nonfinite + before.zeros + before.underflow + before.subnormal ? 1 : 0;
-  }
-  return flagged;
-}
 
 // The census classes counted per chunk lane, as the AVX paths' CensusLanes, in plain arrays
 // the vectorizer widens (comparisons as 0 or 1, no branch; a NaN fails every one).
@@ -1312,6 +1302,62 @@ struct WideFloats {
 template <GemmElem Elem, int kBounds>
 using StepCensus = WideCensus<std::conditional_t<Elem == GemmElem::F32, WideFloats, WideHalves>, kBounds,
                               Elem == GemmElem::F32 ? WideFloats::kDenseVecs : WideHalves::kDenseVecs>;
+
+// The census of n finite values of one chunk, as census_class counts them, by their stored
+// patterns (WideCensus's SSE2 vectors: a compare and an add per distinct bound, 4 FP32 or 8
+// 16-bit values a vector), the tail past the vectors one by one.
+template <class W, int kBounds>
+void census_finite_of(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  WideCensus<W, kBounds> census(WideBounds(b, elem), elem);
+  const int64_t whole = n / census.kLanes * census.kLanes;
+  for (int64_t j = 0; j < whole; j += census.kLanes) {
+    census.add_chunks(x, 0, j, 0, 1);  // one chunk: a lane gains at most 1 a group
+    census.end_group();
+  }
+  census.into(counts);
+  for (int64_t j = whole; j < n; ++j) {
+    const float v = grad_at(x, elem, j);
+    counts->add(census_class(v, b), v);
+  }
+}
+
+template <class W>
+void census_finite_bounds(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  const int distinct = WideBounds(b, elem).distinct();
+  if (distinct == 1) census_finite_of<W, 1>(x, elem, n, b, counts);
+  else if (distinct == 2) census_finite_of<W, 2>(x, elem, n, b, counts);
+  else census_finite_of<W, 3>(x, elem, n, b, counts);
+}
+
+// As the AVX paths' entry (counts[0, lanes) start at zero), the census after the sums: a chunk
+// all normal and finite by its largest alone (all_normal's scan), one whose sum is finite
+// counted by census_finite_bounds, any other classified value by value (census_run). Not
+// dense: one way here.
+int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
+                            bool, double* out, CensusCounts* counts) {
+  sum_squares_8_at(x, elem, len, inv, out);
+  const int64_t scanned = len / 8 * 8;
+  int flagged = 0;
+  for (int k = 0; k < lanes; ++k) {
+    CensusCounts& c = counts[k];
+    float top = 0.0f;
+    if (!std::isfinite(out[k])) {
+      census_run(x[k], elem, len, b, &c);
+    } else if (scanned > 0 && all_normal(x[k], elem, scanned, b, &top)) {
+      c.amax = top > c.amax ? top : c.amax;
+      for (int64_t j = scanned; j < len; ++j) {
+        const float v = grad_at(x[k], elem, j);
+        c.add(census_class(v, b), v);
+      }
+    } else if (elem == GemmElem::F32) {
+      census_finite_bounds<WideFloats>(x[k], elem, len, b, &c);
+    } else {
+      census_finite_bounds<WideHalves>(x[k], elem, len, b, &c);
+    }
+    flagged += c.nonfinite + c.zeros + c.underflow + c.subnormal > 0 ? 1 : 0;
+  }
+  return flagged;
+}
 
 // One step of the guard's sums: values j0 .. j0 + kStepValues - 1 of each chunk added into
 // acc, in each chunk's order (sum_squares_8_of's operations: the same bits).
