@@ -105,8 +105,9 @@ struct WideCensus {
     tiny_at = wb.tiny != 1 ? 1 : 0;
     sub_at = tiny_at + (wb.sub != wb.tiny ? 1 : 0);
     const uint32_t bounds[3] = {1, wb.tiny, wb.sub};
+    for (Vec& v : bound) v = W::set1(0);  // each set below (kBounds: distinct()), as the compiler cannot see
     for (int i = 0, at = 0; i < 3; ++i)
-      if (i == 0 || bounds[i] != bounds[i - 1]) bound[at++] = W::set1(bounds[i]);
+      if ((i == 0 || bounds[i] != bounds[i - 1]) && at < kBounds) bound[at++] = W::set1(bounds[i]);
     for (Vec& v : n) v = W::set1(0);
   }
   // The census of the group's kVecs x kLanes values of each of the 8 chunks, from element j on.
@@ -169,6 +170,23 @@ inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(x) + i));
   if (elem == GemmElem::F16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Four elements of one chunk from x[i], then four of another from x2[i2], widened exactly.
+template <GemmElem E>
+inline __m256 load4_pair(const void* x, int64_t i, const void* x2, int64_t i2) {
+  if constexpr (E == GemmElem::F32) {
+    const float* p = static_cast<const float*>(x);
+    const float* p2 = static_cast<const float*>(x2);
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + i)), _mm_loadu_ps(p2 + i2), 1);
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(x);
+    const uint16_t* p2 = static_cast<const uint16_t*>(x2);
+    const __m128i h = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)),
+                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p2 + i2)));
+    if constexpr (E == GemmElem::F16) return _mm256_cvtph_ps(h);
+    else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
 }
 
 #if defined(BELAY_ISA_avx512)
@@ -291,32 +309,11 @@ struct SquareSums {
     add_columns16(a);
 #else
     if constexpr (E == GemmElem::F32) {
-      // a[k] for k < 4: columns 0-3 of chunk k, then of chunk k + 4 (the upper half inserted
-      // from memory, not permuted in); a[k + 4]: their columns 4-7. An in-lane 4 x 4
-      // transposition then gives each column's 8 chunks in one vector: 16 shuffles, not 24.
-      const float* p = static_cast<const float*>(x);
       __m256 a[8];
       for (int k = 0; k < 4; ++k)
-        for (int h = 0; h < 2; ++h)
-          a[k + 4 * h] = _mm256_mul_ps(_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + k * stride + j + 4 * h)),
-                                                            _mm_loadu_ps(p + (k + 4) * stride + j + 4 * h), 1),
-                                       vinv);
-      alignas(32) float cols[8][8];
-      for (int h = 0; h < 2; ++h) {
-        const __m256* q = a + 4 * h;
-        const __m256 t0 = _mm256_unpacklo_ps(q[0], q[1]), t1 = _mm256_unpackhi_ps(q[0], q[1]);
-        const __m256 t2 = _mm256_unpacklo_ps(q[2], q[3]), t3 = _mm256_unpackhi_ps(q[2], q[3]);
-        _mm256_store_ps(cols[4 * h + 0], _mm256_shuffle_ps(t0, t2, 0x44));
-        _mm256_store_ps(cols[4 * h + 1], _mm256_shuffle_ps(t0, t2, 0xee));
-        _mm256_store_ps(cols[4 * h + 2], _mm256_shuffle_ps(t1, t3, 0x44));
-        _mm256_store_ps(cols[4 * h + 3], _mm256_shuffle_ps(t1, t3, 0xee));
-      }
-      asm volatile("" : : "r"(cols) : "memory");  // widened from memory, as on avx512
-      for (int c = 0; c < 8; ++c) {
-        const __m256d dlo = _mm256_cvtps_pd(_mm_load_ps(cols[c])), dhi = _mm256_cvtps_pd(_mm_load_ps(cols[c] + 4));
-        lo = _mm256_fmadd_pd(dlo, dlo, lo);
-        hi = _mm256_fmadd_pd(dhi, dhi, hi);
-      }
+        for (int h = 0; h < 2; ++h) a[k + 4 * h] = load4_pair<E>(x, k * stride + j + 4 * h, x, (k + 4) * stride + j + 4 * h);
+      columns8(a);
+      add_columns8(a);
     } else {
       __m256 r[8];
       for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x, E, k * stride + j), vinv);
@@ -325,6 +322,35 @@ struct SquareSums {
 #endif
   }
 #if !defined(BELAY_ISA_avx512)
+  // a[k] for k < 4: columns 0-3 of chunk k, then of chunk k + 4 (the upper half inserted from
+  // memory, not permuted in, load4_pair); a[k + 4]: their columns 4-7. An in-lane 4 x 4
+  // transposition leaves in a[c] column c of the 8 chunks (lane k: chunk k): 16 shuffles, not
+  // transpose8's 24. Bit moves only.
+  static void columns8(__m256 (&a)[8]) {
+    __m256 cols[8];
+    for (int h = 0; h < 2; ++h) {
+      const __m256* q = a + 4 * h;
+      const __m256 t0 = _mm256_unpacklo_ps(q[0], q[1]), t1 = _mm256_unpackhi_ps(q[0], q[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(q[2], q[3]), t3 = _mm256_unpackhi_ps(q[2], q[3]);
+      cols[4 * h + 0] = _mm256_shuffle_ps(t0, t2, 0x44);
+      cols[4 * h + 1] = _mm256_shuffle_ps(t0, t2, 0xee);
+      cols[4 * h + 2] = _mm256_shuffle_ps(t1, t3, 0x44);
+      cols[4 * h + 3] = _mm256_shuffle_ps(t1, t3, 0xee);
+    }
+    for (int c = 0; c < 8; ++c) a[c] = cols[c];
+  }
+  // columns8's columns, unscaled: scaled, and their squares added column by column, 0 to 7,
+  // widened from memory as on avx512 (add_columns16).
+  void add_columns8(const __m256 (&cols)[8]) {
+    alignas(32) float scaled[8][8];
+    for (int c = 0; c < 8; ++c) _mm256_store_ps(scaled[c], _mm256_mul_ps(cols[c], vinv));
+    asm volatile("" : "+m"(scaled));
+    for (int c = 0; c < 8; ++c) {
+      const __m256d dlo = _mm256_cvtps_pd(_mm_load_ps(scaled[c])), dhi = _mm256_cvtps_pd(_mm_load_ps(scaled[c] + 4));
+      lo = _mm256_fmadd_pd(dlo, dlo, lo);
+      hi = _mm256_fmadd_pd(dhi, dhi, hi);
+    }
+  }
   void add_column(__m256 col) {
     const __m256d dlo = _mm256_cvtps_pd(_mm256_castps256_ps128(col));
     const __m256d dhi = _mm256_cvtps_pd(_mm256_extractf128_ps(col, 1));
@@ -644,14 +670,12 @@ void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums
     for (int c = 0; c < 4; ++c) census.column(a[c], c);
     sums.add_columns16(a);
 #else
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) r[k] = load8(x[k], E, j);
-    transpose8(r);
-    for (int jj = 0; jj < 8; ++jj) {
-      census.column(r[jj], jj);
-      r[jj] = _mm256_mul_ps(r[jj], sums.vinv);
-    }
-    sums.add_columns(r);
+    __m256 a[8];
+    for (int k = 0; k < 4; ++k)
+      for (int h = 0; h < 2; ++h) a[k + 4 * h] = load4_pair<E>(x[k], j + 4 * h, x[k + 4], j + 4 * h);
+    SquareSums::columns8(a);
+    for (int c = 0; c < 8; ++c) census.column(a[c], c);
+    sums.add_columns8(a);
 #endif
   }
 }
@@ -695,18 +719,24 @@ SquareSums sums_so_far(const double* out, float inv) {
 }
 
 // Chunks anywhere: steps of 8 elements of each, transposed (each lane its chunk's squares in
-// order), onto the sums so far; then the elements past the last whole 8 one by one. On
-// avx512 as on avx2 (8 columns of 8 from registers): columns16's layout, the census's, took
-// 1.03-1.05x its time here.
+// order), onto the sums so far; then the elements past the last whole 8 one by one. FP32 on
+// avx512 in 8 columns of 8 from registers (transpose8): columns16's layout, the census's,
+// took 1.03-1.05x its time on the default GPT's gradients; FP16 and BF16 in columns16's
+// (about 0.85x the other's time for BF16).
 void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
   SquareSums sums = sums_so_far(out, inv);
   const int64_t whole = len / 8 * 8;
 #if defined(BELAY_ISA_avx512)
-  const __m256 vinv = _mm256_set1_ps(inv);
-  for (int64_t j = 0; j < whole; j += 8) {
-    __m256 r[8];
-    for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x[k], elem, j), vinv);
-    sums.add(r);
+  if (elem == GemmElem::F32) {
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (int64_t j = 0; j < whole; j += 8) {
+      __m256 r[8];
+      for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x[k], elem, j), vinv);
+      sums.add(r);
+    }
+  } else {
+    NoColumns none;
+    sum_steps_at(x, elem, 0, whole, sums, none);
   }
 #else
   NoColumns none;
