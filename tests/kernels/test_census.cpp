@@ -190,9 +190,41 @@ TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU 
   }
 }
 
-// Small gradients thick with values below the normal range (an edge value every 37): the
-// batches count them in the loop (ColumnCounts), from the first round's second block on, or
-// from a later block where the first ones are plain and hold the largest value (x[3]).
+// Small gradients thick with values below the normal range: an edge value every 37 from
+// `start` on (those finite in grad_dtype: FP32's largest is inf in FP16; one gradient keeps
+// the inf and NaN too), the largest ordinary value at x[3], and edge values at x[1023] and
+// the last element (a round's and a gradient's last).
+namespace {
+
+std::vector<Tensor> thick_gradients(DType format, DType grad_dtype, int64_t start) {
+  std::vector<float> edges;
+  for (const float e : belay::test::census_edge_values(format))
+    if (!std::isfinite(e) || std::isfinite(Tensor::from_vector({e}, Shape{1}).to(grad_dtype).to(DType::F32).item()))
+      edges.push_back(e);
+  Rng rng(23);
+  std::vector<Tensor> ts;
+  int made = 0;
+  for (const int64_t n : {int64_t{3000}, int64_t{2100}, int64_t{1030}, int64_t{2500}, int64_t{700}, int64_t{1800},
+                          int64_t{1100}, int64_t{4100}, int64_t{999}, int64_t{129}}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+    x[3] = 3000.0f;  // larger than any other finite value but the edges' largest
+    const bool with_nonfinite = made++ == 4;
+    for (int64_t i = start + 5, e = 0; i < n; i += 37, ++e) {
+      const float v = edges[static_cast<size_t>(e) % edges.size()];
+      if (std::isfinite(v) || with_nonfinite) x[static_cast<size_t>(i)] = v;
+    }
+    x[static_cast<size_t>(n - 1)] = edges[2];
+    x[static_cast<size_t>(std::min<int64_t>(1023, n - 2))] = edges[3];
+    ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
+  }
+  return ts;
+}
+
+}  // namespace
+
+// The batches count such gradients in the loop (ColumnCounts), from the first round's second
+// block on, or from a later block where the first ones are plain and hold the largest value.
 TEST_CASE("guard census: batched small gradients thick with edge values, on every CPU path", "[census]") {
   IsaRestore restore;
   for (const CpuIsa isa : kAllCpuIsas) {
@@ -205,27 +237,7 @@ TEST_CASE("guard census: batched small gradients thick with edge values, on ever
             INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
                                    << ", edges from " << start << ", " << threads << " thread(s)");
             belay::test::Threads with(threads);
-            std::vector<float> edges;  // those finite in grad_dtype (FP32's largest is inf in FP16)
-            for (const float e : belay::test::census_edge_values(format))
-              if (!std::isfinite(e) || std::isfinite(Tensor::from_vector({e}, Shape{1}).to(grad_dtype).to(DType::F32).item()))
-                edges.push_back(e);
-            Rng rng(23);
-            std::vector<Tensor> ts;
-            int made = 0;
-            for (const int64_t n : {int64_t{3000}, int64_t{2100}, int64_t{1030}, int64_t{2500}, int64_t{700},
-                                    int64_t{1800}, int64_t{1100}, int64_t{4100}, int64_t{999}, int64_t{129}}) {
-              std::vector<float> x(static_cast<size_t>(n));
-              for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
-              x[3] = 3000.0f;  // larger than any other finite value but the edges' largest
-              const bool with_nonfinite = made++ == 4;
-              for (int64_t i = start + 5, e = 0; i < n; i += 37, ++e) {
-                const float v = edges[static_cast<size_t>(e) % edges.size()];
-                if (std::isfinite(v) || with_nonfinite) x[static_cast<size_t>(i)] = v;
-              }
-              x[static_cast<size_t>(n - 1)] = edges[2];  // the last of a gradient and of a round
-              x[static_cast<size_t>(std::min<int64_t>(1023, n - 2))] = edges[3];
-              ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
-            }
+            const std::vector<Tensor> ts = thick_gradients(format, grad_dtype, start);
             std::vector<const Tensor*> grads;
             for (const Tensor& t : ts) grads.push_back(&t);
             float found = 0, norm = 0;
