@@ -65,6 +65,22 @@ void check_against_reference(const std::vector<TensorCensus>& got, const std::ve
   }
 }
 
+// The census of ts through the guard at inv, each count checked against census_reference, and
+// the guard's found_inf and norm the same bits with the census as without. Returns found_inf.
+float check_guard_census(const std::vector<Tensor>& ts, float inv, DType format) {
+  std::vector<const Tensor*> grads;
+  for (const Tensor& t : ts) grads.push_back(&t);
+  float found = 0, norm = 0;
+  const std::vector<TensorCensus> got = census_of(grads, inv, format, &found, &norm);
+  Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
+  cpu().guard(grads, Tensor::scalar(inv), f, n);
+  CHECK(bits(found) == bits(f.item()));
+  CHECK(bits(norm) == bits(n.item()));
+  REQUIRE(got.size() == ts.size());
+  check_against_reference(got, ts, format);
+  return found;
+}
+
 }  // namespace
 
 TEST_CASE("guard census: every count against the reference, on every CPU path", "[census]") {
@@ -78,18 +94,7 @@ TEST_CASE("guard census: every count against the reference, on every CPU path", 
           INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
                                  << ", scale " << scale);
           const std::vector<Tensor> ts = census_tensors(format, grad_dtype, scale, 7u);
-          std::vector<const Tensor*> grads;
-          for (const Tensor& t : ts) grads.push_back(&t);
-          float found = 0, norm = 0, found0 = 0, norm0 = 0;
-          const std::vector<TensorCensus> got = census_of(grads, 1.0f / scale, format, &found, &norm);
-          Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
-          cpu().guard(grads, Tensor::scalar(1.0f / scale), f, n);
-          found0 = f.item();
-          norm0 = n.item();
-          CHECK(bits(found) == bits(found0));
-          CHECK(bits(norm) == bits(norm0));
-          REQUIRE(got.size() == ts.size());
-          check_against_reference(got, ts, format);
+          check_guard_census(ts, 1.0f / scale, format);
           // The cases are there to be hit: a census that counted nothing would pass nothing.
           const TensorCensus big = census_reference(ts[0], format);
           CHECK(big.nonfinite > 0);
@@ -111,16 +116,7 @@ TEST_CASE("guard census: mostly plain gradients, the fast steps and the recount,
       for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16}) {
         INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype));
         const std::vector<Tensor> ts = belay::test::census_sparse_tensors(format, grad_dtype, 11u);
-        std::vector<const Tensor*> grads;
-        for (const Tensor& t : ts) grads.push_back(&t);
-        float found = 0, norm = 0;
-        const std::vector<TensorCensus> got = census_of(grads, 1.0f / 256.0f, format, &found, &norm);
-        Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
-        cpu().guard(grads, Tensor::scalar(1.0f / 256.0f), f, n);
-        CHECK(bits(found) == bits(f.item()));
-        CHECK(bits(norm) == bits(n.item()));
-        REQUIRE(got.size() == ts.size());
-        check_against_reference(got, ts, format);
+        check_guard_census(ts, 1.0f / 256.0f, format);
         const TensorCensus big = census_reference(ts[0], format), clean = census_reference(ts[1], format);
         CHECK(big.nonfinite == 1);
         CHECK(big.zeros > 0);
@@ -172,17 +168,7 @@ TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU 
             x[1500] = e;
             ts.push_back(Tensor::from_vector(x, Shape{2100}).to(grad_dtype));
           }
-          std::vector<const Tensor*> grads;
-          for (const Tensor& t : ts) grads.push_back(&t);
-          float found = 0, norm = 0;
-          const std::vector<TensorCensus> got = census_of(grads, 1.0f / 64.0f, format, &found, &norm);
-          Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
-          cpu().guard(grads, Tensor::scalar(1.0f / 64.0f), f, n);
-          CHECK(bits(found) == bits(f.item()));
-          CHECK(bits(norm) == bits(n.item()));
-          CHECK(found == 1.0f);  // the planted inf and NaN
-          REQUIRE(got.size() == ts.size());
-          check_against_reference(got, ts, format);
+          CHECK(check_guard_census(ts, 1.0f / 64.0f, format) == 1.0f);  // the planted inf and NaN
           const TensorCensus plain = census_reference(ts[0], format), edged = census_reference(ts[1], format);
           CHECK(plain.nonfinite + plain.zeros + plain.underflow + plain.subnormal == 0);
           CHECK(edged.zeros > 0);
@@ -237,17 +223,7 @@ TEST_CASE("guard census: batched small gradients thick with edge values, on ever
             INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
                                    << ", edges from " << start << ", " << threads << " thread(s)");
             belay::test::Threads with(threads);
-            const std::vector<Tensor> ts = thick_gradients(format, grad_dtype, start);
-            std::vector<const Tensor*> grads;
-            for (const Tensor& t : ts) grads.push_back(&t);
-            float found = 0, norm = 0;
-            const std::vector<TensorCensus> got = census_of(grads, 1.0f / 64.0f, format, &found, &norm);
-            Tensor f = Tensor::empty(Shape{1}), n = Tensor::empty(Shape{1});
-            cpu().guard(grads, Tensor::scalar(1.0f / 64.0f), f, n);
-            CHECK(bits(found) == bits(f.item()));
-            CHECK(bits(norm) == bits(n.item()));
-            REQUIRE(got.size() == ts.size());
-            check_against_reference(got, ts, format);
+            check_guard_census(thick_gradients(format, grad_dtype, start), 1.0f / 64.0f, format);
           }
   }
 }
