@@ -83,8 +83,9 @@ void plan_guard(const std::vector<const Tensor*>& grads, GuardPlan& plan) {
 // lanes): sums[id] and, with bounds, records[id]'s census counts. In rounds as long as the
 // shortest chunk still unread (lanes past the live chunks repeat the first, computed and
 // dropped), each chunk's sum carried from round to round; with the census, rounds of at most
-// kPiece values, each chunk's piece counted again from L1 (census_run), as the ISA kernels'
-// own census counts a group of steps after summing it.
+// kPiece values, counted in the same loop (sum_squares_census_8_at: a flagged chunk's block
+// again from L1, or every chunk in the loop from the start of a round after one where 3 or
+// more chunks held values off the normal range).
 template <DType D>
 void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, const GuardItem& item, float inv,
                 const CensusBounds* bounds, double* sums, CensusCounts* records) {
@@ -115,7 +116,8 @@ void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, 
       round[l] = l < lanes ? acc[k] : 0.0;
     }
     CensusCounts round_counts[kReduceLanes];
-    if (bounds) flagged = blocks_isa.sum_squares_census_8_at(at, lanes, elem, n, inv, *bounds, flagged >= 3, round, round_counts);
+    if (bounds)
+      flagged = blocks_isa.sum_squares_census_8_at(at, lanes, elem, n, inv, *bounds, flagged >= 3, round, round_counts);
     else blocks_isa.sum_squares_8_at(at, elem, n, inv, round);
     for (int l = 0; l < lanes; ++l) {
       const int k = live[l];

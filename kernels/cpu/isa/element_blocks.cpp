@@ -290,7 +290,7 @@ struct SquareSums {
     // Widened from memory: vcvtps2pd from a register costs a port-5 shuffle on top (and the
     // upper half an extract), the census's port; kept so by the barrier (the compiler would
     // forward the stores into extracts). 10.8 against 11.4 ns a step with census work, in cache.
-    asm volatile("" : "+m"(scaled));  // only scaled: the chunks' pointers stay in registers
+    asm volatile("" : "+m"(scaled));  // scaled alone goes through memory (not everything, as a clobber)
     for (int h = 0; h < 2; ++h)
       for (int c = 0; c < 4; ++c) {
         const __m512d d = _mm512_cvtps_pd(_mm256_load_ps(scaled[c] + 8 * h));
@@ -569,7 +569,7 @@ struct NoColumns {
   void column(Column, int) {}
 };
 
-// Plain rounds: each chunk's smallest and largest magnitude, two chains of each
+// Plain blocks: each chunk's smallest and largest magnitude, two chains of each
 // (fold_magnitudes: 2 operations a column on avx512, 3 on avx2; a NaN passes unseen, the
 // chunk's sum NaN instead).
 struct Magnitudes {
@@ -609,7 +609,7 @@ struct Magnitudes {
   }
 };
 
-// Dense rounds (most chunks hold values below the normal range): each chunk's census counted
+// Dense blocks (3 or more chunks hold values below the normal range): each chunk's census counted
 // in the loop, per lane, by the FP32 patterns of its magnitudes: how many are zero, at most
 // to_zero, below subnormal_below (WideBounds' tiny and sub), and the largest: an and, 3
 // compares with their adds and a max per column. 32-bit lanes: a round is far below 2^32.
@@ -722,7 +722,7 @@ SquareSums sums_so_far(const double* out, float inv) {
 // order), onto the sums so far; then the elements past the last whole 8 one by one. FP32 on
 // avx512 in 8 columns of 8 from registers (transpose8): columns16's layout, the census's,
 // took 1.03-1.05x its time on the default GPT's gradients; FP16 and BF16 in columns16's
-// (about 0.85x the other's time for BF16).
+// (0.9x and 0.7x the time of 8 columns of 8 there).
 void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
   SquareSums sums = sums_so_far(out, inv);
   const int64_t whole = len / 8 * 8;

@@ -87,9 +87,10 @@ struct ElementBlocks {
   // operations (the guard's batches of small gradients, kernels/cpu/guard_kernels.cpp).
   void (*sum_squares_8_at)(const void* const* x, GemmElem elem, int64_t len, float inv, double* out);
   // The same sums, the same bits, and the census of the first `lanes` chunks' len values as
-  // stored (census_class, census_amax) added into counts[0, lanes): a batch's piece. Returns
-  // how many of those chunks held a value off the normal finite range; `dense` (a hint, the
-  // counts the same either way): count every chunk in the loop, as where most did last time.
+  // stored (census_class, census_amax) into counts[0, lanes), which start at zero: a batch's
+  // piece, in the same read. Returns how many of those chunks held a value off the normal
+  // finite range; `dense` (a hint, the counts the same either way): count every chunk in the
+  // loop from the start, as where 3 or more chunks held such values the round before.
   int (*sum_squares_census_8_at)(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv,
                                  CensusBounds bounds, bool dense, double* out, CensusCounts* counts);
   // The same sums, the same bits, and in the same read the census of the 8 chunks'
