@@ -163,6 +163,36 @@ inline float grad_at(const void* x, GemmElem elem, int64_t i) {
   return elem == GemmElem::F16 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
 }
 
+// The census of n finite values of one chunk, as census_class counts them, by their stored
+// patterns (WideCensus: a compare and an add per distinct bound per vector of this path's
+// WideFloats or WideHalves), the tail past the vectors one by one: a batch's chunk, or block of
+// one, that held values below the normal range, counted again from L1.
+template <class W, int kBounds>
+void census_finite_of(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  WideCensus<W, kBounds> census(WideBounds(b, elem), elem);
+  const int64_t whole = n / census.kLanes * census.kLanes;
+  for (int64_t j = 0; j < whole; j += census.kLanes) {
+    census.add_chunks(x, 0, j, 0, 1);  // one chunk: a lane gains at most 1 a group
+    census.end_group();
+  }
+  census.into(counts);
+  for (int64_t j = whole; j < n; ++j) {
+    const float v = grad_at(x, elem, j);
+    counts->add(census_class(v, b), v);
+  }
+}
+
+template <class W>
+void census_finite_bounds(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  const int distinct = WideBounds(b, elem).distinct();
+  if (distinct == 1) census_finite_of<W, 1>(x, elem, n, b, counts);
+  else if (distinct == 2) census_finite_of<W, 2>(x, elem, n, b, counts);
+  else census_finite_of<W, 3>(x, elem, n, b, counts);
+}
+
+// census_finite_bounds with this path's vectors for elem (defined below, after them).
+void census_finite(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts);
+
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
 inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
@@ -687,27 +717,6 @@ void sum_steps_at(const void* const* x, GemmElem elem, int64_t j0, int64_t j1, S
   else sum_steps_at<GemmElem::BF16>(x, j0, j1, sums, census);
 }
 
-// The census of the values [j, j + n) of one chunk, all finite (n a multiple of 8), as
-// census_class counts them, less their amax: by the FP32 patterns of their magnitudes (F16 and
-// BF16 widened exactly), 7 operations per 8 values. A plain round's block that held a value
-// below the normal range, counted again from L1.
-void count_block(const void* x, GemmElem elem, int64_t j, int64_t n, CensusBounds b, CensusCounts* counts) {
-  const WideBounds wb(b, GemmElem::F32);
-  const __m256i mask = _mm256_set1_epi32(0x7fffffff), tiny = _mm256_set1_epi32(static_cast<int>(wb.tiny)),
-                sub = _mm256_set1_epi32(static_cast<int>(wb.sub));
-  __m256i zeros = _mm256_setzero_si256(), tinies = zeros, subs = zeros;
-  for (int64_t i = j; i < j + n; i += 8) {
-    const __m256i a = _mm256_and_si256(_mm256_castps_si256(load8(x, elem, i)), mask);  // below 2^31: signed compares
-    zeros = _mm256_sub_epi32(zeros, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
-    tinies = _mm256_sub_epi32(tinies, _mm256_cmpgt_epi32(tiny, a));
-    subs = _mm256_sub_epi32(subs, _mm256_cmpgt_epi32(sub, a));
-  }
-  const uint64_t z = lane_total(zeros), t = lane_total(tinies), u = lane_total(subs);
-  counts->zeros += z;
-  counts->underflow += t - z;
-  counts->subnormal += u - t;
-}
-
 SquareSums sums_so_far(const double* out, float inv) {
   SquareSums sums(inv);
 #if defined(BELAY_ISA_avx512)
@@ -754,7 +763,7 @@ void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float in
 // chunks into counts[0, lanes), which start at zero (the other lanes repeat a chunk: summed,
 // not counted). Blocks of kBlock values of each chunk: in a plain block the columns fold each
 // chunk's smallest and largest magnitude (Magnitudes), and a chunk that held a value below the
-// normal range has its block counted again from L1 (count_block); from a block where 3 or
+// normal range has its block counted again from L1 (census_finite); from a block where 3 or
 // more chunks did, or from the start where the caller says `dense`, every chunk is counted in
 // the loop instead (ColumnCounts). A chunk whose sum is not finite (an inf or a NaN, which
 // the compares pass over) is counted again in full (census_run). Returns how many chunks held
@@ -762,6 +771,7 @@ void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float in
 int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
                             bool dense, double* out, CensusCounts* counts) {
   constexpr int64_t kBlock = 128;
+  const int64_t elem_bytes = elem == GemmElem::F32 ? 4 : 2;
   SquareSums sums = sums_so_far(out, inv);
   const int64_t whole = len / 8 * 8;
   Magnitudes plain;
@@ -777,7 +787,7 @@ int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int6
     sum_steps_at(x, elem, j, end, sums, plain);
     const unsigned below = plain.below(b.subnormal_below) & live;
     for (int k = 0; k < lanes; ++k)
-      if (below >> k & 1u) count_block(x[k], elem, j, end - j, b, &counts[k]);
+      if (below >> k & 1u) census_finite(static_cast<const char*>(x[k]) + j * elem_bytes, elem, end - j, b, &counts[k]);
     flagged |= below;
     dense = __builtin_popcount(below) >= 3;
   }
@@ -1333,35 +1343,9 @@ template <GemmElem Elem, int kBounds>
 using StepCensus = WideCensus<std::conditional_t<Elem == GemmElem::F32, WideFloats, WideHalves>, kBounds,
                               Elem == GemmElem::F32 ? WideFloats::kDenseVecs : WideHalves::kDenseVecs>;
 
-// The census of n finite values of one chunk, as census_class counts them, by their stored
-// patterns (WideCensus's SSE2 vectors: a compare and an add per distinct bound, 4 FP32 or 8
-// 16-bit values a vector), the tail past the vectors one by one.
-template <class W, int kBounds>
-void census_finite_of(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
-  WideCensus<W, kBounds> census(WideBounds(b, elem), elem);
-  const int64_t whole = n / census.kLanes * census.kLanes;
-  for (int64_t j = 0; j < whole; j += census.kLanes) {
-    census.add_chunks(x, 0, j, 0, 1);  // one chunk: a lane gains at most 1 a group
-    census.end_group();
-  }
-  census.into(counts);
-  for (int64_t j = whole; j < n; ++j) {
-    const float v = grad_at(x, elem, j);
-    counts->add(census_class(v, b), v);
-  }
-}
-
-template <class W>
-void census_finite_bounds(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
-  const int distinct = WideBounds(b, elem).distinct();
-  if (distinct == 1) census_finite_of<W, 1>(x, elem, n, b, counts);
-  else if (distinct == 2) census_finite_of<W, 2>(x, elem, n, b, counts);
-  else census_finite_of<W, 3>(x, elem, n, b, counts);
-}
-
 // As the AVX paths' entry (counts[0, lanes) start at zero), the census after the sums: a chunk
 // all normal and finite by its largest alone (all_normal's scan), one whose sum is finite
-// counted by census_finite_bounds, any other classified value by value (census_run). Not
+// counted by census_finite, any other classified value by value (census_run). Not
 // dense: one way here.
 int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
                             bool, double* out, CensusCounts* counts) {
@@ -1379,10 +1363,8 @@ int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int6
         const float v = grad_at(x[k], elem, j);
         c.add(census_class(v, b), v);
       }
-    } else if (elem == GemmElem::F32) {
-      census_finite_bounds<WideFloats>(x[k], elem, len, b, &c);
     } else {
-      census_finite_bounds<WideHalves>(x[k], elem, len, b, &c);
+      census_finite(x[k], elem, len, b, &c);
     }
     flagged += c.nonfinite + c.zeros + c.underflow + c.subnormal > 0 ? 1 : 0;
   }
@@ -1475,6 +1457,11 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
   else sum_squares_census_8_of<GemmElem::BF16>(x, stride, len, inv, b, out, counts);
 }
 #endif
+
+void census_finite(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  if (elem == GemmElem::F32) census_finite_bounds<WideFloats>(x, elem, n, b, counts);
+  else census_finite_bounds<WideHalves>(x, elem, n, b, counts);
+}
 
 // ---- GELU ----------------------------------------------------------------------------------
 // erf_f32 takes a short polynomial below |x| = 0.875 and a long one (degree 15) above, and a
