@@ -9,6 +9,7 @@
 
 #include "amp/step_log.h"
 #include "engine/error.h"
+#include "files.h"
 
 using namespace belay;
 
@@ -19,7 +20,7 @@ std::string read_file(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-std::string temp_path(const char* name) { return std::string("/tmp/belay_test_") + name + "_" + std::to_string(::getpid()); }
+std::string temp_path(const char* name) { return belay::test::temp_path("step_log", name); }
 }  // namespace
 
 TEST_CASE("the log has exactly the canonical header and one row per step", "[amp][log]") {
