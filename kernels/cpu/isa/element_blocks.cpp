@@ -1557,22 +1557,36 @@ void scatter_large(const float* large_e, const LaneMask* masks, int64_t n, float
 }
 #endif
 
+// A function of z with two branches (erf's, or GELU''s derivative's: erf_exp.h), the short one
+// exactly where erf_takes_small(z): Small and Large are its branches, and f(z) =
+// erf_takes_small(z) ? Small(z) : Large(z).
+struct ErfBranches {
+  static float small(float z) { return cpu_math::erf_small(z); }
+  static float large(float z) { return cpu_math::erf_large(z); }
+};
+struct GeluGradBranches {
+  static float small(float z) { return cpu_math::gelu_grad_small(z); }
+  static float large(float z) { return cpu_math::gelu_grad_large(z); }
+};
+
 #if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx2)
-// e = erf_f32(z) for n <= kErfBlock values: the whole vectors as above, the tail plainly.
-void erf_block(const float* z, float* e, int64_t n) {
+// f(z) for n <= kErfBlock values into e: the whole vectors as above, the tail plainly.
+template <class F>
+void branch_block(const float* z, float* e, int64_t n) {
   alignas(64) float large[kErfBlock + kErfLanes], large_e[kErfBlock + kErfLanes];
   LaneMask masks[kErfBlock / kErfLanes];
   const int64_t whole = n - n % kErfLanes;
   const int64_t count = gather_large(z, whole, large, masks);
-  for (int64_t i = 0; i < whole; ++i) e[i] = cpu_math::erf_small(z[i]);
-  for (int64_t i = 0; i < count; ++i) large_e[i] = cpu_math::erf_large(large[i]);
+  for (int64_t i = 0; i < whole; ++i) e[i] = F::small(z[i]);
+  for (int64_t i = 0; i < count; ++i) large_e[i] = F::large(large[i]);
   scatter_large(large_e, masks, whole, e);
-  for (int64_t i = whole; i < n; ++i) e[i] = cpu_math::erf_f32(z[i]);
+  for (int64_t i = whole; i < n; ++i) e[i] = cpu_math::select_f32(cpu_math::erf_takes_small(z[i]), F::small(z[i]), F::large(z[i]));
 }
 #else
 // The baseline: both branches on every lane (SSE2 has no lane permutation to gather with).
-void erf_block(const float* z, float* e, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) e[i] = cpu_math::erf_f32(z[i]);
+template <class F>
+void branch_block(const float* z, float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = cpu_math::select_f32(cpu_math::erf_takes_small(z[i]), F::small(z[i]), F::large(z[i]));
 }
 #endif
 
@@ -1587,40 +1601,41 @@ bool erf_args(const float* x, float* z, int64_t len) {
   return all_short != 0;
 }
 
-// GELU and its gradient a block at a time: the erf arguments into a buffer, then, where every
-// one of the block takes the short branch (as many of an MLP's blocks do at initialisation, its
-// pre-activations small), the short erf and the formula in one loop; otherwise the erfs into a
-// buffer (erf_block: the long branch only where needed), then the formula. Each value's
-// operations are erf_exp.h's either way: the same bits. The one loop took GELU and its gradient
-// from 6.0% to 4.8% of the default GPT's fp32 step's perf samples (Zen 4, 1 thread); on N(0, 1)
-// or uniform(-5, 5) values, whose blocks all hold long ones, the time stayed within the noise.
-// formula(i, e) writes output i from x[i] (and the caller's other inputs) and e = erf(x[i] /
-// sqrt 2); it runs after every erf of its block, so an output may be an input.
-template <class Formula>
-void by_erf_blocks(const float* x, int64_t n, Formula&& formula) {
+// GELU and its gradient a block at a time: the arguments z = x / sqrt 2 into a buffer, then,
+// where every one of the block takes the short branch (as many of an MLP's blocks do at
+// initialisation, its pre-activations small), F's short branch and the formula in one loop;
+// otherwise F(z) into a buffer (branch_block: the long branch only where needed), then the
+// formula. Each value's operations are erf_exp.h's either way: the same bits. The one loop took
+// GELU and its gradient from 6.0% to 4.8% of the default GPT's fp32 step's perf samples (Zen 4,
+// 1 thread); on N(0, 1) or uniform(-5, 5) values, whose blocks all hold long ones, the time
+// stayed within the noise. formula(i, f) writes output i from x[i] (and the caller's other
+// inputs) and f = F(x[i] / sqrt 2); it runs after every F of its block, so an output may be an
+// input.
+template <class F, class Formula>
+void by_branch_blocks(const float* x, int64_t n, Formula&& formula) {
   alignas(64) float z[kErfBlock], e[kErfBlock];
   for (int64_t at = 0; at < n; at += kErfBlock) {
     const int64_t len = std::min(kErfBlock, n - at);
     if (erf_args(x + at, z, len)) {
-      for (int64_t i = 0; i < len; ++i) formula(at + i, cpu_math::erf_small(z[i]));
+      for (int64_t i = 0; i < len; ++i) formula(at + i, F::small(z[i]));
       continue;
     }
-    erf_block(z, e, len);
+    branch_block<F>(z, e, len);
     for (int64_t i = 0; i < len; ++i) formula(at + i, e[i]);
   }
 }
 
 // y may be x.
 void gelu(const float* x, float* y, int64_t n) {
-  by_erf_blocks(x, n, [&](int64_t i, float e) { y[i] = cpu_math::gelu_from_erf(x[i], e); });
+  by_branch_blocks<ErfBranches>(x, n, [&](int64_t i, float e) { y[i] = cpu_math::gelu_from_erf(x[i], e); });
 }
 
 // dx = dy * gelu'(x); a NaN x passes through as it is. (When x and dy are both NaN, which one a
 // product returns depends on which operand sits in which register, and that differs between the
 // SSE and AVX code: the select keeps every path's bits the baseline's.) dx may be dy.
 void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
-  by_erf_blocks(x, n, [&](int64_t i, float e) {
-    dx[i] = cpu_math::select_f32(x[i] != x[i], x[i], dy[i] * cpu_math::gelu_grad_from_erf(x[i], e));
+  by_branch_blocks<GeluGradBranches>(x, n, [&](int64_t i, float g) {
+    dx[i] = cpu_math::select_f32(x[i] != x[i], x[i], dy[i] * g);
   });
 }
 
