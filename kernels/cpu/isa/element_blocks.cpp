@@ -1577,8 +1577,12 @@ void branch_block(const float* z, float* e, int64_t n) {
   LaneMask masks[kErfBlock / kErfLanes];
   const int64_t whole = n - n % kErfLanes;
   const int64_t count = gather_large(z, whole, large, masks);
+  // The long branch on whole vectors: the packed values padded with zeros (computed, never
+  // spread back), no scalar tail of up to 15 long polynomials a block.
+  const int64_t padded = (count + kErfLanes - 1) / kErfLanes * kErfLanes;
+  for (int64_t i = count; i < padded; ++i) large[i] = 0.0f;
   for (int64_t i = 0; i < whole; ++i) e[i] = F::small(z[i]);
-  for (int64_t i = 0; i < count; ++i) large_e[i] = F::large(large[i]);
+  for (int64_t i = 0; i < padded; ++i) large_e[i] = F::large(large[i]);
   scatter_large(large_e, masks, whole, e);
   for (int64_t i = whole; i < n; ++i) e[i] = cpu_math::select_f32(cpu_math::erf_takes_small(z[i]), F::small(z[i]), F::large(z[i]));
 }
