@@ -6,8 +6,8 @@
 Runs in the venv that bench/peers/setup_torch_venv.sh makes; bench/run_all.sh calls it
 after belay_bench and passes belay's OpenMP thread count. Writes one JSON document
 {"torch": {...}} that belay_bench_report merges beside belay's sections and compares row
-by row (bench/report.cpp, "PyTorch peer"). Four sections, each mirroring one of
-belay_bench's:
+by row (bench/report.cpp, "PyTorch peer"). Five sections, each mirroring one of
+belay_bench's (the first four run by default):
 
   gemm   (bench/gemm.cpp)       the products of a Linear(n -> n) layer at batch 256:
                                 forward Y = X W^T + b (F.linear), dX = dY W, dW = dY^T X,
@@ -24,6 +24,8 @@ belay_bench's:
                                 scaler.update.
   rows   (bench/rows.cpp)       LayerNorm and softmax forward and backward on [8192, 768]
                                 (quick: 1024 rows) in fp32 and bf16.
+  isa    (bench/isa.cpp)        GELU forward then backward on 1M FP32 values, uniform(-5, 5)
+                                and N(0, 1) (the gelu_1m rows; belay's per ISA path).
 
 Timing follows bench/harness.h: warm-up runs, timed repetitions, median, min, max and the
 relative interquartile range, the same repetition counts as belay. Results are checked
@@ -387,6 +389,35 @@ def bench_rows(quick):
     return {"rows": rows_n, "cols": cols, "ops": out}
 
 
+def bench_isa(quick):
+    """GELU (the exact erf form) forward then backward on 1M FP32 values, as bench/isa.cpp's
+    gelu_1m ("wide": uniform(-5, 5)) and gelu_1m_normal (N(0, 1)) rows: ATen's gelu and
+    gelu_backward kernels into buffers allocated once (as belay's are), the same repetitions.
+    Check: a few values against FP64, within 1e-6 of |x| (forward) or of 1 + |x| pdf."""
+    n, reps, warm = 1 << 20, (5 if quick else 11), 1
+    g = torch.Generator().manual_seed(1 << 20)
+    rows = {}
+    for name, x in (("gelu_1m", torch.rand(n, generator=g) * 10 - 5),
+                    ("gelu_1m_normal", torch.randn(n, generator=g))):
+        dy = torch.rand(n, generator=g) * 2 - 1
+        y, dx = torch.empty(n), torch.empty(n)
+
+        def body():
+            torch.ops.aten.gelu.out(x, out=y)
+            torch.ops.aten.gelu_backward.grad_input(dy, x, grad_input=dx)
+
+        t = time_it(warm, reps, body)
+        for i in range(0, n, 4099):
+            v = float(x[i])
+            cdf = 0.5 * math.erfc(-v / math.sqrt(2.0))
+            pdf = math.exp(-0.5 * v * v) / math.sqrt(2.0 * math.pi)
+            require(abs(float(y[i]) - v * cdf) <= 1e-6 * (abs(v) + 1e-30) and
+                    abs(float(dx[i]) - float(dy[i]) * (cdf + v * pdf)) <= 1e-6 * (1.0 + abs(v) * pdf),
+                    f"torch {name}: GELU off at x = {v}")
+        rows[name] = {"time": t, "ns_per_element": t["median_ms"] * 1e6 / n}
+    return rows
+
+
 # --- main -----------------------------------------------------------------------------
 
 def default_threads():
@@ -402,7 +433,7 @@ def main():
     ap = argparse.ArgumentParser(description="PyTorch CPU peer of belay_bench")
     ap.add_argument("--quick", action="store_true", help="small sizes, as belay_bench --quick")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (default: as OpenMP's default)")
-    ap.add_argument("--only", default="gemm,train,amp,rows", help="sections, comma separated")
+    ap.add_argument("--only", default="gemm,train,amp,rows", help="sections, comma separated (also: isa, GELU as belay_bench --only isa)")
     ap.add_argument("--json", required=True, help="output file")
     ap.add_argument("--cpu-time", action="store_true", help="time this thread's CPU time (one thread only)")
     args = ap.parse_args()
@@ -417,7 +448,7 @@ def main():
     doc = {"version": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
            "threads": torch.get_num_threads(), "quick": args.quick,
            "clock": "thread_cpu" if args.cpu_time else "wall"}
-    sections = {"gemm": bench_gemm, "train": bench_train, "amp": bench_amp, "rows": bench_rows}
+    sections = {"gemm": bench_gemm, "train": bench_train, "amp": bench_amp, "rows": bench_rows, "isa": bench_isa}
     try:
         for name in args.only.split(","):
             print(f"torch_cpu: {name}...", end="", file=sys.stderr, flush=True)
