@@ -21,6 +21,17 @@ std::vector<float> ln_param(const Tensor* p, int64_t cols, float absent) {
 // rows in order), then the chunks in order: the same bits at any thread count.
 constexpr int64_t kNormRowChunk = 32;
 
+// The backward asks for x's and dy's rows this many rows ahead, a line at a time: the row
+// kernel reads each row first in a loop whose adds wait on each other, so the hardware's own
+// prefetch fell behind ([8192, 768] FP32, AMX Xeon, 1 thread: 8-10% of the backward's time;
+// dx's rows asked for with intent to write as well measured no better).
+constexpr int64_t kPrefetchRows = 2;
+inline void prefetch_row(const void* base, DType dtype, int64_t i0, int64_t len) {
+  const char* p = static_cast<const char*>(base) + i0 * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t bytes = len * static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
 }  // namespace
 
 // Per row (kernels/cpu/isa, the active path): reads x twice (from a row buffer once widened),
@@ -67,6 +78,10 @@ void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& me
 #pragma omp for schedule(static)
     for (int64_t ch = 0; ch < chunks; ++ch)
       for (int64_t r = ch * kNormRowChunk; r < std::min(rows, (ch + 1) * kNormRowChunk); ++r) {
+        if (r + kPrefetchRows < rows) {
+          prefetch_row(px, tx, (r + kPrefetchRows) * cols, cols);
+          prefetch_row(pg, tg, (r + kPrefetchRows) * cols, cols);
+        }
         const float* xr = load_block(px, tx, r * cols, cols, xb.data());
         const float* gr = load_block(pg, tg, r * cols, cols, gb.data());
         float* dr = out_block(pd, td, r * cols, db.data());

@@ -1808,6 +1808,27 @@ inline Acc lane_sum(int64_t n, F&& f) {
   return reduce_lanes(acc);
 }
 
+// Two lane_sums of the same n in one loop, each over its own lanes in lane_sum's order (the
+// same bits as two calls): two independent chains, so each waits on the other's adds half as
+// much, and the row is read once. f(j) returns both terms of element j as a pair.
+template <class Acc, class F>
+inline std::pair<Acc, Acc> lane_sum_pair(int64_t n, F&& f) {
+  Acc a[kLanes] = {}, b[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) {
+      const auto [u, v] = f(j + k);
+      a[k] += u;
+      b[k] += v;
+    }
+  for (int64_t k = 0; j + k < n; ++k) {
+    const auto [u, v] = f(j + k);
+    a[k] += u;
+    b[k] += v;
+  }
+  return {reduce_lanes(a), reduce_lanes(b)};
+}
+
 // The maximum of x[0, n) over the same lanes: a NaN element is skipped (m < NaN is false,
 // as in std::max(m, x)); the row's exp then gives NaN anyway. The whole blocks run as
 // MAXPS(x, m), which is exactly m < x ? x : m per lane (it returns its second operand when
@@ -1861,8 +1882,11 @@ void layer_norm_row(const float* x, const float* w, const float* b, int64_t n, f
 void layer_norm_row_backward(const float* x, const float* dy, const float* w, int64_t n, float mean, float rstd,
                              float* dx, double* dw, double* db) {
   const float nf = static_cast<float>(n);
-  const float mg = lane_sum<float>(n, [&](int64_t j) { return dy[j] * w[j]; }) / nf;
-  const float mgx = lane_sum<float>(n, [&](int64_t j) { return dy[j] * w[j] * ((x[j] - mean) * rstd); }) / nf;
+  const auto [sg, sgx] = lane_sum_pair<float>(n, [&](int64_t j) {
+    const float g = dy[j] * w[j];
+    return std::pair<float, float>{g, g * ((x[j] - mean) * rstd)};
+  });
+  const float mg = sg / nf, mgx = sgx / nf;
   for (int64_t j = 0; j < n; ++j) {
     const float xhat = (x[j] - mean) * rstd;
     dx[j] = rstd * ((dy[j] * w[j] - mg) - xhat * mgx);
