@@ -1,6 +1,8 @@
 // The CPU backend's LayerNorm, forward and backward (kernels/cpu/cpu_kernels.h): a row at a time
 // on the active ISA path (kernels/cpu/isa/element_blocks.cpp); dweight and dbias summed over
 // fixed chunks of rows, the same bits at any thread count.
+#include <cstring>
+
 #include "kernels/cpu/block_loops.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa/element_blocks.h"
@@ -21,15 +23,18 @@ std::vector<float> ln_param(const Tensor* p, int64_t cols, float absent) {
 // rows in order), then the chunks in order: the same bits at any thread count.
 constexpr int64_t kNormRowChunk = 32;
 
-// The backward asks for x's and dy's rows this many rows ahead, a line at a time: the row
-// kernel reads each row first in a loop whose adds wait on each other, so the hardware's own
-// prefetch fell behind ([8192, 768] FP32, AMX Xeon, 1 thread: 8-10% of the backward's time;
-// dx's rows asked for with intent to write as well measured no better).
-constexpr int64_t kPrefetchRows = 2;
-inline void prefetch_row(const void* base, DType dtype, int64_t i0, int64_t len) {
-  const char* p = static_cast<const char*>(base) + i0 * static_cast<int64_t>(dtype_size(dtype));
-  const int64_t bytes = len * static_cast<int64_t>(dtype_size(dtype));
-  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+// A row as FP32 in the thread's row buffer, copied there even when the tensor is FP32. The
+// backward's row kernel reads x and dy in two loops (the sums, whose adds wait on each other,
+// then dx with dweight and dbias) and writes dx between its reads of the dweight and dbias
+// rows: on rows read and written in place the loads and the stores' cache misses stalled those
+// loops ([8192, 768] FP32, AMX Xeon, 1 thread: 9.7-10.4 ms in place, with the rows asked for
+// two ahead by software prefetch; 5.7-6.2 ms through the buffers, which need no prefetch:
+// a copy is one stream the hardware follows). The forward, whose row kernel reads x twice and
+// writes y once, ran slower through the buffers (2.2-2.3 -> 3.0-3.2 ms): it stays in place.
+inline const float* row_in_buffer(const void* base, DType dtype, int64_t i0, int64_t len, float* buf) {
+  if (dtype != DType::F32) return load_block(base, dtype, i0, len, buf);
+  std::memcpy(buf, static_cast<const float*>(base) + i0, static_cast<size_t>(len) * sizeof(float));
+  return buf;
 }
 
 }  // namespace
@@ -78,13 +83,9 @@ void layer_norm_backward(const Tensor& x, const Tensor* weight, const Tensor& me
 #pragma omp for schedule(static)
     for (int64_t ch = 0; ch < chunks; ++ch)
       for (int64_t r = ch * kNormRowChunk; r < std::min(rows, (ch + 1) * kNormRowChunk); ++r) {
-        if (r + kPrefetchRows < rows) {
-          prefetch_row(px, tx, (r + kPrefetchRows) * cols, cols);
-          prefetch_row(pg, tg, (r + kPrefetchRows) * cols, cols);
-        }
-        const float* xr = load_block(px, tx, r * cols, cols, xb.data());
-        const float* gr = load_block(pg, tg, r * cols, cols, gb.data());
-        float* dr = out_block(pd, td, r * cols, db.data());
+        const float* xr = row_in_buffer(px, tx, r * cols, cols, xb.data());
+        const float* gr = row_in_buffer(pg, tg, r * cols, cols, gb.data());
+        float* dr = db.data();  // then stored (store_block: copied, or rounded once)
         blocks.layer_norm_row_backward(xr, gr, w.data(), cols, pm[r], pr[r], dr, &pw[ch * cols], &pb[ch * cols]);
         store_block(pd, td, r * cols, cols, dr);
       }
