@@ -1,5 +1,9 @@
 // The CPU backend's reductions and the MSE loss (kernels/cpu/cpu_kernels.h): fixed-order sums
 // in double (block_loops.h, deterministic_sum), the same bits at any thread count.
+#include <omp.h>
+
+#include <algorithm>
+
 #include "kernels/cpu/block_loops.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/isa/element_blocks.h"
@@ -13,12 +17,18 @@ void sum_rows(const Tensor& x, Tensor& out, bool accumulate) {
   const void* px = x.data();
   const DType x_dtype = x.dtype();
   float* po = out.data_as<float>();
+  // Blocks of up to kCols columns, narrower where that gives every thread one: a bias of 128
+  // (the default GPT's) was one block, summed by one thread while the other waited. Whole
+  // vectors of 16 columns; each column's sum is the same whatever block holds it.
   constexpr int64_t kCols = 256;
-  const int64_t col_blocks = (cols + kCols - 1) / kCols;
+  const bool parallel = rows * cols > kParallelThreshold;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const int64_t width = std::min(kCols, std::max<int64_t>(16, (cols + threads - 1) / threads + 15) / 16 * 16);
+  const int64_t col_blocks = (cols + width - 1) / width;
   const ElementBlocks& blocks = cpu_element_blocks();  // the widest adds of doubles this CPU has
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelThreshold)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t cb = 0; cb < col_blocks; ++cb) {
-    const int64_t c0 = cb * kCols, len = std::min(kCols, cols - c0);
+    const int64_t c0 = cb * width, len = std::min(width, cols - c0);
     double acc[kCols] = {};
     alignas(64) float buf[kCols];
     for (int64_t m = 0; m < rows; ++m) {

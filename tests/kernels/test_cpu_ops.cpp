@@ -818,6 +818,8 @@ TEST_CASE("reductions repeat bit for bit, whatever the thread count", "[kernels]
   const Tensor g16 = random_tensor(Shape{200003}, DType::F16, 102, -100.0f, 100.0f);
   const Tensor a = random_tensor(Shape{129, 1000}, DType::BF16, 103), b = random_tensor(Shape{1000, 65}, DType::BF16, 104);
   const Tensor wide = random_tensor(Shape{40, 40000}, DType::F32, 106);  // sum_rows runs in parallel
+  // ... and on columns cut finer than its 256-wide blocks, one block per thread (130 = 80 + 50)
+  const Tensor narrow = random_tensor(Shape{3000, 130}, DType::F32, 107);
   // One bit pattern per result, by part, so a failure names the part.
   auto reductions = [&] {
     std::vector<uint32_t> out;
@@ -830,7 +832,7 @@ TEST_CASE("reductions repeat bit for bit, whatever the thread count", "[kernels]
     Tensor loss = scalar(0.0f);
     cpu().mse_forward(x, y, loss);
     out.push_back(bits_of(loss.item()));
-    for (const Tensor* m : {&a, &wide}) {
+    for (const Tensor* m : {&a, &wide, &narrow}) {
       Tensor rows = Tensor::empty(Shape{m->dim(1)});
       cpu().sum_rows(*m, rows, false);
       for (float v : rows.to_vector()) out.push_back(bits_of(v));
