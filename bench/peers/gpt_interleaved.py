@@ -2,7 +2,7 @@
 """belay's GPT step and PyTorch's in ONE process, one step of each in turn: the ratio of
 belay's time to PyTorch's with the machine's drift taken out.
 
-    gpt_interleaved.py [--threads N] [--rounds R] [--rows default,gpt2] --json FILE.json
+    gpt_interleaved.py [--threads N] [--rounds R] [--rows default,gpt2,gpt2-1024] --json FILE.json
     (writes FILE.json, every round's times, and FILE.md, the table)
 
 Why: bench/gpt_vs_torch.sh runs belay_bench and torch_gpt.py one after the other, minutes
@@ -57,9 +57,12 @@ from torch_cpu import require  # noqa: E402
 import torch_gpt  # noqa: E402  (the PyTorch GPT of the gpt rows)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-# The rows: (model, batch) per group, and each group's timed steps per block (after one untimed).
-ROWS = {"default": [("default", 16), ("default", 32)], "gpt2": [("gpt2-small", 4)]}
-BLOCK = {"default": 5, "gpt2": 2}
+# The rows: (model, batch, context or None for the model's own) per group, and each group's timed
+# steps per block (after one untimed). gpt2-1024: GPT-2 small at its own context, 4 x 1024 (both
+# libraries hold ~5 GB each there).
+ROWS = {"default": [("default", 16, None), ("default", 32, None)], "gpt2": [("gpt2-small", 4, None)],
+        "gpt2-1024": [("gpt2-small", 4, 1024)]}
+BLOCK = {"default": 5, "gpt2": 2, "gpt2-1024": 1}
 
 
 class BelayStep:
@@ -112,8 +115,8 @@ def timed(fn, clock):
     return (clock() - t0) * 1e3
 
 
-def run_row(model_name, batch, dtype, rounds, block, clock):
-    shape = torch_gpt.MODELS[model_name]
+def run_row(model_name, batch, context, dtype, rounds, block, clock):
+    shape = dict(torch_gpt.MODELS[model_name], **({"context": context} if context else {}))
     g = torch.Generator().manual_seed(42)
     ids = torch.randint(0, shape["vocab"], (batch, shape["context"]), generator=g)
     labels = torch.randint(0, shape["vocab"], (batch * shape["context"],), generator=g)
@@ -169,18 +172,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=15,
-                    help="rounds of the default rows (a block of 5 timed steps each); GPT-2 small: a third, at least 3 (2 each)")
-    ap.add_argument("--rows", default="default,gpt2")
+                    help="rounds of the default rows (a block of 5 timed steps each); GPT-2 small: a third, at least 3 "
+                         "(2 steps each; 1 at context 1024)")
+    ap.add_argument("--rows", default="default,gpt2", help="row groups: default, gpt2, gpt2-1024")
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
     clock = set_threads(a.threads)
     rows = []
     for group in a.rows.split(","):
-        require(group in ROWS, f"unknown row group {group!r} (default, gpt2)")
-        for model_name, batch in ROWS[group]:
+        require(group in ROWS, f"unknown row group {group!r} ({', '.join(ROWS)})")
+        for model_name, batch, context in ROWS[group]:
             rounds = a.rounds if group == "default" else max(3, a.rounds // 3)
             for dtype in ("fp32", "bf16"):
-                row = run_row(model_name, batch, dtype, rounds, BLOCK[group], clock)
+                row = run_row(model_name, batch, context, dtype, rounds, BLOCK[group], clock)
                 print(f"{model_name:10} batch {batch:2} {dtype}: belay {row['belay_ms']:9.1f} ms  torch "
                       f"{row['torch_ms']:9.1f} ms  belay/torch {row['ratio_median']:.3f} "
                       f"(quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f}, {rounds} rounds of {BLOCK[group]})",
