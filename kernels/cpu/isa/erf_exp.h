@@ -159,9 +159,9 @@ static inline float gelu(float x) { return gelu_from_erf(x, erf_f32(gelu_erf_arg
 //   |z| >= 4.5:          1 for x > 0, -0 for x < 0 (H(4.5) = 4e-9, a thirtieth of an ulp of 1).
 // Measured over every 89th float pattern below 8 in magnitude and a sweep of [-10, 10], against
 // FP64: within 2.5 u (1 + |x| pdf (1 + x^2 / 2)), u = 2^-24, where the bound of the test is 6.
-// The short branch takes 15 operations a value; the erf-and-exp form it replaced took about 45
-// and an exp on every value (GELU' ran at 3.3x PyTorch's time on N(0, 1) values on the AMX
-// Xeon, 1.4x on N(0, 0.3)).
+// The short branch takes 15 operations a value; the erf-and-exp form it replaced took about 65
+// and an exp on every value (GELU' ran at 2.0-2.1x PyTorch's time on N(0, 1) values on the AMX
+// Xeon, 1.5-1.6x on N(0, 0.3); 1.3-1.4x and 0.65-0.77x now).
 // +inf gives 1 and -inf -0 (the limits), +-0 gives 0.5; a NaN z takes the long branch and
 // gives NaN. The branches are separate functions for element_blocks.cpp's block loop (the long
 // one only where needed), as erf's are; gelu_grad takes both and selects.
