@@ -29,6 +29,7 @@ class TempFiles {
     prefixes_.insert(name_prefix);
   }
   ~TempFiles() {
+    if (::getpid() != owner_) return;  // a forked child that exits normally leaves its parent's files
     std::error_code ec;
     std::vector<std::filesystem::path> doomed;  // listed first: no removal under the iterator
     for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
@@ -40,6 +41,7 @@ class TempFiles {
   }
 
  private:
+  const pid_t owner_ = ::getpid();
   std::mutex mutex_;
   std::set<std::string> prefixes_;
 };
