@@ -1557,7 +1557,7 @@ void scatter_large(const float* large_e, const LaneMask* masks, int64_t n, float
 }
 #endif
 
-// A function of z with two branches (erf's, or GELU''s derivative's: erf_exp.h), the short one
+// A function of z with two branches (erf's, or GELU's derivative's: erf_exp.h), the short one
 // exactly where erf_takes_small(z): Small and Large are its branches, and f(z) =
 // erf_takes_small(z) ? Small(z) : Large(z).
 struct ErfBranches {
