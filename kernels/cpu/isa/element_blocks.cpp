@@ -1568,6 +1568,11 @@ struct GeluGradBranches {
   static float small(float z) { return cpu_math::gelu_grad_small(z); }
   static float large(float z) { return cpu_math::gelu_grad_large(z); }
 };
+// f(z) with both branches computed and one selected (no branch: a loop of it vectorizes).
+template <class F>
+float both_branches(float z) {
+  return cpu_math::select_f32(cpu_math::erf_takes_small(z), F::small(z), F::large(z));
+}
 
 #if defined(BELAY_ISA_avx512) || defined(BELAY_ISA_avx2)
 // f(z) for n <= kErfBlock values into e: the whole vectors as above, the tail plainly.
@@ -1584,13 +1589,13 @@ void branch_block(const float* z, float* e, int64_t n) {
   for (int64_t i = 0; i < whole; ++i) e[i] = F::small(z[i]);
   for (int64_t i = 0; i < padded; ++i) large_e[i] = F::large(large[i]);
   scatter_large(large_e, masks, whole, e);
-  for (int64_t i = whole; i < n; ++i) e[i] = cpu_math::select_f32(cpu_math::erf_takes_small(z[i]), F::small(z[i]), F::large(z[i]));
+  for (int64_t i = whole; i < n; ++i) e[i] = both_branches<F>(z[i]);
 }
 #else
 // The baseline: both branches on every lane (SSE2 has no lane permutation to gather with).
 template <class F>
 void branch_block(const float* z, float* e, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) e[i] = cpu_math::select_f32(cpu_math::erf_takes_small(z[i]), F::small(z[i]), F::large(z[i]));
+  for (int64_t i = 0; i < n; ++i) e[i] = both_branches<F>(z[i]);
 }
 #endif
 

@@ -35,6 +35,17 @@ static inline float select_f32(bool c, float a, float b) {
   return f32_from_bits((f32_bits(a) & m) | (f32_bits(b) & ~m));
 }
 
+// The polynomial c[0] t^(N-1) + ... + c[N-1] (highest degree first) by Horner's rule: a multiply
+// then an add per coefficient, in that order (-ffp-contract=off keeps them two roundings: every
+// path's bits). Unrolled, so a loop calling it on every lane still vectorizes.
+template <int N>
+static inline float horner(float t, const float (&c)[N]) {
+  float r = c[0];
+#pragma GCC unroll 32
+  for (int i = 1; i < N; ++i) r = r * t + c[i];
+  return r;
+}
+
 // e^x. Range reduction x = k ln2 + r with k = round(x / ln2), |r| <= ln2 / 2: ln2 in two
 // parts (Cody and Waite), the high part with 16 trailing zero bits, so k * kLn2Hi is exact
 // for |k| < 2^8 and x - k * kLn2Hi is exact; e^r by its Taylor polynomial of degree 7
@@ -92,37 +103,19 @@ static inline float exp_f32(float x) { return exp_f32_with<PlainMulAdd>(x); }
 // The two branches are separate functions so that a caller may evaluate the second only on
 // the values that need it (element_blocks.cpp's erf_block on AVX-512); erf_f32 takes both and
 // selects, so every caller gets the same bits.
+static constexpr float kErfSmall[] = {-6.218503113e-04f, 5.035122391e-03f, -2.679345198e-02f,
+                                      1.128251031e-01f,  -3.761255443e-01f, 1.128379107e+00f};
 static inline float erf_small(float x) {  // |x| < 0.875
-  const float s = x * x;
-  float ps = -6.218503113e-04f;
-  ps = ps * s + 5.035122391e-03f;
-  ps = ps * s + -2.679345198e-02f;
-  ps = ps * s + 1.128251031e-01f;
-  ps = ps * s + -3.761255443e-01f;
-  ps = ps * s + 1.128379107e+00f;
-  return x * ps;
+  return x * horner(x * x, kErfSmall);
 }
 
+static constexpr float kErfcLarge[] = {
+    3.037208103e-07f,  -1.164749506e-06f, -2.163861154e-06f, 1.777209764e-05f, -2.169865365e-05f, -7.031443965e-05f,
+    3.034582769e-04f,  -4.167796578e-04f, -3.788192407e-04f, 3.003260354e-03f, -7.205594331e-03f, 1.070188079e-02f,
+    -1.075886097e-02f, 7.229083218e-03f,  -2.965739695e-03f, 5.665420904e-04f};
 static inline float erf_large(float x) {  // |x| >= 0.875, and NaN
   const float ax = abs_f32(x);
-  const float t = ax - 2.4375f;
-  float q = 3.037208103e-07f;
-  q = q * t + -1.164749506e-06f;
-  q = q * t + -2.163861154e-06f;
-  q = q * t + 1.777209764e-05f;
-  q = q * t + -2.169865365e-05f;
-  q = q * t + -7.031443965e-05f;
-  q = q * t + 3.034582769e-04f;
-  q = q * t + -4.167796578e-04f;
-  q = q * t + -3.788192407e-04f;
-  q = q * t + 3.003260354e-03f;
-  q = q * t + -7.205594331e-03f;
-  q = q * t + 1.070188079e-02f;
-  q = q * t + -1.075886097e-02f;
-  q = q * t + 7.229083218e-03f;
-  q = q * t + -2.965739695e-03f;
-  q = q * t + 5.665420904e-04f;
-  float big = 1.0f - q;
+  float big = 1.0f - horner(ax - 2.4375f, kErfcLarge);
   big = select_f32(ax >= 4.0f, 1.0f, big);
   return f32_from_bits(f32_bits(big) | (f32_bits(x) & 0x80000000u));  // big >= 0: OR in x's sign
 }
@@ -165,38 +158,19 @@ static inline float gelu(float x) { return gelu_from_erf(x, erf_f32(gelu_erf_arg
 // +inf gives 1 and -inf -0 (the limits), +-0 gives 0.5; a NaN z takes the long branch and
 // gives NaN. The branches are separate functions for element_blocks.cpp's block loop (the long
 // one only where needed), as erf's are; gelu_grad takes both and selects.
+static constexpr float kGeluGradSmall[] = {5.806430127e-04f,  -4.870417062e-03f, 2.598953620e-02f, -1.074304730e-01f,
+                                           3.385094404e-01f,  -7.522525787e-01f, 1.128379107e+00f};
 static inline float gelu_grad_small(float z) {  // |z| < 0.875
-  const float s = z * z;
-  float r = 5.806430127e-04f;
-  r = r * s + -4.870417062e-03f;
-  r = r * s + 2.598953620e-02f;
-  r = r * s + -1.074304730e-01f;
-  r = r * s + 3.385094404e-01f;
-  r = r * s + -7.522525787e-01f;
-  r = r * s + 1.128379107e+00f;
-  return 0.5f + z * r;
+  return 0.5f + z * horner(z * z, kGeluGradSmall);
 }
 
+static constexpr float kGeluGradLarge[] = {
+    4.378011056e-07f,  -7.684044476e-07f, -7.172171536e-06f, 1.928122037e-05f,  2.988569213e-05f, -1.694169769e-04f,
+    1.669667981e-04f,  3.740861430e-04f,  -1.510559698e-03f, 2.265128773e-03f,  -4.200376570e-04f, -5.395585671e-03f,
+    1.249526814e-02f,  -1.531495526e-02f, 1.155992132e-02f,  -5.124497693e-03f, 1.034503919e-03f};
 static inline float gelu_grad_large(float z) {  // |z| >= 0.875, and NaN
   const float az = abs_f32(z);
-  const float t = az - 2.6875f;
-  float h = 4.378011056e-07f;
-  h = h * t + -7.684044476e-07f;
-  h = h * t + -7.172171536e-06f;
-  h = h * t + 1.928122037e-05f;
-  h = h * t + 2.988569213e-05f;
-  h = h * t + -1.694169769e-04f;
-  h = h * t + 1.669667981e-04f;
-  h = h * t + 3.740861430e-04f;
-  h = h * t + -1.510559698e-03f;
-  h = h * t + 2.265128773e-03f;
-  h = h * t + -4.200376570e-04f;
-  h = h * t + -5.395585671e-03f;
-  h = h * t + 1.249526814e-02f;
-  h = h * t + -1.531495526e-02f;
-  h = h * t + 1.155992132e-02f;
-  h = h * t + -5.124497693e-03f;
-  h = h * t + 1.034503919e-03f;
+  float h = horner(az - 2.6875f, kGeluGradLarge);
   h = select_f32(az >= 4.5f, 0.0f, h);  // also +-inf, where t's powers overflow
   return select_f32(z > 0.0f, 1.0f + h, -h);
 }
