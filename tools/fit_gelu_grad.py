@@ -13,15 +13,16 @@
 # Tried: the short branch up to |z| = 1.5 (degree 8-10: 3.9-5.2 u there, rounding in Horner over
 # a wider s); the long one of degree 15 (4.2 u) or 14 (8 u); the long one to |z| = 5 (4.8 u).
 import math
+import os
+import sys
 
 import numpy as np
 from numpy.polynomial import chebyshev as C
 from numpy.polynomial import polynomial as P
 
-f32 = np.float32
-erf = np.vectorize(math.erf)
-erfc = np.vectorize(math.erfc)
-nodes = np.cos(np.pi * (np.arange(6000) + 0.5) / 6000)  # in [-1, 1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fit_erf import erf, erfc, f32, horner, nodes  # noqa: E402  (erf's fit: the same method and emulation)
+
 ZSHORT, ZLONG, DSHORT, DLONG = 0.875, 4.5, 6, 16
 
 # (G - 0.5) / z = erf(z) / (2 z) + e^(-s) / sqrt(pi) as a polynomial in s = z^2 on [0, ZSHORT^2]
@@ -35,13 +36,6 @@ mid, w = (ZSHORT + ZLONG) / 2, (ZLONG - ZSHORT) / 2
 zz = mid + w * nodes
 mono_u = C.cheb2poly(C.chebfit(nodes, zz * np.exp(-zz * zz) / math.sqrt(math.pi) - 0.5 * erfc(zz), DLONG))
 hc = np.array([c / w**i for i, c in enumerate(mono_u)]).astype(f32)
-
-
-def horner(c, t):
-    acc = np.full_like(t, c[-1])
-    for ci in c[-2::-1]:
-        acc = acc * t + ci  # two FP32 roundings, as with -ffp-contract=off
-    return acc
 
 
 def gelu_grad32(x):
