@@ -10,8 +10,8 @@
 // TDPBF16PS C, A, B adds, to each C[m][n], the 16 pair products of A's row m and B's
 // column n, where B's row p holds pair p (k = 2p, 2p + 1) of 16 columns side by side (the
 // "VNNI" layout). So:
-//   - A: rows of op(A) along k, as stored when A is not transposed: a tile loads 16 rows of
-//     32 k straight from the packed block (row stride: the block's padded depth);
+//   - A: rows of op(A) along k, packed in tile order (amx_blocks.h, tiled_a_index): each tile
+//     (16 rows x 32 k) one 1 KiB run, loaded with a 64-byte row stride;
 //   - B: panels 32 columns wide, pair p of the 32 columns at [p][32] (the pair layout of the
 //     avx512bf16 path's VDPBF16PS panels); a tile is 16 pairs x 16 columns of a panel;
 //   - the microkernel holds a 32 x 32 block of C in four tiles (0-3) and walks k 32 at a
@@ -35,6 +35,12 @@
 // kMC / 32 row blocks of A in turn (from L1 while it fits: 64 x depth bytes). 2026-12-06:
 // bench/results/cpu-2026-12-06-xeon-amx-blocks.md (what the blocks and the BF16 C changed, and
 // what was tried and not kept).
+// 2026-12-06 (evening): A in tile order instead of rows a depth apart (same bits), 1.03-1.08x the
+// speed on GPT-2 small's bf16 products at 1024 tokens where the host held still (1 thread, the
+// two builds alternated product by product). Tried and not kept: K walked in chunks of 256
+// inside each B panel, the chunk serving the 4 row blocks of A from L1 with their sums carried
+// in L1: 1.2x on a hot 128 x 768 block alone, 0.95-1.0x inside the product (a quarter of its
+// time is packing and rounding, not tiles).
 #if !defined(BELAY_ISA_NS)
 #error "kernels/cpu/isa/gemm_amx.cpp is built once per copy by isa.cmake"
 #endif
@@ -74,28 +80,41 @@ KnBlocks kn_blocks(int64_t k_total) {
   return {kc, kBBlockBytes / (static_cast<int64_t>(kc) / 2 * 4) / kBlock * kBlock};  // kc / 2 pairs x nc words
 }
 
-// Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) into dst[r * depth + k], depth = kc
-// rounded up to whole tiles; rows up to a whole block and k past kc are zero.
+// Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) into dst in tile order (amx_blocks.h:
+// tiled_a_index, depth = kc rounded up to whole tiles); rows up to a whole 32-row block and k
+// past kc are zero.
 void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, uint16_t* dst) {
-  if (!v.r_contiguous) {  // each row a run along k: copied
-    for (int r = 0; r < rows; ++r)
-      memcpy(dst + static_cast<int64_t>(r) * depth, v.data + v.at(r0 + r, k0), static_cast<size_t>(kc) * 2);
-  } else {  // each k a run along the rows (dW's dY^T): 8 x 8 transposes, then the edges
-    const int r8 = rows / 8 * 8, k8 = kc / 8 * 8;
-    for (int r = 0; r < r8; r += 8) {
-      for (int k = 0; k < k8; k += 8)
-        transpose_8x8_u16(v.data + v.at(r0 + r, k0 + k), v.ld, dst + static_cast<int64_t>(r) * depth + k, depth);
-      for (int q = 0; q < 8; ++q)
-        for (int k = k8; k < kc; ++k) dst[static_cast<int64_t>(r + q) * depth + k] = v.data[v.at(r0 + r + q, k0 + k)];
-    }
-    for (int r = r8; r < rows; ++r)
-      for (int k = 0; k < kc; ++k) dst[static_cast<int64_t>(r) * depth + k] = v.data[v.at(r0 + r, k0 + k)];
-  }
   const int padded_rows = static_cast<int>(round_up(rows, kBlock));
-  for (int r = 0; r < padded_rows; ++r) {
-    const int from = r < rows ? kc : 0;
-    memset(dst + static_cast<int64_t>(r) * depth + from, 0, static_cast<size_t>(depth - from) * 2);
+  auto at = [&](int r, int k) { return dst + tiled_a_index(r, k, depth); };
+  if (!v.r_contiguous) {  // each row a run along k: one tile row (32 k, 64 bytes) at a time
+    const int whole = kc / kTileK * kTileK;
+    for (int r = 0; r < padded_rows; ++r) {
+      int k = 0;
+      if (r < rows) {
+        const uint16_t* src = v.data + v.at(r0 + r, k0);
+        for (; k < whole; k += kTileK) memcpy(at(r, k), src + k, kTileK * 2);
+        if (k < kc) {  // the last tile row: kc - k values, zeros after
+          memcpy(at(r, k), src + k, static_cast<size_t>(kc - k) * 2);
+          memset(at(r, k) + (kc - k), 0, static_cast<size_t>(kTileK - (kc - k)) * 2);
+          k += kTileK;
+        }
+      }
+      for (; k < depth; k += kTileK) memset(at(r, k), 0, kTileK * 2);
+    }
+    return;
   }
+  // each k a run along the rows (dW's dY^T): 8 x 8 transposes, each inside one tile row block
+  // (8 rows of a 32-row block, 8 k of a 32-k step: destination rows kTileK apart), then the edges
+  const int r8 = rows / 8 * 8, k8 = kc / 8 * 8;
+  for (int r = 0; r < r8; r += 8) {
+    for (int k = 0; k < k8; k += 8) transpose_8x8_u16(v.data + v.at(r0 + r, k0 + k), v.ld, at(r, k), kTileK);
+    for (int q = 0; q < 8; ++q)
+      for (int k = k8; k < kc; ++k) *at(r + q, k) = v.data[v.at(r0 + r + q, k0 + k)];
+  }
+  for (int r = r8; r < rows; ++r)
+    for (int k = 0; k < kc; ++k) *at(r, k) = v.data[v.at(r0 + r, k0 + k)];
+  for (int r = 0; r < padded_rows; ++r)
+    for (int k = r < rows ? kc : 0; k < depth; ++k) *at(r, k) = 0;
 }
 
 // Per-thread packing buffers, kept between calls (grown never; sized for whole blocks).
@@ -129,26 +148,26 @@ void round_row(const float* src, const float* bias, uint16_t* dst, int cols) {
 }
 
 // The 32 x 32 block of C at (row, col), `rows` x `cols` of it inside C: the microkernel over a
-// packed block of A rows and a B panel, straight into an FP32 C where the block is whole, else
+// packed block of A rows (tile order) and a B panel, straight into an FP32 C where the block is whole, else
 // into `local` and from there into C: copied (FP32), or (BF16: one K block, nothing
 // accumulated) the bias added and each output rounded once.
 void c_block(const GemmF32Args& g, int64_t n_total, int64_t row, int64_t col, int rows, int cols, int depth,
              const uint16_t* a, const uint32_t* b, bool overwrite, float* local) {
   if (g.c_bf16) {
-    microkernel(depth, a, depth, b, local, kBlock, true);
+    microkernel_on(depth, TiledA{a}, b, local, kBlock, true);
     for (int i = 0; i < rows; ++i)
       round_row(local + i * kBlock, g.bias ? g.bias + col : nullptr, g.c_bf16 + (row + i) * n_total + col, cols);
     return;
   }
   float* c = g.c + row * n_total + col;
   if (rows == kBlock && cols == kBlock) {
-    microkernel(depth, a, depth, b, c, n_total, overwrite);
+    microkernel_on(depth, TiledA{a}, b, c, n_total, overwrite);
     return;
   }
   if (!overwrite)
     for (int i = 0; i < kBlock; ++i)
       for (int j = 0; j < kBlock; ++j) local[i * kBlock + j] = i < rows && j < cols ? c[i * n_total + j] : 0.0f;
-  microkernel(depth, a, depth, b, local, kBlock, overwrite);
+  microkernel_on(depth, TiledA{a}, b, local, kBlock, overwrite);
   for (int i = 0; i < rows; ++i) memcpy(c + i * n_total, local + i * kBlock, static_cast<size_t>(cols) * 4);
 }
 
@@ -173,7 +192,7 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
         for (int64_t jr = 0; jr < nc; jr += kBlock)
           for (int64_t ir = 0; ir < mc; ir += kBlock)
             c_block(g, n_total, ic + ir, jc + jr, static_cast<int>(min64(kBlock, mc - ir)),
-                    static_cast<int>(min64(kBlock, nc - jr)), depth, buf.a + ir * depth, buf.b + jr / 2 * depth,
+                    static_cast<int>(min64(kBlock, nc - jr)), depth, buf.a + tiled_a_index(ir, 0, depth), buf.b + jr / 2 * depth,
                     overwrite, local);
       }
     }
