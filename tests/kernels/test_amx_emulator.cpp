@@ -5,6 +5,7 @@
 #define BELAY_ISA_NS amx_emulator_test
 #define BELAY_AMX_EMULATED 1
 #include "kernels/cpu/isa/amx_tiles.h"
+#include "kernels/cpu/isa/amx_blocks.h"  // the microkernel and the GEMM's tile order for A
 
 #include <catch2/catch.hpp>
 
@@ -17,6 +18,7 @@
 #include "engine/random.h"
 
 namespace amx = belay::amx_emulator_test::amx;
+namespace blocks = belay::amx_emulator_test;
 
 namespace {
 
@@ -158,4 +160,53 @@ TEST_CASE("amx emulator: faults where the hardware would (planted mistakes)", "[
   CHECK(after == 3.0f);
   CHECK(amx::faults() == 0);
   amx::release();
+}
+
+TEST_CASE("amx GEMM's tile order for A: a bijection, each tile one 1 KiB run, the same product as rows",
+          "[kernels][amx]") {
+  using blocks::kBlock;
+  using blocks::kTileK;
+  using blocks::tiled_a_index;
+  // Every (row, k) of a block of 3 x 32 rows lands once in [0, rows x depth).
+  for (const int depth : {32, 64, 768}) {
+    const int rows = 3 * kBlock;
+    std::vector<int> hits(static_cast<size_t>(rows) * depth, 0);
+    for (int r = 0; r < rows; ++r)
+      for (int k = 0; k < depth; ++k) {
+        const int64_t at = tiled_a_index(r, k, depth);
+        REQUIRE(at >= 0);
+        REQUIRE(at < static_cast<int64_t>(hits.size()));
+        ++hits[static_cast<size_t>(at)];
+      }
+    for (int h : hits) REQUIRE(h == 1);
+    // A tile (16 rows x 32 k from a row that is a multiple of 16, k a multiple of 32) is one
+    // run: row i of it 32 values after row i - 1, as TiledA's 64-byte stride reads it.
+    for (int r0 = 0; r0 < rows; r0 += 16)
+      for (int k0 = 0; k0 < depth; k0 += kTileK)
+        for (int i = 0; i < 16; ++i)
+          for (int j = 0; j < kTileK; ++j)
+            REQUIRE(tiled_a_index(r0 + i, k0 + j, depth) == tiled_a_index(r0, k0, depth) + i * kTileK + j);
+  }
+  // The microkernel on a block packed in tile order gives the bits it gives on the same rows as
+  // stored (RowsA), on the emulated tiles.
+  const int depth = 96;
+  belay::Rng rng(7);
+  std::vector<uint16_t> rows_a(static_cast<size_t>(kBlock) * depth), tiled(rows_a.size());
+  for (auto& v : rows_a) v = bf16_of(rng.uniform(-1.0f, 1.0f));
+  for (int r = 0; r < kBlock; ++r)
+    for (int k = 0; k < depth; ++k) tiled[static_cast<size_t>(tiled_a_index(r, k, depth))] = rows_a[static_cast<size_t>(r) * depth + k];
+  std::vector<uint32_t> b(static_cast<size_t>(depth / 2) * kBlock);
+  for (auto& w : b) w = bf16_of(rng.uniform(-1.0f, 1.0f)) | static_cast<uint32_t>(bf16_of(rng.uniform(-1.0f, 1.0f))) << 16;
+  std::vector<float> c_rows(kBlock * kBlock, 0.0f), c_tiled(kBlock * kBlock, 0.0f);
+  amx::load_config(blocks::tile_config());
+  blocks::microkernel(depth, rows_a.data(), depth, b.data(), c_rows.data(), kBlock, true);
+  blocks::microkernel_on(depth, blocks::TiledA{tiled.data()}, b.data(), c_tiled.data(), kBlock, true);
+  amx::release();
+  CHECK(amx::faults() == 0);
+  bool nonzero = false;
+  for (size_t i = 0; i < c_rows.size(); ++i) {
+    REQUIRE(belay::f32_bits(c_tiled[i]) == belay::f32_bits(c_rows[i]));
+    nonzero = nonzero || c_rows[i] != 0.0f;
+  }
+  CHECK(nonzero);
 }
