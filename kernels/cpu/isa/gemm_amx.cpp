@@ -80,31 +80,32 @@ KnBlocks kn_blocks(int64_t k_total) {
   return {kc, kBBlockBytes / (static_cast<int64_t>(kc) / 2 * 4) / kBlock * kBlock};  // kc / 2 pairs x nc words
 }
 
-// Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) into dst in tile order (amx_blocks.h:
-// tiled_a_index, depth = kc rounded up to whole tiles); rows up to a whole 32-row block and k
-// past kc are zero.
-void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, uint16_t* dst) {
-  const int padded_rows = static_cast<int>(round_up(rows, kBlock));
-  auto at = [&](int r, int k) { return dst + tiled_a_index(r, k, depth); };
-  if (!v.r_contiguous) {  // each row a run along k: one tile row (32 k, 64 bytes) at a time
-    const int whole = kc / kTileK * kTileK;
-    for (int r = 0; r < padded_rows; ++r) {
-      int k = 0;
-      if (r < rows) {
-        const uint16_t* src = v.data + v.at(r0 + r, k0);
-        for (; k < whole; k += kTileK) memcpy(at(r, k), src + k, kTileK * 2);
-        if (k < kc) {  // the last tile row: kc - k values, zeros after
-          memcpy(at(r, k), src + k, static_cast<size_t>(kc - k) * 2);
-          memset(at(r, k) + (kc - k), 0, static_cast<size_t>(kTileK - (kc - k)) * 2);
-          k += kTileK;
-        }
+// Rows [r0, r0 + rows) x k [k0, k0 + kc) of op(A) whose rows are runs along k into dst in
+// tile order (amx_blocks.h: tiled_a_index, depth = kc rounded up to whole tiles), one tile row
+// (32 k, 64 bytes) at a time; rows up to a whole 32-row block and k past kc are zero.
+void pack_a_rows(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, uint16_t* dst) {
+  const int padded_rows = static_cast<int>(round_up(rows, kBlock)), whole = kc / kTileK * kTileK;
+  for (int r = 0; r < padded_rows; ++r) {
+    int k = 0;
+    if (r < rows) {
+      const uint16_t* src = v.data + v.at(r0 + r, k0);
+      for (; k < whole; k += kTileK) memcpy(dst + tiled_a_index(r, k, depth), src + k, kTileK * 2);
+      if (k < kc) {  // the last tile row: kc - k values, zeros after
+        uint16_t* d = dst + tiled_a_index(r, k, depth);
+        memcpy(d, src + k, static_cast<size_t>(kc - k) * 2);
+        memset(d + (kc - k), 0, static_cast<size_t>(kTileK - (kc - k)) * 2);
+        k += kTileK;
       }
-      for (; k < depth; k += kTileK) memset(at(r, k), 0, kTileK * 2);
     }
-    return;
+    for (; k < depth; k += kTileK) memset(dst + tiled_a_index(r, k, depth), 0, kTileK * 2);
   }
-  // each k a run along the rows (dW's dY^T): 8 x 8 transposes, each inside one tile row block
-  // (8 rows of a 32-row block, 8 k of a 32-k step: destination rows kTileK apart), then the edges
+}
+
+// The same for an op(A) whose k are runs along the rows (dW's dY^T): 8 x 8 transposes, each
+// inside one tile (8 rows of a 32-row block, 8 k of a 32-k step: destination rows kTileK
+// apart), then the edges and the zeros.
+void pack_a_columns(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, uint16_t* dst) {
+  auto at = [&](int r, int k) { return dst + tiled_a_index(r, k, depth); };
   const int r8 = rows / 8 * 8, k8 = kc / 8 * 8;
   for (int r = 0; r < r8; r += 8) {
     for (int k = 0; k < k8; k += 8) transpose_8x8_u16(v.data + v.at(r0 + r, k0 + k), v.ld, at(r, k), kTileK);
@@ -113,8 +114,16 @@ void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, 
   }
   for (int r = r8; r < rows; ++r)
     for (int k = 0; k < kc; ++k) *at(r, k) = v.data[v.at(r0 + r, k0 + k)];
+  const int padded_rows = static_cast<int>(round_up(rows, kBlock));
   for (int r = 0; r < padded_rows; ++r)
     for (int k = r < rows ? kc : 0; k < depth; ++k) *at(r, k) = 0;
+}
+
+void pack_a(const View& v, int64_t r0, int rows, int64_t k0, int kc, int depth, uint16_t* dst) {
+  if (v.r_contiguous)
+    pack_a_columns(v, r0, rows, k0, kc, depth, dst);
+  else
+    pack_a_rows(v, r0, rows, k0, kc, depth, dst);
 }
 
 // Per-thread packing buffers, kept between calls (grown never; sized for whole blocks).
