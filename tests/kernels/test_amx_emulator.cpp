@@ -194,9 +194,11 @@ TEST_CASE("amx GEMM's tile order for A: a bijection, each tile one 1 KiB run, th
   std::vector<uint16_t> rows_a(static_cast<size_t>(kBlock) * depth), tiled(rows_a.size());
   for (auto& v : rows_a) v = bf16_of(rng.uniform(-1.0f, 1.0f));
   for (int r = 0; r < kBlock; ++r)
-    for (int k = 0; k < depth; ++k) tiled[static_cast<size_t>(tiled_a_index(r, k, depth))] = rows_a[static_cast<size_t>(r) * depth + k];
+    for (int k = 0; k < depth; ++k)
+      tiled[static_cast<size_t>(tiled_a_index(r, k, depth))] = rows_a[static_cast<size_t>(r) * depth + k];
   std::vector<uint32_t> b(static_cast<size_t>(depth / 2) * kBlock);
-  for (auto& w : b) w = bf16_of(rng.uniform(-1.0f, 1.0f)) | static_cast<uint32_t>(bf16_of(rng.uniform(-1.0f, 1.0f))) << 16;
+  for (auto& w : b)
+    w = bf16_of(rng.uniform(-1.0f, 1.0f)) | static_cast<uint32_t>(bf16_of(rng.uniform(-1.0f, 1.0f))) << 16;
   std::vector<float> c_rows(kBlock * kBlock, 0.0f), c_tiled(kBlock * kBlock, 0.0f);
   amx::load_config(blocks::tile_config());
   blocks::microkernel(depth, rows_a.data(), depth, b.data(), c_rows.data(), kBlock, true);

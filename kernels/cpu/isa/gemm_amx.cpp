@@ -35,9 +35,10 @@
 // kMC / 32 row blocks of A in turn (from L1 while it fits: 64 x depth bytes). 2026-12-06:
 // bench/results/cpu-2026-12-06-xeon-amx-blocks.md (what the blocks and the BF16 C changed, and
 // what was tried and not kept).
-// 2026-12-06 (evening): A in tile order instead of rows a depth apart (same bits), 1.03-1.08x the
-// speed on GPT-2 small's bf16 products at 1024 tokens where the host held still (1 thread, the
-// two builds alternated product by product). Tried and not kept: K walked in chunks of 256
+// 2026-12-06 (evening): A in tile order instead of rows a depth apart (same bits), 1.00-1.11x the
+// speed on GPT-2 small's bf16 products at 1024 tokens, median about 1.04 (1 thread, the two
+// builds alternated product by product:
+// bench/results/cpu-2026-12-06-xeon-amx-tiled-a.md). Tried and not kept: K walked in chunks of 256
 // inside each B panel, the chunk serving the 4 row blocks of A from L1 with their sums carried
 // in L1: 1.2x on a hot 128 x 768 block alone, 0.95-1.0x inside the product (a quarter of its
 // time is packing and rounding, not tiles).
@@ -157,8 +158,8 @@ void round_row(const float* src, const float* bias, uint16_t* dst, int cols) {
 }
 
 // The 32 x 32 block of C at (row, col), `rows` x `cols` of it inside C: the microkernel over a
-// packed block of A rows (tile order) and a B panel, straight into an FP32 C where the block is whole, else
-// into `local` and from there into C: copied (FP32), or (BF16: one K block, nothing
+// packed block of A rows (tile order) and a B panel, straight into an FP32 C where the block is
+// whole, else into `local` and from there into C: copied (FP32), or (BF16: one K block, nothing
 // accumulated) the bias added and each output rounded once.
 void c_block(const GemmF32Args& g, int64_t n_total, int64_t row, int64_t col, int rows, int cols, int depth,
              const uint16_t* a, const uint32_t* b, bool overwrite, float* local) {
@@ -201,8 +202,8 @@ void gemm_slice(const GemmF32Args& g, const View& av, const View& bv, int64_t k_
         for (int64_t jr = 0; jr < nc; jr += kBlock)
           for (int64_t ir = 0; ir < mc; ir += kBlock)
             c_block(g, n_total, ic + ir, jc + jr, static_cast<int>(min64(kBlock, mc - ir)),
-                    static_cast<int>(min64(kBlock, nc - jr)), depth, buf.a + tiled_a_index(ir, 0, depth), buf.b + jr / 2 * depth,
-                    overwrite, local);
+                    static_cast<int>(min64(kBlock, nc - jr)), depth, buf.a + tiled_a_index(ir, 0, depth),
+                    buf.b + jr / 2 * depth, overwrite, local);
       }
     }
   }
