@@ -164,15 +164,60 @@ TEST_CASE("cpu isa amx (emulated tiles): BF16 gemm against the FP64 reference, o
   CHECK_THROWS_WITH(cpu_gemm_amx_emulated(args), Catch::Contains("BF16 x BF16"));
 }
 
+namespace {
+// The amx path's BF16 product on the emulated tiles and, where the CPU has AMX, on the real ones.
+std::vector<std::pair<const char*, std::function<void(const GemmArgs&)>>> amx_products() {
+  std::vector<std::pair<const char*, std::function<void(const GemmArgs&)>>> products{{"emulated", cpu_gemm_amx_emulated}};
+  if (cpu_isa_available(CpuIsa::Amx))
+    products.push_back({"tiles", [](const GemmArgs& a) { cpu_gemm_on(CpuIsa::Amx, a); }});
+  return products;
+}
+}  // namespace
+
+// The packing buffers are the thread's and kept between products: the zeros past K (and past a
+// panel's rows and columns) must be written by every product, never left from the one before.
+// A product of NaN operands (K = 64) fills them; the next (K = 37: depth 64, k 37-63 padding)
+// must give the bits it gives after a finite product, and finite values. Both of A's layouts
+// (rows along k; a dW-shaped transposed A), small enough to run on the calling thread alone.
+TEST_CASE("cpu isa amx: the tiles' padding is zeros whatever the packing buffers held before", "[kernels][cpu][isa]") {
+  amx_emulator_reset_faults();
+  const auto products = amx_products();
+  const int64_t m = 30, n = 33;
+  auto product = [&](const std::function<void(const GemmArgs&)>& gemm, bool trans_a, int64_t k, bool nan) {
+    Tensor a = test::gemm_random_tensor(trans_a ? Shape{k, m} : Shape{m, k}, DType::BF16, 51);
+    Tensor b = test::gemm_random_tensor(Shape{k, n}, DType::BF16, 52);
+    if (nan)
+      for (Tensor* t : {&a, &b})
+        for (int64_t i = 0; i < t->numel(); ++i) t->data_as<uint16_t>()[i] = 0x7fc0;  // BF16 quiet NaN
+    Tensor c = Tensor::empty(Shape{m, n});
+    GemmArgs args;
+    args.a = &a;
+    args.b = &b;
+    args.trans_a = trans_a;
+    args.c = &c;
+    gemm(args);
+    return c;
+  };
+  for (const auto& [name, gemm] : products)
+    for (const bool trans_a : {false, true}) {
+      INFO(name << (trans_a ? ", A transposed" : ", A as rows"));
+      product(gemm, trans_a, 64, false);
+      const Tensor after_finite = product(gemm, trans_a, 37, false);
+      product(gemm, trans_a, 64, true);
+      const Tensor after_nan = product(gemm, trans_a, 37, false);
+      for (float v : after_nan.to_vector()) REQUIRE(std::isfinite(v));
+      CHECK(bits_of(after_nan) == bits_of(after_finite));
+    }
+  CHECK(amx_emulator_faults() == 0);
+}
+
 // A BF16 C that the tiles round themselves (one K block, nothing accumulated into C) has the
 // bits of the FP32 C's cast: the bias added first, each output rounded once; edges, a forward
 // (B transposed) and a dW-shaped product (A transposed), on the emulator and, where the CPU has
 // AMX, on the real tiles. K = 1100 is past one block: C goes through FP32 as before.
 TEST_CASE("cpu isa amx: a BF16 C rounded by the tiles has the bits of the FP32 C's cast", "[kernels][cpu][isa]") {
   amx_emulator_reset_faults();
-  std::vector<std::pair<const char*, std::function<void(const GemmArgs&)>>> products{{"emulated", cpu_gemm_amx_emulated}};
-  if (cpu_isa_available(CpuIsa::Amx))
-    products.push_back({"tiles", [](const GemmArgs& a) { cpu_gemm_on(CpuIsa::Amx, a); }});
+  const auto products = amx_products();
   struct Case {
     int64_t m, n, k;
     bool trans_a, trans_b, bias;
