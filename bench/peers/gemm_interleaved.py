@@ -9,8 +9,9 @@ tokens, each ratio taken with the machine's drift out.
 Each round times a block of `--block` calls of belay's product, then of PyTorch's (the order
 swapped every round, each block after one untimed call); a shape's ratio is the median over
 the rounds of belay's mean call over PyTorch's; beside it each library's fastest call over all
-rounds (the speed each reaches with the machine and its caches at their best). belay: belay.linear(x, W) for the forward
-(x W^T, the weight as stored, [out, in]) and belay.matmul(dY, W) for dX, under belay.no_grad,
+rounds (the speed each reaches with the machine and its caches at their best). belay:
+belay.linear(x, W) for the forward (x W^T, the weight as stored, [out, in]) and
+belay.matmul(dY, W) for dX, under belay.no_grad,
 its inputs belay Tensors made once; PyTorch: F.linear(x, W) and torch.mm(dY, W) under
 torch.no_grad. Both write a fresh output each call, from their caching allocators. The dW
 products are left out: belay's Python ops have no transposed view of dY to hand its GEMM.
@@ -94,7 +95,8 @@ def main():
         print(f"{row['layer']:9} {row['product']:7} {row['m']:5} x {row['n']:5} x {row['k']:5}: belay "
               f"{row['belay_gflops']:6.1f} GFLOP/s, PyTorch {row['torch_gflops']:6.1f}; belay / PyTorch time "
               f"{row['ratio_median']:.3f} (quartiles {row['ratio_q1']:.3f}-{row['ratio_q3']:.3f}); best calls "
-              f"{row['belay_best_gflops']:.1f} / {row['torch_best_gflops']:.1f} GFLOP/s, {row['best_ratio']:.3f}", flush=True)
+              f"{row['belay_best_gflops']:.1f} / {row['torch_best_gflops']:.1f} GFLOP/s, {row['best_ratio']:.3f}",
+              flush=True)
         rows.append(row)
     write_results(a.json, a.threads, rows, table)
 
