@@ -2,7 +2,8 @@
 """belay's GPT step and PyTorch's in ONE process, one step of each in turn: the ratio of
 belay's time to PyTorch's with the machine's drift taken out.
 
-    gpt_interleaved.py [--threads N] [--rounds R] [--rows default,gpt2,gpt2-1024] --json FILE.json
+    gpt_interleaved.py [--threads N] [--rounds R] [--rows default,gpt2,gpt2-1024] [--dtypes fp32,bf16]
+                       --json FILE.json
     (writes FILE.json, every round's times, and FILE.md, the table)
 
 Why: bench/gpt_vs_torch.sh runs belay_bench and torch_gpt.py one after the other, minutes
@@ -175,15 +176,20 @@ def main():
                     help="rounds of the default rows (a block of 5 timed steps each); GPT-2 small: a third, at least 3 "
                          "(2 steps each; 1 at context 1024)")
     ap.add_argument("--rows", default="default,gpt2", help="row groups: default, gpt2, gpt2-1024")
+    ap.add_argument("--dtypes", default="fp32,bf16",
+                    help="fp32, bf16 or both (without AVX512-BF16 PyTorch's bf16 matmul is a reference kernel: "
+                         "GPT-2 small's bf16 step takes it minutes)")
     ap.add_argument("--json", required=True)
     a = ap.parse_args()
+    dtypes = a.dtypes.split(",")
+    require(all(d in ("fp32", "bf16") for d in dtypes), f"--dtypes: fp32 and/or bf16, not {a.dtypes!r}")
     clock = set_threads(a.threads)
     rows = []
     for group in a.rows.split(","):
         require(group in ROWS, f"unknown row group {group!r} ({', '.join(ROWS)})")
         for model_name, batch, context in ROWS[group]:
             rounds = a.rounds if group == "default" else max(3, a.rounds // 3)
-            for dtype in ("fp32", "bf16"):
+            for dtype in dtypes:
                 row = run_row(model_name, batch, context, dtype, rounds, BLOCK[group], clock)
                 print(f"{model_name:10} batch {batch:2} {dtype}: belay {row['belay_ms']:9.1f} ms  torch "
                       f"{row['torch_ms']:9.1f} ms  belay/torch {row['ratio_median']:.3f} "
