@@ -193,7 +193,8 @@ inline void copy_entries(float* d, const float* src) {
   for (; r + 4 <= P; r += 4) _mm_storeu_ps(d + r, _mm_loadu_ps(src + r));
   // MR = 6's last two as one 8-byte move (a movsd moves bits, whatever they are): two scalar
   // copies were a quarter of run_slices' samples in the default GPT's fp32 step on Zen 3.
-  for (; r + 2 <= P; r += 2) _mm_store_sd(reinterpret_cast<double*>(d + r), _mm_load_sd(reinterpret_cast<const double*>(src + r)));
+  for (; r + 2 <= P; r += 2)
+    _mm_store_sd(reinterpret_cast<double*>(d + r), _mm_load_sd(reinterpret_cast<const double*>(src + r)));
   for (; r < P; ++r) d[r] = src[r];
 }
 
