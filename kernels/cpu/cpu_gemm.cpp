@@ -193,13 +193,17 @@ bool cpu_gemm_has_wide_tile(CpuIsa isa) { return isa >= CpuIsa::Avx512; }
 
 std::string cpu_gemm_blocking_report(CpuIsa isa) {
   const GemmBlocking b = cpu_gemm_blocking(isa);
+  // Read on every path, so a bad BELAY_GEMM_TILE is refused where no wide tile exists too (the
+  // report's && skipped it off AVX-512: `belay info` exited 0 on Zen 3).
+  const GemmTile tile = tile_asked();
   // amx: its BF16 x BF16 products run on tiles (gemm_amx.cpp, blocked on its own); this is the
   // blocking of its other products, on avx512bf16's panels.
-  return std::string(cpu_isa_name(isa)) + (isa == CpuIsa::Amx ? " (fp32/fp16 products)" : "") + ": MR " + std::to_string(b.mr) + " NR " + std::to_string(b.nr) + " KC " +
+  return std::string(cpu_isa_name(isa)) + (isa == CpuIsa::Amx ? " (fp32/fp16 products)" : "") + ": MR " +
+         std::to_string(b.mr) + " NR " + std::to_string(b.nr) + " KC " +
          std::to_string(b.kc) + " MC " + std::to_string(b.mc) + " NC " + std::to_string(b.nc) +
          (b.a_in_l1 ? ", an A panel in L1 where a slice is NC / 2 wide" : "") +
          (fixed_blocking() ? " (fixed: BELAY_GEMM_BLOCKING)" : "") +
-         (cpu_gemm_has_wide_tile(isa) && tile_asked() == GemmTile::Auto
+         (cpu_gemm_has_wide_tile(isa) && tile == GemmTile::Auto
               ? "; MR " + std::to_string(kGemmWideMr) + " NR " + std::to_string(kGemmWideNr) + " where N fills it"
               : "");
 }
