@@ -246,9 +246,9 @@ inline void transpose_four_rows(const float* const* row, int left, int kc4, floa
 }
 
 // Two rows (MR = 6's rows 4 and 5) through one unpack pair per 4 k, each k's two values one
-// 8-byte store. They went one value at a time, 8 scalar loads and 8 scalar stores per 4 k: a third
-// of run_slices' samples in the default GPT's fp32 step on Zen 3 (the K = 128 forward and dX
-// products transpose A for every block).
+// 8-byte store. They went one value at a time, 8 scalar loads and 8 scalar stores per 4 k: about
+// a sixth of run_slices' samples in the default GPT's fp32 step on Zen 3 (the K = 128 forward and
+// dX products transpose A for every block).
 inline void transpose_two_rows(const float* const* row, int kc4, float* dst, int p) {
   for (int k = 0; k < kc4; k += 4) {
     const __m128 x0 = _mm_loadu_ps(row[0] + k), x1 = _mm_loadu_ps(row[1] + k);
