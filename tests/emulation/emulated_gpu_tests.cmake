@@ -11,7 +11,7 @@ file(GLOB BELAY_GPU_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/g
 add_library(belay_gpu_test_objects OBJECT ${BELAY_GPU_TEST_SOURCES})
 target_include_directories(belay_gpu_test_objects PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(belay_gpu_test_objects PRIVATE belay_train Catch2::Catch2)
-belay_test_pch(belay_gpu_test_objects)
+belay_test_options(belay_gpu_test_objects)
 
 set(BELAY_EMU_COVERAGE_LOG ${CMAKE_BINARY_DIR}/emulated-kernels.log)
 add_executable(belay_gpu_tests $<TARGET_OBJECTS:belay_gpu_test_objects> emulation/coverage_log.cpp)
