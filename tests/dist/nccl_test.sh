@@ -25,11 +25,8 @@ if ! command -v mpirun >/dev/null 2>&1; then
   echo "skipped: mpirun not found (install openmpi-bin: third_party/install_deps.sh)"
   exit 77
 fi
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+use_mpirun
 export BELAY_EMU_DEVICES=2
-mpi() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
-  mpirun --allow-run-as-root --oversubscribe -np "$@"; }
-mpi_cmd=(mpi)
 belt_columns() { cut -d, -f1,2,6,7,8 "$1"; }
 nccl=(--dist nccl --device cuda)
 

@@ -38,7 +38,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
   exit 77
 fi
 
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi_one_machine_env
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"  # OpenMPI's allocations, not belay's
 launcher="mpirun --allow-run-as-root --oversubscribe"
 
