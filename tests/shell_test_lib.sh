@@ -62,7 +62,7 @@ skip_without_mpirun() {
 # mpi_one_machine_env: OpenMPI's settings for ranks that all run on this machine. Shared memory
 # (vader) and self as the only transports, through ob1: MPI_Init then probes no InfiniBand, OFI,
 # UCX or TCP device at every start (a 2-rank `belay train --dist mpi --steps 1` took 0.40 s,
-# now 0.17 s, on 2 Zen 3 cores; the tests start ranks some hundred times). No single copy by
+# now 0.17 s, on 2 Zen 3 cores; the dist tests start ranks dozens of times). No single copy by
 # ptrace (containers often forbid it; shared memory copies work everywhere).
 mpi_one_machine_env() {
   export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader

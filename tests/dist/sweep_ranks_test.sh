@@ -82,7 +82,7 @@ mpi_cmd=()
 expect_mpirun_error "unwritable --json on 2 ranks" 2 "cannot write '$tmp/no/dir/s.json'" \
   "$belay" sweep --ranks 2 --mpirun "$launcher" --steps 1 --json "$tmp/no/dir/s.json"
 # Under mpirun already, --ranks would start mpirun in every rank: refused, once, whole.
-mpi_cmd=(mpirun --allow-run-as-root --oversubscribe -np)
+mpi_cmd=(mpi)  # shell_test_lib.sh's launcher (ASAN_OPTIONS above already has detect_leaks=0)
 expect_mpirun_error "--ranks under mpirun" 2 'sweep --ranks 2 starts mpirun itself; under mpirun give --dist mpi instead$' \
   2 "$belay" sweep --ranks 2 --steps 1
 
