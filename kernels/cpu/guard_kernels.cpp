@@ -83,14 +83,14 @@ void plan_guard(const std::vector<const Tensor*>& grads, GuardPlan& plan) {
 // lanes): sums[id] and, with bounds, records[id]'s census counts. In rounds as long as the
 // shortest chunk still unread (lanes past the live chunks repeat the first, computed and
 // dropped), each chunk's sum carried from round to round; with the census, rounds of at most
-// kPiece values, counted in the same loop (sum_squares_census_8_at: a flagged chunk's block
-// again from L1, or every chunk in the loop from the start of a round after one where 3 or
-// more chunks held values off the normal range).
+// the path's census_round values (sum_squares_census_8_at: on the AVX paths counted in the same
+// loop, a flagged chunk's block again from L1, or every chunk in the loop after a block where 3
+// or more chunks held values off the normal range; on the baseline path each round's chunks
+// again from L1).
 template <DType D>
 void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, const GuardItem& item, float inv,
                 const CensusBounds* bounds, double* sums, CensusCounts* records) {
   const GemmElem elem = gemm_elem_of(D);
-  constexpr int64_t kPiece = 1024;  // values of each chunk per census round: 8 x 4 KiB of FP32
   const ElementBlocks& blocks_isa = cpu_element_blocks();
   const char* base[kReduceLanes];
   int64_t left[kReduceLanes];
@@ -104,7 +104,7 @@ void batch_sums(const std::vector<const Tensor*>& grads, const GuardPlan& plan, 
   }
   for (;;) {
     int live[kReduceLanes], lanes = 0;
-    int64_t n = bounds ? kPiece : INT64_MAX;
+    int64_t n = bounds ? blocks_isa.census_round : INT64_MAX;
     for (int k = 0; k < item.count; ++k)
       if (left[k] > 0) live[lanes++] = k, n = std::min(n, left[k]);
     if (lanes == 0) break;

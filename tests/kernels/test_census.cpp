@@ -127,10 +127,11 @@ TEST_CASE("guard census: mostly plain gradients, the fast steps and the recount,
 }
 
 // Small gradients, each under one group of 8 chunks, so the guard reads them in batches of
-// chunks from several gradients, in rounds of 1024 values (kernels/cpu/guard_kernels.cpp): plain
-// ones (only their largest magnitude counted, census_run's scan), ones with the edge values
-// planted on both sides of a round's end, one with an inf and one with a NaN; each counted
-// against the reference, on every path, at 1 and 2 threads.
+// chunks from several gradients, in rounds as long as a batch's shortest unread chunk
+// (kernels/cpu/guard_kernels.cpp), in blocks of 128 values: plain ones (only their largest
+// magnitude counted), ones with the edge values planted on both sides of a block's end (512,
+// 1024), one with an inf and one with a NaN; each counted against the reference, on every path,
+// at 1 and 2 threads.
 TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU path", "[census]") {
   IsaRestore restore;
   for (const CpuIsa isa : kAllCpuIsas) {
@@ -160,8 +161,8 @@ TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU 
               }
             ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
           }
-          // Each edge value alone in a plain gradient, in its second round: the round's scan
-          // alone must send it to the classification.
+          // Each edge value alone in a plain gradient, in a later block (1408-1535): that
+          // block's scan alone must send it to the recount.
           for (const float e : edges) {
             std::vector<float> x(2100);
             for (float& v : x) v = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
@@ -179,7 +180,7 @@ TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU 
 // Small gradients thick with values below the normal range: an edge value every 37 from
 // `start` on (those finite in grad_dtype: FP32's largest is inf in FP16; one gradient keeps
 // the inf and NaN too), the largest ordinary value at x[3], and edge values at x[1023] and
-// the last element (a round's and a gradient's last).
+// the last element (a block's and a gradient's last).
 namespace {
 
 std::vector<Tensor> thick_gradients(DType format, DType grad_dtype, int64_t start) {
@@ -209,8 +210,8 @@ std::vector<Tensor> thick_gradients(DType format, DType grad_dtype, int64_t star
 
 }  // namespace
 
-// The batches count such gradients in the loop (ColumnCounts), from the first round's second
-// block on, or from a later block where the first ones are plain and hold the largest value.
+// The batches count such gradients in the loop (ColumnCounts), from the second block on, or
+// from a later block where the first ones are plain and hold the largest value.
 TEST_CASE("guard census: batched small gradients thick with edge values, on every CPU path", "[census]") {
   IsaRestore restore;
   for (const CpuIsa isa : kAllCpuIsas) {
@@ -225,6 +226,41 @@ TEST_CASE("guard census: batched small gradients thick with edge values, on ever
             belay::test::Threads with(threads);
             check_guard_census(thick_gradients(format, grad_dtype, start), 1.0f / 64.0f, format);
           }
+  }
+}
+
+// A batch that turns dense and back: 8 gradients whose first block is thick with the small edge
+// values (every chunk flagged: the next block is counted in the loop), then plain blocks (the
+// loop turns back to the scan), the largest value in a plain block after the dense one, and lone
+// small edge values in later blocks of two gradients, which the scan must send to the recount;
+// one gradient holds an inf late. Every path, 1 and 2 threads.
+TEST_CASE("guard census: a batch turns dense and back, on every CPU path", "[census]") {
+  IsaRestore restore;
+  for (const CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;
+    force_cpu_isa(isa);
+    for (const DType format : {DType::F16, DType::BF16})
+      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
+        for (const int threads : {1, 2}) {
+          INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
+                                 << ", " << threads << " thread(s)");
+          belay::test::Threads with(threads);
+          std::vector<float> edges;  // those below 1 in magnitude: zeros, the subnormals and the normal edge
+          for (const float e : belay::test::census_edge_values(format))
+            if (std::fabs(e) < 1.0f) edges.push_back(e);
+          Rng rng(31);
+          std::vector<Tensor> ts;
+          for (int t = 0; t < 8; ++t) {
+            std::vector<float> x(static_cast<size_t>(2000 + 50 * t));
+            for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+            for (size_t i = static_cast<size_t>(t), e = 0; i < 128; i += 9, ++e) x[i] = edges[e % edges.size()];
+            x[900] = 3000.0f;  // the largest finite value, in a plain block after the dense one
+            if (t == 2 || t == 5) x[1500 + static_cast<size_t>(t)] = edges[static_cast<size_t>(t) % edges.size()];
+            if (t == 7) x[1900] = INFINITY;
+            ts.push_back(Tensor::from_vector(x, Shape{static_cast<int64_t>(x.size())}).to(grad_dtype));
+          }
+          CHECK(check_guard_census(ts, 1.0f / 64.0f, format) == 1.0f);  // the planted inf
+        }
   }
 }
 

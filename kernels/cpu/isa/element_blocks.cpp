@@ -190,9 +190,6 @@ void census_finite_bounds(const void* x, GemmElem elem, int64_t n, CensusBounds 
   else census_finite_of<W, 3>(x, elem, n, b, counts);
 }
 
-// census_finite_bounds with this path's vectors for elem (defined below, after them).
-void census_finite(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts);
-
 #if defined(BELAY_ISA_avx2) || defined(BELAY_ISA_avx512)
 // Eight elements of one chunk, widened exactly (F16C for FP16; BF16 is FP32's top half).
 inline __m256 load8(const void* x, GemmElem elem, int64_t i) {
@@ -251,6 +248,15 @@ inline void prefetch_step(const void* x, GemmElem elem, int64_t stride, int64_t 
   if ((at & 63) != 0) return;
   const char* p = static_cast<const char*>(x) + at + kPrefetchAhead;
   for (int k = 0; k < 8; ++k) _mm_prefetch(p + k * stride * elem_bytes, _MM_HINT_T0);
+}
+
+// p, as an address the compiler can no longer trace: loads through it read memory (not the
+// values just stored there, forwarded), and no other object is taken as written. An asm with p's
+// memory as an operand ("+m") did the first, but made the compiler keep the census loops'
+// FP64 sums in memory, a store and a reload on their chain every step.
+inline const float* untraced(const float* p) {
+  asm("" : "+r"(p));
+  return p;
 }
 
 // r[i][j] -> r[j][i] for 8 x 8 floats (bit moves only).
@@ -318,12 +324,13 @@ struct SquareSums {
     alignas(64) float scaled[4][16];
     for (int c = 0; c < 4; ++c) _mm512_store_ps(scaled[c], _mm512_mul_ps(cols[c], vinv));
     // Widened from memory: vcvtps2pd from a register costs a port-5 shuffle on top (and the
-    // upper half an extract), the census's port; kept so by the barrier (the compiler would
-    // forward the stores into extracts). 10.8 against 11.4 ns a step with census work, in cache.
-    asm volatile("" : "+m"(scaled));  // scaled alone goes through memory (not everything, as a clobber)
+    // upper half an extract), the census's port; kept so by reading through an untraced address
+    // (the compiler would forward the stores into extracts). 10.8 against 11.4 ns a step with
+    // census work, in cache.
+    const float* from = untraced(&scaled[0][0]);
     for (int h = 0; h < 2; ++h)
       for (int c = 0; c < 4; ++c) {
-        const __m512d d = _mm512_cvtps_pd(_mm256_load_ps(scaled[c] + 8 * h));
+        const __m512d d = _mm512_cvtps_pd(_mm256_load_ps(from + 16 * c + 8 * h));
         acc = _mm512_fmadd_pd(d, d, acc);
       }
   }
@@ -374,9 +381,9 @@ struct SquareSums {
   void add_columns8(const __m256 (&cols)[8]) {
     alignas(32) float scaled[8][8];
     for (int c = 0; c < 8; ++c) _mm256_store_ps(scaled[c], _mm256_mul_ps(cols[c], vinv));
-    asm volatile("" : "+m"(scaled));
+    const float* from = untraced(&scaled[0][0]);
     for (int c = 0; c < 8; ++c) {
-      const __m256d dlo = _mm256_cvtps_pd(_mm_load_ps(scaled[c])), dhi = _mm256_cvtps_pd(_mm_load_ps(scaled[c] + 4));
+      const __m256d dlo = _mm256_cvtps_pd(_mm_load_ps(from + 8 * c)), dhi = _mm256_cvtps_pd(_mm_load_ps(from + 8 * c + 4));
       lo = _mm256_fmadd_pd(dlo, dlo, lo);
       hi = _mm256_fmadd_pd(dhi, dhi, hi);
     }
@@ -604,6 +611,11 @@ struct NoColumns {
 // chunk's sum NaN instead).
 struct Magnitudes {
 #if defined(BELAY_ISA_avx512)
+  static constexpr int kChainMask = 1;
+#else
+  static constexpr int kChainMask = 0;
+#endif
+#if defined(BELAY_ISA_avx512)
   static Column set1(float v) { return _mm512_set1_ps(v); }
   static void fold(Column v, Column& lo, Column& hi) {
     lo = _mm512_range_ps(v, lo, 0b1010);
@@ -614,7 +626,7 @@ struct Magnitudes {
   static void fold(Column v, Column& lo, Column& hi) { fold_magnitudes(v, lo, hi); }
 #endif
   Column lo[2] = {set1(3.40282347e38f), set1(3.40282347e38f)}, hi[2] = {set1(0.0f), set1(0.0f)};
-  void column(Column v, int c) { fold(v, lo[c & 1], hi[c & 1]); }
+  void column(Column v, int c) { fold(v, lo[c & kChainMask], hi[c & kChainMask]); }
   // Bit k: chunk k held a magnitude below `bound` since the last call (the smallest restarts).
   unsigned below(float bound) {
 #if defined(BELAY_ISA_avx512)
@@ -664,6 +676,15 @@ struct ColumnCounts {
     hi = _mm256_max_epu32(hi, a);
   }
 #endif
+  // Bit k: chunk k held a value below the normal range since `sub` was `before`.
+  unsigned grew_since(ColumnBits before) const {
+#if defined(BELAY_ISA_avx512)
+    const unsigned m = _mm512_cmpneq_epi32_mask(sub, before);
+    return (m | m >> 8) & 0xffu;
+#else
+    return ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(sub, before)))) & 0xffu;
+#endif
+  }
   explicit ColumnCounts(CensusBounds b)
       : mask(set1(0x7fffffffu)), tiny_at(set1(WideBounds(b, GemmElem::F32).tiny)),
         sub_at(set1(WideBounds(b, GemmElem::F32).sub)) {}
@@ -691,7 +712,9 @@ struct ColumnCounts {
 // sums, as add_step sums 8 chunks stride apart: the columns first, then scaled (the same
 // products), each column shown to the census on the way.
 template <GemmElem E, class Census>
-void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums, Census& census) {
+void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums_out, Census& census_out) {
+  SquareSums sums = sums_out;
+  Census census = census_out;
   for (int64_t j = j0; j < j1; j += 8) {
 #if defined(BELAY_ISA_avx512)
     __m512 a[4];
@@ -708,6 +731,8 @@ void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums
     sums.add_columns8(a);
 #endif
   }
+  sums_out = sums;
+  census_out = census;
 }
 
 template <class Census>
@@ -757,64 +782,6 @@ void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float in
       const float u = grad_at(x[k], elem, j) * inv;
       out[k] += (double)u * (double)u;
     }
-}
-
-// sum_squares_8_at's sums, the same bits, and in the same read the census of the first `lanes`
-// chunks into counts[0, lanes), which start at zero (the other lanes repeat a chunk: summed,
-// not counted). Blocks of kBlock values of each chunk: in a plain block the columns fold each
-// chunk's smallest and largest magnitude (Magnitudes), and a chunk that held a value below the
-// normal range has its block counted again from L1 (census_finite); from a block where 3 or
-// more chunks did, or from the start where the caller says `dense`, every chunk is counted in
-// the loop instead (ColumnCounts). A chunk whose sum is not finite (an inf or a NaN, which
-// the compares pass over) is counted again in full (census_run). Returns how many chunks held
-// a value off the normal finite range: the caller's hint for its next round.
-int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
-                            bool dense, double* out, CensusCounts* counts) {
-  constexpr int64_t kBlock = 128;
-  const int64_t elem_bytes = elem == GemmElem::F32 ? 4 : 2;
-  SquareSums sums = sums_so_far(out, inv);
-  const int64_t whole = len / 8 * 8;
-  Magnitudes plain;
-  ColumnCounts counted(b);
-  const unsigned live = (1u << lanes) - 1;
-  unsigned flagged = 0;
-  for (int64_t j = 0; j < whole; j += kBlock) {
-    const int64_t end = std::min(whole, j + kBlock);
-    if (dense) {
-      sum_steps_at(x, elem, j, end, sums, counted);
-      continue;
-    }
-    sum_steps_at(x, elem, j, end, sums, plain);
-    const unsigned below = plain.below(b.subnormal_below) & live;
-    for (int k = 0; k < lanes; ++k)
-      if (below >> k & 1u) census_finite(static_cast<const char*>(x[k]) + j * elem_bytes, elem, end - j, b, &counts[k]);
-    flagged |= below;
-    dense = __builtin_popcount(below) >= 3;
-  }
-  sums.store(out);
-  CensusCounts in_loop[8];
-  counted.into(lanes, in_loop);
-  alignas(32) float top[8];
-  plain.largest(top);
-  for (int k = 0; k < lanes && whole > 0; ++k) {
-    if (!std::isfinite(out[k])) {
-      counts[k] = CensusCounts{};
-      census_run(x[k], elem, whole, b, &counts[k]);  // every value classified
-      flagged |= 1u << k;
-      continue;
-    }
-    counts[k].merge(in_loop[k]);
-    counts[k].amax = top[k] > counts[k].amax ? top[k] : counts[k].amax;
-    const CensusCounts& c = in_loop[k];
-    if (c.zeros + c.underflow + c.subnormal > 0) flagged |= 1u << k;
-  }
-  for (int k = 0; k < 8; ++k)
-    for (int64_t j = whole; j < len; ++j) {
-      const float v = grad_at(x[k], elem, j), u = v * inv;
-      out[k] += (double)u * (double)u;
-      if (k < lanes) counts[k].add(census_class(v, b), v);
-    }
-  return __builtin_popcount(flagged);
 }
 
 // WideCensus's vectors on the AVX paths (WideCensus and WideBounds: above, shared with the
@@ -875,6 +842,143 @@ struct WideFloats {  // 8 FP32 values
   static Vec max(Vec a, Vec b) { return _mm256_max_epu32(a, b); }
 };
 #endif
+
+// The census of a call's flagged blocks, chunk by chunk: a block of chunk k that held a value
+// below the normal range is counted again from L1 into chunk k's lane counters (WideCensus,
+// this path's vectors for the stored format), summed into its counts once, at the end of the
+// call. census_finite's setup and sums per block cost a block of 128 FP32 values 2-3x its
+// counting: with an exact zero every 1021 values (most blocks flagged), the batched census took
+// 1.6x the guard's time on Zen 3 (avx2) against 1.3x.
+template <class W>
+struct ChunkRecounts {
+  using Vec = typename W::Vec;
+  using Lane = typename W::Lane;
+  static constexpr int kLanes = sizeof(Vec) / sizeof(Lane);
+  static constexpr int64_t kFlushAt = 32768;  // vectors a chunk's 16-bit lanes take before they could wrap
+  CensusBounds bounds;
+  GemmElem elem;
+  Vec mask, tiny_at, sub_at;
+  Vec zero[8], tiny[8], sub[8];  // per chunk, lane counts of magnitudes below 1, tiny and sub
+  int64_t vectors[8] = {};
+  uint64_t total[8][3] = {};
+  unsigned used = 0;
+  ChunkRecounts(CensusBounds b, GemmElem e) : bounds(b), elem(e) {
+    const WideBounds wb(b, e);
+    mask = W::set1(e == GemmElem::F32 ? 0x7fffffffu : 0x7fffu), tiny_at = W::set1(wb.tiny), sub_at = W::set1(wb.sub);
+    for (int k = 0; k < 8; ++k) zero[k] = tiny[k] = sub[k] = W::set1(0);
+  }
+  // n values of chunk k from p on.
+  void add(int k, const void* p, int64_t n, CensusCounts* counts) {
+    const int64_t whole = n / kLanes * kLanes;
+    const Lane* q = static_cast<const Lane*>(p);
+    Vec z = zero[k], t = tiny[k], u = sub[k];  // in registers for the loop
+    for (int64_t j = 0; j < whole; j += kLanes) {
+      const Vec a = W::load(q + j) & mask;
+      z = W::add_zero(z, a), t = W::add_below(t, a, tiny_at), u = W::add_below(u, a, sub_at);
+    }
+    zero[k] = z, tiny[k] = t, sub[k] = u;
+    if ((vectors[k] += whole / kLanes) >= kFlushAt) flush(k);
+    for (int64_t j = whole; j < n; ++j) {
+      const float v = grad_at(p, elem, j);
+      counts->add(census_class(v, bounds), v);
+    }
+    used |= 1u << k;
+  }
+  void flush(int k) {
+    const Vec* n[3] = {&zero[k], &tiny[k], &sub[k]};
+    for (int i = 0; i < 3; ++i) {
+      Lane l[kLanes];
+      std::memcpy(l, n[i], sizeof l);
+      for (const Lane c : l) total[k][i] += c;
+    }
+    zero[k] = tiny[k] = sub[k] = W::set1(0);
+    vectors[k] = 0;
+  }
+  // The counts of chunk k into counts[k] (the largest magnitudes are the caller's).
+  void into(CensusCounts* counts) {
+    for (int k = 0; k < 8; ++k)
+      if (used >> k & 1u) {
+        flush(k);
+        counts[k].zeros += total[k][0];
+        counts[k].underflow += total[k][1] - total[k][0];
+        counts[k].subnormal += total[k][2] - total[k][1];
+      }
+  }
+};
+
+// sum_squares_8_at's sums, the same bits, and in the same read the census of the first `lanes`
+// chunks into counts[0, lanes), which start at zero (the other lanes repeat a chunk: summed,
+// not counted). Blocks of kBlock values of each chunk: in a plain block the columns fold each
+// chunk's smallest and largest magnitude (Magnitudes), and a chunk that held a value below the
+// normal range has its block counted again from L1 (ChunkRecounts); from a block where 3 or
+// more chunks did, or from the start where the caller says `dense`, every chunk is counted in
+// the loop instead (ColumnCounts). A chunk whose sum is not finite (an inf or a NaN, which
+// the compares pass over) is counted again in full (census_run). Returns how many chunks held
+// a value off the normal finite range: the caller's hint for its next round.
+template <class W>
+int sum_squares_census_8_at_of(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
+                               bool dense, double* out, CensusCounts* counts) {
+  constexpr int64_t kBlock = 128;
+  constexpr int kDenseChunks = 3;
+  const int64_t elem_bytes = elem == GemmElem::F32 ? 4 : 2;
+  SquareSums sums = sums_so_far(out, inv);
+  const int64_t whole = len / 8 * 8;
+  Magnitudes plain;
+  ColumnCounts counted(b);
+  const unsigned live = (1u << lanes) - 1;
+  unsigned flagged = 0;
+  ChunkRecounts<W> recounts(b, elem);
+  for (int64_t j = 0; j < whole; j += kBlock) {
+    const int64_t end = std::min(whole, j + kBlock);
+    unsigned below = 0;
+    if (dense) {
+      const ColumnBits before = counted.sub;
+      sum_steps_at(x, elem, j, end, sums, counted);
+      below = counted.grew_since(before) & live;
+    } else {
+      sum_steps_at(x, elem, j, end, sums, plain);
+      below = plain.below(b.subnormal_below) & live;
+      for (unsigned m = below; m != 0; m &= m - 1) {  // the flagged chunks only (a branch per lane mispredicted)
+        const int k = __builtin_ctz(m);
+        recounts.add(k, static_cast<const char*>(x[k]) + j * elem_bytes, end - j, &counts[k]);
+      }
+    }
+    flagged |= below;
+    dense = __builtin_popcount(below) >= kDenseChunks;
+  }
+  sums.store(out);
+  recounts.into(counts);
+  CensusCounts in_loop[8];
+  counted.into(lanes, in_loop);
+  alignas(32) float top[8];
+  plain.largest(top);
+  for (int k = 0; k < lanes && whole > 0; ++k) {
+    if (!std::isfinite(out[k])) {
+      counts[k] = CensusCounts{};
+      census_run(x[k], elem, whole, b, &counts[k]);  // every value classified
+      flagged |= 1u << k;
+      continue;
+    }
+    counts[k].merge(in_loop[k]);
+    counts[k].amax = top[k] > counts[k].amax ? top[k] : counts[k].amax;
+    const CensusCounts& c = in_loop[k];
+    if (c.zeros + c.underflow + c.subnormal > 0) flagged |= 1u << k;
+  }
+  for (int k = 0; k < 8; ++k)
+    for (int64_t j = whole; j < len; ++j) {
+      const float v = grad_at(x[k], elem, j), u = v * inv;
+      out[k] += (double)u * (double)u;
+      if (k < lanes) counts[k].add(census_class(v, b), v);
+    }
+  return __builtin_popcount(flagged);
+}
+
+int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
+                            bool dense, double* out, CensusCounts* counts) {
+  if (elem == GemmElem::F32) return sum_squares_census_8_at_of<WideFloats>(x, lanes, elem, len, inv, b, dense, out, counts);
+  return sum_squares_census_8_at_of<WideHalves>(x, lanes, elem, len, inv, b, dense, out, counts);
+}
+constexpr int64_t kCensusRound = INT64_MAX;  // counted in the loop: rounds as long as the chunks
 
 // Dense: the guard's steps as sum_squares_8 takes them (the same bits), and every group of
 // WideCensus's kSteps steps counted by it after they are summed. A group of 4 steps (32 values
@@ -1096,12 +1200,33 @@ void census_sparse_widest(const void* x, GemmElem elem, int64_t stride, int64_t 
   census_sparse(x, elem, stride, len, inv, b, out, counts);
 }
 
+#if !defined(BELAY_ISA_avx512)
+// avx2's FP32: the 8 chunks stride apart as a batch's 8 chunks anywhere (sum_squares_census_8_at:
+// the sums in the same order, the same bits), their counts added up. Its columns8 steps and
+// per-block scan took the census from 1.50-1.65x the guard's time to 1.04-1.11x (Zen 3, 8 x
+// 16384 values in L2, no value below the normal range; 1.23-1.34x against 1.53-1.68x with an
+// exact zero every 1021 values) against census_sparse's 8 x 8 transposition and per-step test;
+// from memory (belay_bench --only census) 1.09-1.18x against 1.09-1.26x, alike within the
+// host's noise.
+void census_8_as_batch(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
+                       CensusCounts* counts) {
+  const void* at[8];
+  for (int k = 0; k < 8; ++k) at[k] = static_cast<const float*>(x) + k * stride, out[k] = 0.0;
+  CensusCounts each[8];
+  sum_squares_census_8_at_of<WideFloats>(at, 8, GemmElem::F32, len, inv, b, false, out, each);
+  for (const CensusCounts& c : each) counts->merge(c);
+}
+#endif
+
 // The guard's sums (sum_squares_8's, the same bits) and the census in the same read. Which
 // loop runs is chosen per call (8 x len values of one tensor, mostly alike) from its first 8
 // steps: sparse when at most 2 of them hold a value below the normal range, dense otherwise
 // (where most steps are flagged, sparse would pay for both). Both count the same.
 void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                           double* out, CensusCounts* counts) {
+#if !defined(BELAY_ISA_avx512)
+  if (elem == GemmElem::F32) return census_8_as_batch(x, stride, len, inv, b, out, counts);
+#endif
   int flagged = 0;
   __m256 ignored = _mm256_setzero_ps();
   for (int64_t j = 0; j < std::min<int64_t>(len, 64); j += 8) {
@@ -1344,9 +1469,17 @@ struct WideFloats {
   static Vec max(Vec a, Vec b) { return _mm_castps_si128(_mm_max_ps(_mm_castsi128_ps(a), _mm_castsi128_ps(b))); }
 };
 
+// census_finite_bounds with this path's vectors for elem.
+void census_finite(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
+  if (elem == GemmElem::F32) census_finite_bounds<WideFloats>(x, elem, n, b, counts);
+  else census_finite_bounds<WideHalves>(x, elem, n, b, counts);
+}
+
 template <GemmElem Elem, int kBounds>
 using StepCensus = WideCensus<std::conditional_t<Elem == GemmElem::F32, WideFloats, WideHalves>, kBounds,
                               Elem == GemmElem::F32 ? WideFloats::kDenseVecs : WideHalves::kDenseVecs>;
+
+constexpr int64_t kCensusRound = 1024;  // each round's chunks counted again after its sums, from L1
 
 // As the AVX paths' entry (counts[0, lanes) start at zero), the census after the sums: a chunk
 // all normal and finite by its largest alone (all_normal's scan), one whose sum is finite
@@ -1462,11 +1595,6 @@ void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t 
   else sum_squares_census_8_of<GemmElem::BF16>(x, stride, len, inv, b, out, counts);
 }
 #endif
-
-void census_finite(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusCounts* counts) {
-  if (elem == GemmElem::F32) census_finite_bounds<WideFloats>(x, elem, n, b, counts);
-  else census_finite_bounds<WideHalves>(x, elem, n, b, counts);
-}
 
 // ---- GELU ----------------------------------------------------------------------------------
 // erf_f32 takes a short polynomial below |x| = 0.875 and a long one (degree 15) above, and a
@@ -1964,7 +2092,7 @@ void add_row_f64(const float* v, int64_t n, double* acc) {
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   gelu_tanh,   gelu_tanh_grad,
                                              relu,       relu_grad,
-                                             sum_squares_8, sum_squares_8_at, sum_squares_census_8_at, sum_squares_census_8, layer_norm_row,
+                                             sum_squares_8, sum_squares_8_at, sum_squares_census_8_at, kCensusRound, sum_squares_census_8, layer_norm_row,
                                              layer_norm_row_backward,
                                              softmax_row, softmax_row_backward, add_row_f64};
 

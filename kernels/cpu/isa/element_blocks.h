@@ -93,6 +93,11 @@ struct ElementBlocks {
   // loop from the start, as where 3 or more chunks held such values the round before.
   int (*sum_squares_census_8_at)(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv,
                                  CensusBounds bounds, bool dense, double* out, CensusCounts* counts);
+  // The longest call of sum_squares_census_8_at worth making, in values of each chunk (the
+  // guard's batches read in rounds of at most this many): the baseline path counts a round's
+  // chunks again after summing them, from L1 in rounds of 1024 (8 x 4 KiB of FP32); the AVX
+  // paths count in the summing loop, and a longer round only spreads their per-call work thinner.
+  int64_t census_round;
   // The same sums, the same bits, and in the same read the census of the 8 chunks'
   // elements as stored (census_class and census_amax of kernels/common/census_math.h),
   // added into *counts. A separate entry, so the guard without a census runs the loop above.
