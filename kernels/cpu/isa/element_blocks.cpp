@@ -383,7 +383,8 @@ struct SquareSums {
     for (int c = 0; c < 8; ++c) _mm256_store_ps(scaled[c], _mm256_mul_ps(cols[c], vinv));
     const float* from = untraced(&scaled[0][0]);
     for (int c = 0; c < 8; ++c) {
-      const __m256d dlo = _mm256_cvtps_pd(_mm_load_ps(from + 8 * c)), dhi = _mm256_cvtps_pd(_mm_load_ps(from + 8 * c + 4));
+      const __m256d dlo = _mm256_cvtps_pd(_mm_load_ps(from + 8 * c));
+      const __m256d dhi = _mm256_cvtps_pd(_mm_load_ps(from + 8 * c + 4));
       lo = _mm256_fmadd_pd(dlo, dlo, lo);
       hi = _mm256_fmadd_pd(dhi, dhi, hi);
     }
@@ -975,7 +976,8 @@ int sum_squares_census_8_at_of(const void* const* x, int lanes, GemmElem elem, i
 
 int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
                             bool dense, double* out, CensusCounts* counts) {
-  if (elem == GemmElem::F32) return sum_squares_census_8_at_of<WideFloats>(x, lanes, elem, len, inv, b, dense, out, counts);
+  if (elem == GemmElem::F32)
+    return sum_squares_census_8_at_of<WideFloats>(x, lanes, elem, len, inv, b, dense, out, counts);
   return sum_squares_census_8_at_of<WideHalves>(x, lanes, elem, len, inv, b, dense, out, counts);
 }
 constexpr int64_t kCensusRound = INT64_MAX;  // counted in the loop: rounds as long as the chunks
@@ -2092,7 +2094,8 @@ void add_row_f64(const float* v, int64_t n, double* acc) {
 extern const ElementBlocks element_blocks = {f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32, unscale, adamw,
                                              sgd,        gelu,       gelu_grad,   gelu_tanh,   gelu_tanh_grad,
                                              relu,       relu_grad,
-                                             sum_squares_8, sum_squares_8_at, sum_squares_census_8_at, kCensusRound, sum_squares_census_8, layer_norm_row,
+                                             sum_squares_8, sum_squares_8_at, sum_squares_census_8_at, kCensusRound,
+                                             sum_squares_census_8, layer_norm_row,
                                              layer_norm_row_backward,
                                              softmax_row, softmax_row_backward, add_row_f64};
 
