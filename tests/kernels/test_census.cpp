@@ -81,6 +81,25 @@ float check_guard_census(const std::vector<Tensor>& ts, float inv, DType format)
   return found;
 }
 
+// body(format, grad_dtype) on every CPU path this machine has, for both census formats and every
+// gradient dtype, at 1 and 2 threads; a failure says which.
+template <class Body>
+void on_every_batch_case(Body body) {
+  IsaRestore restore;
+  for (const CpuIsa isa : kAllCpuIsas) {
+    if (!cpu_isa_available(isa)) continue;
+    force_cpu_isa(isa);
+    for (const DType format : {DType::F16, DType::BF16})
+      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
+        for (const int threads : {1, 2}) {
+          INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
+                                 << ", " << threads << " thread(s)");
+          belay::test::Threads with(threads);
+          body(format, grad_dtype);
+        }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("guard census: every count against the reference, on every CPU path", "[census]") {
@@ -133,48 +152,38 @@ TEST_CASE("guard census: mostly plain gradients, the fast steps and the recount,
 // 1024), one with an inf and one with a NaN; each counted against the reference, on every path,
 // at 1 and 2 threads.
 TEST_CASE("guard census: batched small gradients, plain and edged, on every CPU path", "[census]") {
-  IsaRestore restore;
-  for (const CpuIsa isa : kAllCpuIsas) {
-    if (!cpu_isa_available(isa)) continue;
-    force_cpu_isa(isa);
-    for (const DType format : {DType::F16, DType::BF16})
-      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
-        for (const int threads : {1, 2}) {
-          INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
-                                 << ", " << threads << " thread(s)");
-          belay::test::Threads with(threads);
-          const std::vector<float> edges = belay::test::census_edge_values(format);
-          Rng rng(17);
-          std::vector<Tensor> ts;
-          int made = 0;
-          for (const int64_t n : {int64_t{16384}, int64_t{128}, int64_t{1030}, int64_t{16384}, int64_t{9000},
-                                  int64_t{600}, int64_t{16384}, int64_t{37}, int64_t{5000}, int64_t{16384}}) {
-            std::vector<float> x(static_cast<size_t>(n));
-            for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
-            const int kind = made++ % 4;  // 0, 2: plain; 1: edges around 511 and 1023; 3: edges and one NaN or inf
-            if (kind % 2 == 1)
-              for (size_t k = 0; k < edges.size(); ++k) {
-                const float v = edges[k];
-                if (kind == 1 && !std::isfinite(v)) continue;
-                x[(509 + 3 * k) % x.size()] = v;
-                x[(1020 + 5 * k) % x.size()] = v;
-              }
-            ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
-          }
-          // Each edge value alone in a plain gradient, in a later block (1408-1535): that
-          // block's scan alone must send it to the recount.
-          for (const float e : edges) {
-            std::vector<float> x(2100);
-            for (float& v : x) v = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
-            x[1500] = e;
-            ts.push_back(Tensor::from_vector(x, Shape{2100}).to(grad_dtype));
-          }
-          CHECK(check_guard_census(ts, 1.0f / 64.0f, format) == 1.0f);  // the planted inf and NaN
-          const TensorCensus plain = census_reference(ts[0], format), edged = census_reference(ts[1], format);
-          CHECK(plain.nonfinite + plain.zeros + plain.underflow + plain.subnormal == 0);
-          CHECK(edged.zeros > 0);
+  on_every_batch_case([](DType format, DType grad_dtype) {
+    const std::vector<float> edges = belay::test::census_edge_values(format);
+    Rng rng(17);
+    std::vector<Tensor> ts;
+    int made = 0;
+    for (const int64_t n : {int64_t{16384}, int64_t{128}, int64_t{1030}, int64_t{16384}, int64_t{9000},
+                            int64_t{600}, int64_t{16384}, int64_t{37}, int64_t{5000}, int64_t{16384}}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+      const int kind = made++ % 4;  // 0, 2: plain; 1: edges around 511 and 1023; 3: edges and one NaN or inf
+      if (kind % 2 == 1)
+        for (size_t k = 0; k < edges.size(); ++k) {
+          const float v = edges[k];
+          if (kind == 1 && !std::isfinite(v)) continue;
+          x[(509 + 3 * k) % x.size()] = v;
+          x[(1020 + 5 * k) % x.size()] = v;
         }
-  }
+      ts.push_back(Tensor::from_vector(x, Shape{n}).to(grad_dtype));
+    }
+    // Each edge value alone in a plain gradient, in a later block (1408-1535): that
+    // block's scan alone must send it to the recount.
+    for (const float e : edges) {
+      std::vector<float> x(2100);
+      for (float& v : x) v = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+      x[1500] = e;
+      ts.push_back(Tensor::from_vector(x, Shape{2100}).to(grad_dtype));
+    }
+    CHECK(check_guard_census(ts, 1.0f / 64.0f, format) == 1.0f);  // the planted inf and NaN
+    const TensorCensus plain = census_reference(ts[0], format), edged = census_reference(ts[1], format);
+    CHECK(plain.nonfinite + plain.zeros + plain.underflow + plain.subnormal == 0);
+    CHECK(edged.zeros > 0);
+  });
 }
 
 // Small gradients thick with values below the normal range: an edge value every 37 from
@@ -213,20 +222,12 @@ std::vector<Tensor> thick_gradients(DType format, DType grad_dtype, int64_t star
 // The batches count such gradients in the loop (ColumnCounts), from the second block on, or
 // from a later block where the first ones are plain and hold the largest value.
 TEST_CASE("guard census: batched small gradients thick with edge values, on every CPU path", "[census]") {
-  IsaRestore restore;
-  for (const CpuIsa isa : kAllCpuIsas) {
-    if (!cpu_isa_available(isa)) continue;
-    force_cpu_isa(isa);
-    for (const DType format : {DType::F16, DType::BF16})
-      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
-        for (const int64_t start : {int64_t{0}, int64_t{300}})
-          for (const int threads : {1, 2}) {
-            INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
-                                   << ", edges from " << start << ", " << threads << " thread(s)");
-            belay::test::Threads with(threads);
-            check_guard_census(thick_gradients(format, grad_dtype, start), 1.0f / 64.0f, format);
-          }
-  }
+  on_every_batch_case([](DType format, DType grad_dtype) {
+    for (const int64_t start : {int64_t{0}, int64_t{300}}) {
+      INFO("edges from " << start);
+      check_guard_census(thick_gradients(format, grad_dtype, start), 1.0f / 64.0f, format);
+    }
+  });
 }
 
 // A batch that turns dense and back: 8 gradients whose first block is thick with the small edge
@@ -235,33 +236,23 @@ TEST_CASE("guard census: batched small gradients thick with edge values, on ever
 // small edge values in later blocks of two gradients, which the scan must send to the recount;
 // one gradient holds an inf late. Every path, 1 and 2 threads.
 TEST_CASE("guard census: a batch turns dense and back, on every CPU path", "[census]") {
-  IsaRestore restore;
-  for (const CpuIsa isa : kAllCpuIsas) {
-    if (!cpu_isa_available(isa)) continue;
-    force_cpu_isa(isa);
-    for (const DType format : {DType::F16, DType::BF16})
-      for (const DType grad_dtype : {DType::F32, DType::F16, DType::BF16})
-        for (const int threads : {1, 2}) {
-          INFO(cpu_isa_name(isa) << ", census in " << dtype_name(format) << ", gradients " << dtype_name(grad_dtype)
-                                 << ", " << threads << " thread(s)");
-          belay::test::Threads with(threads);
-          std::vector<float> edges;  // those below 1 in magnitude: zeros, the subnormals and the normal edge
-          for (const float e : belay::test::census_edge_values(format))
-            if (std::fabs(e) < 1.0f) edges.push_back(e);
-          Rng rng(31);
-          std::vector<Tensor> ts;
-          for (int t = 0; t < 8; ++t) {
-            std::vector<float> x(static_cast<size_t>(2000 + 50 * t));
-            for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
-            for (size_t i = static_cast<size_t>(t), e = 0; i < 128; i += 9, ++e) x[i] = edges[e % edges.size()];
-            x[900] = 3000.0f;  // the largest finite value, in a plain block after the dense one
-            if (t == 2 || t == 5) x[1500 + static_cast<size_t>(t)] = edges[static_cast<size_t>(t) % edges.size()];
-            if (t == 7) x[1900] = INFINITY;
-            ts.push_back(Tensor::from_vector(x, Shape{static_cast<int64_t>(x.size())}).to(grad_dtype));
-          }
-          CHECK(check_guard_census(ts, 1.0f / 64.0f, format) == 1.0f);  // the planted inf
-        }
-  }
+  on_every_batch_case([](DType format, DType grad_dtype) {
+    std::vector<float> edges;  // those below 1 in magnitude: zeros, the subnormals and the normal edge
+    for (const float e : belay::test::census_edge_values(format))
+      if (std::fabs(e) < 1.0f) edges.push_back(e);
+    Rng rng(31);
+    std::vector<Tensor> ts;
+    for (int t = 0; t < 8; ++t) {
+      std::vector<float> x(static_cast<size_t>(2000 + 50 * t));
+      for (float& e : x) e = std::ldexp(rng.uniform() + 0.5f, static_cast<int>(rng.uniform() * 20.0f) - 10);
+      for (size_t i = static_cast<size_t>(t), e = 0; i < 128; i += 9, ++e) x[i] = edges[e % edges.size()];
+      x[900] = 3000.0f;  // the largest finite value, in a plain block after the dense one
+      if (t == 2 || t == 5) x[1500 + static_cast<size_t>(t)] = edges[static_cast<size_t>(t) % edges.size()];
+      if (t == 7) x[1900] = INFINITY;
+      ts.push_back(Tensor::from_vector(x, Shape{static_cast<int64_t>(x.size())}).to(grad_dtype));
+    }
+    CHECK(check_guard_census(ts, 1.0f / 64.0f, format) == 1.0f);  // the planted inf
+  });
 }
 
 TEST_CASE("guard census: headroom in bits and the record's checks", "[census]") {
