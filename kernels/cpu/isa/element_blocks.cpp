@@ -914,9 +914,10 @@ struct ChunkRecounts {
 // chunks into counts[0, lanes), which start at zero (the other lanes repeat a chunk: summed,
 // not counted). Blocks of kBlock values of each chunk: in a plain block the columns fold each
 // chunk's smallest and largest magnitude (Magnitudes), and a chunk that held a value below the
-// normal range has its block counted again from L1 (ChunkRecounts); from a block where 3 or
-// more chunks did, or from the start where the caller says `dense`, every chunk is counted in
-// the loop instead (ColumnCounts). A chunk whose sum is not finite (an inf or a NaN, which
+// normal range has its block counted again from L1 (ChunkRecounts); in the block after one
+// where 3 or more chunks did (or the first, where the caller says `dense`), every chunk is
+// counted in the loop instead (ColumnCounts), and the blocks after it go back to the scan when
+// fewer than 3 chunks' counts grew in it. A chunk whose sum is not finite (an inf or a NaN, which
 // the compares pass over) is counted again in full (census_run). Returns how many chunks held
 // a value off the normal finite range: the caller's hint for its next round.
 template <class W>

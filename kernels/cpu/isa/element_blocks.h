@@ -90,7 +90,7 @@ struct ElementBlocks {
   // stored (census_class, census_amax) into counts[0, lanes), which start at zero: a batch's
   // piece, in the same read. Returns how many of those chunks held a value off the normal
   // finite range; `dense` (a hint, the counts the same either way): count every chunk in the
-  // loop from the start, as where 3 or more chunks held such values the round before.
+  // loop in the first block, as where 3 or more chunks held such values the round before.
   int (*sum_squares_census_8_at)(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv,
                                  CensusBounds bounds, bool dense, double* out, CensusCounts* counts);
   // The longest call of sum_squares_census_8_at worth making, in values of each chunk (the
