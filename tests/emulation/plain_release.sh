@@ -10,7 +10,8 @@
 # ASan-only planted bugs and everything else (the emulator's own tests emu.simt.* and
 # `belay train --device cuda`, emu.train_cli, which depend on no seed, run there only), and
 # the same seeds under ASan cost three times as much. -O2: the emulated suite runs as fast as
-# at Release's -O3, and the build takes less.
+# at Release's -O3, and the build takes less; apps/ (the training library the GPU suite's runs
+# use) at -O0, as in the sanitizer build: its loops call the emulated kernels.
 #   usage: tests/emulation/plain_release.sh <root> <build-dir>
 #   env:   BELAY_EMU_SEEDS_PLAIN (default "2 3"): the seeds; CMAKE_CXX_COMPILER_LAUNCHER
 #          (e.g. ccache) is read by CMake itself.
@@ -25,7 +26,8 @@ seeds=${BELAY_EMU_SEEDS_PLAIN:-2 3}
 jobs=$(nproc)
 start=$(date +%s)
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF -DBELAY_EMU_SEEDS="${seeds// /;}" -DBELAY_EMU_PLANTED=plain >/dev/null
+  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DBELAY_ENABLE_CUDA=OFF -DBELAY_CUDA_EMULATION=ON -DBELAY_BUILD_BENCH=OFF \
+  -DBELAY_APPS_OPT=-O0 -DBELAY_EMU_SEEDS="${seeds// /;}" -DBELAY_EMU_PLANTED=plain >/dev/null
 cmake --build "$build" -j"$jobs" --target belay_gpu_tests belay_planted_bugs
 built=$(date +%s)
 cd "$build"
