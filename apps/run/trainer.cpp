@@ -14,6 +14,8 @@
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "amp/autocast.h"
 #include "amp/checkpoint.h"
 #include "amp/dist/communicator.h"
@@ -662,20 +664,22 @@ bool Trainer::rollback() {
   settings_ = run_settings(c_, *data_, so_.enabled);  // a checkpoint records the policy now in force
   records_[std::to_string(rollback_fired_at_) + ".rollback"] =
       *rollback_reason_ + "; restored step " + std::to_string(snap.next_step) + "; " + action;
-  cases_.push_back({{"step", rollback_fired_at_},
-                    {"condition", trigger_->condition()},
-                    {"reason", *rollback_reason_},
-                    {"restored_step", snap.next_step},
-                    {"restored_state",
-                     {{"optimizer_steps", snap.optimizer_steps},
-                      {"scaler_scale", snap.scaler.scale},
-                      {"scaler_growth_tracker", snap.scaler.growth_tracker},
-                      {"scaler_hysteresis_left", snap.scaler.hysteresis_left},
-                      {"data_position", snap.data_position}}},
-                    {"action", action},
-                    {"columns", kStepLogHeader},
-                    {"rows", rows}});
-  write_file_atomically(rollback_report_, nlohmann::json{{"format", "belay.rollback.v1"}, {"cases", cases_}}.dump(2) + "\n");
+  if (!cases_) cases_ = std::make_unique<nlohmann::json>(nlohmann::json::array());
+  cases_->push_back({{"step", rollback_fired_at_},
+                     {"condition", trigger_->condition()},
+                     {"reason", *rollback_reason_},
+                     {"restored_step", snap.next_step},
+                     {"restored_state",
+                      {{"optimizer_steps", snap.optimizer_steps},
+                       {"scaler_scale", snap.scaler.scale},
+                       {"scaler_growth_tracker", snap.scaler.growth_tracker},
+                       {"scaler_hysteresis_left", snap.scaler.hysteresis_left},
+                       {"data_position", snap.data_position}}},
+                     {"action", action},
+                     {"columns", kStepLogHeader},
+                     {"rows", rows}});
+  const nlohmann::json report{{"format", "belay.rollback.v1"}, {"cases", *cases_}};
+  write_file_atomically(rollback_report_, report.dump(2) + "\n");
   progress_->finish();
   const std::string what = "rollback: " + *rollback_reason_ + "; restored the state of step " +
                            std::to_string(snap.next_step) + " (weights, optimizer, scaler, data, LR position); case in " +

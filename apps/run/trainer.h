@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "amp/census_log.h"
 #include "amp/grad_scaler.h"
@@ -151,7 +151,7 @@ class Trainer {
   std::optional<Snapshot> snapshot_;
   std::optional<std::string> rollback_reason_;
   int64_t rollback_fired_at_ = -1;
-  nlohmann::json cases_ = nlohmann::json::array();
+  std::unique_ptr<nlohmann::json> cases_;  // the rollback report's cases (a pointer: no JSON in this header)
   std::chrono::steady_clock::time_point t0_;
   int64_t last_ = 0;  // the step the run stops before (--steps, or --stop-at)
 };

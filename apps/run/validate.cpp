@@ -16,6 +16,7 @@
 #include "apps/run/train.h"
 #include "apps/run/trainer.h"
 #include "apps/run/validate_gpt.h"
+#include "apps/run/validate_report.h"
 #include "autograd/modules.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
@@ -804,8 +805,9 @@ ValidateResult conclude_validate(bool pass, const ValidateConfig& c, nlohmann::j
   report["pass"] = pass;
   out << (pass ? "PASS" : "FAIL") << ": " << dtype_name(c.dtype)
       << (pass ? " holds every threshold" : " fails a threshold") << " on this " << what << "\n";
-  if (!c.json.empty()) write_file_atomically(c.json, report.dump(2) + "\n");
-  return {pass ? 0 : 1, report};
+  std::string text = report.dump(2) + "\n";
+  if (!c.json.empty()) write_file_atomically(c.json, text);
+  return {pass ? 0 : 1, std::move(text)};
 }
 
 }  // namespace belay

@@ -13,8 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/dtype.h"
 
 namespace belay {
@@ -54,7 +52,7 @@ struct ValidateConfig {
 
 struct ValidateResult {
   int exit_code = 0;  // 0: every threshold holds; 1: some does not
-  nlohmann::json report;
+  std::string report;  // the report as JSON text, what --json writes
 };
 
 // Linear and MLP checkpoints here; a GPT checkpoint goes to run_validate_gpt (validate_gpt.h).
@@ -63,20 +61,5 @@ ValidateResult run_validate(const ValidateConfig& config, std::ostream& out);
 // A threshold option (--rtol, --atol, --tie-margin): unset, or a finite number >= 0; else
 // UsageError naming it.
 void check_threshold(const char* option, const std::optional<double>& value);
-
-// One threshold's outcome, and the verdict block both kinds of checkpoint print: a PASS or
-// FAIL line per check under "verdict:", the same as the report's "checks" array (returned);
-// `pass` is whether every check holds.
-struct ValidateCheck {
-  const char* name;
-  bool pass;
-  std::string detail;
-};
-nlohmann::json print_checks(const std::vector<ValidateCheck>& checks, bool& pass, std::ostream& out);
-
-// The verdict line ("PASS: bf16 holds every threshold on this <what>"), the JSON report
-// written when asked (atomically), and the result: shared by both kinds of checkpoint.
-ValidateResult conclude_validate(bool pass, const ValidateConfig& config, nlohmann::json report, const char* what,
-                                 std::ostream& out);
 
 }  // namespace belay

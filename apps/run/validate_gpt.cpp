@@ -12,6 +12,7 @@
 #include "apps/run/model_kinds.h"
 #include "apps/run/sample.h"
 #include "apps/run/token_dataset.h"
+#include "apps/run/validate_report.h"
 #include "autograd/graph.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"

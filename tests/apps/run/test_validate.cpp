@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "apps/run/validate.h"
@@ -21,11 +23,17 @@ std::string tmp(const std::string& name) {
   return "/tmp/belay_validate_test_" + std::to_string(::getpid()) + "_" + name;
 }
 
-ValidateResult validate_with(const ValidateConfig& c, std::string* text = nullptr) {
+// The result, its report as JSON text (what --json writes) and parsed back.
+struct Validated {
+  int exit_code;
+  std::string text;
+  nlohmann::json report;
+};
+Validated validate_with(const ValidateConfig& c, std::string* text = nullptr) {
   std::ostringstream out;
-  ValidateResult r = run_validate(c, out);
+  const ValidateResult r = run_validate(c, out);
   if (text) *text = out.str();
-  return r;
+  return {r.exit_code, r.report, nlohmann::json::parse(r.report)};
 }
 
 // 24 rows of N(0, 1) for the default model (16 inputs, 4 classes), labels 0..3; `patch`
@@ -55,7 +63,7 @@ TEST_CASE("validate: the default set passes in fp16 and bf16, thresholds stated 
     ValidateConfig c;
     c.dtype = dt;
     std::string text;
-    const ValidateResult r = validate_with(c, &text);
+    const Validated r = validate_with(c, &text);
     INFO(text);
     CHECK(r.exit_code == 0);
     CHECK(r.report["pass"] == true);
@@ -81,7 +89,7 @@ TEST_CASE("validate: an input of 1e5 overflows fp16 (exit 1, the row shown), bf1
   ValidateConfig c;
   c.data = set;
   std::string text;
-  const ValidateResult r = validate_with(c, &text);
+  const Validated r = validate_with(c, &text);
   INFO(text);
   CHECK(r.exit_code == 1);
   CHECK_FALSE(check_passed(r.report, "amp: no non-finite value"));
@@ -92,7 +100,7 @@ TEST_CASE("validate: an input of 1e5 overflows fp16 (exit 1, the row shown), bf1
   // Its decision is gone too: listed among the changed ones.
   CHECK(r.report["comparison"]["decisions"]["changed_rows"][0]["amp_decision"] == -1);
   c.dtype = DType::BF16;
-  const ValidateResult b = validate_with(c);
+  const Validated b = validate_with(c);
   CHECK(check_passed(b.report, "amp: no non-finite value"));
   std::remove(set.c_str());
 }
@@ -104,7 +112,7 @@ TEST_CASE("validate: near-ties built under a margin bf16 cannot keep flip (exit 
   const std::string saved = tmp("ties.safetensors");
   c.save_set = saved;
   std::string text;
-  const ValidateResult r = validate_with(c, &text);
+  const Validated r = validate_with(c, &text);
   INFO(text);
   CHECK(r.exit_code == 1);
   CHECK_FALSE(check_passed(r.report, "changed decisions <= max-flips"));
@@ -122,7 +130,7 @@ TEST_CASE("validate: near-ties built under a margin bf16 cannot keep flip (exit 
   again.dtype = DType::BF16;
   again.tie_margin = 0.002;
   again.data = saved;
-  const ValidateResult g = validate_with(again);
+  const Validated g = validate_with(again);
   CHECK(g.report["comparison"]["decisions"]["changed"] == r.report["comparison"]["decisions"]["changed"]);
   CHECK(g.report["set"]["kinds"]["near_tie"] == 16);
   // --max-flips is the project's threshold: allowing them passes.
@@ -137,7 +145,7 @@ TEST_CASE("validate: a non-finite FP32 reference is a failure of the baseline, a
   ValidateConfig c;
   c.data = set;
   std::string text;
-  const ValidateResult r = validate_with(c, &text);
+  const Validated r = validate_with(c, &text);
   CHECK(r.exit_code == 1);
   CHECK_FALSE(check_passed(r.report, "baseline: FP32 reference finite"));
   CHECK(r.report["comparison"]["baseline_nonfinite_rows"][0]["row"] == 9);
@@ -150,7 +158,7 @@ TEST_CASE("validate --train: both runs' curves, counts, scale and divergence, th
   c.train_steps = 12;
   c.json = tmp("train.json");
   c.rtol = 0.05;  // the project's tolerance for two trained models (stated before the runs)
-  const ValidateResult r = validate_with(c);
+  const Validated r = validate_with(c);
   const auto& t = r.report["train"];
   for (const char* run : {"fp32", "fp16"}) {
     CHECK(t["runs"][run]["loss"].size() == 12);
@@ -161,7 +169,9 @@ TEST_CASE("validate --train: both runs' curves, counts, scale and divergence, th
   CHECK(t["weight_divergence"]["rel_l2"].get<double>() > 0.0);  // the runs did differ ...
   CHECK(r.exit_code == 0);                                      // ... within the stated tolerance
   std::ifstream f(c.json);
-  const nlohmann::json j = nlohmann::json::parse(f);
+  const std::string written((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(written == r.text);
+  const nlohmann::json j = nlohmann::json::parse(written);
   CHECK(j["thresholds"]["rtol"] == 0.05);
   CHECK(j["pass"] == true);
   std::remove(c.json.c_str());
@@ -191,7 +201,7 @@ TEST_CASE("validate: a regression set is judged by its errors, extremes and R^2,
   ValidateConfig c;
   c.data = path;
   c.model = "linear";
-  const ValidateResult r = validate_with(c);
+  const Validated r = validate_with(c);
   CHECK(r.report["set"]["task"] == "regression");
   CHECK(r.report["comparison"]["quality"]["measure"] == "r2");
   CHECK(r.report["comparison"]["decisions"]["changed_rows"].empty());
@@ -204,7 +214,7 @@ TEST_CASE("validate: --min-quality holds both runs to it, the untrained referenc
   ValidateConfig c;
   c.min_quality = 0.9;  // an untrained 4-class model is near chance (0.25)
   std::string text;
-  const ValidateResult r = validate_with(c, &text);
+  const Validated r = validate_with(c, &text);
   CHECK(r.exit_code == 1);
   CHECK_FALSE(check_passed(r.report, "baseline: quality >= min-quality"));
   CHECK_FALSE(check_passed(r.report, "amp: quality >= min-quality"));

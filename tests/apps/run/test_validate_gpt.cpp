@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "amp/autocast.h"
@@ -23,6 +24,16 @@ using namespace belay;
 namespace {
 
 constexpr int64_t kWindows = 3;
+
+// run_validate_gpt's result with its report parsed back from the JSON text.
+struct Validated {
+  int exit_code;
+  nlohmann::json report;
+};
+Validated validate_gpt(const ValidateConfig& c, std::ostream& out) {
+  const ValidateResult r = run_validate_gpt(c, out);
+  return {r.exit_code, nlohmann::json::parse(r.report)};
+}
 
 // The tiny GPT trained 5 steps, its held-out loss evaluated after the last on kWindows windows.
 struct Fixture {
@@ -95,7 +106,7 @@ TEST_CASE("validate gpt: decisions counted as defined, the FP32 loss the run's h
     std::ostringstream out;
     const ValidateConfig c = f.config(dtype);
     REQUIRE(validates_gpt(c));
-    const ValidateResult r = run_validate_gpt(c, out);
+    const Validated r = validate_gpt(c, out);
     const nlohmann::json& d = r.report["comparison"]["decisions"];
     const double u = 0.5 * static_cast<double>(finfo(dtype).eps);
     const double margin = 64.0 * u;  // the default: 64u
@@ -120,7 +131,7 @@ TEST_CASE("validate gpt: a wide near-tie margin takes every flip, a zero toleran
   ValidateConfig c = f.config(DType::BF16);
   c.tie_margin = 1e9;  // every position is a near-tie: a flip there is not counted against --max-flips
   std::ostringstream out;
-  ValidateResult r = run_validate_gpt(c, out);
+  Validated r = validate_gpt(c, out);
   const nlohmann::json& d = r.report["comparison"]["decisions"];
   CHECK(d["near_ties"] == d["tokens"]);
   CHECK(d["near_tie_changed"] == d["changed"]);
@@ -128,7 +139,7 @@ TEST_CASE("validate gpt: a wide near-tie margin takes every flip, a zero toleran
   c = f.config(DType::BF16);
   c.rtol = 0.0;
   c.atol = 1e-30;  // bf16 logits equal to fp32's to 1e-30 at every position: no
-  r = run_validate_gpt(c, out);
+  r = validate_gpt(c, out);
   CHECK(r.exit_code == 1);
   CHECK(r.report["comparison"]["logits"]["out_of_tolerance"].get<int64_t>() > 0);
   CHECK(r.report["comparison"]["checks"][2]["pass"] == false);
@@ -157,12 +168,12 @@ TEST_CASE("validate gpt: an FP16 overflow in the head fails, BF16 holds it", "[a
   ValidateConfig c = f.config(DType::F16);
   c.checkpoint = big;
   std::ostringstream out;
-  ValidateResult r = run_validate_gpt(c, out);
+  Validated r = validate_gpt(c, out);
   CHECK(r.exit_code == 1);
   CHECK(out.str().find("FAIL  amp: no non-finite value (24 positions") != std::string::npos);
   CHECK(out.str().find("PASS  baseline: FP32 reference finite") != std::string::npos);
   c.dtype = DType::BF16;
-  r = run_validate_gpt(c, out);
+  r = validate_gpt(c, out);
   CHECK(r.report["comparison"]["checks"][1]["pass"] == true);
   std::remove(big.c_str());
 }
