@@ -51,13 +51,13 @@ set_tests_properties(emu.vector_access_lint PROPERTIES LABELS emulated)
 # belay train --device cuda, end to end on the emulated device: the CLI's own run, its CSV,
 # and the same run on the CPU to compare with.
 add_test(NAME emu.train_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/train_cli.sh $<TARGET_FILE:belay>)
-set_tests_properties(emu.train_cli PROPERTIES LABELS emulated
+set_tests_properties(emu.train_cli PROPERTIES LABELS emulated COST 20
   ENVIRONMENT "BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
 
 # belay train --model gpt --device cuda: a tiny GPT's steps and held-out losses against the CPU's.
 add_test(NAME emu.train_gpt_cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/emulation/train_gpt_cli.sh
                                         $<TARGET_FILE:belay> ${PROJECT_SOURCE_DIR})
-set_tests_properties(emu.train_gpt_cli PROPERTIES LABELS emulated
+set_tests_properties(emu.train_gpt_cli PROPERTIES LABELS emulated COST 20
   ENVIRONMENT "BELAY_EMU_COVERAGE=${BELAY_EMU_COVERAGE_LOG}")
 
 # The memory-traffic targets (emulation/test_memory_metrics.cpp): a few representative launches
@@ -71,7 +71,8 @@ target_compile_definitions(belay_metrics_test_objects PRIVATE BELAY_SOURCE_DIR="
 add_executable(belay_metrics_tests $<TARGET_OBJECTS:belay_metrics_test_objects>)
 target_link_libraries(belay_metrics_tests PRIVATE belay_core Catch2::Catch2WithMain)
 add_test(NAME emu.memory_metrics COMMAND belay_metrics_tests)
-set_tests_properties(emu.memory_metrics PROPERTIES LABELS emulated
+# COST: started among the first (27-39 s under ASan; registered last, it ran alone at the end).
+set_tests_properties(emu.memory_metrics PROPERTIES LABELS emulated COST 40
   ENVIRONMENT "BELAY_EMU_METRICS=${CMAKE_BINARY_DIR}/emulated-kernel-metrics.txt")
 
 # ---- planted bugs -----------------------------------------------------------------------
