@@ -111,8 +111,9 @@ inline Json to_json(const Timing& t) {
 struct CheckFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+[[noreturn]] inline void check_failed(const std::string& what) { throw CheckFailure("check failed: " + what); }
 inline void require(bool ok, const std::string& what) {
-  if (!ok) throw CheckFailure("check failed: " + what);
+  if (!ok) check_failed(what);
 }
 
 // Options every section reads: `quick` shrinks sizes and repetitions (a smoke run).
