@@ -1,7 +1,8 @@
 // Device-side helpers shared by the CUDA kernels: loads and stores of any belay dtype
-// through FP32 (the same bit-exact conversions as the CPU, engine/half_bits.h), 8-wide
-// vector loads for the bandwidth-bound passes, and fixed-order block reductions (no
-// atomics: the same inputs give the same bits on every run).
+// through FP32 (the same bit-exact conversions as the CPU, engine/half_bits.h) and 8-wide
+// vector loads for the bandwidth-bound passes. The block reductions are in
+// block_reduce.cuh: CUB's headers cost a .cu file 7 of its 13 s of nvcc, so only the
+// kernels that reduce include them.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,10 +10,6 @@
 
 #include "engine/dtype.h"
 #include "kernels/common/element_math.h"
-
-#if !BELAY_CUDA_EMULATION
-#include <cub/block/block_reduce.cuh>
-#endif
 
 // Element i of n, for i = this thread's index, stepping by the grid's thread count: the
 // element-wise kernels' loop (any n with any grid).
@@ -118,71 +115,6 @@ __device__ __forceinline__ void store8_f32(void* base, DType dtype, int64_t i, c
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// Block reductions: one value per thread, the result given to every thread. On the GPU they
-// are CUB's BlockReduce with the raking algorithm at the fixed block size kBlock: a fixed
-// reduction tree, so the same inputs give the same bits on every run and every GPU. In the
-// emulated build (BELAY_CUDA_EMULATION) they are the portable shared-memory tree below,
-// whose barriers the emulator's race check watches; the two trees add in different orders,
-// so the emulated bits are not the GPU's (tests compare through the tolerance helper, and
-// the repeatability tests hold on each). `scratch` holds blockDim.x values (the portable
-// tree's); every launch of a kernel that reduces uses blockDim.x == kBlock.
-#if BELAY_CUDA_EMULATION
-__device__ __forceinline__ double block_sum(double v, double* scratch) {
-  scratch[threadIdx.x] = v;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const double total = scratch[0];
-  __syncthreads();  // scratch may be reused right after
-  return total;
-}
-
-// The maximum of floats; a NaN anywhere propagates (the loss must see it).
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  scratch[threadIdx.x] = v;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      const float o = scratch[threadIdx.x + stride], s = scratch[threadIdx.x];
-      scratch[threadIdx.x] = (o > s || o != o) ? o : s;
-    }
-    __syncthreads();
-  }
-  const float total = scratch[0];
-  __syncthreads();
-  return total;
-}
-#else
-struct Plus {
-  __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
-};
-struct NanPropagatingMax {
-  __device__ __forceinline__ float operator()(float s, float o) const { return (o > s || o != o) ? o : s; }
-};
-
-template <class T, class Op>
-__device__ __forceinline__ T cub_block_reduce(T v, Op op) {
-  using Reduce = cub::BlockReduce<T, kBlock, cub::BLOCK_REDUCE_RAKING>;
-  __shared__ typename Reduce::TempStorage temp;
-  __shared__ T result;
-  const T total = Reduce(temp).Reduce(v, op);  // valid in thread 0
-  if (threadIdx.x == 0) result = total;
-  __syncthreads();
-  const T all = result;
-  __syncthreads();  // temp and result may be reused right after
-  return all;
-}
-
-__device__ __forceinline__ double block_sum(double v, double* /*scratch*/) {
-  return cub_block_reduce(v, Plus{});
-}
-__device__ __forceinline__ float block_max(float v, float* /*scratch*/) {
-  return cub_block_reduce(v, NanPropagatingMax{});
-}
-#endif
 
 inline int grid_for(int64_t n, int block = kBlock, int cap = 8192) {
   const int64_t blocks = (n + block - 1) / block;

@@ -25,6 +25,7 @@
 #include "kernels/cuda/census_count.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/multi_tensor.cuh"
 

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/row_grid.h"
 

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/device_access.cuh"
 
 namespace belay {

@@ -11,6 +11,7 @@
 #include "kernels/common/unary_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/simt_seam.cuh"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/device_access.cuh"
 #include "kernels/cuda/row_grid.h"
 

@@ -130,7 +130,7 @@ function(belay_planted_bug name)
   set(BELAY_PLANTED_BUGS ${BELAY_PLANTED_BUGS} "${name}|$<TARGET_FILE:planted_${name}>|${P_FILTER}" PARENT_SCOPE)
 endfunction()
 
-belay_planted_bug(block_sum_barrier FILE kernels/cuda/device_access.cuh
+belay_planted_bug(block_sum_barrier FILE kernels/cuda/block_reduce.cuh
   RECOMPILE kernels/cuda/reduce_kernels.cu kernels/cuda/guard_kernels.cu kernels/cuda/cross_entropy_kernels.cu
   FILTER "cuda sum and sum_rows match FP64 and repeat bit for bit")
 belay_planted_bug(gemm_wait_group FILE kernels/cuda/gemm_tensor_core.cu

@@ -15,7 +15,7 @@ BUGS = {
     # The block reduction's barrier after each tree step: thread i then reads
     # scratch[i + stride] while thread i + stride may still be writing it.
     "block_sum_barrier": (
-        "kernels/cuda/device_access.cuh",
+        "kernels/cuda/block_reduce.cuh",
         "    if (threadIdx.x < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];\n"
         "    __syncthreads();\n",
         "    if (threadIdx.x < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];\n",
