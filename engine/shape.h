@@ -36,7 +36,10 @@ class Shape {
   std::string str() const { return str(dims_); }
   static std::string str(const std::vector<int64_t>& dims) {
     std::string s = "[";
-    for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (i) s += ", ";
+      s += std::to_string(dims[i]);
+    }
     return s + "]";
   }
 

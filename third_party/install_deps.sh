@@ -26,8 +26,9 @@ fi
 # libpcre2-dev: the regular expressions of GPT-2's BPE pre-tokenizer (apps/text/).
 packages=(libeigen3-dev catch2 libcli11-dev nlohmann-json3-dev ninja-build cmake g++ python3 python3-venv python3-dev
   librsvg2-bin openmpi-bin libopenmpi-dev libpython3.11-minimal libpython3.11-stdlib libpcre2-dev)
-# The test command also builds with clang under ASan/UBSan and runs the libFuzzer target.
-[ "${1:-}" = "--tests" ] && packages+=(clang libclang-rt-14-dev libomp-14-dev)
+# The test command also builds with clang under ASan/UBSan and runs the libFuzzer target; ps
+# (procps) finds the processes of the build it runs in the background, to stop them early.
+[ "${1:-}" = "--tests" ] && packages+=(clang libclang-rt-14-dev libomp-14-dev procps)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
