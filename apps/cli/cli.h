@@ -1,6 +1,6 @@
 // The belay CLI's subcommands: for each, what its options fill (a struct the CLI11 option
 // table binds to), the table itself, and how the parsed options become a run of the
-// training library. Parsing and wiring only; apps/cli/main.cpp dispatches and reports errors.
+// training library. Parsing and wiring only; apps/cli/cli_main.cpp dispatches and reports errors.
 #pragma once
 #include <cstdint>
 #include <memory>
