@@ -87,9 +87,11 @@ BELAY_HD void adamw_element(float g, float& p, float& m, float& v, float lr, flo
 // AdamW's bias correction 1 - beta^t for the t-th applied step, in FP64 and rounded once,
 // from the applied-step count the device keeps (t = applied_steps + 1): the host never needs
 // the count to run a step. pow is glibc's on the CPU and CUDA's on the GPU (both within 1-2
-// ulp in FP64, so the FP32 results agree except at rare rounding ties).
+// ulp in FP64, so the FP32 results agree except at rare rounding ties). ::pow, named from the
+// global namespace: an unqualified pow would find belay::pow (autograd/ops.h) first wherever that
+// header came earlier in the unit.
 BELAY_HD float adamw_bias_correction(float beta, float applied_steps) {
-  return static_cast<float>(1.0 - pow(static_cast<double>(beta), static_cast<double>(applied_steps) + 1.0));
+  return static_cast<float>(1.0 - ::pow(static_cast<double>(beta), static_cast<double>(applied_steps) + 1.0));
 }
 
 // The index a step count selects in a table of n per-step values (the LR schedule): the
