@@ -96,5 +96,8 @@ wait "$emu_pid" || emu_status=$?
 emu_pid=
 cat "$emu_build/plain.log"
 echo "plain emulated build waited for until ${SECONDS} s"
-[ $emu_status -eq 0 ] || { echo "the plain emulated build failed (exit $emu_status), see $emu_build/plain.log" >&2; exit 1; }
+if [ $emu_status -ne 0 ]; then
+  echo "the plain emulated build failed (exit $emu_status), see $emu_build/plain.log" >&2
+  exit 1
+fi
 echo "all done in ${SECONDS} s"
