@@ -1,7 +1,7 @@
-// The belay CLI's main (apps/cli/main.cpp calls it; here, in belay_cli, it is compiled in one unit
-// with the other files that parse with CLI11): parsing and wiring only. Every error is one line, "belay: error: ...",
-// with exit status 2 for bad usage or input and 1 for a failure at run time. Each
-// subcommand's options and wiring: apps/cli/cli_train.cpp, apps/cli/cli_commands.cpp.
+// The belay CLI's main (apps/cli/main.cpp calls it; here, in belay_cli, it is compiled in one
+// unit with the other files that parse with CLI11): parsing and wiring only. Every error is one
+// line, "belay: error: ...", with exit status 2 for bad usage or input and 1 for a failure at
+// run time. Each subcommand's options and wiring: apps/cli/cli_train.cpp, apps/cli/cli_commands.cpp.
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -84,7 +84,7 @@ void add_commands(CLI::App& app, Commands& c) {
   belay::add_bpe_commands(app, c.bpe);
 }
 
-// The parsed command, run. `comm`: a communicator a command made (--dist), kept by main.
+// The parsed command, run. `comm`: a communicator a command made (--dist), kept by cli_main.
 int run_command(Commands& c, int argc, char** argv, std::unique_ptr<belay::Communicator>& comm) {
   // Decided here, before any work: an unknown or unavailable path (option or
   // BELAY_CPU_ISA) is a usage error whatever the command.

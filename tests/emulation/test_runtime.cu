@@ -369,7 +369,8 @@ std::vector<std::string> cuda_code_names(const std::string& source) {
     size_t end = i;
     while (end < source.size() && is_word(source[end])) ++end;
     const std::string word = source.substr(i, end - i);
-    const std::string tail = word.rfind("cudaError", 0) == 0 ? word.substr(9) : "";
+    const std::string error_prefix = "cudaError";
+    const std::string tail = word.rfind(error_prefix, 0) == 0 ? word.substr(error_prefix.size()) : "";
     const bool letters = !tail.empty() && std::all_of(tail.begin(), tail.end(), [](char c) {
       return std::isalpha(static_cast<unsigned char>(c));
     });

@@ -633,9 +633,11 @@ void wait_warp(Thread& t) {
 }
 
 // ---- Blocks ---------------------------------------------------------------------------------------
-// Every thread of the block at the start of the kernel, each on its fiber's stack.
-void start_threads(Block& b, int n) {
+// Every thread of the block at the start of the kernel, each on its fiber's stack; returns how
+// many there are.
+int start_threads(Block& b) {
   const dim3 bd = b.launch->block;
+  const int n = static_cast<int>(bd.x * bd.y * bd.z);
   b.threads.resize(static_cast<size_t>(n));
   b.warp_epoch.assign(static_cast<size_t>((n + kWarpSize - 1) / kWarpSize), 0);
   b.interval = ++g_intervals;
@@ -656,12 +658,11 @@ void start_threads(Block& b, int n) {
     t.c.grid_dim = b.launch->grid;
     start_fiber(t, stack_for(static_cast<size_t>(i)));
   }
+  return n;
 }
 
 void run_block(Block& b) {
-  const dim3 bd = b.launch->block;
-  const int n = static_cast<int>(bd.x * bd.y * bd.z);
-  start_threads(b, n);
+  const int n = start_threads(b);
   // The runnable threads of a round, in the seed's order. Filled by index, not push_back:
   // this loop runs once per round of every block, and ASan checks each push_back.
   std::vector<int> order(static_cast<size_t>(n));
