@@ -1,8 +1,11 @@
 #include "apps/plot/census_plot.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -31,6 +34,16 @@ double number_in(const std::string& s, const std::string& where) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0') throw UsageError(where + ": '" + s + "' is not a number");
+  return v;
+}
+
+// A step number as the log writes it: digits only (no sign, fraction, exponent, inf or nan).
+int64_t step_in(const std::string& s, const std::string& where) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) || *end != '\0' || errno == ERANGE)
+    throw UsageError(where + ": step '" + s + "' is not a step number");
   return v;
 }
 
@@ -81,7 +94,9 @@ CensusTable read_census(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UsageError("cannot read census file '" + path + "'");
   std::string line;
-  if (!std::getline(in, line) || line != kCensusHeader)
+  const bool read = static_cast<bool>(std::getline(in, line));
+  if (!line.empty() && line.back() == '\r') line.pop_back();  // a file saved with CRLF line ends
+  if (!read || line != kCensusHeader)
     throw UsageError("census file '" + path + "' does not start with the header " + std::string(kCensusHeader));
   struct Cell { double headroom, underflow; bool nonfinite; };
   std::map<std::pair<std::string, int64_t>, Cell> cells;
@@ -89,11 +104,12 @@ CensusTable read_census(const std::string& path) {
   CensusTable t;
   std::map<std::string, size_t> tensor_index;
   for (int64_t lineno = 2; std::getline(in, line); ++lineno) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     const std::string where = path + ":" + std::to_string(lineno);
     const std::vector<std::string> f = split_csv(line);
     if (f.size() != 11) throw UsageError(where + ": " + std::to_string(f.size()) + " fields, the header has 11");
-    const int64_t step = static_cast<int64_t>(number_in(f[0], where));
+    const int64_t step = step_in(f[0], where);
     const double numel = number_in(f[2], where);
     if (!tensor_index.count(f[1])) {
       tensor_index[f[1]] = t.tensors.size();
@@ -123,7 +139,34 @@ CensusTable read_census(const std::string& path) {
   return t;
 }
 
-std::string census_svg(const CensusTable& t, const std::string& title) {
+CensusTable census_columns(const CensusTable& t, int64_t columns) {
+  const int64_t ns = static_cast<int64_t>(t.steps.size()), per = census_steps_per_column(ns, columns);
+  if (per == 1) return t;
+  const int64_t nc = census_column_of(ns - 1, per) + 1;
+  const size_t nt = t.tensors.size();
+  CensusTable c;
+  c.tensors = t.tensors;
+  c.steps_per_column = per * t.steps_per_column;
+  c.skipped.assign(static_cast<size_t>(nc), false);
+  c.headroom.assign(nt, std::vector<double>(static_cast<size_t>(nc), kNaN));
+  c.underflow_fraction = c.headroom;
+  c.nonfinite.assign(nt, std::vector<bool>(static_cast<size_t>(nc), false));
+  for (int64_t j = 0; j < ns; ++j) {
+    const size_t col = static_cast<size_t>(census_column_of(j, per)), from = static_cast<size_t>(j);
+    if (col == c.steps.size()) c.steps.push_back(t.steps[from]);
+    c.skipped[col] = c.skipped[col] || t.skipped[from];
+    for (size_t i = 0; i < nt; ++i) {
+      // fmin and fmax return the other operand where one is NaN: a step without a row adds nothing.
+      c.headroom[i][col] = std::fmin(c.headroom[i][col], t.headroom[i][from]);
+      c.underflow_fraction[i][col] = std::fmax(c.underflow_fraction[i][col], t.underflow_fraction[i][from]);
+      c.nonfinite[i][col] = c.nonfinite[i][col] || t.nonfinite[i][from];
+    }
+  }
+  return c;
+}
+
+std::string census_svg(const CensusTable& table, const std::string& title) {
+  const CensusTable t = census_columns(table, kCensusColumns);
   const size_t nt = t.tensors.size(), ns = t.steps.size();
   size_t longest = 0;
   for (const std::string& n : t.tensors) longest = std::max(longest, n.size());
@@ -168,7 +211,9 @@ std::string census_svg(const CensusTable& t, const std::string& title) {
     }
   }
   const double ly = height - 22;
-  svg.text(label_w, ly - 12, "step (recorded steps only) ->", 10);
+  const std::string columns =
+      t.steps_per_column == 1 ? "" : "; a column: the worst of " + std::to_string(t.steps_per_column) + " of them";
+  svg.text(label_w, ly - 12, "step (recorded steps only" + columns + ") ->", 10);
   svg.text(label_w, ly, "red tick: a skipped step; black cell: the tensor held an inf or NaN", 10);
   return svg.str();
 }
