@@ -136,6 +136,28 @@ std::vector<bool> abandoned_rows(const RunLog& log) {
 }
 
 // abandoned: draw only the rows a rollback abandoned (true) or only the others (false).
+}  // namespace
+
+std::vector<std::pair<double, double>> thin_to_pixels(const std::vector<std::pair<double, double>>& line) {
+  std::vector<std::pair<double, double>> out;
+  for (size_t lo = 0; lo < line.size();) {
+    const double column = std::floor(line[lo].first);
+    size_t hi = lo, low = lo, high = lo;  // [lo, hi): the column's points; its lowest, highest
+    for (; hi < line.size() && std::floor(line[hi].first) == column; ++hi) {
+      if (line[hi].second < line[low].second) low = hi;
+      if (line[hi].second > line[high].second) high = hi;
+    }
+    size_t keep[4] = {lo, low, high, hi - 1};
+    std::sort(keep, keep + 4);
+    for (int k = 0; k < 4; ++k)
+      if (k == 0 || keep[k] != keep[k - 1]) out.push_back(line[keep[k]]);
+    lo = hi;
+  }
+  return out;
+}
+
+namespace {
+
 std::vector<std::vector<std::pair<double, double>>> segments(const Frame& f, const RunLog& log,
                                                              const std::function<double(const StepRow&)>& value,
                                                              bool steps_after, bool abandoned) {
@@ -342,8 +364,8 @@ void draw_series(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs
                     bool steps_after) {
       SvgStyle faint = st;
       faint.opacity = 0.3;
-      for (const auto& seg : segments(f, log, value, steps_after, true)) svg.polyline(seg, faint);
-      for (const auto& seg : segments(f, log, value, steps_after, false)) svg.polyline(seg, st);
+      for (const auto& seg : segments(f, log, value, steps_after, true)) svg.polyline(thin_to_pixels(seg), faint);
+      for (const auto& seg : segments(f, log, value, steps_after, false)) svg.polyline(thin_to_pixels(seg), st);
     };
     draw(frames[0], [](const StepRow& r) { return static_cast<double>(r.loss); }, solid, false);
     draw(frames[1], [](const StepRow& r) { return static_cast<double>(r.grad_l2_pre_clip); }, solid, false);

@@ -225,3 +225,42 @@ TEST_CASE("plot: the held-out loss column is read and drawn as points in the los
   CHECK_THROWS_WITH(read_step_log(hand), Catch::Contains("not a belay step log"));
   for (const std::string& f : {tokens, csv, hand}) std::remove(f.c_str());
 }
+
+TEST_CASE("plot: a long run's lines thinned to the pixels they cross, every spike kept", "[apps][plot]") {
+  // Points in separate pixel columns: kept as they are.
+  std::vector<std::pair<double, double>> sparse;
+  for (int i = 0; i < 10; ++i) sparse.push_back({0.5 + i, static_cast<double>(i % 3)});
+  CHECK(thin_to_pixels(sparse) == sparse);
+  // 1000 points in one column: its first, lowest, highest and last, in that order (the lowest
+  // and highest in the order they came).
+  std::vector<std::pair<double, double>> dense;
+  for (int i = 0; i < 1000; ++i) dense.push_back({3.0 + i / 1000.0, i == 700 ? -5.0 : i == 400 ? 9.0 : std::sin(i)});
+  dense.front().second = 1.0;
+  dense.back().second = 2.0;
+  const std::vector<std::pair<double, double>> want{dense[0], dense[400], dense[700], dense[999]};
+  CHECK(thin_to_pixels(dense) == want);
+  // The first point the lowest: three points, none twice.
+  dense[0].second = -7.0;
+  CHECK(thin_to_pixels(dense).size() == 3);
+  CHECK(thin_to_pixels({}).empty());
+
+  // A run of 100,000 steps with loss spikes: its SVG stays small (a polyline point per row and
+  // panel was 10 MB) and still draws each spike (the spike at step 10 fixes the loss axis, so
+  // the two pictures below differ only if the one at 51234 is drawn).
+  RunLog log;
+  log.name = "long";
+  for (int64_t s = 0; s < 100000; ++s) {
+    StepRow r;
+    r.step = s;
+    r.lr = 1e-3f;
+    r.loss = s == 10 || s == 51234 ? 40.0f : 2.0f + 0.1f * static_cast<float>(std::sin(static_cast<double>(s)));
+    r.grad_l2_pre_clip = r.grad_l2_post_clip = 1.0f;
+    r.scaler_scale = 65536.0f;
+    log.rows.push_back(r);
+  }
+  const std::string svg = plot_svg({log});
+  CHECK(svg.size() < 1000000);
+  RunLog flat = log;
+  flat.rows[51234].loss = 2.0f;
+  CHECK(plot_svg({flat}) != svg);  // the spike at 51234 is drawn
+}
