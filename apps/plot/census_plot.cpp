@@ -90,37 +90,60 @@ void colour_key(Svg& svg, double x, double y0, double h, double lo, double hi, s
 
 }  // namespace
 
-CensusTable read_census(const std::string& path) {
+namespace {
+
+// What a census file says, before it is laid out as a table: each (tensor, step) row's cell,
+// the tensors in the order they first appear, and each step's skipped flag.
+struct CensusRows {
+  struct Cell {
+    double headroom, underflow;
+    bool nonfinite;
+  };
+  std::map<std::pair<std::string, int64_t>, Cell> cells;
+  std::vector<std::string> tensors;
+  std::map<std::string, size_t> tensor_index;  // tensors' positions, for the lookup per row
+  std::map<int64_t, bool> steps;  // step -> skipped
+};
+
+// getline without a CRLF file's '\r'.
+bool read_line(std::istream& in, std::string& line) {
+  if (!std::getline(in, line)) return false;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return true;
+}
+
+// One data row (11 fields) into r.
+void add_census_row(const std::string& line, const std::string& where, CensusRows& r) {
+  const std::vector<std::string> f = split_csv(line);
+  if (f.size() != 11) throw UsageError(where + ": " + std::to_string(f.size()) + " fields, the header has 11");
+  const int64_t step = step_in(f[0], where);
+  const double numel = number_in(f[2], where);
+  if (r.tensor_index.emplace(f[1], r.tensors.size()).second) r.tensors.push_back(f[1]);
+  r.cells[{f[1], step}] = {number_in(f[8], where), numel > 0 ? number_in(f[5], where) / numel : 0.0,
+                           number_in(f[3], where) > 0};
+  r.steps[step] = r.steps[step] || f[9] == "1";
+}
+
+CensusRows read_census_rows(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UsageError("cannot read census file '" + path + "'");
   std::string line;
-  const bool read = static_cast<bool>(std::getline(in, line));
-  if (!line.empty() && line.back() == '\r') line.pop_back();  // a file saved with CRLF line ends
-  if (!read || line != kCensusHeader)
+  if (!read_line(in, line) || line != kCensusHeader)
     throw UsageError("census file '" + path + "' does not start with the header " + std::string(kCensusHeader));
-  struct Cell { double headroom, underflow; bool nonfinite; };
-  std::map<std::pair<std::string, int64_t>, Cell> cells;
-  std::map<int64_t, bool> steps;
+  CensusRows r;
+  for (int64_t lineno = 2; read_line(in, line); ++lineno)
+    if (!line.empty()) add_census_row(line, path + ":" + std::to_string(lineno), r);
+  if (r.cells.empty()) throw UsageError("census file '" + path + "' has no rows");
+  return r;
+}
+
+}  // namespace
+
+CensusTable read_census(const std::string& path) {
+  const CensusRows r = read_census_rows(path);
   CensusTable t;
-  std::map<std::string, size_t> tensor_index;
-  for (int64_t lineno = 2; std::getline(in, line); ++lineno) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    const std::string where = path + ":" + std::to_string(lineno);
-    const std::vector<std::string> f = split_csv(line);
-    if (f.size() != 11) throw UsageError(where + ": " + std::to_string(f.size()) + " fields, the header has 11");
-    const int64_t step = step_in(f[0], where);
-    const double numel = number_in(f[2], where);
-    if (!tensor_index.count(f[1])) {
-      tensor_index[f[1]] = t.tensors.size();
-      t.tensors.push_back(f[1]);
-    }
-    cells[{f[1], step}] = {number_in(f[8], where), numel > 0 ? number_in(f[5], where) / numel : 0.0,
-                           number_in(f[3], where) > 0};
-    steps[step] = steps[step] || f[9] == "1";
-  }
-  if (cells.empty()) throw UsageError("census file '" + path + "' has no rows");
-  for (const auto& [s, skipped] : steps) {
+  t.tensors = r.tensors;
+  for (const auto& [s, skipped] : r.steps) {
     t.steps.push_back(s);
     t.skipped.push_back(skipped);
   }
@@ -130,8 +153,8 @@ CensusTable read_census(const std::string& path) {
   t.nonfinite.assign(nt, std::vector<bool>(ns, false));
   for (size_t j = 0; j < ns; ++j)
     for (size_t i = 0; i < nt; ++i) {
-      const auto it = cells.find({t.tensors[i], t.steps[j]});
-      if (it == cells.end()) continue;
+      const auto it = r.cells.find({t.tensors[i], t.steps[j]});
+      if (it == r.cells.end()) continue;
       t.headroom[i][j] = it->second.headroom;
       t.underflow_fraction[i][j] = it->second.underflow;
       t.nonfinite[i][j] = it->second.nonfinite;
