@@ -135,7 +135,6 @@ std::vector<bool> abandoned_rows(const RunLog& log) {
   return out;
 }
 
-// abandoned: draw only the rows a rollback abandoned (true) or only the others (false).
 }  // namespace
 
 std::vector<std::pair<double, double>> thin_to_pixels(const std::vector<std::pair<double, double>>& line) {
@@ -158,6 +157,7 @@ std::vector<std::pair<double, double>> thin_to_pixels(const std::vector<std::pai
 
 namespace {
 
+// abandoned: draw only the rows a rollback abandoned (true) or only the others (false).
 std::vector<std::vector<std::pair<double, double>>> segments(const Frame& f, const RunLog& log,
                                                              const std::function<double(const StepRow&)>& value,
                                                              bool steps_after, bool abandoned) {
