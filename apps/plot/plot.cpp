@@ -182,7 +182,7 @@ std::vector<std::vector<std::pair<double, double>>> segments(const Frame& f, con
 }
 
 void draw_frame(Svg& svg, const Frame& f, const std::string& title, bool x_labels) {
-  const SvgStyle grid{"#e3e3e3", 1.0};
+  const SvgStyle grid{"#e3e3e3", 1.0, ""};
   // y ticks
   if (f.y.base == 0) {
     const double step = nice_step((f.y.hi - f.y.lo) / 4.0);
@@ -211,7 +211,7 @@ void draw_frame(Svg& svg, const Frame& f, const std::string& title, bool x_label
     svg.line(x, f.y0, x, f.y0 + f.h, grid);
     if (x_labels) svg.text(x, f.y0 + f.h + 15, short_number(t), 10, "middle");
   }
-  svg.rect(f.x0, f.y0, f.w, f.h, SvgStyle{"#555", 1.0});
+  svg.rect(f.x0, f.y0, f.w, f.h, SvgStyle{"#555", 1.0, ""});
   svg.text(f.x0, f.y0 - 6, title, 12, "start", "#111");
 }
 
@@ -358,7 +358,7 @@ void draw_series(Svg& svg, const Frames& frames, const std::vector<RunLog>& logs
   for (size_t li = 0; li < logs.size(); ++li) {
     const RunLog& log = logs[li];
     const std::string color = kRunColors[li];
-    const SvgStyle solid{color, 1.6}, dashed{color, 1.3, "5 3"};
+    const SvgStyle solid{color, 1.6, ""}, dashed{color, 1.3, "5 3"};
     // Rows a rollback abandoned are drawn faint, under the rows that replaced them.
     auto draw = [&](const Frame& f, const std::function<double(const StepRow&)>& value, const SvgStyle& st,
                     bool steps_after) {
@@ -396,7 +396,7 @@ void draw_legend(Svg& svg, const std::vector<RunLog>& logs) {
     const std::string label = logs[li].name + " (" + std::to_string(logs[li].rows.size()) + " rows, " +
                               std::to_string(skipped) + " skipped)";
     place(27 + 6.5 * static_cast<double>(label.size()));
-    svg.line(lx, ly - 4, lx + 22, ly - 4, SvgStyle{kRunColors[li], 2.5});
+    svg.line(lx, ly - 4, lx + 22, ly - 4, SvgStyle{kRunColors[li], 2.5, ""});
     svg.text(lx + 27, ly, label, 11);
     lx += 27 + 6.5 * static_cast<double>(label.size()) + 18;
   }
@@ -411,7 +411,7 @@ void draw_legend(Svg& svg, const std::vector<RunLog>& logs) {
   for (const auto& [color, reason] : {std::pair<const char*, const char*>{kGradColor, "skip: nonfinite_grad"},
                                       {kLossColor, "skip: nonfinite_loss"}}) {
     place(5 + 6.5 * 20);
-    svg.line(lx, ly - 10, lx, ly + 2, SvgStyle{color, 2});
+    svg.line(lx, ly - 10, lx, ly + 2, SvgStyle{color, 2, ""});
     svg.text(lx + 5, ly, reason, 11);
     lx += 5 + 6.5 * 20 + 16;
   }
