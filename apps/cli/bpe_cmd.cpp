@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -19,17 +18,10 @@
 #include "apps/text/bpe_source.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
+#include "engine/text_file.h"
 
 namespace belay {
 namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": cannot read it");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A U8 split of a byte-level tokens file, as bytes.
 std::string byte_split(const SafetensorsFile& f, const std::string& name) {
@@ -67,7 +59,7 @@ int run_encode(const BpeCommand& o, std::ostream& out) {
   if ((o.encode->get_option("--text")->count() > 0) == (o.encode->get_option("--file")->count() > 0))
     throw UsageError("bpe encode: give the text with --text STR or --file PATH (one of them)");
   const BpeTokenizer tok = load_bpe_tokenizer(o.tokenizer);
-  const std::string text = o.file.empty() ? o.text : read_bytes(o.file);
+  const std::string text = o.file.empty() ? o.text : read_text_file(o.file, "text file");
   std::string line;
   for (int32_t id : tok.encode(text)) {
     if (!line.empty()) line += ' ';
@@ -80,7 +72,7 @@ int run_encode(const BpeCommand& o, std::ostream& out) {
 int run_decode(const BpeCommand& o, std::ostream& out) {
   if (!o.ids.empty() && !o.file.empty()) throw UsageError("bpe decode: give ids or --file PATH, not both");
   const BpeTokenizer tok = load_bpe_tokenizer(o.tokenizer);
-  const std::string bytes = tok.decode(parse_ids(o.file.empty() ? o.ids : words_of(read_bytes(o.file))));
+  const std::string bytes = tok.decode(parse_ids(o.file.empty() ? o.ids : words_of(read_text_file(o.file, "ids file"))));
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.flush();
   return 0;

@@ -15,6 +15,7 @@
 #include "apps/plot/svg.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/text_file.h"
 
 namespace belay {
 
@@ -125,8 +126,7 @@ void add_census_row(const std::string& line, const std::string& where, CensusRow
 }
 
 CensusRows read_census_rows(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read census file '" + path + "'");
+  std::ifstream in = open_text_file(path, "census file");
   std::string line;
   if (!read_line(in, line) || line != kCensusHeader)
     throw UsageError("census file '" + path + "' does not start with the header " + std::string(kCensusHeader));

@@ -22,6 +22,7 @@
 #include "apps/plot/svg.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/text_file.h"
 
 extern char** environ;
 
@@ -228,8 +229,7 @@ double parse_heldout(const std::string& cell, const std::string& where) {
 }  // namespace
 
 RunLog read_step_log(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read step log '" + path + "': " + std::strerror(errno));
+  std::ifstream in = open_text_file(path, "step log");
   RunLog log;
   log.name = path;
   std::string line;

@@ -3,27 +3,16 @@
 // written atomically (apps/text/bpe.h).
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "apps/text/bpe.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/text_file.h"
 
 namespace belay {
 namespace {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": cannot read it (" + std::strerror(errno) + ")");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string one_line(std::string s) {
   for (char& c : s)
@@ -31,9 +20,10 @@ std::string one_line(std::string s) {
   return s;
 }
 
-nlohmann::json read_json_file(const std::string& path) {
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  const std::string text = read_text_file(path, what);
   try {
-    return nlohmann::json::parse(read_text_file(path));
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(path + ": not valid JSON (" + one_line(e.what()) + ")");
   }
@@ -124,9 +114,9 @@ void check_tokenizer_json_kind(const nlohmann::json& j, const std::string& path)
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt) {
-  std::vector<std::string> tokens = vocab_by_id(read_json_file(vocab_json), vocab_json);
+  std::vector<std::string> tokens = vocab_by_id(read_json_file(vocab_json, "vocabulary"), vocab_json);
   MergeReader reader(tokens);
-  const std::string text = read_text_file(merges_txt);
+  const std::string text = read_text_file(merges_txt, "merges file");
   size_t line_no = 0;
   for (size_t at = 0; at < text.size();) {
     size_t end = text.find('\n', at);
@@ -142,7 +132,7 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
 }
 
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
-  const nlohmann::json j = read_json_file(path);
+  const nlohmann::json j = read_json_file(path, "tokenizer file");
   check_tokenizer_json_kind(j, path);
   try {
     std::vector<AddedToken> added;

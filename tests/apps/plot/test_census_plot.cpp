@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -129,4 +130,6 @@ TEST_CASE("census plot: a step that is not a step number is refused, CRLF line e
     std::ofstream(path) << kCensusHeader << "\n" << step << row.substr(1) << "\n";
     CHECK_THROWS_WITH(read_census(path), Catch::Contains("is not a step number") && Catch::Contains(":2"));
   }
+  const std::string dir = std::filesystem::path(crlf).parent_path().string();  // said: no header, before
+  CHECK_THROWS_WITH(read_census(dir), Catch::Equals("census file '" + dir + "' is a directory"));
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -56,7 +57,10 @@ TEST_CASE("plot: a step log is read as written, and anything else is refused wit
   CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("skipped must be 0 or 1"));
   spit(bad, std::string(kStepLogHeader) + "\n");
   CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("no rows"));
-  CHECK_THROWS_AS(read_step_log(tmp("missing.csv")), UsageError);
+  CHECK_THROWS_WITH(read_step_log(tmp("missing.csv")),
+                    Catch::Contains("cannot read step log") && Catch::Contains("No such file or directory"));
+  const std::string dir = std::filesystem::path(csv).parent_path().string();  // read as empty, before
+  CHECK_THROWS_WITH(read_step_log(dir), Catch::Equals("step log '" + dir + "' is a directory"));
   CHECK_THROWS_AS(write_plot({log}, tmp("run.jpg")), UsageError);
   std::remove(csv.c_str());
   std::remove(bad.c_str());

@@ -265,8 +265,12 @@ TEST_CASE("bpe refuses bad files in one line naming the file", "[bpe]") {
   belay::test::spit(m, "#version: 0.2\nh e\n");
   belay::test::spit(v, vocab_json({"he"}));
   CHECK(BpeTokenizer::from_files(v, m).merges() == 1);
-  refuses([&] { BpeTokenizer::from_files(dir + "/missing.json", m); }, dir + "/missing.json: cannot read it");
-  refuses([&] { BpeTokenizer::from_files(v, dir + "/missing.txt"); }, dir + "/missing.txt: cannot read it");
+  refuses([&] { BpeTokenizer::from_files(dir + "/missing.json", m); },
+          "cannot read vocabulary '" + dir + "/missing.json': No such file or directory");
+  refuses([&] { BpeTokenizer::from_files(v, dir + "/missing.txt"); },
+          "cannot read merges file '" + dir + "/missing.txt': No such file or directory");
+  refuses([&] { BpeTokenizer::from_files(v, dir); }, "merges file '" + dir + "' is a directory");
+  refuses([&] { BpeTokenizer::from_tokenizer_json(dir); }, "tokenizer file '" + dir + "' is a directory");
   belay::test::spit(dir + "/bad.json", "{\"a\": 1,\n");
   refuses([&] { BpeTokenizer::from_files(dir + "/bad.json", m); }, dir + "/bad.json: not valid JSON");
   belay::test::spit(dir + "/m2.txt", "h e\nq zz\n");
