@@ -28,4 +28,10 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   return text.str();
 }
 
+bool read_text_line(std::istream& in, std::string& line) {
+  if (!std::getline(in, line)) return false;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return true;
+}
+
 }  // namespace belay

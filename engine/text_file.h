@@ -3,6 +3,7 @@
 // std::ifstream opens, and then reads as an empty file).
 #pragma once
 #include <fstream>
+#include <istream>
 #include <string>
 
 namespace belay {
@@ -14,5 +15,8 @@ std::ifstream open_text_file(const std::string& path, const std::string& what);
 
 // The whole of the file open_text_file opens.
 std::string read_text_file(const std::string& path, const std::string& what);
+
+// std::getline without the '\r' a CRLF file ends its lines with.
+bool read_text_line(std::istream& in, std::string& line);
 
 }  // namespace belay

@@ -106,13 +106,6 @@ struct CensusRows {
   std::map<int64_t, bool> steps;  // step -> skipped
 };
 
-// getline without a CRLF file's '\r'.
-bool read_line(std::istream& in, std::string& line) {
-  if (!std::getline(in, line)) return false;
-  if (!line.empty() && line.back() == '\r') line.pop_back();
-  return true;
-}
-
 // One data row (11 fields) into r.
 void add_census_row(const std::string& line, const std::string& where, CensusRows& r) {
   const std::vector<std::string> f = split_csv(line);
@@ -128,10 +121,10 @@ void add_census_row(const std::string& line, const std::string& where, CensusRow
 CensusRows read_census_rows(const std::string& path) {
   std::ifstream in = open_text_file(path, "census file");
   std::string line;
-  if (!read_line(in, line) || line != kCensusHeader)
+  if (!read_text_line(in, line) || line != kCensusHeader)
     throw UsageError("census file '" + path + "' does not start with the header " + std::string(kCensusHeader));
   CensusRows r;
-  for (int64_t lineno = 2; read_line(in, line); ++lineno)
+  for (int64_t lineno = 2; read_text_line(in, line); ++lineno)
     if (!line.empty()) add_census_row(line, path + ":" + std::to_string(lineno), r);
   if (r.cells.empty()) throw UsageError("census file '" + path + "' has no rows");
   return r;

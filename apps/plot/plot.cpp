@@ -233,8 +233,7 @@ RunLog read_step_log(const std::string& path) {
   RunLog log;
   log.name = path;
   std::string line;
-  if (!std::getline(in, line)) throw UsageError("step log '" + path + "' is empty");
-  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (!read_text_line(in, line)) throw UsageError("step log '" + path + "' is empty");
   const std::string header = kStepLogHeader;
   const bool policy = line == header + ",policy" || line == header + ",policy,heldout_loss";
   const bool heldout = line == header + ",heldout_loss" || line == header + ",policy,heldout_loss";
@@ -243,9 +242,9 @@ RunLog read_step_log(const std::string& path) {
                      "[,policy][,heldout_loss]");
   const size_t columns = 8 + policy + heldout;
   int64_t line_no = 1;
-  while (std::getline(in, line)) {
+  while (read_text_line(in, line)) {
     ++line_no;
-    if (line.empty() || line == "\r") continue;
+    if (line.empty()) continue;
     const std::vector<std::string> f = split(line);
     const std::string where = "step log '" + path + "' line " + std::to_string(line_no);
     if (f.size() != columns)
