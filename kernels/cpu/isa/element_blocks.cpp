@@ -296,6 +296,14 @@ struct SquareSums {
     transpose8(r);
     add_columns(r);
   }
+#if defined(BELAY_ISA_avx512)
+  // r[jj]: element j + jj of every chunk (lane k: chunk k), unscaled: scaled (the products of
+  // scaling before the transposition), then added.
+  void add_unscaled_columns(__m256 (&r)[8]) {
+    for (int jj = 0; jj < 8; ++jj) r[jj] = _mm256_mul_ps(r[jj], _mm512_castps512_ps256(vinv));
+    add_columns(r);
+  }
+#endif
   // r[jj]: element j + jj of every chunk (lane k: chunk k), scaled.
   void add_columns(const __m256 (&r)[8]) {
     for (int jj = 0; jj < 8; ++jj) {
@@ -592,65 +600,90 @@ void census_run(const void* x, GemmElem elem, int64_t n, CensusBounds b, CensusC
   }
 }
 
-// What a batch's census takes from each column of sum_steps_at (lane k: chunk k; on avx512
-// lane 8 + k too, columns16's layout), as FP32 (F16 and BF16 widened exactly).
+// What a batch's census takes from each column of sum_steps_at, as FP32 (F16 and BF16 widened
+// exactly): a vector V of 8 lanes (__m256: lane k, chunk k) or, for avx512's FP16 and BF16
+// batches, 16 (__m512: lane 8 + k too, columns16's layout). FP32 batches are 8 columns of 8 on
+// every AVX path, a 256-bit vrangeps on each: on Zen 4 the default GPT's census took 1.06-1.08x
+// the guard's time so (a throwaway driver, 300 alternated samples), 1.16-1.17x in columns16's
+// layout (loaded so, or packed from 8 columns by inserts): a 512-bit vrangeps does the work of
+// two 256-bit ones there, and the layout's shuffles and inserts came on top.
+template <int kWidth>
+struct ColumnTypes;
+template <>
+struct ColumnTypes<8> {
+  using V = __m256;
+  using Bits = __m256i;
+};
 #if defined(BELAY_ISA_avx512)
-using Column = __m512;
-using ColumnBits = __m512i;
-#else
-using Column = __m256;
-using ColumnBits = __m256i;
+template <>
+struct ColumnTypes<16> {
+  using V = __m512;
+  using Bits = __m512i;
+};
 #endif
 
 // Nothing: the guard alone.
 struct NoColumns {
-  void column(Column, int) {}
+  void column(__m256, int) {}
+#if defined(BELAY_ISA_avx512)
+  void column(__m512, int) {}
+#endif
 };
 
-// Plain blocks: each chunk's smallest and largest magnitude (fold_magnitudes: 2 operations a
-// column on avx512, 3 on avx2; a NaN passes unseen, the chunk's sum NaN instead). Two chains of
-// each on avx512 (vrangeps waits 4 cycles); one on avx2, whose 8 columns a step wait 8 cycles
-// on Zen 3 (32 on Intel) beside the step's FP64 chains of 8 FMAs (32), and the default GPT's
-// census took 1.08-1.18x the guard's time against 1.24-1.31x with two (Zen 3, alternated runs).
+// Plain blocks: each chunk's smallest and largest magnitude (2 operations a column where
+// AVX-512DQ's vrangeps takes the smaller or larger magnitude in one, 3 on avx2: fold_magnitudes;
+// a NaN passes unseen, the chunk's sum NaN instead). Two chains of each on avx512 (vrangeps
+// waits 2 cycles on Zen 4, 4 on Intel); one on avx2, whose 8 columns a step wait 8 cycles on Zen
+// 3 (32 on Intel) beside the step's FP64 chains of 8 FMAs (32), and the default GPT's census took
+// 1.08-1.18x the guard's time against 1.24-1.31x with two (Zen 3, alternated runs).
+template <int kWidth>
 struct Magnitudes {
+  using V = typename ColumnTypes<kWidth>::V;
+  static constexpr bool kWide = kWidth == 16;
 #if defined(BELAY_ISA_avx512)
   static constexpr int kChainMask = 1;
 #else
   static constexpr int kChainMask = 0;
 #endif
-#if defined(BELAY_ISA_avx512)
-  static Column set1(float v) { return _mm512_set1_ps(v); }
-  static void fold(Column v, Column& lo, Column& hi) {
-    lo = _mm512_range_ps(v, lo, 0b1010);
-    hi = _mm512_range_ps(v, hi, 0b1011);
+  static V set1(float v) {
+    if constexpr (kWide) return _mm512_set1_ps(v);
+    else return _mm256_set1_ps(v);
   }
-#else
-  static Column set1(float v) { return _mm256_set1_ps(v); }
-  static void fold(Column v, Column& lo, Column& hi) { fold_magnitudes(v, lo, hi); }
+  V lo[2] = {set1(3.40282347e38f), set1(3.40282347e38f)}, hi[2] = {set1(0.0f), set1(0.0f)};
+  void column(V v, int c) {
+#if defined(BELAY_ISA_avx512)
+    if constexpr (kWide) {
+      lo[c & kChainMask] = _mm512_range_ps(v, lo[c & kChainMask], 0b1010);
+      hi[c & kChainMask] = _mm512_range_ps(v, hi[c & kChainMask], 0b1011);
+    } else
 #endif
-  Column lo[2] = {set1(3.40282347e38f), set1(3.40282347e38f)}, hi[2] = {set1(0.0f), set1(0.0f)};
-  void column(Column v, int c) { fold(v, lo[c & kChainMask], hi[c & kChainMask]); }
+      fold_magnitudes(v, lo[c & kChainMask], hi[c & kChainMask]);
+  }
   // Bit k: chunk k held a magnitude below `bound` since the last call (the smallest restarts).
   unsigned below(float bound) {
+    unsigned m = 0;
 #if defined(BELAY_ISA_avx512)
-    const unsigned m = _mm512_cmp_ps_mask(_mm512_range_ps(lo[0], lo[1], 0b1010), set1(bound), _CMP_LT_OQ);
-    lo[0] = lo[1] = set1(3.40282347e38f);
-    return (m | m >> 8) & 0xffu;
-#else
-    const unsigned m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_min_ps(lo[0], lo[1]), set1(bound), _CMP_LT_OQ)));
+    if constexpr (kWide) {
+      m = _mm512_cmp_ps_mask(_mm512_range_ps(lo[0], lo[1], 0b1010), set1(bound), _CMP_LT_OQ);
+      m = (m | m >> 8) & 0xffu;
+    }
+#endif
+    if constexpr (!kWide)
+      m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_min_ps(lo[0], lo[1]), set1(bound), _CMP_LT_OQ)));
     lo[0] = lo[1] = set1(3.40282347e38f);
     return m;
-#endif
   }
   // Chunk k's largest into top[k].
   void largest(float (&top)[8]) const {
 #if defined(BELAY_ISA_avx512)
-    const __m512 h = _mm512_range_ps(hi[0], hi[1], 0b1011);
-    const __m256 h8 = _mm256_max_ps(_mm512_castps512_ps256(h), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(h), 1)));
-    _mm256_storeu_ps(top, h8);
-#else
-    _mm256_storeu_ps(top, _mm256_max_ps(hi[0], hi[1]));
+    if constexpr (kWide) {
+      const __m512 h = _mm512_range_ps(hi[0], hi[1], 0b1011);
+      const __m256 h8 = _mm256_max_ps(_mm512_castps512_ps256(h), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(h), 1)));
+      _mm256_storeu_ps(top, h8);
+      return;
+    }
 #endif
+    if constexpr (!kWide) _mm256_storeu_ps(top, _mm256_max_ps(hi[0], hi[1]));
   }
 };
 
@@ -658,43 +691,52 @@ struct Magnitudes {
 // in the loop, per lane, by the FP32 patterns of its magnitudes: how many are zero, at most
 // to_zero, below subnormal_below (WideBounds' tiny and sub), and the largest: an and, 3
 // compares with their adds and a max per column. 32-bit lanes: a round is far below 2^32.
+template <int kWidth>
 struct ColumnCounts {
+  using V = typename ColumnTypes<kWidth>::V;
+  using Bits = typename ColumnTypes<kWidth>::Bits;
+  static constexpr bool kWide = kWidth == 16;
+  static Bits set1(uint32_t v) {
+    if constexpr (kWide) return _mm512_set1_epi32(static_cast<int>(v));
+    else return _mm256_set1_epi32(static_cast<int>(v));
+  }
+  void column(V v, int) {
 #if defined(BELAY_ISA_avx512)
-  static ColumnBits set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
-  static ColumnBits add_if(ColumnBits n, __mmask16 m) { return _mm512_mask_sub_epi32(n, m, n, set1(0xffffffffu)); }
-  void column(Column v, int) {
-    const ColumnBits a = _mm512_and_si512(_mm512_castps_si512(v), mask);
-    zero = add_if(zero, _mm512_testn_epi32_mask(a, a));
-    tiny = add_if(tiny, _mm512_cmplt_epu32_mask(a, tiny_at));
-    sub = add_if(sub, _mm512_cmplt_epu32_mask(a, sub_at));
-    hi = _mm512_max_epu32(hi, a);
-  }
-#else
-  static ColumnBits set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
-  void column(Column v, int) {  // magnitudes below 2^31: signed compares
-    const ColumnBits a = _mm256_and_si256(_mm256_castps_si256(v), mask);
-    zero = _mm256_sub_epi32(zero, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
-    tiny = _mm256_sub_epi32(tiny, _mm256_cmpgt_epi32(tiny_at, a));
-    sub = _mm256_sub_epi32(sub, _mm256_cmpgt_epi32(sub_at, a));
-    hi = _mm256_max_epu32(hi, a);
-  }
+    if constexpr (kWide) {
+      const auto add_if = [](Bits n, __mmask16 m) { return _mm512_mask_sub_epi32(n, m, n, set1(0xffffffffu)); };
+      const Bits a = _mm512_and_si512(_mm512_castps_si512(v), mask);
+      zero = add_if(zero, _mm512_testn_epi32_mask(a, a));
+      tiny = add_if(tiny, _mm512_cmplt_epu32_mask(a, tiny_at));
+      sub = add_if(sub, _mm512_cmplt_epu32_mask(a, sub_at));
+      hi = _mm512_max_epu32(hi, a);
+      return;
+    }
 #endif
+    if constexpr (!kWide) {  // magnitudes below 2^31: signed compares
+      const Bits a = _mm256_and_si256(_mm256_castps_si256(v), mask);
+      zero = _mm256_sub_epi32(zero, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
+      tiny = _mm256_sub_epi32(tiny, _mm256_cmpgt_epi32(tiny_at, a));
+      sub = _mm256_sub_epi32(sub, _mm256_cmpgt_epi32(sub_at, a));
+      hi = _mm256_max_epu32(hi, a);
+    }
+  }
   // Bit k: chunk k held a value below the normal range since `sub` was `before`.
-  unsigned grew_since(ColumnBits before) const {
+  unsigned grew_since(Bits before) const {
 #if defined(BELAY_ISA_avx512)
-    const unsigned m = _mm512_cmpneq_epi32_mask(sub, before);
-    return (m | m >> 8) & 0xffu;
-#else
-    return ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(sub, before)))) & 0xffu;
+    if constexpr (kWide) {
+      const unsigned m = _mm512_cmpneq_epi32_mask(sub, before);
+      return (m | m >> 8) & 0xffu;
+    } else
 #endif
+      return ~static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(sub, before)))) & 0xffu;
   }
   explicit ColumnCounts(CensusBounds b)
       : mask(set1(0x7fffffffu)), tiny_at(set1(WideBounds(b, GemmElem::F32).tiny)),
         sub_at(set1(WideBounds(b, GemmElem::F32).sub)) {}
-  ColumnBits mask, tiny_at, sub_at, zero = set1(0), tiny = set1(0), sub = set1(0), hi = set1(0);
+  Bits mask, tiny_at, sub_at, zero = set1(0), tiny = set1(0), sub = set1(0), hi = set1(0);
   // Chunk k's counts, its largest magnitude included, added into counts[k] (its values all finite).
   void into(int lanes, CensusCounts* counts) const {
-    constexpr int kLanes = sizeof(ColumnBits) / 4;
+    constexpr int kLanes = sizeof(Bits) / 4;
     alignas(64) uint32_t z[kLanes], t[kLanes], u[kLanes], h[kLanes];
     std::memcpy(z, &zero, sizeof z), std::memcpy(t, &tiny, sizeof t), std::memcpy(u, &sub, sizeof u);
     std::memcpy(h, &hi, sizeof h);
@@ -713,18 +755,29 @@ struct ColumnCounts {
 
 // The steps of 8 chunks anywhere (chunk k from x[k], `whole` elements, a multiple of 8) onto
 // sums, as add_step sums 8 chunks stride apart: the columns first, then scaled (the same
-// products), each column shown to the census on the way.
+// products), each column shown to the census on the way. Inlined into the census's block loop:
+// the sums stay in a register from block to block (called once a block, the default GPT's
+// census without its operations took 1.045x the guard's time, inlined 1.01-1.03x; Zen 4).
 template <GemmElem E, class Census>
-void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums_out, Census& census_out) {
+__attribute__((always_inline)) inline void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums_out,
+                                                        Census& census_out) {
   SquareSums sums = sums_out;
   Census census = census_out;
   for (int64_t j = j0; j < j1; j += 8) {
 #if defined(BELAY_ISA_avx512)
-    __m512 a[4];
-    for (int k = 0; k < 4; ++k) a[k] = load16_pair<E>(x[k], j, x[k + 4], j);
-    SquareSums::columns16(a);
-    for (int c = 0; c < 4; ++c) census.column(a[c], c);
-    sums.add_columns16(a);
+    if constexpr (E == GemmElem::F32) {  // 8 columns of 8 from registers (transpose8), as the guard alone read them
+      __m256 r[8];
+      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(static_cast<const float*>(x[k]) + j);
+      transpose8(r);
+      for (int c = 0; c < 8; ++c) census.column(r[c], c);
+      sums.add_unscaled_columns(r);
+    } else {
+      __m512 a[4];
+      for (int k = 0; k < 4; ++k) a[k] = load16_pair<E>(x[k], j, x[k + 4], j);
+      SquareSums::columns16(a);
+      for (int c = 0; c < 4; ++c) census.column(a[c], c);
+      sums.add_columns16(a);
+    }
 #else
     __m256 a[8];
     for (int k = 0; k < 4; ++k)
@@ -736,13 +789,6 @@ void sum_steps_at(const void* const* x, int64_t j0, int64_t j1, SquareSums& sums
   }
   sums_out = sums;
   census_out = census;
-}
-
-template <class Census>
-void sum_steps_at(const void* const* x, GemmElem elem, int64_t j0, int64_t j1, SquareSums& sums, Census& census) {
-  if (elem == GemmElem::F32) sum_steps_at<GemmElem::F32>(x, j0, j1, sums, census);
-  else if (elem == GemmElem::F16) sum_steps_at<GemmElem::F16>(x, j0, j1, sums, census);
-  else sum_steps_at<GemmElem::BF16>(x, j0, j1, sums, census);
 }
 
 SquareSums sums_so_far(const double* out, float inv) {
@@ -757,34 +803,27 @@ SquareSums sums_so_far(const double* out, float inv) {
 
 // Chunks anywhere: steps of 8 elements of each, transposed (each lane its chunk's squares in
 // order), onto the sums so far; then the elements past the last whole 8 one by one. FP32 on
-// avx512 in 8 columns of 8 from registers (transpose8): columns16's layout, the census's,
-// took 1.03-1.05x its time on the default GPT's gradients; FP16 and BF16 in columns16's
-// (0.9x and 0.7x the time of 8 columns of 8 there).
-void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
+// avx512 in 8 columns of 8 from registers (transpose8): columns16's layout took 1.03-1.05x its
+// time on the default GPT's gradients (Xeon); FP16 and BF16 in columns16's (0.9x and 0.7x the
+// time of 8 columns of 8 there).
+template <GemmElem E>
+void sum_squares_8_at_of(const void* const* x, int64_t len, float inv, double* out) {
   SquareSums sums = sums_so_far(out, inv);
   const int64_t whole = len / 8 * 8;
-#if defined(BELAY_ISA_avx512)
-  if (elem == GemmElem::F32) {
-    const __m256 vinv = _mm256_set1_ps(inv);
-    for (int64_t j = 0; j < whole; j += 8) {
-      __m256 r[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_mul_ps(load8(x[k], elem, j), vinv);
-      sums.add(r);
-    }
-  } else {
-    NoColumns none;
-    sum_steps_at(x, elem, 0, whole, sums, none);
-  }
-#else
   NoColumns none;
-  sum_steps_at(x, elem, 0, whole, sums, none);
-#endif
+  sum_steps_at<E>(x, 0, whole, sums, none);
   sums.store(out);
   for (int k = 0; k < 8; ++k)
     for (int64_t j = whole; j < len; ++j) {
-      const float u = grad_at(x[k], elem, j) * inv;
+      const float u = grad_at(x[k], E, j) * inv;
       out[k] += (double)u * (double)u;
     }
+}
+
+void sum_squares_8_at(const void* const* x, GemmElem elem, int64_t len, float inv, double* out) {
+  if (elem == GemmElem::F32) sum_squares_8_at_of<GemmElem::F32>(x, len, inv, out);
+  else if (elem == GemmElem::F16) sum_squares_8_at_of<GemmElem::F16>(x, len, inv, out);
+  else sum_squares_8_at_of<GemmElem::BF16>(x, len, inv, out);
 }
 
 // WideCensus's vectors on the AVX paths (WideCensus and WideBounds: above, shared with the
@@ -811,8 +850,6 @@ struct WideHalves {  // 32 stored FP16 or BF16 values, counted by saturating ari
 struct WideFloats {  // 16 FP32 values
   using Vec = __m512i;
   using Lane = uint32_t;
-  static constexpr int kDenseVecs = 2;
-  static constexpr bool kSpread = false;  // spread: flagged 1.10x against 1.07x
   static Vec load(const Lane* p) { return _mm512_loadu_si512(p); }
   static Vec set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) {
@@ -836,8 +873,6 @@ struct WideHalves {  // 16 stored FP16 or BF16 values; magnitudes fit a signed c
 struct WideFloats {  // 8 FP32 values
   using Vec = __m256i;
   using Lane = uint32_t;
-  static constexpr int kDenseVecs = 1;
-  static constexpr bool kSpread = false;  // one step per group: nothing to spread
   static Vec load(const Lane* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi32(n, _mm256_cmpgt_epi32(bound, a)); }
@@ -920,16 +955,23 @@ struct ChunkRecounts {
 // fewer than 3 chunks' counts grew in it. A chunk whose sum is not finite (an inf or a NaN, which
 // the compares pass over) is counted again in full (census_run). Returns how many chunks held
 // a value off the normal finite range: the caller's hint for its next round.
-template <class W>
-int sum_squares_census_8_at_of(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
-                               bool dense, double* out, CensusCounts* counts) {
+template <GemmElem E>
+int sum_squares_census_8_at_of(const void* const* x, int lanes, int64_t len, float inv, CensusBounds b, bool dense,
+                               double* out, CensusCounts* counts) {
+  using W = std::conditional_t<E == GemmElem::F32, WideFloats, WideHalves>;
+#if defined(BELAY_ISA_avx512)
+  constexpr int kWidth = E == GemmElem::F32 ? 8 : 16;  // sum_steps_at's columns
+#else
+  constexpr int kWidth = 8;
+#endif
+  constexpr GemmElem elem = E;
   constexpr int64_t kBlock = 128;
   constexpr int kDenseChunks = 3;
-  const int64_t elem_bytes = elem == GemmElem::F32 ? 4 : 2;
+  constexpr int64_t elem_bytes = elem == GemmElem::F32 ? 4 : 2;
   SquareSums sums = sums_so_far(out, inv);
   const int64_t whole = len / 8 * 8;
-  Magnitudes plain;
-  ColumnCounts counted(b);
+  Magnitudes<kWidth> plain;
+  ColumnCounts<kWidth> counted(b);
   const unsigned live = (1u << lanes) - 1;
   unsigned flagged = 0;
   ChunkRecounts<W> recounts(b, elem);
@@ -937,11 +979,11 @@ int sum_squares_census_8_at_of(const void* const* x, int lanes, GemmElem elem, i
     const int64_t end = std::min(whole, j + kBlock);
     unsigned below = 0;
     if (dense) {
-      const ColumnBits before = counted.sub;
-      sum_steps_at(x, elem, j, end, sums, counted);
+      const typename ColumnTypes<kWidth>::Bits before = counted.sub;
+      sum_steps_at<E>(x, j, end, sums, counted);
       below = counted.grew_since(before) & live;
     } else {
-      sum_steps_at(x, elem, j, end, sums, plain);
+      sum_steps_at<E>(x, j, end, sums, plain);
       below = plain.below(b.subnormal_below) & live;
       for (unsigned m = below; m != 0; m &= m - 1) {  // the flagged chunks only (a branch per lane mispredicted)
         const int k = __builtin_ctz(m);
@@ -980,9 +1022,9 @@ int sum_squares_census_8_at_of(const void* const* x, int lanes, GemmElem elem, i
 
 int sum_squares_census_8_at(const void* const* x, int lanes, GemmElem elem, int64_t len, float inv, CensusBounds b,
                             bool dense, double* out, CensusCounts* counts) {
-  if (elem == GemmElem::F32)
-    return sum_squares_census_8_at_of<WideFloats>(x, lanes, elem, len, inv, b, dense, out, counts);
-  return sum_squares_census_8_at_of<WideHalves>(x, lanes, elem, len, inv, b, dense, out, counts);
+  if (elem == GemmElem::F32) return sum_squares_census_8_at_of<GemmElem::F32>(x, lanes, len, inv, b, dense, out, counts);
+  if (elem == GemmElem::F16) return sum_squares_census_8_at_of<GemmElem::F16>(x, lanes, len, inv, b, dense, out, counts);
+  return sum_squares_census_8_at_of<GemmElem::BF16>(x, lanes, len, inv, b, dense, out, counts);
 }
 constexpr int64_t kCensusRound = INT64_MAX;  // counted in the loop: rounds as long as the chunks
 
@@ -1033,8 +1075,6 @@ void census_dense_widest(const void* x, GemmElem elem, int64_t stride, int64_t l
       return census_dense_bounds<WideHalves, GemmElem::F16>(x, stride, len, inv, b, out, counts);
     return census_dense_bounds<WideHalves, GemmElem::BF16>(x, stride, len, inv, b, out, counts);
   }
-  if (elem == GemmElem::F32 && len % (8 * WideCensus<WideFloats, 1, WideFloats::kDenseVecs>::kSteps) == 0)
-    return census_dense_bounds<WideFloats, GemmElem::F32>(x, stride, len, inv, b, out, counts);
   // Another len (the guard's calls all take kReduceChunk): the sums, then every value classified.
   sum_squares_8(x, elem, stride, len, inv, out);
   census_all(x, elem, stride, len, b, counts);
@@ -1078,10 +1118,10 @@ void census_sparse(const void* x, GemmElem elem, int64_t stride, int64_t len, fl
 // ---- Wider scans for the sparse loop ---------------------------------------------------------
 // The guard's loads are 8 values wide (its transposition keeps each chunk's sum in order);
 // a scan reads kSteps steps of every chunk again, from L1, in wider operations, and says which
-// of those steps hold a value below the normal range: 16 FP32 values per vrangeps (avx512),
-// or 16 (avx2) and 32 (avx512) stored 16-bit values per integer min and max, as the bit
-// patterns of magnitudes order as the values do. Fewer operations per value than the fused
-// 8-wide min and max of step_min_max.
+// of those steps hold a value below the normal range: 16 (avx2) and 32 (avx512) stored 16-bit
+// values per integer min and max, as the bit patterns of magnitudes order as the values do.
+// Fewer operations per value than the fused 8-wide min and max of step_min_max. (FP32 calls go
+// through the batch loop instead: census_8_as_batch.)
 
 // The 16-bit values as magnitudes: kSteps steps per scan, the largest pattern seen kept.
 struct ScanHalves {
@@ -1131,27 +1171,6 @@ struct ScanHalves {
   }
 };
 
-#if defined(BELAY_ISA_avx512)
-// FP32 values, 16 per vrangeps: two steps per scan.
-struct ScanFloats {
-  static constexpr int kSteps = 2;
-  __m512 bound, hi = _mm512_setzero_ps();
-  ScanFloats(CensusBounds b, GemmElem) : bound(_mm512_set1_ps(b.subnormal_below)) {}
-  bool next(const void* x, int64_t stride, int64_t j) {
-    constexpr int kMinMagnitude = 0b1010, kMaxMagnitude = 0b1011;  // sign cleared: |result|
-    const float* p = static_cast<const float*>(x);
-    __m512 lo = _mm512_set1_ps(3.40282347e38f);
-    for (int k = 0; k < 8; ++k) {
-      const __m512 v = _mm512_loadu_ps(p + k * stride + j);
-      lo = _mm512_range_ps(v, lo, kMinMagnitude);
-      hi = _mm512_range_ps(v, hi, kMaxMagnitude);
-    }
-    return _mm512_cmp_ps_mask(lo, bound, _CMP_LT_OQ) != 0;
-  }
-  __m256 amax() const { return _mm256_set1_ps(_mm512_reduce_max_ps(hi)); }
-};
-#endif
-
 // The sparse loop on a wider scan: the guard's steps as in census_sparse, the census's
 // min and max taken by Scan once per group of Scan::kSteps steps, and a group that holds a
 // value below the normal range classified whole by WideCensus (the same group of steps:
@@ -1199,40 +1218,34 @@ void census_sparse_widest(const void* x, GemmElem elem, int64_t stride, int64_t 
       return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::F16>(x, stride, len, inv, b, out, counts);
     return census_sparse_bounds<ScanHalves, WideHalves, GemmElem::BF16>(x, stride, len, inv, b, out, counts);
   }
-#if defined(BELAY_ISA_avx512)
-  if (elem == GemmElem::F32 && len % (8 * ScanFloats::kSteps) == 0)
-    return census_sparse_bounds<ScanFloats, WideFloats, GemmElem::F32>(x, stride, len, inv, b, out, counts);
-#endif
   census_sparse(x, elem, stride, len, inv, b, out, counts);
 }
 
-#if !defined(BELAY_ISA_avx512)
-// avx2's FP32: the 8 chunks stride apart as a batch's 8 chunks anywhere (sum_squares_census_8_at:
-// the sums in the same order, the same bits), their counts added up. Its columns8 steps and
+// FP32: the 8 chunks stride apart as a batch's 8 chunks anywhere (sum_squares_census_8_at: the
+// sums in the same order, the same bits), their counts added up. On avx2 its columns8 steps and
 // per-block scan took the census from 1.50-1.65x the guard's time to 1.04-1.11x (Zen 3, 8 x
 // 16384 values in L2, no value below the normal range; 1.23-1.34x against 1.53-1.68x with an
 // exact zero every 1021 values) against census_sparse's 8 x 8 transposition and per-step test;
 // from memory (belay_bench --only census) 1.09-1.18x against 1.09-1.26x, alike within the
-// host's noise.
+// host's noise. On avx512 (8 columns of 8, vrangeps on each) from memory, Zen 4: 1.04-1.08x
+// either way with no value below the normal range, 1.14-1.21x against 1.35-1.41x (the scan of 16
+// values a vrangeps and WideCensus's dense groups) where every step holds some.
 void census_8_as_batch(const void* x, int64_t stride, int64_t len, float inv, CensusBounds b, double* out,
                        CensusCounts* counts) {
   const void* at[8];
   for (int k = 0; k < 8; ++k) at[k] = static_cast<const float*>(x) + k * stride, out[k] = 0.0;
   CensusCounts each[8];
-  sum_squares_census_8_at_of<WideFloats>(at, 8, GemmElem::F32, len, inv, b, false, out, each);
+  sum_squares_census_8_at_of<GemmElem::F32>(at, 8, len, inv, b, false, out, each);
   for (const CensusCounts& c : each) counts->merge(c);
 }
-#endif
 
-// The guard's sums (sum_squares_8's, the same bits) and the census in the same read. Which
-// loop runs is chosen per call (8 x len values of one tensor, mostly alike) from its first 8
-// steps: sparse when at most 2 of them hold a value below the normal range, dense otherwise
+// The guard's sums (sum_squares_8's, the same bits) and the census in the same read. FP32 as a
+// batch (above); for 16-bit buffers the loop is chosen per call (8 x len values of one tensor,
+// mostly alike) from its first 8 steps: sparse when at most 2 of them hold a value below the normal range, dense otherwise
 // (where most steps are flagged, sparse would pay for both). Both count the same.
 void sum_squares_census_8(const void* x, GemmElem elem, int64_t stride, int64_t len, float inv, CensusBounds b,
                           double* out, CensusCounts* counts) {
-#if !defined(BELAY_ISA_avx512)
   if (elem == GemmElem::F32) return census_8_as_batch(x, stride, len, inv, b, out, counts);
-#endif
   int flagged = 0;
   __m256 ignored = _mm256_setzero_ps();
   for (int64_t j = 0; j < std::min<int64_t>(len, 64); j += 8) {
