@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "amp/dist/communicator.h"
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/safetensors.h"
+#include "engine/text_fields.h"
 #include "engine/whole_lines.h"
 
 namespace belay {
@@ -28,10 +30,9 @@ float parse_exact_float(const std::string& s, const std::string& what) {
 }
 
 static int64_t parse_int(const std::string& s, const std::string& what) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < 0) throw UsageError(what + ": '" + s + "' is not a count");
-  return v;
+  const std::optional<int64_t> v = parse_count(s);
+  if (!v) throw UsageError(what + ": '" + s + "' is not a count");
+  return *v;
 }
 
 bool is_policy_setting(const std::string& key) {

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/text_fields.h"
+#include "engine/text_file.h"
 
 namespace belay {
 
@@ -45,12 +47,13 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through,
   for (const std::string& c : extra_columns_) columns += "," + c;
   std::vector<std::string> kept;
   if (keep_rows_through >= 0) {
-    std::ifstream in(path);
+    // Read as belay plot reads it (a CRLF log's '\r' dropped: the kept rows are written back
+    // with '\n'); a row whose step is not a count is refused, not kept as step 0.
+    std::ifstream in(path, std::ios::binary);
     std::string line;
-    bool header = true;
-    while (in && std::getline(in, line)) {
-      if (header) {
-        header = false;
+    int64_t line_no = 0;
+    while (read_text_line(in, line)) {
+      if (++line_no == 1) {
         if (line.rfind(kStepLogHeader, 0) == 0) {
           if (line != columns)
             throw UsageError("step log '" + path + "' has the columns " + line + ", this run writes " + columns +
@@ -61,8 +64,12 @@ StepLogWriter::StepLogWriter(const std::string& path, int64_t keep_rows_through,
         continue;
       }
       if (line.empty()) continue;
-      const int64_t step = std::strtoll(line.c_str(), nullptr, 10);
-      if (step <= keep_rows_through) kept.push_back(line);
+      const std::string first = line.substr(0, line.find(','));
+      const std::optional<int64_t> step = parse_count(first);
+      if (!step)
+        throw UsageError("step log '" + path + "' line " + std::to_string(line_no) + ": step '" + first +
+                         "' is not a count: mend the log or use another --csv");
+      if (*step <= keep_rows_through) kept.push_back(line);
     }
   }
   // Rewritten through a temporary file, so a failure never leaves a half-written log.

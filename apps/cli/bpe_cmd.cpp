@@ -2,13 +2,13 @@
 // is apps/text's.
 #include "apps/cli/bpe_cmd.h"
 
-#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <vector>
@@ -18,6 +18,7 @@
 #include "apps/text/bpe_source.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
+#include "engine/text_fields.h"
 #include "engine/text_file.h"
 
 namespace belay {
@@ -38,12 +39,9 @@ std::vector<int64_t> as_int64s(const std::vector<int32_t>& ids) { return std::ve
 std::vector<int32_t> parse_ids(const std::vector<std::string>& words) {
   std::vector<int32_t> ids;
   for (const std::string& w : words) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(w.c_str(), &end, 10);
-    if (w.empty() || *end != '\0' || errno != 0 || v < 0 || v > INT32_MAX)
-      throw UsageError("bpe decode: '" + w + "' is not a token id");
-    ids.push_back(static_cast<int32_t>(v));
+    const std::optional<int64_t> v = parse_count(w);
+    if (!v || *v > INT32_MAX) throw UsageError("bpe decode: '" + w + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(*v));
   }
   return ids;
 }

@@ -1,20 +1,19 @@
 #include "apps/plot/census_plot.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
+#include <optional>
 
 #include "amp/census_log.h"
 #include "apps/plot/svg.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/text_fields.h"
 #include "engine/text_file.h"
 
 namespace belay {
@@ -22,13 +21,6 @@ namespace belay {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream s(line);
-  for (std::string f; std::getline(s, f, ',');) out.push_back(f);
-  return out;
-}
 
 double number_in(const std::string& s, const std::string& where) {
   if (s == "inf") return std::numeric_limits<double>::infinity();
@@ -38,14 +30,11 @@ double number_in(const std::string& s, const std::string& where) {
   return v;
 }
 
-// A step number as the log writes it: digits only (no sign, fraction, exponent, inf or nan).
+// A step number as the log writes it (parse_count: digits only).
 int64_t step_in(const std::string& s, const std::string& where) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) || *end != '\0' || errno == ERANGE)
-    throw UsageError(where + ": step '" + s + "' is not a step number");
-  return v;
+  const std::optional<int64_t> v = parse_count(s);
+  if (!v) throw UsageError(where + ": step '" + s + "' is not a step number");
+  return *v;
 }
 
 // A colour from white (t = 0) to `to` (t = 1), t clamped to [0, 1].
@@ -108,7 +97,7 @@ struct CensusRows {
 
 // One data row (11 fields) into r.
 void add_census_row(const std::string& line, const std::string& where, CensusRows& r) {
-  const std::vector<std::string> f = split_csv(line);
+  const std::vector<std::string> f = split_fields(line);
   if (f.size() != 11) throw UsageError(where + ": " + std::to_string(f.size()) + " fields, the header has 11");
   const int64_t step = step_in(f[0], where);
   const double numel = number_in(f[2], where);

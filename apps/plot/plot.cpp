@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -22,6 +22,7 @@
 #include "apps/plot/svg.h"
 #include "engine/atomic_file.h"
 #include "engine/error.h"
+#include "engine/text_fields.h"
 #include "engine/text_file.h"
 
 extern char** environ;
@@ -29,21 +30,6 @@ extern char** environ;
 namespace belay {
 
 namespace {
-
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : line) {
-    if (c == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else if (c != '\r') {
-      cur += c;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
 
 // --- axes -------------------------------------------------------------------------------
 
@@ -245,17 +231,14 @@ RunLog read_step_log(const std::string& path) {
   while (read_text_line(in, line)) {
     ++line_no;
     if (line.empty()) continue;
-    const std::vector<std::string> f = split(line);
+    const std::vector<std::string> f = split_fields(line);
     const std::string where = "step log '" + path + "' line " + std::to_string(line_no);
     if (f.size() != columns)
       throw UsageError(where + ": " + std::to_string(f.size()) + " fields, expected " + std::to_string(columns));
     StepRow r;
-    char* end = nullptr;
-    errno = 0;
-    const long long step = std::strtoll(f[0].c_str(), &end, 10);
-    if (f[0].empty() || *end != '\0' || step < 0 || errno == ERANGE)
-      throw UsageError(where + ": step '" + f[0] + "' is not a count");
-    r.step = step;
+    const std::optional<int64_t> step = parse_count(f[0]);
+    if (!step) throw UsageError(where + ": step '" + f[0] + "' is not a count");
+    r.step = *step;
     // As the log wrote them: FP32 values ("inf" and "nan" included; one past FP32's range
     // reads as inf), parsed as checkpoints parse theirs.
     r.lr = parse_exact_float(f[1], where);

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
+#include "engine/text_fields.h"
 
 namespace belay {
 namespace {
@@ -157,10 +159,9 @@ class SyntheticRegression final : public Dataset {
       throw UsageError("this checkpoint's synthetic data came from belay's first data generator, which this belay "
                        "no longer has (its batches cannot be continued): resume it with the belay that wrote it, "
                        "or start a new run");
-    const std::string count = p.rfind(prefix, 0) == 0 ? p.substr(prefix.size()) : "";
-    if (count.empty() || count.size() > 18 || count.find_first_not_of("0123456789") != std::string::npos)
-      throw UsageError("synthetic data position '" + p + "' is not '" + prefix + "N'");
-    rows_drawn_ = std::stoll(count);
+    const std::optional<int64_t> count = p.rfind(prefix, 0) == 0 ? parse_count(p.substr(prefix.size())) : std::nullopt;
+    if (!count) throw UsageError("synthetic data position '" + p + "' is not '" + prefix + "N'");
+    rows_drawn_ = *count;
   }
   std::string describe() const override { return "synthetic regression"; }
 
@@ -208,10 +209,10 @@ class FileDataset final : public Dataset {
   std::string position() const override { return std::to_string(pos_); }
   int64_t last_batch_first_row() const override { return last_first_row_; }
   void set_position(const std::string& p) override {
-    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos || p.size() > 18 ||
-        std::stoll(p) > rows_)
+    const std::optional<int64_t> at = parse_count(p);
+    if (!at || *at > rows_)
       throw UsageError("data position '" + p + "' does not fit '" + path_ + "' (" + std::to_string(rows_) + " rows)");
-    pos_ = std::stoll(p);
+    pos_ = *at;
   }
   std::string describe() const override {
     return "'" + path_ + "' (" + std::to_string(rows_) + " rows, " +

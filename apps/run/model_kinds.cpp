@@ -2,7 +2,6 @@
 // that read it for every front end.
 #include "apps/run/model_kinds.h"
 
-#include <cstdlib>
 
 #include "amp/checkpoint.h"
 #include "apps/run/train.h"
@@ -11,6 +10,7 @@
 #include "engine/error.h"
 #include "engine/safetensors.h"
 #include "engine/random.h"
+#include "engine/text_fields.h"
 
 namespace belay {
 
@@ -65,9 +65,8 @@ void check_mlp(const TrainConfig& c) {
 int64_t positive_setting(const Settings& settings, const std::string& path, const char* key) {
   const auto it = settings.find(key);
   const std::string v = it == settings.end() ? "" : it->second;
-  char* end = nullptr;
-  const long long n = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 1)
+  const int64_t n = parse_count(v).value_or(0);
+  if (n < 1)
     throw UsageError("checkpoint '" + path + "' records no valid " + key + " ('" + v +
                      "'): write it again with a current belay train");
   return n;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/safetensors.h"
+#include "engine/text_fields.h"
 
 namespace belay {
 namespace {
@@ -54,12 +56,6 @@ std::vector<int32_t> read_ids(const SafetensorsFile& f, const std::string& path,
                      "; token ids must be U8 (byte tokens) or I64");
   }
   return ids;
-}
-
-// A non-negative decimal integer of at most 18 digits, or -1.
-int64_t parse_count(const std::string& s) {
-  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(s);
 }
 
 }  // namespace
@@ -133,7 +129,7 @@ void TokenDataset::set_position(const std::string& p) {
   const std::string prefix = kPositionPrefix, mid = " windows ";
   const size_t at = p.rfind(prefix, 0) == 0 ? p.find(mid, prefix.size()) : std::string::npos;
   const std::string seed = at == std::string::npos ? "" : p.substr(prefix.size(), at - prefix.size());
-  const int64_t windows = at == std::string::npos ? -1 : parse_count(p.substr(at + mid.size()));
+  const int64_t windows = at == std::string::npos ? -1 : parse_count(p.substr(at + mid.size())).value_or(-1);
   if (seed.empty() || seed.size() > 20 || seed.find_first_not_of("0123456789") != std::string::npos || windows < 0)
     throw UsageError("token data position '" + p + "' is not '" + prefix + "S windows N'");
   if (seed != std::to_string(seed_))
@@ -182,9 +178,9 @@ std::unique_ptr<TokenDataset> load_token_dataset(const std::string& path, int64_
     throw UsageError("tokens file '" + path + "' is format '" + format->second + "'; this belay reads " +
                      kTokensFormat + " (make it again with apps/data/make_text_corpus.py)");
   const auto vocab = meta.find("tokens.vocab");
-  if (vocab == meta.end() || parse_count(vocab->second) < 1)
+  const int64_t v = vocab == meta.end() ? 0 : parse_count(vocab->second).value_or(0);  // the constructor refuses one above 2^24
+  if (v < 1)
     throw UsageError("tokens file '" + path + "': metadata needs tokens.vocab, the vocabulary size (256 for bytes)");
-  const int64_t v = parse_count(vocab->second);  // the constructor refuses one above 2^24
   auto data = std::make_unique<TokenDataset>(read_ids(f, path, "train", v), read_ids(f, path, "heldout", v), v,
                                              context, seed, path);
   if (auto tokenizer = recorded_bpe_tokenizer(meta, path)) data->set_tokenizer(std::move(tokenizer));

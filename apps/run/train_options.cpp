@@ -3,6 +3,7 @@
 #include "apps/run/train_options.h"
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -10,6 +11,7 @@
 #include "amp/autocast.h"
 #include "apps/run/model_kinds.h"
 #include "engine/error.h"
+#include "engine/text_fields.h"
 
 namespace belay {
 
@@ -170,13 +172,13 @@ std::pair<int64_t, float> parse_spike(const std::string& s) {
   const auto colon = s.find(':');
   if (colon == std::string::npos) throw UsageError("--spike expects STEP:FACTOR, got '" + s + "'");
   try {
+    const std::optional<int64_t> step = parse_count(s.substr(0, colon));
+    if (!step) throw std::invalid_argument("step");
     size_t used = 0;
-    const long long step = std::stoll(s.substr(0, colon), &used);
-    if (used != colon) throw std::invalid_argument("step");
     const std::string f = s.substr(colon + 1);
     const float factor = std::stof(f, &used);
     if (used != f.size()) throw std::invalid_argument("factor");
-    return {step, factor};
+    return {*step, factor};
   } catch (const std::logic_error&) {
     throw UsageError("--spike expects STEP:FACTOR (e.g. 12:1e8), got '" + s + "'");
   }

@@ -80,6 +80,35 @@ TEST_CASE("resuming a log keeps the rows up to the checkpoint's step", "[amp][lo
   std::remove(path.c_str());
 }
 
+TEST_CASE("resuming reads a CRLF log as belay plot does, and refuses a row whose step is not a count", "[amp][log]") {
+  const std::string path = temp_path("resume_crlf.csv");
+  const std::string header = kStepLogHeader;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << header << "\r\n0,0.001,1,1,2.5,0,,1\r\n1,0.001,1,1,2.25,0,,1\r\n2,0.001,1,1,2,0,,1\r\n";
+  }
+  { StepLogWriter log(path, 1); }
+  CHECK(read_file(path) == header + "\n0,0.001,1,1,2.5,0,,1\n1,0.001,1,1,2.25,0,,1\n");
+
+  // A row that is not one of belay's (its step "x", "+1" or " 1") stops the resume and keeps the log as it was.
+  for (const char* bad : {"x", "+1", " 1"}) {
+    const std::string text = header + "\n0,0.001,1,1,2.5,0,,1\n" + bad + ",0.001,1,1,2.25,0,,1\n";
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << text;
+    }
+    try {
+      StepLogWriter log(path, 5);
+      FAIL("resumed over a row whose step is '" << bad << "'");
+    } catch (const UsageError& e) {
+      CHECK(std::string(e.what()) == "step log '" + path + "' line 3: step '" + bad +
+                                         "' is not a count: mend the log or use another --csv");
+    }
+    CHECK(read_file(path) == text);
+  }
+  std::remove(path.c_str());
+}
+
 TEST_CASE("an unwritable log path is a usage error and leaves nothing", "[amp][log]") {
   CHECK_THROWS_AS(StepLogWriter("/nonexistent-dir/x/run.csv"), UsageError);
 }

@@ -55,6 +55,12 @@ TEST_CASE("plot: a step log is read as written, and anything else is refused wit
   CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("line 3") && Catch::Contains("'oops'"));
   spit(bad, std::string(kStepLogHeader) + "\n0,0.01,1,1,1,2,,1\n");
   CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("skipped must be 0 or 1"));
+  for (const char* step : {"+4", " 4", "-1", "4.0", "1e3", "x", "", "9999999999999999999"}) {  // read as the census file's (parse_count)
+    spit(bad, std::string(kStepLogHeader) + "\n" + step + ",0.01,1,1,1,0,,1\n");
+    CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("line 2: step '" + std::string(step) + "' is not a count"));
+  }
+  spit(bad, std::string(kStepLogHeader) + ",heldout_loss\n0,0.01,1,1,1,0,,1,\n");  // the last field empty: kept
+  CHECK(std::isnan(read_step_log(bad).heldout.at(0)));
   spit(bad, std::string(kStepLogHeader) + "\n");
   CHECK_THROWS_WITH(read_step_log(bad), Catch::Contains("no rows"));
   CHECK_THROWS_WITH(read_step_log(tmp("missing.csv")),
