@@ -945,6 +945,18 @@ struct ChunkRecounts {
   }
 };
 
+// The elements [whole, len) of the 8 chunks, one by one: squares onto out[k], and for the first
+// `lanes` chunks their census into counts[k].
+void census_tail(const void* const* x, int lanes, GemmElem elem, int64_t whole, int64_t len, float inv, CensusBounds b,
+                 double* out, CensusCounts* counts) {
+  for (int k = 0; k < 8; ++k)
+    for (int64_t j = whole; j < len; ++j) {
+      const float v = grad_at(x[k], elem, j), u = v * inv;
+      out[k] += (double)u * (double)u;
+      if (k < lanes) counts[k].add(census_class(v, b), v);
+    }
+}
+
 // sum_squares_8_at's sums, the same bits, and in the same read the census of the first `lanes`
 // chunks into counts[0, lanes), which start at zero (the other lanes repeat a chunk: summed,
 // not counted). Blocks of kBlock values of each chunk: in a plain block the columns fold each
@@ -1011,12 +1023,7 @@ int sum_squares_census_8_at_of(const void* const* x, int lanes, int64_t len, flo
     const CensusCounts& c = in_loop[k];
     if (c.zeros + c.underflow + c.subnormal > 0) flagged |= 1u << k;
   }
-  for (int k = 0; k < 8; ++k)
-    for (int64_t j = whole; j < len; ++j) {
-      const float v = grad_at(x[k], elem, j), u = v * inv;
-      out[k] += (double)u * (double)u;
-      if (k < lanes) counts[k].add(census_class(v, b), v);
-    }
+  census_tail(x, lanes, elem, whole, len, inv, b, out, counts);
   return __builtin_popcount(flagged);
 }
 
