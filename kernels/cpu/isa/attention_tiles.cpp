@@ -33,12 +33,22 @@ inline Vec vfma(Vec a, Vec b, Vec c) {
 #endif
 }
 
-// Rows blocked by kRowBlock and columns by four vectors: kRowBlock x 4 accumulators (8 on the
-// 16-register paths, 16 on avx512's 32), enough independent FMAs to hide their latency, and
-// each vector loaded once for all the rows of the block. The blocking changes no element's
-// order of summation, so it changes no bit.
+// Rows blocked by kRowBlock and columns by kColVecs vectors: kRowBlock x kColVecs accumulators
+// (8 on the 16-register paths, 16 on avx512's 32), enough independent FMAs to hide their
+// latency, and each vector loaded once for all the rows of the block. The blocking changes no
+// element's order of summation, so it changes no bit. avx2 takes 4 rows x 2 vectors: on Zen 4
+// (forced avx2, GPT-2 small's attention, B 4 H 12 T 1024 d 64, one thread, the fastest of 11)
+// the forward took 102 ms against 117 ms with 2 rows x 4 vectors, forward + backward 296-300
+// ms against 375-382 (4 x 2 for the score tiles alone: 110 / 335-337; for the weighted sums
+// alone: 109 / 335-343; 6 x 2 for the score tiles, 12 accumulators: slower, 129 / 382). avx512's
+// 4 x 4 measured best there against 8 x 2 and 6 x 4 (83 / 260-264 ms against 99-100 / 312-319).
+#if defined(BELAY_ISA_avx2)
+constexpr int kRowBlock = 4;
+constexpr int kColVecs = 2;
+#else
 constexpr int kRowBlock = kLanes == 16 ? 4 : 2;
 constexpr int kColVecs = 4;
+#endif
 constexpr int64_t kColChunk = kColVecs * kLanes;
 static_assert(kAttnKeys % kColChunk == 0 && kAttnPad % kLanes == 0, "whole chunks");
 
@@ -137,8 +147,9 @@ void weigh(const float* w, int64_t wi, int64_t wt, int64_t outs, int64_t terms, 
   int64_t i = 0;
   // Rows of two vectors or fewer (a head of 32 on avx512) go 2 x kRowBlock at a time: 16
   // accumulators on avx512 where kRowBlock rows kept 8, exactly the FMA's latency times its two
-  // ports, with no slack for a load that comes late.
-  if (dp <= 2 * kLanes)
+  // ports, with no slack for a load that comes late. Not on the 16-register paths (16
+  // accumulators there would spill).
+  if (kLanes == 16 && dp <= 2 * kLanes)
     for (; i + 2 * kRowBlock <= outs; i += 2 * kRowBlock)
       weigh_block<2 * kRowBlock>(w + i * wi, wi, wt, terms, x, ldx, dp, out + i * ldo, ldo);
   for (; i + kRowBlock <= outs; i += kRowBlock)
