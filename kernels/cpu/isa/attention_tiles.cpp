@@ -224,25 +224,46 @@ void online_softmax(float* s, int64_t vis, float scale, float* m, float* l, floa
   *m = mx;
 }
 
-// tile_max and tile_sum with the same results on avx512 in a few vector steps (the scalar
-// tails are chains of 15 dependent operations per row): a maximum is the same in any order,
-// and _mm512_reduce_add_ps folds halves (8, 4, 2, 1 apart), tile_sum's own tree.
+// tile_max and tile_sum with the same results on the AVX paths in a few vector steps (the
+// scalar tails are chains of 15 dependent operations per row): a maximum is the same in any
+// order, and the sums fold halves (8, 4, 2, 1 apart), tile_sum's own tree: avx512's
+// _mm512_reduce_add_ps, avx2's 16 partial sums as two vectors of 8 (Zen 4, forced avx2, GPT-2
+// small's attention: the forward 93-96 ms against 101 with the scalar tails).
 inline float fast_tile_max(const float* s, float start) {
 #if defined(BELAY_ISA_avx512)
   const __m512 a = _mm512_max_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16));
   const __m512 b = _mm512_max_ps(_mm512_loadu_ps(s + 32), _mm512_loadu_ps(s + 48));
   const float m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));
   return start > m ? start : m;
+#elif defined(BELAY_ISA_avx2)
+  __m256 v = _mm256_loadu_ps(s);
+  for (int64_t j = 8; j < kAttnKeys; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + j));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  const float m = _mm_cvtss_f32(h);
+  return start > m ? start : m;
 #else
   return tile_max(s, start);
 #endif
 }
 inline float fast_tile_sum(const float* p) {
-#if defined(BELAY_ISA_avx512)
   static_assert(kAttnKeys == 4 * kAttnPad && kAttnPad == 16, "four vectors of 16 partial sums");
+#if defined(BELAY_ISA_avx512)
   __m512 part = _mm512_add_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p));
   for (int64_t j0 = kAttnPad; j0 < kAttnKeys; j0 += kAttnPad) part = _mm512_add_ps(part, _mm512_loadu_ps(p + j0));
   return _mm512_reduce_add_ps(part);
+#elif defined(BELAY_ISA_avx2)
+  __m256 lo = _mm256_add_ps(_mm256_setzero_ps(), _mm256_loadu_ps(p));  // part[0..7]
+  __m256 hi = _mm256_add_ps(_mm256_setzero_ps(), _mm256_loadu_ps(p + 8));  // part[8..15]
+  for (int64_t j0 = kAttnPad; j0 < kAttnKeys; j0 += kAttnPad) {
+    lo = _mm256_add_ps(lo, _mm256_loadu_ps(p + j0));
+    hi = _mm256_add_ps(hi, _mm256_loadu_ps(p + j0 + 8));
+  }
+  const __m256 w8 = _mm256_add_ps(lo, hi);  // part[i] += part[i + 8]
+  const __m128 w4 = _mm_add_ps(_mm256_castps256_ps128(w8), _mm256_extractf128_ps(w8, 1));  // + part[i + 4]
+  const __m128 w2 = _mm_add_ps(w4, _mm_movehl_ps(w4, w4));  // + part[i + 2]
+  return _mm_cvtss_f32(_mm_add_ss(w2, _mm_shuffle_ps(w2, w2, 1)));  // + part[1]
 #else
   return tile_sum(p);
 #endif
