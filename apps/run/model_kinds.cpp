@@ -2,7 +2,6 @@
 // that read it for every front end.
 #include "apps/run/model_kinds.h"
 
-
 #include "amp/checkpoint.h"
 #include "apps/run/train.h"
 #include "autograd/gpt.h"

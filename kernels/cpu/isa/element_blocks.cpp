@@ -60,10 +60,11 @@ uint16_t first_bits_at_least(float t, GemmElem elem) {
 // After it has summed a group of steps, the census reads those steps of every chunk again,
 // from L1, as wide integer vectors of magnitudes (the bits with the sign cleared, whose
 // patterns order as the values do) and counts each class by one compare against a bound
-// pattern and one subtract (avx2) or masked add (AVX-512): an and, a max and 2 operations per
-// distinct bound (8 at most, 6 for 16-bit data in its own format) per vector of 8 FP32 values
-// (avx2), 16 FP32 or 16-bit values (avx512 FP32, avx2 16-bit) or 32 16-bit values (avx512),
-// where census8 took 11 per 8 values (and its finiteness compare). The values are taken as
+// pattern and one subtract (avx2) or saturating arithmetic (avx512): an and, a max and 2
+// operations per distinct bound (6 at most for 16-bit data in its own format) per vector of 16
+// (avx2) or 32 (avx512) stored 16-bit values, where census8 took 11 per 8 values (and its
+// finiteness compare). FP32 buffers go through the batch loop on the AVX paths
+// (census_8_as_batch); their WideFloats only recount a flagged block (ChunkRecounts). The values are taken as
 // finite: an inf or NaN makes the sums non-finite, and the call is counted again in full
 // (census_all, census_full_of on the baseline path); with none, nothing is non-finite and the
 // amax is the largest pattern. Used by the dense loop on every group and by the wider sparse
@@ -661,14 +662,13 @@ struct Magnitudes {
   }
   // Bit k: chunk k held a magnitude below `bound` since the last call (the smallest restarts).
   unsigned below(float bound) {
-    unsigned m = 0;
+    unsigned m;
 #if defined(BELAY_ISA_avx512)
     if constexpr (kWide) {
       m = _mm512_cmp_ps_mask(_mm512_range_ps(lo[0], lo[1], 0b1010), set1(bound), _CMP_LT_OQ);
       m = (m | m >> 8) & 0xffu;
-    }
+    } else
 #endif
-    if constexpr (!kWide)
       m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_min_ps(lo[0], lo[1]), set1(bound), _CMP_LT_OQ)));
     lo[0] = lo[1] = set1(3.40282347e38f);
     return m;
@@ -680,10 +680,9 @@ struct Magnitudes {
       const __m512 h = _mm512_range_ps(hi[0], hi[1], 0b1011);
       const __m256 h8 = _mm256_max_ps(_mm512_castps512_ps256(h), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(h), 1)));
       _mm256_storeu_ps(top, h8);
-      return;
-    }
+    } else
 #endif
-    if constexpr (!kWide) _mm256_storeu_ps(top, _mm256_max_ps(hi[0], hi[1]));
+      _mm256_storeu_ps(top, _mm256_max_ps(hi[0], hi[1]));
   }
 };
 
@@ -709,10 +708,9 @@ struct ColumnCounts {
       tiny = add_if(tiny, _mm512_cmplt_epu32_mask(a, tiny_at));
       sub = add_if(sub, _mm512_cmplt_epu32_mask(a, sub_at));
       hi = _mm512_max_epu32(hi, a);
-      return;
-    }
+    } else
 #endif
-    if constexpr (!kWide) {  // magnitudes below 2^31: signed compares
+    {  // magnitudes below 2^31: signed compares
       const Bits a = _mm256_and_si256(_mm256_castps_si256(v), mask);
       zero = _mm256_sub_epi32(zero, _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
       tiny = _mm256_sub_epi32(tiny, _mm256_cmpgt_epi32(tiny_at, a));
@@ -856,7 +854,6 @@ struct WideFloats {  // 16 FP32 values
     return _mm512_mask_add_epi32(n, _mm512_cmplt_epu32_mask(a, bound), n, set1(1));
   }
   static Vec add_zero(Vec n, Vec a) { return _mm512_mask_add_epi32(n, _mm512_testn_epi32_mask(a, a), n, set1(1)); }
-  static Vec max(Vec a, Vec b) { return _mm512_max_epu32(a, b); }
 };
 #else
 struct WideHalves {  // 16 stored FP16 or BF16 values; magnitudes fit a signed compare
@@ -877,7 +874,6 @@ struct WideFloats {  // 8 FP32 values
   static Vec set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
   static Vec add_below(Vec n, Vec a, Vec bound) { return _mm256_sub_epi32(n, _mm256_cmpgt_epi32(bound, a)); }
   static Vec add_zero(Vec n, Vec a) { return _mm256_sub_epi32(n, _mm256_cmpeq_epi32(a, _mm256_setzero_si256())); }
-  static Vec max(Vec a, Vec b) { return _mm256_max_epu32(a, b); }
 };
 #endif
 
